@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Set-up and everyday commands. Each creates (or reuses) the virtual
+# environment in .venv and installs what it needs, pinned by constraints.txt.
+#
+#   bash dev.sh demo    run the main job on built-in sample data (no download)
+#   bash dev.sh test    run the whole test suite (extra args go to pytest)
+#   bash dev.sh bench   run the benchmarks against tf.data and the tfrecord package
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+ensure_env() {  # $1: the extra to install ("" for the package alone)
+    local extra="$1" stamp sig
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+            || { echo "dev.sh: needs Python >= 3.10 (set PYTHON=...)" >&2; exit 1; }
+        "$PYTHON" -m venv "$VENV"
+    fi
+    stamp="$VENV/.installed${extra:+-$extra}"
+    sig="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$sig" ]; then
+        echo "dev.sh: installing into $VENV (first run downloads torch: a few GB)..." >&2
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+        "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".${extra:+[$extra]}"
+        echo "$sig" > "$stamp"
+    fi
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+    demo)
+        ensure_env ""
+        exec "$VENV/bin/python" examples/demo.py "$@"
+        ;;
+    test)
+        ensure_env test
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    bench)
+        ensure_env test
+        exec "$VENV/bin/python" benchmarks/run.py "$@"
+        ;;
+    *)
+        sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+        exit 2
+        ;;
+esac

@@ -1,0 +1,235 @@
+"""The ``tfrecord-torch`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import glob
+import json
+import os
+import sys
+
+from . import __version__
+from .errors import ExampleDecodeError, TFRecordError
+from .example import parse_example, parse_sequence_example
+from .framing import RecordWriter, read_records
+from .index import build_index, check_index, default_index_path, load_index
+from .schema import SchemaReport
+from .streams import open_stream
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except (TFRecordError, OSError, ValueError) as e:
+        print(f"tfrecord-torch {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `tfrecord-torch cat x | head`
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfrecord-torch",
+        description="Read, check and index TFRecord files without TensorFlow.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    files_help = "TFRecord files or glob patterns (quote globs to keep the shell out)"
+
+    p = sub.add_parser("index", help="write an index file beside each record file",
+                       description="Write '<file>.index' (one 'offset size' line per record, the "
+                                   "format of DALI's tfrecord2idx) for each file, checking every CRC.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("-o", "--output", help="index path (only with a single input file)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("verify", help="check every record's CRCs (and indexes, if present)",
+                       description="Read every record, checking both CRCs; also check '<file>.index' "
+                                   "when it exists. Exit status 1 if anything is corrupt.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("inspect", help="count records and describe their features",
+                       description="Count records, list feature keys with their kinds and value "
+                                   "lengths, and print an inferred tf.io feature_description.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("--limit", type=int, default=None,
+                   help="parse at most this many records for the schema (all are counted)")
+    p.add_argument("--json", action="store_true", help="print a JSON report instead of a table")
+    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+    p.set_defaults(func=_cmd_inspect)
+
+    for name, what in (("head", "the first records"), ("cat", "every record")):
+        p = sub.add_parser(name, help=f"print {what} as JSON lines",
+                           description=f"Print {what} as JSON lines: one object per record, "
+                                       "mapping each feature key to its list of values.")
+        p.add_argument("files", nargs="+", help=files_help)
+        if name == "head":
+            p.add_argument("-n", "--records", type=int, default=5, help="records per file (default 5)")
+        p.add_argument("--sequence", action="store_true",
+                       help="records are SequenceExamples: print context and feature_lists")
+        p.add_argument("--bytes", choices=["auto", "base64", "length"], default="auto",
+                       help="how to print bytes values: 'auto' gives UTF-8 text when the bytes are "
+                            "valid UTF-8 and 'base64:...' otherwise (default); 'length' gives "
+                            "'<N bytes>'")
+        p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+        p.set_defaults(func=_cmd_print, limit_arg=name == "head")
+
+    p = sub.add_parser("decompress", help="rewrite a GZIP/ZLIB record file uncompressed",
+                       description="Copy the records of a compressed file into an uncompressed "
+                                   "one, which can then be indexed for random access.")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.set_defaults(func=_cmd_decompress)
+    return parser
+
+
+def expand(patterns: list[str]) -> list[str]:
+    """Paths from a list of paths and glob patterns, in order, without repeats."""
+    out: list[str] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise ValueError(f"no files match {pattern!r}")
+        out.extend(m for m in matches if m not in out)
+    return out
+
+
+def _compression(args) -> str | None:
+    return None if args.compression == "none" else args.compression
+
+
+def _cmd_index(args) -> int:
+    from tqdm import tqdm
+
+    files = expand(args.files)
+    if args.output and len(files) != 1:
+        raise ValueError("--output needs exactly one input file")
+    bar = tqdm(files, unit="file", disable=args.quiet or len(files) < 2)
+    for path in bar:
+        written = build_index(path, args.output)
+        if not args.quiet:
+            bar.write(f"{path}: {len(load_index(written))} records -> {written}")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    bad = 0
+    for path in expand(args.files):
+        count = 0
+        try:
+            for _ in read_records(path, compression=_compression(args), verify=True):
+                count += 1
+            index_path = default_index_path(path)
+            note = ""
+            if os.path.exists(index_path):
+                check_index(load_index(index_path), path, index_path=index_path)
+                note = f", index {index_path} matches"
+            print(f"OK      {path}: {count} records{note}")
+        except TFRecordError as e:
+            bad += 1
+            print(f"CORRUPT {path}: {e}")
+    return 1 if bad else 0
+
+
+def _cmd_inspect(args) -> int:
+    files = expand(args.files)
+    report = SchemaReport()
+    sizes = []
+    for path in files:
+        stream = open_stream(path, _compression(args))
+        sizes.append((path, os.path.getsize(path), stream.compression))
+        stream.close()
+        for payload in read_records(path, compression=_compression(args)):
+            report.records += 1
+            if args.limit is not None and report.parsed + report.not_examples >= args.limit:
+                continue
+            try:
+                report.add(parse_example(payload))
+            except ExampleDecodeError:
+                report.not_examples += 1
+    if args.json:
+        out = report.as_dict()
+        out["files"] = [{"path": p, "bytes": n, "compression": c} for p, n, c in sizes]
+        print(json.dumps(out, indent=2))
+        return 0
+    for path, n, c in sizes:
+        print(f"file: {path} ({n:,} bytes, compression: {c or 'none'})")
+    print(f"records: {report.records:,} (parsed {report.parsed:,}"
+          f"{f', {report.not_examples:,} not Examples' if report.not_examples else ''})")
+    if report.features:
+        rows = [("key", "kind", "length", "present")]
+        for key, s in sorted(report.features.items()):
+            length = str(s.min_len) if s.min_len == s.max_len else f"{s.min_len}-{s.max_len}"
+            rows.append((key, s.kind, length, f"{s.count}/{report.parsed}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        print("schema (tf.io feature_description):")
+        print(report.feature_description())
+    return 0
+
+
+def _cmd_print(args) -> int:
+    limit = args.records if args.limit_arg else None
+    for path in expand(args.files):
+        for number, payload in enumerate(read_records(path, compression=_compression(args))):
+            if limit is not None and number >= limit:
+                break
+            if args.sequence:
+                context, lists = parse_sequence_example(payload)
+                obj = {"context": _jsonable(context, args.bytes),
+                       "feature_lists": {k: [_value(v, args.bytes) for v in steps]
+                                         for k, steps in lists.items()}}
+            else:
+                obj = _jsonable(parse_example(payload), args.bytes)
+            sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _jsonable(features: dict, mode: str) -> dict:
+    return {key: _value(value, mode) for key, value in sorted(features.items())}
+
+
+def _value(value, mode: str) -> list:
+    if not isinstance(value, list):
+        if value.dtype.kind == "f":  # shortest float32 text, not float64 noise
+            return [float(str(v)) for v in value]
+        return value.tolist()
+    return [_bytes(b, mode) for b in value]
+
+
+def _bytes(b: bytes, mode: str) -> str:
+    if mode == "length":
+        return f"<{len(b)} bytes>"
+    if mode == "auto":
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return "base64:" + base64.b64encode(b).decode("ascii")
+
+
+def _cmd_decompress(args) -> int:
+    count = 0
+    with RecordWriter(args.output) as writer:
+        for payload in read_records(args.input):
+            writer.write(payload)
+            count += 1
+    print(f"{args.input}: {count} records -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

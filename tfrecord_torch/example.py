@@ -1,0 +1,191 @@
+"""tf.train.Example and SequenceExample: encode and decode.
+
+Decoded values are plain and exact: an int64 list becomes an int64 numpy
+array, a float list a float32 array, a bytes list a list of bytes. A feature
+with no kind set (TensorFlow writes these for empty values) decodes to ``[]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from .errors import ExampleDecodeError
+from .protos import Example, Feature, Features, SequenceExample
+
+__all__ = ["make_example", "make_sequence_example", "parse_example", "parse_sequence_example"]
+
+Value = Union[np.ndarray, list]
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def parse_example(payload) -> dict[str, Value]:
+    """Decode a serialized tf.train.Example.
+
+    Returns:
+        A dict from feature key to its values: int64 array [N], float32 array
+        [N], or list of bytes.
+
+    Raises:
+        ExampleDecodeError: the payload is not a valid Example.
+    """
+    message = _decode(Example, payload)
+    return features_to_dict(message.features)
+
+
+def parse_sequence_example(payload) -> tuple[dict[str, Value], dict[str, list[Value]]]:
+    """Decode a serialized tf.train.SequenceExample.
+
+    Returns:
+        ``(context, feature_lists)``: the context features as
+        :func:`parse_example` gives them, and for each feature list the list of
+        its steps' values.
+    """
+    message = _decode(SequenceExample, payload)
+    lists = {key: [feature_value(f) for f in flist.feature]
+             for key, flist in message.feature_lists.feature_list.items()}
+    return features_to_dict(message.context), lists
+
+
+def make_example(mapping: Mapping[str, Any]) -> bytes:
+    """Encode a mapping as a serialized tf.train.Example.
+
+    Values may be Python ints, floats, bools, bytes or str, lists or tuples of
+    one of those kinds, numpy arrays or scalars, or torch tensors. Integers and
+    bools become an int64 list, floats a float list (stored as float32), bytes
+    and str (UTF-8) a bytes list. Arrays are flattened in C order; store their
+    shape as another feature if it matters. Map keys are written sorted, so the
+    same mapping always gives the same bytes.
+
+    Raises:
+        TypeError, ValueError: a value cannot be encoded; the message names its key.
+    """
+    message = Example()
+    fill_features(message.features, mapping)
+    return message.SerializeToString(deterministic=True)
+
+
+def make_sequence_example(context: Mapping[str, Any] | None = None,
+                          feature_lists: Mapping[str, Sequence[Any]] | None = None) -> bytes:
+    """Encode a tf.train.SequenceExample.
+
+    Args:
+        context: features of the whole sequence, as for :func:`make_example`.
+        feature_lists: for each key, a sequence of steps; each step is a value
+            as for :func:`make_example` (a 2-D array gives one step per row).
+    """
+    message = SequenceExample()
+    fill_features(message.context, context or {})
+    for key, steps in (feature_lists or {}).items():
+        _check_key(key)
+        flist = message.feature_lists.feature_list[key]
+        for step in steps:
+            fill_feature(flist.feature.add(), key, step)
+        if len(flist.feature) == 0:
+            flist.SetInParent()
+    return message.SerializeToString(deterministic=True)
+
+
+def _decode(cls, payload):
+    try:
+        return cls.FromString(payload if isinstance(payload, bytes) else bytes(payload))
+    except DecodeError as e:
+        raise ExampleDecodeError(f"not a valid {cls.__name__}: {e}") from e
+
+
+def features_to_dict(features) -> dict[str, Value]:
+    """A Features message as a dict of numpy arrays / lists of bytes."""
+    return {key: feature_value(f) for key, f in features.feature.items()}
+
+
+def feature_value(feature) -> Value:
+    """The values of one Feature message."""
+    kind = feature.WhichOneof("kind")
+    if kind == "int64_list":
+        values = feature.int64_list.value
+        return np.fromiter(values, np.int64, len(values))
+    if kind == "float_list":
+        values = feature.float_list.value
+        return np.fromiter(values, np.float32, len(values))
+    if kind == "bytes_list":
+        return list(feature.bytes_list.value)
+    return []
+
+
+def fill_features(features, mapping: Mapping[str, Any]) -> None:
+    """Set the entries of a Features message from a mapping."""
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"features must be a mapping of str to values, got {type(mapping).__name__}")
+    for key, value in mapping.items():
+        _check_key(key)
+        fill_feature(features.feature[key], key, value)
+
+
+def _check_key(key) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"feature keys must be str, got {key!r}")
+
+
+def fill_feature(feature, key: str, value) -> None:
+    """Set one Feature message from a Python / numpy / torch value."""
+    kind, values = _classify(key, value)
+    if kind == "int64":
+        feature.int64_list.value.extend(values)
+    elif kind == "float":
+        feature.float_list.value.extend(values)
+    else:
+        feature.bytes_list.value.extend(values)
+
+
+def _classify(key: str, value) -> tuple[str, list]:
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _classify_array(key, np.asarray(value))
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        value = [value]
+    elif isinstance(value, (bool, int, float)):
+        value = [value]
+    elif not isinstance(value, (list, tuple)):
+        raise TypeError(f"feature {key!r}: cannot encode a value of type {type(value).__name__}; "
+                        "use int, float, bytes, str, a list of one of those, a numpy array or a tensor")
+    if not value:
+        raise ValueError(f"feature {key!r}: an empty list has no kind; "
+                         "pass an empty numpy array with a dtype (e.g. np.zeros(0, np.int64))")
+    if all(isinstance(v, (bool, int, np.integer, np.bool_)) for v in value):
+        return "int64", _checked_ints(key, [int(v) for v in value])
+    if all(isinstance(v, (bool, int, float, np.integer, np.floating, np.bool_)) for v in value):
+        return "float", [float(v) for v in value]
+    if all(isinstance(v, (bytes, bytearray, memoryview, str)) for v in value):
+        return "bytes", [_to_bytes(v) for v in value]
+    kinds = sorted({type(v).__name__ for v in value})
+    raise TypeError(f"feature {key!r}: a list must hold numbers or bytes/str, not a mix of {kinds}")
+
+
+def _classify_array(key: str, array: np.ndarray) -> tuple[str, list]:
+    flat = array.reshape(-1)
+    if array.dtype.kind in "biu":
+        if array.dtype.kind == "u" and flat.size and flat.max() > _INT64_MAX:
+            raise ValueError(f"feature {key!r}: value {flat.max()} does not fit in int64")
+        return "int64", flat.astype(np.int64).tolist()
+    if array.dtype.kind == "f":
+        return "float", flat.astype(np.float32).tolist()
+    if array.dtype.kind in "SUO":
+        items = flat.tolist()
+        if all(isinstance(v, (bytes, str)) for v in items):
+            return "bytes", [_to_bytes(v) for v in items]
+    raise TypeError(f"feature {key!r}: cannot encode an array of dtype {array.dtype}")
+
+
+def _checked_ints(key: str, values: list[int]) -> list[int]:
+    for v in values:
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise ValueError(f"feature {key!r}: value {v} does not fit in int64")
+    return values
+
+
+def _to_bytes(v) -> bytes:
+    return v.encode("utf-8") if isinstance(v, str) else bytes(v)

@@ -1,0 +1,383 @@
+"""TFRecord framing: reading and writing records.
+
+Each record on disk is::
+
+    uint64 length          little-endian
+    uint32 masked_crc32c(length bytes)
+    byte   payload[length]
+    uint32 masked_crc32c(payload)
+
+The reader works a block (1 MiB) at a time: a run of records with equal
+headers (fixed-schema data) is checked with numpy in one step, records larger
+than a block are read directly, and a length is trusted only after its CRC
+passes and it fits in what is left of the file.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import numpy as np
+from crc32c import crc32c
+
+from .crc import mask_array, masked_crc32c
+from .errors import CorruptRecordError
+from .streams import Stream, check_compression, open_stream
+
+__all__ = ["Chunk", "RecordWriter", "iter_chunks", "parse_frame", "read_records"]
+
+HEADER = struct.Struct("<QI")
+HEADER_SIZE = 12
+OVERHEAD = 16  # header + footer bytes around each payload
+BLOCK_SIZE = 1 << 20
+_MAX_STEP = 64 << 20  # largest single read of one record's bytes
+_LARGE = BLOCK_SIZE // 4  # records this big are read on their own
+_FAST_MIN = 8  # equal-header run length worth handing to numpy
+_FAST_RETRY = 64  # records to wait before trying the numpy path again
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive records found in one buffer.
+
+    Payload ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``; ``offsets[i]``
+    is the byte offset of its header in the stream and its number is
+    ``first_record + i``. The arrays are int64.
+    """
+
+    buf: bytes
+    starts: np.ndarray
+    lengths: np.ndarray
+    offsets: np.ndarray
+    first_record: int
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def payloads(self) -> list[bytes]:
+        """Each record's payload as bytes."""
+        buf = self.buf
+        if len(self.starts) == 1 and self.lengths[0] == len(buf):
+            return [buf]
+        return [buf[s:e] for s, e in zip(self.starts.tolist(), (self.starts + self.lengths).tolist())]
+
+
+def read_records(source, *, compression="auto", verify: bool = True) -> Iterator[bytes]:
+    """Yield the payload of each record in a TFRecord file.
+
+    Args:
+        source: a path or a binary file object (read from its current position).
+        compression: None, "gzip", "zlib", or "auto" to detect it from the
+            file's first bytes and suffix (rule in :mod:`tfrecord_torch.streams`).
+        verify: check the CRC32C of every length and payload.
+
+    Raises:
+        CorruptRecordError: a record is corrupted or truncated; names the file,
+            the record's byte offset (in the decompressed stream for a
+            compressed file) and its number.
+    """
+    stream = open_stream(source, compression)  # open now, so a missing file fails here
+    return _payloads(stream, verify)
+
+
+def _payloads(stream: Stream, verify: bool) -> Iterator[bytes]:
+    with stream:
+        for chunk in iter_chunks(stream, verify=verify):
+            yield from chunk.payloads()
+
+
+def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record: int = 0,
+                block_size: int = BLOCK_SIZE) -> Iterator[Chunk]:
+    """Yield the records of ``stream`` a buffer at a time.
+
+    ``offset`` and ``record`` say where in the file the stream starts, for
+    error messages and :attr:`Chunk.offsets`.
+    """
+    limit = None if stream.size is None else offset + stream.size
+    read = _checked_reader(stream)
+    data = b""
+    base = offset  # stream offset of data[0]
+    ended = False
+    want = block_size
+    while True:
+        if not ended:
+            more = read(want, base + len(data), record)
+            ended = len(more) < want
+            data = data + more if data else more
+        want = block_size
+        if not data:
+            return
+        starts, lengths, pos, need = _scan(data, base, record, verify, stream.name, limit)
+        if len(starts):
+            yield Chunk(data, starts, lengths, starts - HEADER_SIZE + base, record)
+            record += len(starts)
+        data = data[pos:]
+        base += pos
+        if not data:
+            if ended:
+                return
+            continue
+        if need is not None and need >= _LARGE:
+            # Read a large record straight into its own buffer, then read
+            # only the next header: no block-sized copies of big payloads.
+            yield _read_large(read, data, need, base, record, verify, stream.name)
+            record += 1
+            base += need
+            data = b""
+            want = HEADER_SIZE
+            continue
+        if ended:
+            what = "header" if need is None else f"record of {need - OVERHEAD} bytes"
+            raise CorruptRecordError(stream.name, base, record,
+                                     f"truncated {what}: the data ends after {len(data)} bytes")
+
+
+def _read_large(read, data: bytes, need: int, base: int, record: int, verify: bool,
+                name: str) -> Chunk:
+    """Read the rest of one large record whose header (at least) is in ``data``."""
+    length = need - OVERHEAD
+    head = data[HEADER_SIZE:HEADER_SIZE + length]
+    rest = _read_exact(read, length - len(head), base, record, name, need)
+    payload = head + rest if head else rest
+    footer = data[HEADER_SIZE + length:]
+    footer += _read_exact(read, 4 - len(footer), base, record, name, need)
+    if verify and masked_crc32c(payload) != int.from_bytes(footer, "little"):
+        raise CorruptRecordError(name, base, record, "payload CRC mismatch (data corrupted)")
+    one = np.ones(1, np.int64)
+    return Chunk(payload, one * 0, one * length, one * base, record)
+
+
+def _read_exact(read, n: int, base: int, record: int, name: str, need: int) -> bytes:
+    """Read n bytes in steps of at most 64 MiB, so memory follows the data
+    actually present, whatever a (possibly corrupt) length claims."""
+    parts = []
+    while n > 0:
+        piece = read(min(n, _MAX_STEP), base, record)
+        if not piece:
+            raise CorruptRecordError(name, base, record,
+                                     f"truncated record of {need - OVERHEAD} bytes: the data ends first")
+        parts.append(piece)
+        n -= len(piece)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _checked_reader(stream: Stream):
+    """``stream.read`` with decompression failures turned into CorruptRecordError."""
+
+    def read(n: int, at: int, rec: int) -> bytes:
+        try:
+            return stream.read(n)
+        except (zlib.error, EOFError) as e:
+            raise CorruptRecordError(stream.name, at, rec,
+                                     f"{stream.compression} data is invalid: {e}") from e
+
+    return read
+
+
+def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: int | None):
+    """Find the complete records at the start of ``data``.
+
+    Returns (starts, lengths, end, need): payload starts and lengths, the
+    position after the last complete record, and the framed size of the
+    incomplete record that follows (None if its header is incomplete too).
+    """
+    n = len(data)
+    view = memoryview(data)
+    segments: list[tuple[np.ndarray, np.ndarray]] = []
+    starts: list[int] = []
+    lengths: list[int] = []
+    pos = 0
+    need = None
+    wait = 0
+    while n - pos >= HEADER_SIZE:
+        number = record + len(starts) + sum(len(s) for s, _ in segments)
+        length, length_crc = HEADER.unpack_from(data, pos)
+        if verify and masked_crc32c(view[pos:pos + 8]) != length_crc:
+            raise CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
+        framed = length + OVERHEAD
+        if limit is not None and base + pos + framed > limit:
+            raise CorruptRecordError(name, base + pos, number,
+                                     f"truncated record: its length {length} runs past "
+                                     f"the end of the data at byte {limit}")
+        if pos + framed > n:
+            need = framed
+            break
+        count = (n - pos) // framed
+        if wait <= 0 and count >= _FAST_MIN:
+            run = _equal_run(data, pos, framed, count)
+            if run >= _FAST_MIN:
+                if starts:
+                    segments.append((np.array(starts, np.int64), np.array(lengths, np.int64)))
+                    starts, lengths = [], []
+                if verify:
+                    _check_run(view, pos, length, run, base, number, name)
+                first = pos + HEADER_SIZE
+                segments.append((np.arange(first, first + run * framed, framed, dtype=np.int64),
+                                 np.full(run, length, np.int64)))
+                pos += run * framed
+                continue
+            wait = _FAST_RETRY
+        wait -= 1
+        end = pos + HEADER_SIZE + length
+        if verify and masked_crc32c(view[pos + HEADER_SIZE:end]) != _u32(data, end):
+            raise CorruptRecordError(name, base + pos, number, "payload CRC mismatch (data corrupted)")
+        starts.append(pos + HEADER_SIZE)
+        lengths.append(length)
+        pos = end + 4
+    if starts or not segments:
+        segments.append((np.array(starts, np.int64), np.array(lengths, np.int64)))
+    if len(segments) == 1:
+        return segments[0][0], segments[0][1], pos, need
+    return (np.concatenate([s for s, _ in segments]), np.concatenate([l for _, l in segments]),
+            pos, need)
+
+
+def _u32(data: bytes, pos: int) -> int:
+    return int.from_bytes(data[pos:pos + 4], "little")
+
+
+def _equal_run(data: bytes, pos: int, framed: int, count: int) -> int:
+    """How many records from ``pos`` on have a header equal to the first's."""
+    rows = np.frombuffer(data, np.uint8, count * framed, pos).reshape(count, framed)
+    same = (rows[:, :HEADER_SIZE] == rows[0, :HEADER_SIZE]).all(axis=1)
+    return count if same.all() else int(np.argmin(same))
+
+
+def _check_run(view: memoryview, pos: int, length: int, run: int, base: int, record: int,
+               name: str) -> None:
+    """Check the payload CRCs of ``run`` equal-length records starting at ``pos``."""
+    framed = length + OVERHEAD
+    first = pos + HEADER_SIZE
+    crcs = [crc32c(view[s:s + length]) for s in range(first, first + run * framed, framed)]
+    rows = np.frombuffer(view, np.uint8, run * framed, pos).reshape(run, framed)
+    stored = np.ascontiguousarray(rows[:, framed - 4:]).view("<u4").ravel()
+    bad = np.flatnonzero(mask_array(np.array(crcs, np.uint32)) != stored)
+    if len(bad):
+        i = int(bad[0])
+        raise CorruptRecordError(name, base + pos + i * framed, record + i,
+                                 "payload CRC mismatch (data corrupted)")
+
+
+def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: bool = True) -> bytes:
+    """Check one framed record (header, payload, footer) and return its payload."""
+    if len(data) < OVERHEAD:
+        raise CorruptRecordError(name, offset, record,
+                                 f"truncated record: {len(data)} bytes, fewer than the 16 of a frame")
+    length, length_crc = HEADER.unpack_from(data, 0)
+    if verify and masked_crc32c(data[:8]) != length_crc:
+        raise CorruptRecordError(name, offset, record, "length CRC mismatch (header corrupted)")
+    if length + OVERHEAD != len(data):
+        raise CorruptRecordError(name, offset, record,
+                                 f"record length {length} does not fit its frame of {len(data)} bytes")
+    payload = data[HEADER_SIZE:HEADER_SIZE + length]
+    if verify and masked_crc32c(payload) != _u32(data, HEADER_SIZE + length):
+        raise CorruptRecordError(name, offset, record, "payload CRC mismatch (data corrupted)")
+    return payload
+
+
+def frame(payload) -> bytes:
+    """The framed bytes of one record."""
+    length = struct.pack("<Q", len(payload))
+    return b"".join((length, struct.pack("<I", masked_crc32c(length)), payload,
+                     struct.pack("<I", masked_crc32c(payload))))
+
+
+class RecordWriter:
+    """Write records to a TFRecord file.
+
+    The file is written under a temporary name in the same folder and renamed
+    to ``path`` only when the writer closes without error, so an interrupted
+    write never leaves a file that looks complete (a failed one leaves nothing).
+
+    Args:
+        path: the file to create (replaced if it exists), or a binary file
+            object to write to (then no renaming happens).
+        compression: None, "gzip" or "zlib" (as TensorFlow's
+            TFRecordOptions compression_type).
+
+    Example:
+        >>> with RecordWriter("data.tfrecord") as w:
+        ...     w.write(b"payload")
+    """
+
+    def __init__(self, path, *, compression=None) -> None:
+        self.compression = check_compression(compression, allow_auto=False)
+        self.records = 0
+        self.offset = 0  # bytes of framed records written (before compression)
+        self._final = None
+        if hasattr(path, "write"):
+            self._file: BinaryIO = path
+            self._owned = False
+        else:
+            self._final = os.fspath(path)
+            folder, base = os.path.split(os.path.abspath(self._final))
+            fd, self._temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=folder)
+            self._file = os.fdopen(fd, "wb")
+            self._owned = True
+        self._zip = None
+        if self.compression is not None:
+            wbits = 16 + zlib.MAX_WBITS if self.compression == "gzip" else zlib.MAX_WBITS
+            self._zip = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits)
+        self._closed = False
+
+    @property
+    def path(self) -> str | None:
+        """The final path (None when writing to a file object)."""
+        return self._final
+
+    def write(self, payload) -> int:
+        """Append one record; returns the stream offset of its header."""
+        if self._closed:
+            raise ValueError("write to a closed RecordWriter")
+        data = frame(memoryview(payload).cast("B") if not isinstance(payload, bytes) else payload)
+        at = self.offset
+        self._file.write(self._zip.compress(data) if self._zip else data)
+        self.offset += len(data)
+        self.records += 1
+        return at
+
+    def close(self) -> None:
+        """Finish the file: flush, sync and move it to its final name."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._zip is not None:
+                self._file.write(self._zip.flush())
+            self._file.flush()
+            if self._owned:
+                os.fsync(self._file.fileno())
+                self._file.close()
+                os.replace(self._temp, self._final)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop writing and remove the partial file (a file object is left as is)."""
+        self._closed = True
+        if self._owned:
+            self._file.close()
+            try:
+                os.unlink(self._temp)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:
+        # Dropped without close(): never promote a possibly partial file.
+        if getattr(self, "_owned", False) and not getattr(self, "_closed", True):
+            self.abort()

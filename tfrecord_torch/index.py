@@ -1,0 +1,153 @@
+"""Index files: one ``"{offset} {framed_size}\\n"`` line per record.
+
+This is the format of NVIDIA DALI's ``tfrecord2idx`` and of the ``tfrecord``
+package, so their index files load here and ours load there. ``framed_size``
+counts the 16 framing bytes. Only uncompressed files can be indexed: offsets
+into a GZIP/ZLIB stream cannot be seeked to. To get random access to a
+compressed file, decompress it once (``tfrecord-torch decompress``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from .errors import IndexMismatchError, TFRecordError
+from .framing import HEADER, OVERHEAD, iter_chunks
+from .crc import masked_crc32c
+from .streams import open_stream
+
+__all__ = ["build_index", "check_index", "default_index_path", "load_index", "scan_index"]
+
+_SAMPLES = 8  # record headers read to check an index against its file
+
+
+def default_index_path(path) -> str:
+    """Where an index is kept by default: beside the file, ``<path>.index``."""
+    return os.fspath(path) + ".index"
+
+
+def scan_index(path) -> np.ndarray:
+    """Read a record file once and return its index (int64 array [N, 2]) in memory."""
+    stream = open_stream(path, "auto")
+    with stream:
+        if stream.compression is not None:
+            raise TFRecordError(
+                f"{stream.name}: cannot index a {stream.compression}-compressed file: offsets in "
+                "a compressed stream cannot be seeked to. Stream it with read_records(), or "
+                "decompress it once (tfrecord-torch decompress IN OUT) and index the result.")
+        parts = [np.stack([c.offsets, c.lengths + OVERHEAD], axis=1)
+                 for c in iter_chunks(stream, verify=True)]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+
+
+def build_index(path, index_path=None) -> str:
+    """Write the index file of a record file, checking every CRC on the way.
+
+    Args:
+        path: an uncompressed TFRecord file.
+        index_path: where to write; defaults to ``<path>.index``.
+
+    Returns:
+        The index file's path. It is written under a temporary name and renamed
+        when complete.
+    """
+    index = scan_index(path)
+    index_path = default_index_path(path) if index_path is None else os.fspath(index_path)
+    write_index(index, index_path)
+    return index_path
+
+
+def write_index(index: np.ndarray, index_path) -> None:
+    """Write an index array [N, 2] as an index file (atomically)."""
+    text = "".join(f"{o} {s}\n" for o, s in index.tolist())
+    folder = os.path.dirname(os.path.abspath(index_path))
+    fd, temp = tempfile.mkstemp(prefix=".index.", suffix=".partial", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(temp, index_path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def load_index(index_path) -> np.ndarray:
+    """Load an index file.
+
+    Returns:
+        int64 array [N, 2]: each record's byte offset and framed size.
+
+    Raises:
+        IndexMismatchError: the file is not a well-formed index.
+    """
+    index_path = os.fspath(index_path)
+    with open(index_path, "rb") as f:
+        text = f.read()
+    lines = text.split(b"\n")
+    if lines and lines[-1].strip() == b"":
+        lines.pop()
+    tokens = text.split()
+    if len(tokens) != 2 * len(lines):
+        for number, line in enumerate(lines, start=1):
+            if len(line.split()) != 2:
+                raise IndexMismatchError(index_path, None,
+                                         f"line {number} is {line[:60]!r}, not 'offset size'")
+    try:
+        values = np.array([int(t) for t in tokens], dtype=np.int64)
+    except (ValueError, OverflowError) as e:
+        raise IndexMismatchError(index_path, None, f"not a list of integers: {e}") from e
+    index = values.reshape(-1, 2)
+    if (index < 0).any():
+        line = int(np.flatnonzero((index < 0).any(axis=1))[0]) + 1
+        raise IndexMismatchError(index_path, None, f"line {line} holds a negative number")
+    return index
+
+
+def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | None = None,
+                samples: int = _SAMPLES) -> None:
+    """Check cheaply that ``index`` describes the record file ``path``.
+
+    The records must tile the file (first at 0, each next one where the
+    previous ends, the last ending at the file's size) and the headers at a
+    few evenly spaced records must parse, with the indexed sizes.
+
+    Raises:
+        IndexMismatchError: naming both files and the first disagreement.
+    """
+    path = os.fspath(path)
+    size = os.path.getsize(path) if size is None else size
+    fail = lambda reason: IndexMismatchError(index_path, path, reason)  # noqa: E731
+    if index.ndim != 2 or index.shape[1] != 2:
+        raise fail(f"expected an array [N, 2], got shape {index.shape}")
+    if len(index) == 0:
+        if size:
+            raise fail(f"the index lists no records but the file holds {size} bytes")
+        return
+    offsets, sizes = index[:, 0], index[:, 1]
+    if offsets[0] != 0:
+        raise fail(f"the first record is at byte {offsets[0]}, not 0")
+    if (sizes < OVERHEAD).any():
+        i = int(np.flatnonzero(sizes < OVERHEAD)[0])
+        raise fail(f"record {i} has size {sizes[i]}, less than the 16 framing bytes")
+    gaps = np.flatnonzero(offsets[1:] != offsets[:-1] + sizes[:-1])
+    if len(gaps):
+        i = int(gaps[0]) + 1
+        raise fail(f"record {i} is at byte {offsets[i]}, but record {i - 1} ends at "
+                   f"{offsets[i - 1] + sizes[i - 1]}")
+    end = int(offsets[-1] + sizes[-1])
+    if end != size:
+        raise fail(f"the records end at byte {end} but the file holds {size} bytes "
+                   "(was the file changed after it was indexed?)")
+    picks = np.unique(np.linspace(0, len(index) - 1, min(samples, len(index))).astype(np.int64))
+    with open(path, "rb") as f:
+        for i in picks.tolist():
+            f.seek(int(offsets[i]))
+            head = f.read(HEADER.size)
+            length, length_crc = HEADER.unpack(head)
+            if masked_crc32c(head[:8]) != length_crc or length + OVERHEAD != sizes[i]:
+                raise fail(f"record {i} at byte {offsets[i]} does not start with a valid "
+                           f"header of a {sizes[i] - OVERHEAD}-byte record")

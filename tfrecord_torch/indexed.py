@@ -1,0 +1,87 @@
+"""Random access to the records of an indexed, uncompressed TFRecord file."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .framing import parse_frame
+from .index import check_index, default_index_path, load_index, scan_index
+
+__all__ = ["IndexedReader"]
+
+
+class IndexedReader:
+    """Read record ``i`` of a file in O(1): one positioned read of its bytes.
+
+    Args:
+        path: an uncompressed TFRecord file.
+        index: an index file path, an int64 array [N, 2], or None to use
+            ``<path>.index`` when it exists and otherwise scan the file once in
+            memory (nothing is written).
+        verify: check both CRCs of every record read.
+
+    The index is checked against the file (:func:`check_index`) before use.
+    The file is opened on first read and reopened in a forked child, so one
+    reader can be handed to DataLoader workers.
+    """
+
+    def __init__(self, path, *, index=None, verify: bool = True) -> None:
+        self.path = os.fspath(path)
+        self.verify = verify
+        if index is None:
+            candidate = default_index_path(self.path)
+            index = candidate if os.path.exists(candidate) else None
+        if index is None:
+            self.index = scan_index(self.path)
+        else:
+            index_path = "<array>"
+            if not isinstance(index, np.ndarray):
+                index_path = os.fspath(index)
+                index = load_index(index_path)
+            check_index(index, self.path, index_path=index_path)
+            self.index = index
+        self._fd = None
+        self._pid = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> bytes:
+        n = len(self.index)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} out of range for {self.path} ({n} records)")
+        i %= n
+        offset, size = (int(v) for v in self.index[i])
+        data = os.pread(self._handle(), size, offset)
+        return parse_frame(data, name=self.path, offset=offset, record=i, verify=self.verify)
+
+    def _handle(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            self._pid = os.getpid()
+        return self._fd
+
+    def close(self) -> None:
+        """Close the file (it reopens on the next read)."""
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fd"] = None
+        return state
+
+    def __enter__(self) -> "IndexedReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass

@@ -1,0 +1,89 @@
+"""tf.train.Example and friends, built at import time in a private pool.
+
+The message classes are made from descriptors we construct here, in a
+descriptor pool of our own, rather than from generated ``*_pb2`` modules that
+register ``tensorflow.Example`` in protobuf's default pool. That is what lets
+this package and TensorFlow be imported in one process in either order (the
+``tfrecord`` package's copy collides with TensorFlow's: "duplicate symbol
+'tensorflow.BytesList'"). The wire format does not depend on the pool or the
+package name, so the bytes are the same as TensorFlow's.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+_PACKAGE = "tfrecord_torch.tf"
+
+
+def _message(file, name, fields, nested=()):
+    msg = file.message_type.add(name=name)
+    for entry in nested:
+        msg.nested_type.append(entry)
+    _add_fields(msg, fields)
+    return msg
+
+
+def _add_fields(msg, fields):
+    for number, (fname, ftype, label, type_name, extra) in enumerate(fields, start=1):
+        field = msg.field.add(name=fname, number=number, type=ftype, label=label)
+        if type_name:
+            field.type_name = f".{_PACKAGE}.{type_name}"
+        if extra.get("packed"):
+            field.options.packed = True
+        if "oneof" in extra:
+            field.oneof_index = extra["oneof"]
+
+
+def _map_entry(name, value_type):
+    entry = descriptor_pb2.DescriptorProto(name=name)
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=_F.TYPE_MESSAGE, label=_F.LABEL_OPTIONAL,
+                    type_name=f".{_PACKAGE}.{value_type}")
+    return entry
+
+
+def _build():
+    file = descriptor_pb2.FileDescriptorProto(name="tfrecord_torch/example.proto",
+                                              package=_PACKAGE, syntax="proto3")
+    rep, opt = _F.LABEL_REPEATED, _F.LABEL_OPTIONAL
+    _message(file, "BytesList", [("value", _F.TYPE_BYTES, rep, None, {})])
+    _message(file, "FloatList", [("value", _F.TYPE_FLOAT, rep, None, {"packed": True})])
+    _message(file, "Int64List", [("value", _F.TYPE_INT64, rep, None, {"packed": True})])
+    feature = _message(file, "Feature", [
+        ("bytes_list", _F.TYPE_MESSAGE, opt, "BytesList", {"oneof": 0}),
+        ("float_list", _F.TYPE_MESSAGE, opt, "FloatList", {"oneof": 0}),
+        ("int64_list", _F.TYPE_MESSAGE, opt, "Int64List", {"oneof": 0}),
+    ])
+    feature.oneof_decl.add(name="kind")
+    _message(file, "Features", [("feature", _F.TYPE_MESSAGE, rep, "Features.FeatureEntry", {})],
+             nested=[_map_entry("FeatureEntry", "Feature")])
+    _message(file, "FeatureList", [("feature", _F.TYPE_MESSAGE, rep, "Feature", {})])
+    _message(file, "FeatureLists",
+             [("feature_list", _F.TYPE_MESSAGE, rep, "FeatureLists.FeatureListEntry", {})],
+             nested=[_map_entry("FeatureListEntry", "FeatureList")])
+    _message(file, "Example", [("features", _F.TYPE_MESSAGE, opt, "Features", {})])
+    _message(file, "SequenceExample", [
+        ("context", _F.TYPE_MESSAGE, opt, "Features", {}),
+        ("feature_lists", _F.TYPE_MESSAGE, opt, "FeatureLists", {}),
+    ])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    names = ["BytesList", "FloatList", "Int64List", "Feature", "Features", "FeatureList",
+             "FeatureLists", "Example", "SequenceExample"]
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{n}"))
+            for n in names}
+
+
+_CLASSES = _build()
+BytesList = _CLASSES["BytesList"]
+FloatList = _CLASSES["FloatList"]
+Int64List = _CLASSES["Int64List"]
+Feature = _CLASSES["Feature"]
+Features = _CLASSES["Features"]
+FeatureList = _CLASSES["FeatureList"]
+FeatureLists = _CLASSES["FeatureLists"]
+Example = _CLASSES["Example"]
+SequenceExample = _CLASSES["SequenceExample"]

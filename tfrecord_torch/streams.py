@@ -1,0 +1,200 @@
+"""Byte sources for the record reader: local files, file objects, and
+GZIP/ZLIB decompression with bounded memory.
+
+Compression detection (``compression="auto"``), in order:
+
+1. An uncompressed TFRecord starts with a 12-byte header whose last 4 bytes
+   are the masked CRC32C of the first 8. If the first 12 bytes pass that
+   check, the file is uncompressed (a compressed file passes it with
+   probability 2**-32).
+2. Otherwise the first bytes decide: ``1f 8b`` is GZIP, a valid zlib header
+   (``78 xx`` with the header checksum) is ZLIB.
+3. Otherwise the suffix decides: ``.gz``/``.gzip`` is GZIP, ``.zz``/``.zlib``
+   is ZLIB; anything else is read as uncompressed (and a bad header is then
+   reported as a corrupt record). An empty file is an empty, uncompressed file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zlib
+from typing import BinaryIO
+
+from .crc import masked_crc32c
+
+COMPRESSIONS = (None, "gzip", "zlib")
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+
+
+def check_compression(compression, *, allow_auto: bool) -> str | None:
+    """Normalize a ``compression`` argument, raising ValueError for bad ones."""
+    if compression == "":
+        compression = None
+    if isinstance(compression, str):
+        compression = compression.lower()
+        if compression == "none":
+            compression = None
+    valid = COMPRESSIONS + (("auto",) if allow_auto else ())
+    if compression not in valid:
+        raise ValueError(f"compression must be one of {valid!r}, got {compression!r}")
+    return compression
+
+
+def detect_compression(head: bytes, name: str) -> str | None:
+    """Guess the compression of a record file from its first bytes and name."""
+    if len(head) >= 12:
+        length_crc = struct.unpack_from("<I", head, 8)[0]
+        if masked_crc32c(head[:8]) == length_crc:
+            return None
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    lowered = name.lower()
+    if lowered.endswith((".gz", ".gzip")):
+        return "gzip"
+    if lowered.endswith((".zz", ".zlib")):
+        return "zlib"
+    return None
+
+
+class Stream:
+    """A readable byte stream with a display name and, if known, a size.
+
+    ``read(n)`` returns exactly ``n`` bytes unless the stream ends first.
+    ``size`` is the number of bytes left to read at creation (None when
+    unknown, as for a decompressed stream). ``compression`` says whether the
+    bytes are decompressed, so errors can say which offsets they mean.
+    """
+
+    def __init__(self, raw: BinaryIO, name: str, size: int | None, *, prefix: bytes = b"",
+                 compression: str | None = None, owned: bool = False) -> None:
+        self._raw = raw
+        self._prefix = prefix
+        self.name = name
+        self.size = size
+        self.compression = compression
+        self._owned = owned
+
+    def read(self, n: int) -> bytes:
+        if n <= 0:
+            return b""
+        parts = []
+        if self._prefix:
+            parts.append(self._prefix[:n])
+            self._prefix = self._prefix[n:]
+            n -= len(parts[0])
+        while n > 0:
+            data = self._raw.read(n)
+            if not data:
+                break
+            parts.append(data)
+            n -= len(data)
+        if len(parts) == 1:
+            return bytes(parts[0])
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._owned:
+            self._raw.close()
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Inflater(io.RawIOBase):
+    """Decompresses a GZIP (possibly multi-member) or ZLIB stream on demand.
+
+    Output is produced only as it is asked for (``max_length``), so a small
+    file that inflates to gigabytes never sits in memory whole.
+    """
+
+    def __init__(self, raw: Stream, compression: str, chunk_size: int = 1 << 20) -> None:
+        self._raw = raw
+        self._wbits = _WBITS[compression]
+        self._chunk_size = chunk_size
+        self._decomp = zlib.decompressobj(self._wbits)
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            raise ValueError("unbounded reads of a decompressed stream are not supported")
+        out = []
+        while n > 0 and not self._eof:
+            if self._decomp.eof:
+                data = self._decomp.unused_data or self._raw.read(self._chunk_size)
+                if not data:
+                    self._eof = True
+                    break
+                # Another GZIP member: concatenated .gz files are one stream.
+                self._decomp = zlib.decompressobj(self._wbits)
+            elif self._decomp.unconsumed_tail:
+                data = self._decomp.unconsumed_tail
+            else:
+                data = self._raw.read(self._chunk_size)
+                if not data:
+                    raise EOFError("compressed stream ends before its end marker")
+            piece = self._decomp.decompress(data, n)
+            n -= len(piece)
+            if piece:
+                out.append(piece)
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def open_stream(source, compression="auto") -> Stream:
+    """Open a path or binary file object as a :class:`Stream` of record bytes.
+
+    Args:
+        source: a path (str or os.PathLike) or a binary file object.
+        compression: None, "gzip", "zlib" or "auto" (see the module docstring).
+    """
+    compression = check_compression(compression, allow_auto=True)
+    if isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
+        raw = open(name, "rb", buffering=0)
+        owned = True
+        size = os.fstat(raw.fileno()).st_size
+    elif hasattr(source, "read"):
+        raw = source
+        owned = False
+        name = str(getattr(source, "name", "<stream>"))
+        size = _remaining_size(source)
+    else:
+        raise TypeError(f"source must be a path or a binary file object, got {type(source).__name__}")
+    try:
+        head = b""
+        if compression == "auto":
+            head = Stream(raw, name, None).read(12)
+            compression = detect_compression(head, name)
+        plain = Stream(raw, name, size, prefix=head, owned=owned)
+        if compression is None:
+            return plain
+        return Stream(_Inflater(plain, compression), name, None, compression=compression, owned=True)
+    except BaseException:
+        if owned:
+            raw.close()
+        raise
+
+
+def _remaining_size(f) -> int | None:
+    try:
+        if not f.seekable():
+            return None
+        here = f.tell()
+        end = f.seek(0, io.SEEK_END)
+        f.seek(here)
+        return end - here
+    except (AttributeError, OSError, ValueError):
+        return None
