@@ -28,6 +28,8 @@ class IndexedReader:
     """
 
     def __init__(self, path, *, index=None, verify: bool = True) -> None:
+        self._fd = None
+        self._pid = None
         self.path = os.fspath(path)
         self.verify = verify
         if index is None:
@@ -42,8 +44,6 @@ class IndexedReader:
                 index = load_index(index_path)
             check_index(index, self.path, index_path=index_path)
             self.index = index
-        self._fd = None
-        self._pid = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -65,7 +65,7 @@ class IndexedReader:
 
     def close(self) -> None:
         """Close the file (it reopens on the next read)."""
-        if self._fd is not None and self._pid == os.getpid():
+        if getattr(self, "_fd", None) is not None and self._pid == os.getpid():
             os.close(self._fd)
         self._fd = None
 

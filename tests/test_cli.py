@@ -1,0 +1,113 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfrecord_torch import RecordWriter, load_index, make_example, make_sequence_example
+from tfrecord_torch.cli import main
+
+
+@pytest.fixture
+def shards(tmp_path):
+    paths = []
+    for s in range(2):
+        path = tmp_path / f"d-{s}.tfrecord"
+        with RecordWriter(path) as w:
+            for i in range(10):
+                w.write(make_example({"label": s * 10 + i, "x": np.full(4, i, np.float32),
+                                      "name": f"n{i}", "img": b"\xff\xd8" + bytes(i),
+                                      **({"opt": [1] * i} if i % 2 else {})}))
+        paths.append(path)
+    return paths
+
+
+def test_index_with_glob(shards, capsys):
+    assert main(["index", "-q", str(shards[0].parent / "d-*.tfrecord")]) == 0
+    for p in shards:
+        assert load_index(str(p) + ".index").shape == (10, 2)
+
+
+def test_verify_ok_and_corrupt(shards, capsys):
+    assert main(["verify", *map(str, shards)]) == 0
+    assert capsys.readouterr().out.count("OK ") == 2
+    raw = bytearray(shards[1].read_bytes())
+    raw[40] ^= 1
+    shards[1].write_bytes(bytes(raw))
+    assert main(["verify", *map(str, shards)]) == 1
+    out = capsys.readouterr().out
+    assert "CORRUPT" in out and "byte offset" in out and str(shards[1]) in out
+
+
+def test_verify_checks_index(shards, capsys):
+    main(["index", "-q", str(shards[0])])
+    with RecordWriter(shards[0]) as w:
+        w.write(b"changed")
+    assert main(["verify", str(shards[0])]) == 1
+    assert "index" in capsys.readouterr().out
+
+
+def test_inspect(shards, capsys):
+    assert main(["inspect", "--json", *map(str, shards)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["records"] == 20
+    f = report["features"]
+    assert f["label"] == {"kind": "int64", "present": 20, "min_length": 1, "max_length": 1, "fixed": True}
+    assert f["x"]["kind"] == "float" and f["x"]["fixed"]
+    assert f["opt"]["present"] == 10 and not f["opt"]["fixed"]
+    assert main(["inspect", *map(str, shards)]) == 0
+    text = capsys.readouterr().out
+    assert "'label': tf.io.FixedLenFeature([1], tf.int64)" in text
+    assert "'opt': tf.io.VarLenFeature(tf.int64)" in text
+    assert "'name': tf.io.FixedLenFeature([1], tf.string)" in text
+
+
+def test_head_and_cat(shards, capsys):
+    assert main(["head", "-n", "2", str(shards[0])]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert first["label"] == [0] and first["x"] == [0.0] * 4 and first["name"] == ["n0"]
+    assert first["img"] == ["base64:/9g="]
+    assert main(["cat", "--bytes", "length", *map(str, shards)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 20 and json.loads(lines[3])["img"] == ["<5 bytes>"]
+
+
+def test_sequence_cat(tmp_path, capsys):
+    path = tmp_path / "seq.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_sequence_example({"id": b"a"}, {"tok": [[1, 2], [3]]}))
+    assert main(["cat", "--sequence", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"context": {"id": ["a"]},
+                                                    "feature_lists": {"tok": [[1, 2], [3]]}}
+
+
+def test_decompress_then_index(tmp_path, capsys):
+    gz = tmp_path / "a.tfrecord.gz"
+    with RecordWriter(gz, compression="gzip") as w:
+        for i in range(5):
+            w.write(make_example({"i": i}))
+    assert main(["index", str(gz)]) == 1
+    assert "decompress" in capsys.readouterr().err
+    out = tmp_path / "a.tfrecord"
+    assert main(["decompress", str(gz), str(out)]) == 0
+    assert main(["index", "-q", str(out)]) == 0
+    assert load_index(str(out) + ".index").shape == (5, 2)
+
+
+def test_errors_are_messages_not_tracebacks(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", "verify", str(tmp_path / "nope*")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "no files match" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_console_script_help():
+    import shutil
+
+    exe = shutil.which("tfrecord-torch") or str(__import__("pathlib").Path(sys.executable).parent / "tfrecord-torch")
+    for sub in ([], ["index"], ["verify"], ["inspect"], ["head"], ["cat"], ["decompress"]):
+        proc = subprocess.run([exe, *sub, "--help"], capture_output=True, text=True)
+        assert proc.returncode == 0 and "usage: tfrecord-torch" in proc.stdout

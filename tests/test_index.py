@@ -1,0 +1,145 @@
+import numpy as np
+import pytest
+
+from tfrecord_torch import (IndexedReader, IndexMismatchError, RecordWriter, TFRecordError, build_index,
+                            check_index, load_index, read_records)
+from tfrecord_torch.index import scan_index
+
+
+def write(path, payloads, compression=None):
+    with RecordWriter(path, compression=compression) as w:
+        for p in payloads:
+            w.write(p)
+    return path
+
+
+@pytest.fixture
+def shard(tmp_path):
+    payloads = [bytes([i % 256]) * (i * 7 % 50) for i in range(200)]
+    return write(tmp_path / "s.tfrecord", payloads), payloads
+
+
+def test_build_and_load(shard):
+    path, payloads = shard
+    index_path = build_index(path)
+    assert index_path == str(path) + ".index"
+    index = load_index(index_path)
+    assert index.dtype == np.int64 and index.shape == (200, 2)
+    assert index[:, 1].tolist() == [len(p) + 16 for p in payloads]
+    assert index[0, 0] == 0 and index[1:, 0].tolist() == np.cumsum(index[:-1, 1]).tolist()
+    lines = open(index_path).read().splitlines()
+    assert lines[1] == f"{index[1, 0]} {index[1, 1]}"
+    check_index(index, path)
+
+
+def test_random_access(shard):
+    path, payloads = shard
+    build_index(path)
+    reader = IndexedReader(path)
+    assert len(reader) == 200
+    order = np.random.default_rng(1).permutation(200)
+    assert [reader[int(i)] for i in order] == [payloads[i] for i in order]
+    assert reader[-1] == payloads[-1]
+    with pytest.raises(IndexError):
+        reader[200]
+
+
+def test_reader_without_index_file_scans(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [b"a", b"bb"])
+    reader = IndexedReader(path)
+    assert [reader[0], reader[1]] == [b"a", b"bb"]
+    assert not (tmp_path / "a.tfrecord.index").exists()
+
+
+def test_reader_survives_pickling(shard):
+    import pickle
+
+    path, payloads = shard
+    reader = IndexedReader(path)
+    assert reader[3] == payloads[3]
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone[4] == payloads[4]
+
+
+def test_empty_file_index(tmp_path):
+    path = write(tmp_path / "e.tfrecord", [])
+    index = load_index(build_index(path))
+    assert index.shape == (0, 2)
+    assert len(IndexedReader(path)) == 0
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda ix: ix[:-1], "the records end at byte"),
+    (lambda ix: np.vstack([ix, [[ix[-1, 0] + ix[-1, 1], 20]]]), "the records end at byte"),
+    (lambda ix: ix + np.array([[1, 0]]), "first record is at byte 1"),
+    (lambda ix: np.vstack([ix[:1], ix[2:]]), "record 1 is at byte"),
+])
+def test_mismatched_index(shard, mutate, match):
+    path, _ = shard
+    index = mutate(load_index(build_index(path)))
+    with pytest.raises(IndexMismatchError, match=match) as info:
+        check_index(index, path, index_path="x.index")
+    assert "x.index" in str(info.value) and str(path) in str(info.value)
+
+
+def test_index_of_another_file_with_same_size(tmp_path):
+    a = write(tmp_path / "a.tfrecord", [b"x" * 10, b"y" * 30])
+    b = write(tmp_path / "b.tfrecord", [b"x" * 30, b"y" * 10])
+    assert a.stat().st_size == b.stat().st_size
+    with pytest.raises(IndexMismatchError, match="does not start with a valid header"):
+        IndexedReader(b, index=build_index(a))
+
+
+def test_changed_file_refuses_stale_index(shard):
+    path, payloads = shard
+    index_path = build_index(path)
+    write(path, payloads[:-1])
+    with pytest.raises(IndexMismatchError, match="changed"):
+        IndexedReader(path, index=index_path)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("0 16\n16\n", "line 2"),
+    ("0 16\nx y\n", "integers"),
+    ("0 -16\n", "negative"),
+    ("0 99999999999999999999999\n", "integers"),
+])
+def test_malformed_index_files(tmp_path, text, match):
+    index_path = tmp_path / "bad.index"
+    index_path.write_text(text)
+    with pytest.raises(IndexMismatchError, match=match):
+        load_index(index_path)
+
+
+def test_compressed_file_cannot_be_indexed(tmp_path):
+    path = write(tmp_path / "a.tfrecord.gz", [b"a"], "gzip")
+    with pytest.raises(TFRecordError, match="decompress"):
+        build_index(path)
+    with pytest.raises(TFRecordError, match="decompress"):
+        IndexedReader(path)
+
+
+def test_index_matches_streaming_offsets(tmp_path):
+    rng = np.random.default_rng(3)
+    payloads = [rng.bytes(int(n)) for n in rng.integers(0, 600_000, 20)] + [b"k" * 64] * 500
+    path = write(tmp_path / "m.tfrecord", payloads)
+    index = scan_index(path)
+    assert index[:, 1].tolist() == [len(p) + 16 for p in payloads]
+    reader = IndexedReader(path, index=index)
+    assert [reader[i] for i in range(len(payloads))] == list(read_records(path))
+
+
+def test_corrupt_record_through_index(shard):
+    path, _ = shard
+    build_index(path)
+    raw = bytearray(path.read_bytes())
+    index = load_index(str(path) + ".index")
+    offset = int(index[50, 0])
+    raw[offset + 14] ^= 1
+    path.write_bytes(bytes(raw))
+    reader = IndexedReader(path)
+    from tfrecord_torch import CorruptRecordError
+
+    with pytest.raises(CorruptRecordError) as info:
+        reader[50]
+    assert (info.value.offset, info.value.record) == (offset, 50)
