@@ -7,10 +7,10 @@ Each record on disk is::
     byte   payload[length]
     uint32 masked_crc32c(payload)
 
-The reader works a block (1 MiB) at a time: a run of records with equal
-headers (fixed-schema data) is checked with numpy in one step, records larger
-than a block are read directly, and a length is trusted only after its CRC
-passes and it fits in what is left of the file.
+The reader works a block (1 MiB) at a time: it walks the lengths, then checks
+the CRCs of the whole block with numpy and one C call per payload; records
+larger than a quarter block are read on their own. A length is acted on only
+after its CRC passes and it fits in what is left of the file.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 from crc32c import crc32c
 
-from .crc import mask_array, masked_crc32c
+from .crc import crc32c_rows, mask_array, masked_crc32c
 from .errors import CorruptRecordError
 from .streams import Stream, check_compression, open_stream
 
@@ -37,8 +37,6 @@ OVERHEAD = 16  # header + footer bytes around each payload
 BLOCK_SIZE = 1 << 20
 _MAX_STEP = 64 << 20  # largest single read of one record's bytes
 _LARGE = BLOCK_SIZE // 4  # records this big are read on their own
-_FAST_MIN = 8  # equal-header run length worth handing to numpy
-_FAST_RETRY = 64  # records to wait before trying the numpy path again
 
 
 @dataclass(frozen=True)
@@ -182,85 +180,91 @@ def _checked_reader(stream: Stream):
 def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: int | None):
     """Find the complete records at the start of ``data``.
 
+    Walks the lengths first (a lean loop, or one numpy step over a run of
+    equal headers), then checks every CRC of the batch at once, so a bad
+    length is reported as such before anything acts on it.
+
     Returns (starts, lengths, end, need): payload starts and lengths, the
     position after the last complete record, and the framed size of the
     incomplete record that follows (None if its header is incomplete too).
     """
     n = len(data)
-    view = memoryview(data)
-    segments: list[tuple[np.ndarray, np.ndarray]] = []
-    starts: list[int] = []
-    lengths: list[int] = []
     pos = 0
-    need = None
-    wait = 0
+    run = np.zeros(0, np.int64)
+    if n >= HEADER_SIZE:
+        framed = _LENGTH.unpack_from(data, 0)[0] + OVERHEAD
+        if framed <= n // 2:
+            count = _equal_run(data, framed, n // framed)
+            run = np.arange(0, count * framed, framed, dtype=np.int64)
+            pos = count * framed
+    heads = []
+    unpack = _LENGTH.unpack_from
     while n - pos >= HEADER_SIZE:
-        number = record + len(starts) + sum(len(s) for s, _ in segments)
+        end = pos + unpack(data, pos)[0] + OVERHEAD
+        if end > n:
+            break
+        heads.append(pos)
+        pos = end
+    heads = np.concatenate([run, np.array(heads, np.int64)]) if heads else run
+    lengths = _lengths(data, heads)
+    if verify:
+        _verify(data, heads, lengths, base, record, name)
+    need = None
+    if n - pos >= HEADER_SIZE:
+        number = record + len(heads)
         length, length_crc = HEADER.unpack_from(data, pos)
-        if verify and masked_crc32c(view[pos:pos + 8]) != length_crc:
+        if verify and masked_crc32c(data[pos:pos + 8]) != length_crc:
             raise CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
-        framed = length + OVERHEAD
-        if limit is not None and base + pos + framed > limit:
+        need = length + OVERHEAD
+        if limit is not None and base + pos + need > limit:
             raise CorruptRecordError(name, base + pos, number,
                                      f"truncated record: its length {length} runs past "
                                      f"the end of the data at byte {limit}")
-        if pos + framed > n:
-            need = framed
-            break
-        count = (n - pos) // framed
-        if wait <= 0 and count >= _FAST_MIN:
-            run = _equal_run(data, pos, framed, count)
-            if run >= _FAST_MIN:
-                if starts:
-                    segments.append((np.array(starts, np.int64), np.array(lengths, np.int64)))
-                    starts, lengths = [], []
-                if verify:
-                    _check_run(view, pos, length, run, base, number, name)
-                first = pos + HEADER_SIZE
-                segments.append((np.arange(first, first + run * framed, framed, dtype=np.int64),
-                                 np.full(run, length, np.int64)))
-                pos += run * framed
-                continue
-            wait = _FAST_RETRY
-        wait -= 1
-        end = pos + HEADER_SIZE + length
-        if verify and masked_crc32c(view[pos + HEADER_SIZE:end]) != _u32(data, end):
-            raise CorruptRecordError(name, base + pos, number, "payload CRC mismatch (data corrupted)")
-        starts.append(pos + HEADER_SIZE)
-        lengths.append(length)
-        pos = end + 4
-    if starts or not segments:
-        segments.append((np.array(starts, np.int64), np.array(lengths, np.int64)))
-    if len(segments) == 1:
-        return segments[0][0], segments[0][1], pos, need
-    return (np.concatenate([s for s, _ in segments]), np.concatenate([l for _, l in segments]),
-            pos, need)
+    return heads + HEADER_SIZE, lengths, pos, need
 
 
-def _u32(data: bytes, pos: int) -> int:
-    return int.from_bytes(data[pos:pos + 4], "little")
+_LENGTH = struct.Struct("<Q")
+_ARANGE8 = np.arange(8)
 
 
-def _equal_run(data: bytes, pos: int, framed: int, count: int) -> int:
-    """How many records from ``pos`` on have a header equal to the first's."""
-    rows = np.frombuffer(data, np.uint8, count * framed, pos).reshape(count, framed)
+def _lengths(data: bytes, heads: np.ndarray) -> np.ndarray:
+    if not len(heads):
+        return np.zeros(0, np.int64)
+    arr = np.frombuffer(data, np.uint8)
+    return np.ascontiguousarray(arr[heads[:, None] + _ARANGE8]).view("<u8").ravel().astype(np.int64)
+
+
+def _u32s(arr: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(arr[at[:, None] + _ARANGE8[:4]]).view("<u4").ravel()
+
+
+def _verify(data: bytes, heads: np.ndarray, lengths: np.ndarray, base: int, record: int,
+            name: str) -> None:
+    """Check the length and payload CRCs of the records at ``heads``."""
+    if not len(heads):
+        return
+    arr = np.frombuffer(data, np.uint8)
+    header_crcs = mask_array(crc32c_rows(arr[heads[:, None] + _ARANGE8]))
+    bad_header = np.flatnonzero(header_crcs != _u32s(arr, heads + 8))
+    view = memoryview(data)
+    starts = (heads + HEADER_SIZE).tolist()
+    ends = (heads + HEADER_SIZE + lengths).tolist()
+    payload_crcs = mask_array(np.array([crc32c(view[a:b]) for a, b in zip(starts, ends)], np.uint32))
+    bad_payload = np.flatnonzero(payload_crcs != _u32s(arr, heads + HEADER_SIZE + lengths))
+    first_header = bad_header[0] if len(bad_header) else len(heads)
+    first_payload = bad_payload[0] if len(bad_payload) else len(heads)
+    i = int(min(first_header, first_payload))
+    if i < len(heads):
+        reason = ("length CRC mismatch (header corrupted)" if i == first_header
+                  else "payload CRC mismatch (data corrupted)")
+        raise CorruptRecordError(name, base + int(heads[i]), record + i, reason)
+
+
+def _equal_run(data: bytes, framed: int, count: int) -> int:
+    """How many records from the start have a header equal to the first's."""
+    rows = np.frombuffer(data, np.uint8, count * framed).reshape(count, framed)
     same = (rows[:, :HEADER_SIZE] == rows[0, :HEADER_SIZE]).all(axis=1)
     return count if same.all() else int(np.argmin(same))
-
-
-def _check_run(view: memoryview, pos: int, length: int, run: int, base: int, record: int,
-               name: str) -> None:
-    """Check the payload CRCs of ``run`` equal-length records starting at ``pos``."""
-    framed = length + OVERHEAD
-    first = pos + HEADER_SIZE
-    crcs = [crc32c(view[s:s + length]) for s in range(first, first + run * framed, framed)]
-    rows = np.frombuffer(view, np.uint8, run * framed, pos).reshape(run, framed)
-    stored = np.ascontiguousarray(rows[:, framed - 4:]).view("<u4").ravel()
-    bad = np.flatnonzero(mask_array(np.array(crcs, np.uint32)) != stored)
-    if len(bad):
-        i = int(bad[0])
-        raise CorruptRecordError(name, base + pos + i * framed, record + i,
-                                 "payload CRC mismatch (data corrupted)")
 
 
 def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: bool = True) -> bytes:
@@ -275,7 +279,8 @@ def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: boo
         raise CorruptRecordError(name, offset, record,
                                  f"record length {length} does not fit its frame of {len(data)} bytes")
     payload = data[HEADER_SIZE:HEADER_SIZE + length]
-    if verify and masked_crc32c(payload) != _u32(data, HEADER_SIZE + length):
+    footer = data[HEADER_SIZE + length:]
+    if verify and masked_crc32c(payload) != int.from_bytes(footer, "little"):
         raise CorruptRecordError(name, offset, record, "payload CRC mismatch (data corrupted)")
     return payload
 
