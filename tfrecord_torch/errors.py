@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "CorruptRecordError",
     "ExampleDecodeError",
+    "FeatureError",
     "IndexMismatchError",
     "TFRecordError",
 ]
@@ -64,3 +65,27 @@ class IndexMismatchError(TFRecordError):
 
 class ExampleDecodeError(TFRecordError, ValueError):
     """A payload is not a valid serialized tf.train.Example / SequenceExample."""
+
+
+class FeatureError(TFRecordError):
+    """A feature is missing, of the wrong kind or shape, or fails to decode.
+
+    Attributes:
+        key: the feature's key in the record.
+        reason: what is wrong.
+        path, offset, record: where the record is (None when not known).
+    """
+
+    def __init__(self, key: str, reason: str, path: str | None = None, offset: int | None = None,
+                 record: int | None = None) -> None:
+        self.key, self.reason = key, reason
+        self.path, self.offset, self.record = path, offset, record
+        where = "" if path is None else f"{path}: record {record} at byte offset {offset}: "
+        super().__init__(f"{where}feature {key!r}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.key, self.reason, self.path, self.offset, self.record))
+
+    def at(self, path: str, offset: int | None, record: int | None) -> "FeatureError":
+        """The same error, located in a file."""
+        return FeatureError(self.key, self.reason, path, offset, record)

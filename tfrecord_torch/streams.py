@@ -198,3 +198,30 @@ def _remaining_size(f) -> int | None:
         return end - here
     except (AttributeError, OSError, ValueError):
         return None
+
+
+class _Window(io.RawIOBase):
+    """Bytes [start, start + size) of a file, read with pread (no shared offset)."""
+
+    def __init__(self, path: str, start: int, size: int) -> None:
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        self._pos, self._end = start, start + size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._end - self._pos if n is None or n < 0 else min(n, self._end - self._pos)
+        data = os.pread(self._fd, n, self._pos) if n > 0 else b""
+        self._pos += len(data)
+        return data
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
+def open_window(path: str, start: int, size: int) -> Stream:
+    """A :class:`Stream` of bytes [start, start + size) of an uncompressed file."""
+    return Stream(_Window(path, start, size), path, size, owned=True)

@@ -1,0 +1,40 @@
+"""Shared test helpers: small shards with a unique id per record."""
+
+import io
+
+import numpy as np
+from PIL import Image as PILImage
+
+from tfrecord_torch import RecordWriter, make_example
+
+
+def write_shards(folder, counts, *, compression=None, prefix="shard", extra=None):
+    """Write shards holding records with ids 0..N-1 in order; returns paths."""
+    paths, next_id = [], 0
+    for s, n in enumerate(counts):
+        suffix = ".gz" if compression == "gzip" else ""
+        path = folder / f"{prefix}-{s:05d}-of-{len(counts):05d}.tfrecord{suffix}"
+        with RecordWriter(path, compression=compression) as w:
+            for _ in range(n):
+                fields = {"id": next_id, "x": np.full(3, next_id, np.float32)}
+                if extra:
+                    fields.update(extra(next_id))
+                w.write(make_example(fields))
+                next_id += 1
+        paths.append(path)
+    return paths
+
+
+def png_bytes(array, fmt="PNG", **kw):
+    buf = io.BytesIO()
+    PILImage.fromarray(array).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def ids_of(items):
+    """Record ids from dataset items (dicts of raw values or tensors, or batches)."""
+    out = []
+    for item in items:
+        value = item["id"]
+        out.extend(np.asarray(value).reshape(-1).tolist())
+    return out

@@ -1,0 +1,246 @@
+import os
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from helpers import ids_of, write_shards
+from tfrecord_torch import (CorruptRecordError, FeatureError, Float, Int64, TFRecordDataset)
+
+SHARDS = {"several": [5, 0, 9, 3], "single": [17], "with_empty": [0, 4, 0], "all_empty": [0, 0]}
+
+
+def run(ds, workers):
+    """Every id one rank's DataLoader delivers, in order."""
+    return ids_of(DataLoader(ds, num_workers=workers, batch_size=None))
+
+
+@pytest.mark.parametrize("layout", SHARDS.values(), ids=SHARDS.keys())
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_exactly_once_grid(tmp_path, layout, workers, world):
+    write_shards(tmp_path, layout)
+    total = sum(layout)
+    seen = []
+    for rank in range(world):
+        ds = TFRecordDataset(tmp_path, rank=rank, world_size=world, shuffle=True, seed=1)
+        got = run(ds, workers)
+        assert len(got) == len(ds)
+        seen.extend(got)
+    assert sorted(seen) == list(range(total))
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+@pytest.mark.parametrize("world", [1, 2])
+def test_exactly_once_compressed_shards(tmp_path, workers, world):
+    write_shards(tmp_path, [4, 0, 6, 2, 7], compression="gzip")
+    seen = []
+    for rank in range(world):
+        ds = TFRecordDataset(tmp_path, rank=rank, world_size=world, shuffle=True)
+        assert ds.streamed
+        with pytest.raises(TypeError, match="compressed"):
+            len(ds)
+        seen.extend(run(ds, workers))
+    assert sorted(seen) == list(range(19))
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batch_mode_exactly_once_and_worker_independent_order(tmp_path, workers, world, shuffle):
+    write_shards(tmp_path, [50, 0, 33, 7])
+    runs = {}
+    for w in (0, workers):
+        seen = []
+        for rank in range(world):
+            ds = TFRecordDataset(tmp_path, rank=rank, world_size=world, batch_size=8, shuffle=shuffle,
+                                 features={"id": Int64(), "x": Float(shape=(3,))})
+            batches = list(DataLoader(ds, batch_size=None, num_workers=w))
+            assert len(batches) == len(ds)
+            assert all(b["id"].shape[0] <= 8 and b["x"].shape == (b["id"].shape[0], 3) for b in batches)
+            seen.extend(ids_of(batches))
+        runs[w] = seen
+        assert sorted(seen) == list(range(90))
+    assert runs[0] == runs[workers]
+
+
+@pytest.mark.parametrize("even", ["pad", "drop"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_even_ranks(tmp_path, even, workers):
+    write_shards(tmp_path, [7, 3])
+    counts = []
+    seen = set()
+    for rank in range(3):
+        ds = TFRecordDataset(tmp_path, rank=rank, world_size=3, even=even, shuffle=True)
+        got = run(ds, workers)
+        counts.append(len(got))
+        assert len(got) == len(ds)
+        seen.update(got)
+    assert len(set(counts)) == 1
+    assert counts[0] == (4 if even == "pad" else 3)
+    assert len(seen) == (10 if even == "pad" else 9)
+
+
+def test_shuffle_determinism(tmp_path):
+    write_shards(tmp_path, [30, 30, 30])
+
+    def order(seed, epoch):
+        ds = TFRecordDataset(tmp_path, shuffle=True, seed=seed)
+        ds.set_epoch(epoch)
+        return ids_of(ds)
+
+    assert order(0, 0) == order(0, 0)
+    assert order(0, 0) != order(0, 1)
+    assert order(0, 0) != order(1, 0)
+    assert sorted(order(0, 3)) == list(range(90))
+    plain = TFRecordDataset(tmp_path)
+    assert ids_of(plain) == list(range(90))
+
+
+def test_shuffle_buffer_mixes_across_shards(tmp_path):
+    write_shards(tmp_path, [20, 20])
+    ds = TFRecordDataset(tmp_path, shuffle=True, shuffle_buffer=40)
+    got = ids_of(ds)
+    assert sorted(got) == list(range(40))
+    assert {g < 20 for g in got[:10]} == {True, False}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [None, 4])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_resume_with_stateful_dataloader(tmp_path, workers, batch_size, compressed):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    write_shards(tmp_path, [13, 9, 11], compression="gzip" if compressed else None)
+
+    def make():
+        ds = TFRecordDataset(tmp_path, shuffle=True, seed=7, batch_size=batch_size)
+        ds.set_epoch(2)
+        return ds
+
+    kw = dict(num_workers=workers, batch_size=None if batch_size else 3)
+    full = ids_of(StatefulDataLoader(make(), **kw))
+    loader = StatefulDataLoader(make(), **kw)
+    it = iter(loader)
+    head = ids_of([next(it) for _ in range(4)])
+    state = loader.state_dict()
+    del it, loader
+    resumed = StatefulDataLoader(make(), **kw)
+    resumed.load_state_dict(state)
+    rest = ids_of(resumed)
+    assert head + rest == full
+    assert sorted(full) == list(range(33))
+
+
+def test_resume_without_workers(tmp_path):
+    write_shards(tmp_path, [10, 10])
+    ds = TFRecordDataset(tmp_path, shuffle=True, seed=3)
+    ds.set_epoch(1)
+    full = ids_of(ds)
+    it = iter(ds)
+    head = ids_of([next(it) for _ in range(7)])
+    state = ds.state_dict()
+    fresh = TFRecordDataset(tmp_path, shuffle=True, seed=3)
+    fresh.load_state_dict(state)
+    assert head + ids_of(fresh) == full
+    with pytest.raises(ValueError, match="seed"):
+        TFRecordDataset(tmp_path, seed=4).load_state_dict(state)
+
+
+def test_features_to_tensors(tmp_path):
+    write_shards(tmp_path, [5])
+    ds = TFRecordDataset(tmp_path, features={"id": Int64(), "x": Float(shape=(3,))},
+                         transform=lambda d: {**d, "double": d["x"] * 2})
+    item = next(iter(ds))
+    assert item["id"].dtype == torch.int64 and item["id"].shape == ()
+    assert item["x"].dtype == torch.float32 and item["x"].shape == (3,)
+    assert torch.equal(item["double"], item["x"] * 2)
+    batch = next(iter(DataLoader(ds, batch_size=5)))
+    assert batch["id"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_missing_feature_error_names_key_and_record(tmp_path):
+    paths = write_shards(tmp_path, [3], extra=lambda i: {"label": 1} if i != 2 else {})
+    ds = TFRecordDataset(tmp_path, features={"label": Int64()})
+    with pytest.raises(FeatureError) as info:
+        list(ds)
+    err = info.value
+    assert err.key == "label" and err.record == 2 and err.path == str(paths[0])
+    assert "required feature is missing" in str(err) and "byte offset" in str(err)
+    batched = TFRecordDataset(tmp_path, features={"label": Int64()}, batch_size=3)
+    with pytest.raises(FeatureError) as info:
+        list(batched)
+    assert info.value.record == 2
+    ok = TFRecordDataset(tmp_path, features={"label": Int64(default=-1)})
+    assert [int(d["label"]) for d in ok] == [1, 1, -1]
+
+
+def test_wrong_kind_and_shape(tmp_path):
+    write_shards(tmp_path, [2])
+    with pytest.raises(FeatureError, match="holds float values, expected int64"):
+        list(TFRecordDataset(tmp_path, features={"x": Int64(shape=(3,))}))
+    with pytest.raises(FeatureError, match="holds 3 values, expected 4"):
+        list(TFRecordDataset(tmp_path, features={"x": Float(shape=(4,))}))
+
+
+def test_corrupt_record_in_dataset_names_location(tmp_path):
+    (path,) = write_shards(tmp_path, [5])
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 1
+    path.write_bytes(bytes(raw))
+    os.remove(str(path) + ".index") if os.path.exists(str(path) + ".index") else None
+    with pytest.raises(CorruptRecordError) as info:
+        TFRecordDataset(tmp_path)  # building the index checks every CRC
+    assert info.value.record == 4
+
+
+def test_bad_arguments(tmp_path):
+    write_shards(tmp_path, [1])
+    for kwargs, match in [({"rank": 2, "world_size": 2}, "rank"), ({"even": "x"}, "even"),
+                          ({"batch_size": 0}, "batch_size"), ({"shuffle_buffer": -1}, "shuffle_buffer"),
+                          ({"features": {"a": 1}}, "Feature"), ({"index": ["a", "b"]}, "index")]:
+        with pytest.raises(ValueError, match=match):
+            TFRecordDataset(tmp_path, **kwargs)
+    with pytest.raises(FileNotFoundError):
+        TFRecordDataset(tmp_path / "nothing-*.tfrecord")
+
+
+def test_index_cache_used_when_folder_not_writable(tmp_path, monkeypatch):
+    # Root can write anywhere, so simulate a read-only folder by failing the write.
+    from tfrecord_torch import shards
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_shards(data, [6])
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    real = shards.write_index
+
+    def refuse_beside_shard(index, path):
+        if str(path).startswith(str(data)):
+            raise PermissionError("read-only")
+        real(index, path)
+
+    monkeypatch.setattr(shards, "write_index", refuse_beside_shard)
+    assert len(TFRecordDataset(data)) == 6
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    assert not any(p.name.endswith(".index") for p in data.iterdir())
+    assert len(TFRecordDataset(data)) == 6  # the cached index is found again
+
+
+def test_stale_index_is_rebuilt(tmp_path):
+    (path,) = write_shards(tmp_path, [4])
+    TFRecordDataset(tmp_path)
+    index_file = tmp_path / (path.name + ".index")
+    assert index_file.exists()
+    write_shards(tmp_path, [6])
+    assert len(TFRecordDataset(tmp_path)) == 6
+    assert len(index_file.read_text().splitlines()) == 6
+
+
+def test_explicit_mismatched_index_is_refused(tmp_path):
+    from tfrecord_torch import IndexMismatchError, build_index
+
+    a, b = write_shards(tmp_path, [4, 5])
+    with pytest.raises(IndexMismatchError):
+        TFRecordDataset([a], index=[build_index(b, tmp_path / "b.idx")])

@@ -1,0 +1,46 @@
+"""Collate functions for batches of decoded records."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import default_collate
+
+__all__ = ["pad_collate"]
+
+
+def pad_collate(batch: list, *, keys=("image",), value: int = 0):
+    """Collate dicts whose images differ in size, like tf.data's padded_batch.
+
+    Each tensor [C, H, W] under ``keys`` is padded at the bottom and right to
+    the largest H and W in the batch. For each such key ``k`` the batch also
+    holds ``k + "_size"`` (int64 [B, 2]: original H, W) and ``k + "_mask"``
+    (bool [B, H, W], True on real pixels). Other keys use default_collate.
+
+    Use with ``functools.partial(pad_collate, keys=(...))`` for other keys.
+    """
+    if not batch:
+        return {}
+    out = {}
+    for key in batch[0]:
+        values = [item[key] for item in batch]
+        if key in keys:
+            out.update(_pad(key, values, value))
+        else:
+            out[key] = default_collate(values)
+    return out
+
+
+def _pad(key: str, images: list, value: int) -> dict:
+    if any(img.dim() != 3 for img in images) or len({img.shape[0] for img in images}) != 1:
+        raise ValueError(f"pad_collate: {key!r} must hold tensors [C, H, W] with one C, got "
+                         f"shapes {sorted({tuple(i.shape) for i in images})}")
+    h = max(img.shape[1] for img in images)
+    w = max(img.shape[2] for img in images)
+    c = images[0].shape[0]
+    padded = images[0].new_full((len(images), c, h, w), value)
+    mask = torch.zeros((len(images), h, w), dtype=torch.bool)
+    for i, img in enumerate(images):
+        padded[i, :, :img.shape[1], :img.shape[2]] = img
+        mask[i, :img.shape[1], :img.shape[2]] = True
+    sizes = torch.tensor([[img.shape[1], img.shape[2]] for img in images], dtype=torch.int64)
+    return {key: padded, f"{key}_size": sizes, f"{key}_mask": mask}

@@ -1,0 +1,246 @@
+"""The Dataset classes: thin compositions of sharding, reading and features."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator
+
+import numpy as np
+import torch.utils.data
+
+from . import sharding
+from .batch import parse_example_batch
+from .errors import ExampleDecodeError, FeatureError
+from .features import bind, decode, decode_batch
+from .reading import Located, fetch, locate, parse_located, stream_shard
+from .shards import expand_paths, is_compressed, shard_index
+
+__all__ = ["TFRecordDataset"]
+
+
+class TFRecordDataset(torch.utils.data.IterableDataset):
+    """Records from TFRecord shards, split over DataLoader workers and ranks.
+
+    Args:
+        paths: a path, a glob pattern, a directory, or a list of these.
+        features: a feature spec (``{"image": Image(), "label": Int64()}``,
+            or a preset); None yields the dicts :func:`parse_example` returns.
+        index: None to use (or build and cache) each uncompressed shard's index;
+            a list of index paths, one per shard; False to stream every shard.
+        shuffle: shuffle shard order and, through the index, the records in
+            each shard; deterministic in ``seed`` and the epoch (:meth:`set_epoch`).
+        seed: the shuffle seed (same on every rank).
+        shuffle_buffer: size of a buffer that further mixes the record stream
+            (per record mode only). Default: 0 for indexed shards (already a
+            true permutation), 10,000 for streamed (compressed) shards.
+        transform: a callable applied to each item (or batch).
+        rank, world_size: this process's rank; default torch.distributed, then
+            the RANK / WORLD_SIZE environment, then (0, 1).
+        even: None (ranks may get one record more or less), "pad" (every rank
+            gets ceil(N / world_size): the first records of the epoch repeat) or
+            "drop" (floor(N / world_size): the last records are left out this
+            epoch). DistributedDataParallel hangs on unequal counts.
+        batch_size: decode whole batches at once (use ``DataLoader(batch_size=None)``):
+            items are then dicts of batched tensors [B, ...]. With indexed shards,
+            batches are dealt to workers in turn, so their order does not depend
+            on ``num_workers``; streamed shards are batched per worker.
+        drop_last: in batch mode, drop each epoch's final short batch.
+        compression: of the shards: "auto", None, "gzip" or "zlib".
+        verify: check record CRCs.
+
+    Every record is read exactly once per epoch over all ranks and workers.
+    Shards that cannot be indexed (compressed) are streamed and dealt whole.
+    """
+
+    def __init__(self, paths, *, features: dict | None = None, index=None, shuffle: bool = False,
+                 seed: int = 0, shuffle_buffer: int | None = None, transform: Callable | None = None,
+                 rank: int | None = None, world_size: int | None = None, even: str | None = None,
+                 batch_size: int | None = None, drop_last: bool = False, compression="auto",
+                 verify: bool = True) -> None:
+        super().__init__()
+        self.paths = expand_paths(paths)
+        self.spec = bind(features) if features is not None else None
+        self.rank, self.world_size = sharding.resolve_rank(rank, world_size)
+        if even not in sharding.EVEN_MODES:
+            raise ValueError(f"even must be one of {sharding.EVEN_MODES}, got {even!r}")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 0):
+            raise ValueError(f"shuffle_buffer must be an int >= 0 or None, got {shuffle_buffer!r}")
+        self.shuffle, self.seed, self.even = shuffle, seed, even
+        self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
+        self.compression, self.verify = compression, verify
+        self.indexes = self._indexes(index)
+        self.streamed = any(i is None for i in self.indexes)
+        if self.streamed and even is not None:
+            raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
+                             "(cannot be indexed); decompress them or use even=None")
+        self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
+        self.epoch = 0
+        self._resume: dict | None = None
+        self._yielded = 0
+
+    def _indexes(self, index) -> list:
+        if index is False:
+            return [None] * len(self.paths)
+        if index is None:
+            return [None if is_compressed(p, self.compression) else shard_index(p) for p in self.paths]
+        index = list(index)
+        if len(index) != len(self.paths):
+            raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
+        return [shard_index(p, os.fspath(i)) for p, i in zip(self.paths, index)]
+
+    @property
+    def counts(self) -> list[int] | None:
+        """Records per shard (None if some shard is streamed)."""
+        return None if self.streamed else [len(i) for i in self.indexes]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds shuffling (call before each epoch's iteration)."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        """Items this rank yields per epoch: records, or batches in batch mode."""
+        if self.streamed:
+            raise TypeError("len() is unknown: some shards are compressed and cannot be indexed")
+        lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
+        n = hi - lo
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    # --- resuming ------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where iteration stands: the epoch and the items this reader yielded.
+
+        Inside a DataLoader worker this is the worker's own state, which is
+        what torchdata's StatefulDataLoader saves and restores per worker.
+        """
+        return {"epoch": self.epoch, "seed": self.seed, "yielded": self._yielded,
+                "rank": self.rank, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the next iteration continues the saved epoch after the items
+        already yielded (no item is repeated or skipped)."""
+        if state.get("seed", self.seed) != self.seed or \
+                state.get("world_size", self.world_size) != self.world_size:
+            raise ValueError("state_dict comes from a dataset with another seed or world_size")
+        self.epoch = int(state["epoch"])
+        self._resume = dict(state)
+
+    # --- iteration -----------------------------------------------------------
+
+    def __iter__(self) -> Iterator:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        skip = 0
+        if self._resume is not None:
+            skip, self._resume = int(self._resume.get("yielded", 0)), None
+        self._yielded = skip
+        if self.streamed:
+            items = self._streamed_items(worker, workers)
+        elif self.batch_size is not None:
+            items = self._batches(worker, workers, skip)
+            skip = 0
+        else:
+            items = self._indexed_items(worker, workers)
+        for n, item in enumerate(items):
+            if n < skip:
+                continue
+            self._yielded += 1
+            yield item
+
+    def _rng(self, worker: int, workers: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
+
+    def _mixed(self, items, worker: int, workers: int):
+        """Apply the shuffle buffer (on references or undecoded payloads)."""
+        if not self.shuffle or self.shuffle_buffer <= 1:
+            yield from items
+            return
+        rng, buffer = self._rng(worker, workers), []
+        for item in items:
+            if len(buffer) < self.shuffle_buffer:
+                buffer.append(item)
+                continue
+            i = int(rng.integers(len(buffer)))
+            buffer[i], item = item, buffer[i]
+            yield item
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def _indexed_items(self, worker: int, workers: int):
+        segments = sharding.plan_records(
+            self.counts, rank=self.rank, world_size=self.world_size, worker=worker, num_workers=workers,
+            shuffle=self.shuffle, seed=self.seed, epoch=self.epoch, even=self.even)
+        if self.shuffle and self.shuffle_buffer > 1:
+            refs = ((s.shard, np.array([r])) for s in segments for r in s.records.tolist())
+            segments = self._mixed(refs, worker, workers)
+        fds: dict = {}
+        try:
+            for shard, records in segments:
+                for item in fetch(self.paths[shard], self.indexes[shard], records,
+                                  verify=self.verify, fds=fds):
+                    yield self._decode(item)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def _streamed_items(self, worker: int, workers: int):
+        shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
+                                      worker=worker, num_workers=workers, shuffle=self.shuffle,
+                                      seed=self.seed, epoch=self.epoch)
+        located = (item for s in shards
+                   for item in stream_shard(self.paths[s], compression=self.compression, verify=self.verify))
+        mixed = self._mixed(located, worker, workers)
+        if self.batch_size is None:
+            yield from map(self._decode, mixed)
+            return
+        batch: list = []
+        for item in mixed:
+            batch.append(item)
+            if len(batch) == self.batch_size:
+                yield self._decode_batch(batch)
+                batch = []
+        if batch and not self.drop_last:
+            yield self._decode_batch(batch)
+
+    def _decode(self, item: Located):
+        record = parse_located(item)
+        if self.spec is not None:
+            try:
+                record = decode(record, self.spec)
+            except FeatureError as e:
+                raise locate(e, item) from e
+        return self.transform(record) if self.transform is not None else record
+
+    def _batches(self, worker: int, workers: int, skip: int):
+        """Batch b holds positions [b*B, (b+1)*B) of this rank's sequence;
+        worker w decodes batches w, w + workers, ... (after ``skip`` of its own)."""
+        n = len(self) if self.drop_last else None
+        lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
+        count = n if n is not None else -(-(hi - lo) // self.batch_size)
+        fds: dict = {}
+        plan = sharding.RangePlanner(self.counts, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        try:
+            for b in list(range(worker, count, workers))[skip:]:
+                a = lo + b * self.batch_size
+                segments = plan.segments(a, min(a + self.batch_size, hi))
+                items = [item for shard, records in segments
+                         for item in fetch(self.paths[shard], self.indexes[shard], records,
+                                           verify=self.verify, fds=fds)]
+                yield self._decode_batch(items)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def _decode_batch(self, items: list[Located]):
+        try:
+            columns = parse_example_batch([i.payload for i in items])
+            batch = columns if self.spec is None else decode_batch(columns, self.spec, len(items))
+        except (ExampleDecodeError, FeatureError):
+            for item in items:  # find the culprit, to name it
+                self._decode(item)
+            raise
+        return self.transform(batch) if self.transform is not None else batch

@@ -1,0 +1,338 @@
+"""Feature specs: which features to decode, and into which tensors.
+
+A spec maps output names to :class:`Feature` objects::
+
+    {"image": Image(), "label": Int64()}
+    {"image": Image(key="image/encoded"), "label": Int64(key="image/class/label")}
+
+Each feature reads the record's key (the output name unless ``key=`` says
+otherwise). A missing feature takes its ``default`` if one was given, else
+raises :class:`~tfrecord_torch.errors.FeatureError` naming the key.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+import numpy as np
+import torch
+
+from .errors import FeatureError
+
+__all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "Text", "decode", "decode_batch"]
+
+_REQUIRED = object()
+IMAGE_MODES = ("RGB", "L", "RGBA", "unchanged")
+MAX_IMAGE_PIXELS = 1 << 28  # refuse decoding anything larger (decompression bombs)
+
+
+class Feature:
+    """Base class: decode one feature of a parsed record.
+
+    Args:
+        key: the record's feature key (default: the spec's output name).
+        default: value when the record lacks the key (default: required).
+    """
+
+    kind = ""  # "int64", "float" or "bytes": the list kind the record must hold
+
+    def __init__(self, key: str | None = None, *, default=_REQUIRED) -> None:
+        self.key = key
+        self.default = default
+
+    def bind(self, name: str) -> "Feature":
+        if self.key is None:
+            self.key = name
+        return self
+
+    def raw(self, record: dict):
+        """The feature's raw value from a parsed record (checked for kind)."""
+        value = record.get(self.key)
+        if value is None:
+            if self.default is _REQUIRED:
+                raise FeatureError(self.key, "required feature is missing")
+            return None
+        got = _kind(value)
+        if got != self.kind and got != "empty":
+            raise FeatureError(self.key, f"holds {got} values, expected {self.kind}")
+        return value
+
+    def decode(self, record: dict):
+        value = self.raw(record)
+        return self.default if value is None else self.convert(value)
+
+    def convert(self, value):
+        raise NotImplementedError
+
+    def decode_column(self, column, records: list | None) -> object:
+        """Decode a whole batch column (from parse_example_batch)."""
+        return [self.decode({self.key: v} if v is not None else {}) for v in column]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key!r})"
+
+
+def _kind(value) -> str:
+    if isinstance(value, np.ndarray):
+        return "int64" if value.dtype == np.int64 else "float"
+    return "bytes" if value else "empty"
+
+
+class _Numeric(Feature):
+    dtype: np.dtype
+
+    def __init__(self, key: str | None = None, *, shape: tuple | None = (), default=_REQUIRED) -> None:
+        super().__init__(key, default=default)
+        self.shape = None if shape is None else tuple(shape)
+
+    def convert(self, value) -> torch.Tensor:
+        array = np.asarray(value, self.dtype) if not isinstance(value, np.ndarray) or \
+            value.dtype != self.dtype else value
+        if self.shape is None:
+            return torch.from_numpy(array.copy())
+        size = math.prod(self.shape)
+        if array.size != size:
+            raise FeatureError(self.key, f"holds {array.size} values, expected {size} (shape {self.shape})")
+        return torch.from_numpy(array.reshape(self.shape).copy())
+
+    def decode_default(self):
+        if isinstance(self.default, torch.Tensor):
+            return self.default
+        return torch.as_tensor(np.asarray(self.default, self.dtype).reshape(self.shape or (-1,)))
+
+    def decode(self, record: dict):
+        value = self.raw(record)
+        return self.decode_default() if value is None else self.convert(value)
+
+    def decode_column(self, column, records=None):
+        if isinstance(column, np.ndarray) and self.shape is not None and column.dtype == self.dtype:
+            size = math.prod(self.shape)
+            if column.shape[1] != size:
+                raise FeatureError(self.key, f"holds {column.shape[1]} values, expected {size} "
+                                             f"(shape {self.shape})")
+            return torch.from_numpy(column.reshape((len(column),) + self.shape))
+        if isinstance(column, np.ndarray):
+            column = list(column)
+        values = [self.decode({self.key: v} if v is not None else {}) for v in column]
+        return torch.stack(values) if self.shape is not None else values
+
+
+class Int64(_Numeric):
+    """An int64 list as an int64 tensor: ``shape=()`` gives a scalar [] (exactly
+    one value), a tuple gives that shape, ``shape=None`` a 1-D tensor of any length."""
+
+    kind = "int64"
+    dtype = np.dtype(np.int64)
+
+
+class Float(_Numeric):
+    """A float list as a float32 tensor; ``shape`` as for :class:`Int64`."""
+
+    kind = "float"
+    dtype = np.dtype(np.float32)
+
+
+class Bytes(Feature):
+    """A bytes list: the single value as bytes, or all values with ``many=True``."""
+
+    kind = "bytes"
+
+    def __init__(self, key: str | None = None, *, many: bool = False, default=_REQUIRED) -> None:
+        super().__init__(key, default=default)
+        self.many = many
+
+    def convert(self, value):
+        if self.many:
+            return list(value)
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} values, expected 1 (use many=True)")
+        return value[0]
+
+
+class Text(Bytes):
+    """A bytes list decoded as UTF-8 str (or a list of str with ``many=True``)."""
+
+    def convert(self, value):
+        try:
+            out = [v.decode("utf-8") for v in value]
+        except UnicodeDecodeError as e:
+            raise FeatureError(self.key, f"is not valid UTF-8: {e}") from e
+        return super().convert(out)
+
+
+class Image(Feature):
+    """Encoded image bytes (JPEG, PNG, GIF, WebP with torchvision; BMP, TIFF and
+    the rest of Pillow's formats otherwise), detected from the bytes, decoded
+    to a uint8 tensor [C, H, W].
+
+    Args:
+        mode: "RGB" (C=3), "L" (gray, C=1), "RGBA" (C=4) or "unchanged".
+    """
+
+    kind = "bytes"
+
+    def __init__(self, key: str | None = None, *, mode: str = "RGB", default=_REQUIRED) -> None:
+        super().__init__(key, default=default)
+        if mode not in IMAGE_MODES:
+            raise ValueError(f"mode must be one of {IMAGE_MODES}, got {mode!r}")
+        self.mode = mode
+
+    def convert(self, value) -> torch.Tensor:
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
+        try:
+            return decode_image(value[0], self.mode)
+        except (RuntimeError, OSError, ValueError, SyntaxError) as e:
+            raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): {e}") from e
+
+
+def decode_image(data: bytes, mode: str = "RGB") -> torch.Tensor:
+    """Decode encoded image bytes to a uint8 tensor [C, H, W]."""
+    from torchvision.io import ImageReadMode
+    from torchvision.io import decode_image as tv_decode
+
+    modes = {"RGB": ImageReadMode.RGB, "L": ImageReadMode.GRAY, "RGBA": ImageReadMode.RGB_ALPHA,
+             "unchanged": ImageReadMode.UNCHANGED}
+    if _torchvision_can(data):
+        _check_size(data)
+        return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=modes[mode])
+    return _pillow_decode(data, mode)
+
+
+def _torchvision_can(data: bytes) -> bool:
+    return data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n" or \
+        data[:4] == b"GIF8" or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+
+
+def _check_size(data: bytes) -> None:
+    """Refuse images whose header declares an absurd pixel count, before any allocation."""
+    size = image_size(data)
+    if size is None:
+        from PIL import Image as PILImage
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with PILImage.open(io.BytesIO(data)) as im:
+                size = im.size
+    width, height = size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ValueError(f"image of {width}x{height} pixels exceeds the limit of {MAX_IMAGE_PIXELS}")
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG or JPEG header, or None for other formats."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos, n = 2, len(data)
+    while pos + 9 <= n and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return int.from_bytes(data[pos + 7:pos + 9], "big"), int.from_bytes(data[pos + 5:pos + 7], "big")
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    raise ValueError("JPEG header has no frame size (truncated or corrupt)")
+
+
+def _pillow_decode(data: bytes, mode: str) -> torch.Tensor:
+    from PIL import Image as PILImage
+
+    with PILImage.open(io.BytesIO(data)) as im:
+        if im.size[0] * im.size[1] > MAX_IMAGE_PIXELS:
+            raise ValueError(f"image of {im.size[0]}x{im.size[1]} pixels exceeds the limit")
+        if mode != "unchanged":
+            im = im.convert(mode)
+        array = np.asarray(im)
+    if array.dtype != np.uint8:
+        raise ValueError(f"decoded to {array.dtype}, not 8-bit pixels")
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+class RawImage(Feature):
+    """Raw pixel bytes (HWC order, uint8) reshaped to a tensor [C, H, W], with
+    the shape read from other features (the tutorials' ``image_raw`` +
+    ``height``/``width``/``depth`` layout) or given as ``shape=(H, W, C)``."""
+
+    kind = "bytes"
+
+    def __init__(self, key: str | None = None, *, height: str = "height", width: str = "width",
+                 depth: str | None = "depth", shape: tuple | None = None, default=_REQUIRED) -> None:
+        super().__init__(key, default=default)
+        self.height, self.width, self.depth, self.shape = height, width, depth, shape
+
+    def decode(self, record: dict):
+        value = self.raw(record)
+        if value is None:
+            return self.default
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} values, expected 1")
+        if self.shape is not None:
+            h, w, c = self.shape
+        else:
+            h, w = (self._dim(record, k) for k in (self.height, self.width))
+            c = self._dim(record, self.depth) if self.depth else 1
+        data = value[0]
+        if len(data) != h * w * c:
+            raise FeatureError(self.key, f"holds {len(data)} bytes, but {h}x{w}x{c} needs {h * w * c}")
+        array = np.frombuffer(data, np.uint8).reshape(h, w, c).transpose(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    def _dim(self, record: dict, key: str) -> int:
+        value = record.get(key)
+        if not isinstance(value, np.ndarray) or value.dtype != np.int64 or value.size != 1:
+            raise FeatureError(key, f"needed for the shape of {self.key!r}: expected one int64 value")
+        dim = int(value[0])
+        if not 0 < dim <= 1 << 16:
+            raise FeatureError(key, f"dimension {dim} is out of range")
+        return dim
+
+    def decode_column(self, column, records):
+        return [self.decode(r) for r in records()]
+
+
+def bind(spec: dict) -> dict:
+    """Check a spec and fill in each feature's key from its output name."""
+    if not isinstance(spec, dict) or not spec:
+        raise ValueError(f"features must be a non-empty dict of name -> Feature, got {spec!r}")
+    for name, feature in spec.items():
+        if not isinstance(feature, Feature):
+            raise ValueError(f"features[{name!r}] must be a Feature (Int64(), Image(), ...), "
+                             f"got {feature!r}")
+        feature.bind(name)
+    return spec
+
+
+def decode(record: dict, spec: dict) -> dict:
+    """Decode one parsed record with a (bound) spec."""
+    return {name: feature.decode(record) for name, feature in spec.items()}
+
+
+def decode_batch(columns: dict, spec: dict, size: int) -> dict:
+    """Decode the columns of a parsed batch (parse_example_batch) with a spec:
+    fixed-shape numeric features become one tensor [B, ...]; images become one
+    tensor [B, C, H, W] if all have the same size, else a list."""
+    cache: list = []
+
+    def records() -> list:  # per-record dicts, built only for features that need them
+        if not cache:
+            cache.extend({k: c[i] for k, c in columns.items() if c[i] is not None}
+                         for i in range(size))
+        return cache
+
+    out = {}
+    for name, feature in spec.items():
+        column = columns.get(feature.key, [None] * size)
+        values = feature.decode_column(column, records)
+        if isinstance(feature, (Image, RawImage)) and values and \
+                len({tuple(v.shape) for v in values if isinstance(v, torch.Tensor)}) == 1 and \
+                all(isinstance(v, torch.Tensor) for v in values):
+            values = torch.stack(values)
+        out[name] = values
+    return out

@@ -1,0 +1,88 @@
+"""Fetching records for the datasets: by index (ranges or single records)
+or by streaming whole shards, each payload with where it came from."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+from .errors import CorruptRecordError, ExampleDecodeError, FeatureError
+from .example import parse_example
+from .framing import iter_chunks, parse_frame
+from .streams import open_stream, open_window
+
+__all__ = ["Located", "fetch", "locate", "parse_located", "stream_shard"]
+
+_MAX_WINDOW = 64 << 20
+
+
+class Located(NamedTuple):
+    payload: bytes
+    path: str
+    offset: int
+    record: int
+
+
+def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
+          fds: dict | None = None) -> Iterator[Located]:
+    """The records ``records`` of an indexed shard, in that order.
+
+    An ascending run of consecutive records is read as one byte range and
+    scanned; anything else is one positioned read per record.
+    """
+    if not len(records):
+        return
+    first, last = int(records[0]), int(records[-1])
+    if len(records) > 1 and last - first + 1 == len(records) and (np.diff(records) == 1).all():
+        start = int(index[first, 0])
+        size = int(index[last, 0] + index[last, 1]) - start
+        if size <= _MAX_WINDOW:
+            with open_window(path, start, size) as stream:
+                for chunk in iter_chunks(stream, verify=verify, offset=start, record=first,
+                                         block_size=max(size, 1)):
+                    for i, payload in enumerate(chunk.payloads()):
+                        yield Located(payload, path, int(chunk.offsets[i]), chunk.first_record + i)
+            return
+    fd = _fd(path, fds)
+    for r in records.tolist():
+        offset, size = int(index[r, 0]), int(index[r, 1])
+        data = os.pread(fd, size, offset)
+        yield Located(parse_frame(data, name=path, offset=offset, record=r, verify=verify), path, offset, r)
+
+
+def _fd(path: str, fds: dict | None) -> int:
+    """A file descriptor for ``path``, kept in ``fds`` (one per process: the
+    dict lives in the iterating worker, never shared across a fork)."""
+    if fds is None:
+        fds = {}
+    key = (path, os.getpid())
+    if key not in fds:
+        fds[key] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    return fds[key]
+
+
+def stream_shard(path: str, *, compression="auto", verify: bool = True) -> Iterator[Located]:
+    """Every record of a shard, streamed (compressed shards need this)."""
+    with open_stream(path, compression) as stream:
+        for chunk in iter_chunks(stream, verify=verify):
+            for i, payload in enumerate(chunk.payloads()):
+                yield Located(payload, path, int(chunk.offsets[i]), chunk.first_record + i)
+
+
+def locate(error: Exception, item: Located) -> Exception:
+    """An error raised while decoding ``item``, with the item's location."""
+    if isinstance(error, FeatureError):
+        return error.at(item.path, item.offset, item.record)
+    if isinstance(error, ExampleDecodeError):
+        return CorruptRecordError(item.path, item.offset, item.record, str(error))
+    return error
+
+
+def parse_located(item: Located) -> dict:
+    try:
+        return parse_example(item.payload)
+    except ExampleDecodeError as e:
+        raise locate(e, item) from e
+
