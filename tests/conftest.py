@@ -1,4 +1,10 @@
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+sys.path.insert(0, os.path.dirname(__file__))  # tests/helpers.py
+
+# torchvision (and the triton it imports with CUDA builds of torch) must load
+# before TensorFlow: loading triton after TensorFlow segfaults.
+import torchvision  # noqa: E402,F401

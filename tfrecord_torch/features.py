@@ -13,7 +13,9 @@ raises :class:`~tfrecord_torch.errors.FeatureError` naming the key.
 from __future__ import annotations
 
 import io
+import logging
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -23,6 +25,7 @@ from .errors import FeatureError
 
 __all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "Text", "decode", "decode_batch"]
 
+log = logging.getLogger(__name__)
 _REQUIRED = object()
 IMAGE_MODES = ("RGB", "L", "RGBA", "unchanged")
 MAX_IMAGE_PIXELS = 1 << 28  # refuse decoding anything larger (decompression bombs)
@@ -190,15 +193,38 @@ class Image(Feature):
 
 def decode_image(data: bytes, mode: str = "RGB") -> torch.Tensor:
     """Decode encoded image bytes to a uint8 tensor [C, H, W]."""
-    from torchvision.io import ImageReadMode
-    from torchvision.io import decode_image as tv_decode
+    if _torchvision_can(data) and _torchvision_usable():
+        from torchvision.io import ImageReadMode
+        from torchvision.io import decode_image as tv_decode
 
-    modes = {"RGB": ImageReadMode.RGB, "L": ImageReadMode.GRAY, "RGBA": ImageReadMode.RGB_ALPHA,
-             "unchanged": ImageReadMode.UNCHANGED}
-    if _torchvision_can(data):
+        modes = {"RGB": ImageReadMode.RGB, "L": ImageReadMode.GRAY, "RGBA": ImageReadMode.RGB_ALPHA,
+                 "unchanged": ImageReadMode.UNCHANGED}
         _check_size(data)
-        return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=modes[mode])
+        with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=modes[mode])
     return _pillow_decode(data, mode)
+
+
+def _torchvision_usable() -> bool:
+    """False when importing torchvision now would crash the process.
+
+    torchvision's import pulls in triton (shipped with CUDA builds of torch),
+    and loading triton's library after TensorFlow's segfaults. So once
+    TensorFlow is loaded and torchvision is not, images decode with Pillow.
+    """
+    if "torchvision.io" in sys.modules or "tensorflow" not in sys.modules:
+        return True
+    global _WARNED
+    if not _WARNED:
+        _WARNED = True
+        log.warning("TensorFlow was imported before torchvision: decoding images with Pillow "
+                    "(importing torchvision after TensorFlow crashes when triton is installed; "
+                    "import torchvision first to use its decoders)")
+    return False
+
+
+_WARNED = False
 
 
 def _torchvision_can(data: bytes) -> bool:

@@ -1,0 +1,175 @@
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, random_split
+
+from helpers import ids_of, png_bytes, write_shards
+from tfrecord_torch import (Bytes, FeatureError, Image, IndexedTFRecordDataset, Int64, RawImage,
+                            RecordWriter, TFRecordDataset, Text, make_example, pad_collate, presets)
+from tfrecord_torch.features import decode_image, image_size
+
+
+def image_shards(tmp_path, keys=("image", "label"), fmt="PNG", sizes=((8, 10),) * 6, mode="RGB"):
+    rng = np.random.default_rng(0)
+    arrays = []
+    path = tmp_path / "img.tfrecord"
+    with RecordWriter(path) as w:
+        for i, (h, wd) in enumerate(sizes):
+            shape = (h, wd, 3) if mode == "RGB" else (h, wd)
+            a = rng.integers(0, 256, shape, dtype=np.uint8)
+            arrays.append(a)
+            w.write(make_example({keys[0]: png_bytes(a, fmt), keys[1]: i, "id": i}))
+    return path, arrays
+
+
+@pytest.mark.parametrize("preset, keys", [(presets.tfds, ("image", "label")),
+                                          (presets.slim, ("image/encoded", "image/class/label"))])
+def test_presets_decode_png_exactly(tmp_path, preset, keys):
+    _, arrays = image_shards(tmp_path, keys)
+    items = list(TFRecordDataset(tmp_path, features=preset()))
+    for i, item in enumerate(items):
+        assert item["image"].dtype == torch.uint8 and item["image"].shape == (3, 8, 10)
+        assert np.array_equal(item["image"].permute(1, 2, 0).numpy(), arrays[i])
+        assert item["label"].item() == i
+
+
+def test_raw_preset(tmp_path):
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+    with RecordWriter(tmp_path / "raw.tfrecord") as w:
+        w.write(make_example({"image_raw": a.tobytes(), "height": 4, "width": 5, "depth": 3, "label": 9}))
+        w.write(make_example({"image_raw": a.tobytes(), "height": 4, "width": 4, "depth": 3, "label": 9}))
+    ds = TFRecordDataset(tmp_path, features=presets.raw())
+    it = iter(ds)
+    item = next(it)
+    assert torch.equal(item["image"], torch.from_numpy(a).permute(2, 0, 1))
+    with pytest.raises(FeatureError, match="needs 48"):
+        next(it)
+
+
+def test_image_modes_and_formats():
+    rng = np.random.default_rng(2)
+    rgb = rng.integers(0, 256, (6, 7, 3), dtype=np.uint8)
+    for fmt in ("PNG", "BMP", "TIFF", "WEBP"):
+        data = png_bytes(rgb, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+        out = decode_image(data, "RGB")
+        assert out.shape == (3, 6, 7)
+        assert np.array_equal(out.permute(1, 2, 0).numpy(), rgb), fmt
+    gray = decode_image(png_bytes(rgb), "L")
+    assert gray.shape == (1, 6, 7)
+    rgba = decode_image(png_bytes(rgb), "RGBA")
+    assert rgba.shape == (4, 6, 7) and (rgba[3] == 255).all()
+    assert decode_image(png_bytes(rgb[:, :, 0]), "unchanged").shape == (1, 6, 7)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Image(mode="CMYK")
+
+
+def test_image_errors_name_key_and_record(tmp_path):
+    good = png_bytes(np.zeros((2, 2, 3), np.uint8))
+    with RecordWriter(tmp_path / "bad.tfrecord") as w:
+        w.write(make_example({"image": good, "label": 0}))
+        w.write(make_example({"image": good[:20], "label": 1}))
+        w.write(make_example({"image": b"not an image", "label": 2}))
+    it = iter(TFRecordDataset(tmp_path, features=presets.tfds()))
+    next(it)
+    with pytest.raises(FeatureError) as info:
+        next(it)
+    assert info.value.key == "image" and info.value.record == 1 and "cannot decode image" in str(info.value)
+    with pytest.raises(FeatureError, match="cannot decode image"):
+        Image("image").decode({"image": [b"not an image"]})
+
+
+def test_absurd_image_size_is_refused_before_decoding():
+    header = bytearray(png_bytes(np.zeros((1, 1, 3), np.uint8)))
+    header[16:24] = (100_000).to_bytes(4, "big") * 2  # IHDR: 100000 x 100000
+    assert image_size(bytes(header)) == (100_000, 100_000)
+    with pytest.raises(FeatureError, match="exceeds the limit"):
+        Image("image").decode({"image": [bytes(header)]})
+
+
+def test_jpeg_size_from_header():
+    data = png_bytes(np.zeros((13, 21, 3), np.uint8), "JPEG")
+    assert image_size(data) == (21, 13)
+
+
+def test_bytes_text_and_varlen(tmp_path):
+    with RecordWriter(tmp_path / "t.tfrecord") as w:
+        w.write(make_example({"name": "héllo", "tags": [b"a", b"b"], "ids": [1, 2, 3]}))
+    spec = {"name": Text(), "tags": Bytes(many=True), "ids": Int64(shape=None),
+            "missing": Text(default="none")}
+    (item,) = list(TFRecordDataset(tmp_path, features=spec))
+    assert item == {"name": "héllo", "tags": [b"a", b"b"], "ids": item["ids"], "missing": "none"}
+    assert item["ids"].tolist() == [1, 2, 3]
+    with pytest.raises(FeatureError, match="expected 1"):
+        list(TFRecordDataset(tmp_path, features={"tags": Bytes()}))
+
+
+def test_transforms_v2_pipeline(tmp_path):
+    from torchvision.transforms import v2
+
+    image_shards(tmp_path)
+    pipeline = v2.Compose([v2.RandomHorizontalFlip(p=1.0), v2.ToDtype(torch.float32, scale=True)])
+    ds = TFRecordDataset(tmp_path, features=presets.tfds(),
+                         transform=lambda d: {**d, "image": pipeline(d["image"])})
+    plain = list(TFRecordDataset(tmp_path, features=presets.tfds()))
+    for item, ref in zip(ds, plain):
+        assert item["image"].dtype == torch.float32
+        assert torch.allclose(item["image"], ref["image"].flip(-1).float() / 255)
+
+
+def test_pad_collate(tmp_path):
+    image_shards(tmp_path, sizes=[(4, 6), (7, 3), (5, 5)])
+    loader = DataLoader(TFRecordDataset(tmp_path, features=presets.tfds()), batch_size=3,
+                        collate_fn=pad_collate)
+    batch = next(iter(loader))
+    assert batch["image"].shape == (3, 3, 7, 6)
+    assert batch["image_size"].tolist() == [[4, 6], [7, 3], [5, 5]]
+    assert batch["image_mask"][1].sum() == 21 and not batch["image_mask"][1, 0, 3]
+    assert batch["label"].tolist() == [0, 1, 2]
+    assert (batch["image"][1, :, :, 3:] == 0).all()
+
+
+def test_batch_mode_images_stack_or_list(tmp_path):
+    image_shards(tmp_path, sizes=[(4, 6)] * 4 + [(5, 5)] * 4)
+    ds = TFRecordDataset(tmp_path, features=presets.tfds(), batch_size=4)
+    same, mixed = list(ds)[0], None
+    assert same["image"].shape == (4, 3, 4, 6) and same["label"].tolist() == [0, 1, 2, 3]
+    ds = TFRecordDataset(tmp_path, features=presets.tfds(), batch_size=8)
+    mixed = next(iter(ds))
+    assert isinstance(mixed["image"], list) and len(mixed["image"]) == 8
+
+
+# --- the map-style dataset ---------------------------------------------------
+
+def test_indexed_dataset_random_access(tmp_path):
+    write_shards(tmp_path, [4, 0, 6, 3])
+    ds = IndexedTFRecordDataset(tmp_path)
+    assert len(ds) == 13
+    assert [int(ds[i]["id"][0]) for i in range(13)] == list(range(13))
+    assert int(ds[-1]["id"][0]) == 12
+    with pytest.raises(IndexError):
+        ds[13]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_indexed_dataset_with_samplers(tmp_path, workers):
+    write_shards(tmp_path, [10, 15])
+    ds = IndexedTFRecordDataset(tmp_path, features={"id": Int64()})
+    loader = DataLoader(ds, batch_size=4, sampler=RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
+                        num_workers=workers)
+    assert sorted(ids_of(loader)) == list(range(25))
+    seen = []
+    for rank in range(3):
+        sampler = DistributedSampler(ds, num_replicas=3, rank=rank, shuffle=True, drop_last=True)
+        seen.extend(ids_of(DataLoader(ds, batch_size=5, sampler=sampler, num_workers=workers)))
+    assert len(seen) == 24 and len(set(seen)) == 24
+    train, val = random_split(ds, [20, 5], generator=torch.Generator().manual_seed(1))
+    assert sorted(ids_of(DataLoader(train, batch_size=7)) + ids_of(DataLoader(val, batch_size=7))) == list(range(25))
+
+
+def test_indexed_dataset_refuses_compressed(tmp_path):
+    from tfrecord_torch import TFRecordError
+
+    write_shards(tmp_path, [3], compression="gzip")
+    with pytest.raises(TFRecordError, match="decompress"):
+        IndexedTFRecordDataset(tmp_path)
