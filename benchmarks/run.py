@@ -617,7 +617,7 @@ def render(results: list[dict], header: dict, notes: list[str]) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores ({m['usable_cores']} usable), {m['os']}; "
         f"Python {m['python']}, torch {m['torch']}, TensorFlow {m['tensorflow']}, "
         f"tfrecord {m['tfrecord']}, numpy {m['numpy']}, protobuf {m['protobuf']}, crc32c {m['crc32c']}",
-        f"Command: `{header['command']}` (in {header['cwd']}), {header['date']}; "
+        f"Command: `{header['command']}` (in {header['cwd']}), started {header['date']}; "
         f"1-min load average at start / end: {header['loadavg_start']} / {header['loadavg_end']}",
         "",
         "| case | implementation | throughput (median) | best | unit | this/ours | ours is N× "
@@ -669,6 +669,7 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     load_start = _loadavg()
+    date = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     log = lambda msg: print(f"[bench {time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr,
                             flush=True)
     wanted = [w for w in args.only.split(",") if w]
@@ -723,7 +724,7 @@ def main(argv=None) -> int:
             r["ours_is"] = ours["throughput"] / r["throughput"]
 
     header = {"machine": machine_info(), "command": command_line(), "cwd": os.getcwd(),
-              "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick,
+              "date": date, "quick": args.quick,
               "loadavg_start": load_start, "loadavg_end": _loadavg()}
     notes = []
     for c in dict.fromkeys(c for c, _ in selected):

@@ -12,6 +12,10 @@ from .framing import RecordWriter, read_records
 from .index import build_index, check_index, load_index
 from .indexed import IndexedReader
 from .mapdataset import IndexedTFRecordDataset
+from .convert import write_dataset
+from .features import RawTensor
+from .tfds import tfds_dataset
+from .writer import ShardedWriter
 
 __version__ = "0.1.0"
 
@@ -27,7 +31,9 @@ __all__ = [
     "IndexedTFRecordDataset",
     "Int64",
     "RawImage",
+    "RawTensor",
     "RecordWriter",
+    "ShardedWriter",
     "TFRecordDataset",
     "TFRecordError",
     "Text",
@@ -42,4 +48,6 @@ __all__ = [
     "parse_sequence_example",
     "presets",
     "read_records",
+    "tfds_dataset",
+    "write_dataset",
 ]

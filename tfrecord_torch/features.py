@@ -23,7 +23,7 @@ import torch
 
 from .errors import FeatureError
 
-__all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "Text", "decode", "decode_batch"]
+__all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "RawTensor", "Text", "decode", "decode_batch"]
 
 log = logging.getLogger(__name__)
 _REQUIRED = object()
@@ -321,6 +321,42 @@ class RawImage(Feature):
 
     def decode_column(self, column, records):
         return [self.decode(r) for r in records()]
+
+
+class RawTensor(Feature):
+    """Array bytes (``ndarray.tobytes()``, optionally zlib-compressed: TFDS's
+    Tensor feature with ``encoding="bytes"``/``"zlib"``) as a tensor of ``shape``."""
+
+    kind = "bytes"
+
+    def __init__(self, key: str | None = None, *, dtype: str = "uint8", shape: tuple = (-1,),
+                 zlib: bool = False, default=_REQUIRED) -> None:
+        super().__init__(key, default=default)
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError as e:
+            raise ValueError(f"dtype must be a numpy dtype name, got {dtype!r}") from e
+        self.shape, self.zlib = tuple(shape), zlib
+
+    def convert(self, value):
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} values, expected 1")
+        data = value[0]
+        if self.zlib:
+            import zlib
+
+            try:
+                data = zlib.decompressobj().decompress(data, 1 << 31)
+            except zlib.error as e:
+                raise FeatureError(self.key, f"bad zlib data: {e}") from e
+        if len(data) % self.dtype.itemsize:
+            raise FeatureError(self.key, f"{len(data)} bytes is not a whole number of {self.dtype}")
+        array = np.frombuffer(data, self.dtype)
+        try:
+            array = array.reshape(self.shape)
+        except ValueError:
+            raise FeatureError(self.key, f"{array.size} values do not fit shape {self.shape}") from None
+        return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True))
 
 
 def bind(spec: dict) -> dict:

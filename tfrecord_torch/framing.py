@@ -304,16 +304,21 @@ class RecordWriter:
             object to write to (then no renaming happens).
         compression: None, "gzip" or "zlib" (as TensorFlow's
             TFRecordOptions compression_type).
+        index: also write ``<path>.index`` while writing (uncompressed files
+            only); it is in place before the data file appears.
 
     Example:
         >>> with RecordWriter("data.tfrecord") as w:
         ...     w.write(b"payload")
     """
 
-    def __init__(self, path, *, compression=None) -> None:
+    def __init__(self, path, *, compression=None, index: bool = False) -> None:
         self.compression = check_compression(compression, allow_auto=False)
+        if index and (self.compression is not None or hasattr(path, "write")):
+            raise ValueError("index=True needs an uncompressed file written by path")
         self.records = 0
         self.offset = 0  # bytes of framed records written (before compression)
+        self._index: list[int] | None = [] if index else None
         self._final = None
         if hasattr(path, "write"):
             self._file: BinaryIO = path
@@ -344,6 +349,8 @@ class RecordWriter:
         self._file.write(self._zip.compress(data) if self._zip else data)
         self.offset += len(data)
         self.records += 1
+        if self._index is not None:
+            self._index.append(len(data))
         return at
 
     def close(self) -> None:
@@ -358,6 +365,13 @@ class RecordWriter:
             if self._owned:
                 os.fsync(self._file.fileno())
                 self._file.close()
+                if self._index is not None:
+                    from .index import default_index_path, write_index
+
+                    sizes = np.array(self._index, np.int64)
+                    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
+                    write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),
+                                default_index_path(self._final))
                 os.replace(self._temp, self._final)
         except BaseException:
             self.abort()

@@ -64,7 +64,7 @@ def write_index(index: np.ndarray, index_path) -> None:
     """Write an index array [N, 2] as an index file (atomically)."""
     text = "".join(f"{o} {s}\n" for o, s in index.tolist())
     folder = os.path.dirname(os.path.abspath(index_path))
-    fd, temp = tempfile.mkstemp(prefix=".index.", suffix=".partial", dir=folder)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(index_path)}.", suffix=".partial", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .features import Image, Int64, RawImage
 
-__all__ = ["raw", "slim", "tfds"]
+__all__ = ["converted", "raw", "slim", "tfds"]
 
 
 def tfds(*, mode: str = "RGB") -> dict:
@@ -22,3 +22,12 @@ def raw() -> dict:
     ``depth``, and ``label``."""
     return {"image": RawImage("image_raw", height="height", width="width", depth="depth"),
             "label": Int64("label")}
+
+
+def converted(*, raw: bool = False, mode: str = "RGB") -> dict:
+    """Shards written by :func:`~tfrecord_torch.convert.write_dataset`: ``image``
+    (encoded, or raw pixels with ``raw=True``), ``label``."""
+    if raw:
+        return {"image": RawImage("image", height="height", width="width", depth="channels"),
+                "label": Int64("label")}
+    return tfds(mode=mode)

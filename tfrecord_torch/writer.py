@@ -1,0 +1,176 @@
+"""Sharded writing, with TFDS shard names and an index per shard."""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import logging
+import os
+
+from .errors import TFRecordError
+from .framing import RecordWriter
+from .index import default_index_path
+
+__all__ = ["ShardedWriter", "shard_name"]
+
+log = logging.getLogger(__name__)
+
+
+def shard_name(name: str, split: str, shard: int, num_shards: int, compression=None) -> str:
+    """TFDS's shard file name: ``{name}-{split}.tfrecord-00000-of-00004``
+    (with ``.gz`` appended for GZIP shards)."""
+    suffix = ".gz" if compression == "gzip" else ".zz" if compression == "zlib" else ""
+    return f"{name}-{split}.tfrecord-{shard:05d}-of-{num_shards:05d}{suffix}"
+
+
+class ShardedWriter:
+    """Write records into shards that roll over by record count or size.
+
+    Each shard is written (with its index, unless compressed) under a hidden
+    staging name. Only :meth:`close` gives the shards their final TFDS names,
+    once the number of shards is known and every one is complete; before that,
+    a reader of the folder sees none of them, and an interrupted or failed run
+    leaves no file that looks finished (staged files of an earlier killed run
+    are removed when the next one starts). A lock file makes a second writer
+    of the same ``name``/``split`` in the same folder fail at once.
+
+    Args:
+        output_dir: folder to write into (created if needed).
+        name, split: dataset and split names, as in TFDS.
+        max_records: records per shard (default 10,000 if no limit is given).
+        max_bytes: bytes per shard (framed, before compression).
+        compression: None, "gzip" or "zlib".
+    """
+
+    def __init__(self, output_dir, *, name: str, split: str = "train", max_records: int | None = None,
+                 max_bytes: int | None = None, compression=None) -> None:
+        for arg, value in (("name", name), ("split", split)):
+            if not value or "/" in value or "-" in value or value.startswith("."):
+                raise ValueError(f"{arg} must be a non-empty name without '/', '-' or a leading "
+                                 f"'.', got {value!r}")
+        for arg, value in (("max_records", max_records), ("max_bytes", max_bytes)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{arg} must be a positive int or None, got {value!r}")
+        if max_records is None and max_bytes is None:
+            max_records = 10_000
+        self.output_dir = os.fspath(output_dir)
+        self.name, self.split = name, split
+        self.max_records, self.max_bytes = max_records, max_bytes
+        self.compression = compression
+        os.makedirs(self.output_dir, exist_ok=True)
+        self._lock = _lock(os.path.join(self.output_dir, f".{name}-{split}.lock"))
+        self._remove_staged()
+        self.shard_lengths: list[int] = []
+        self.num_bytes = 0
+        self.paths: list[str] = []
+        self._staged: list[str] = []
+        self._writer: RecordWriter | None = None
+        self._closed = False
+
+    def _remove_staged(self) -> None:
+        """Remove staged shards and their writers' temporary files (``..name``)."""
+        for dots in (".", ".."):
+            for path in glob.glob(os.path.join(self.output_dir, f"{dots}{self.name}-{self.split}"
+                                                                f".tfrecord-*.staged*")):
+                os.unlink(path)
+
+    def write(self, payload) -> None:
+        """Append one record, starting a new shard when the current one is full."""
+        if self._closed:
+            raise ValueError("write to a closed ShardedWriter")
+        w = self._writer
+        if w is not None and ((self.max_records and w.records >= self.max_records) or
+                              (self.max_bytes and w.offset + len(payload) + 16 > self.max_bytes
+                               and w.records)):
+            self._finish_shard()
+            w = None
+        if w is None:
+            path = os.path.join(self.output_dir, f".{self.name}-{self.split}.tfrecord-"
+                                                 f"{len(self._staged):05d}.staged")
+            w = self._writer = RecordWriter(path, compression=self.compression,
+                                            index=self.compression is None)
+            self._staged.append(path)
+        w.write(payload)
+
+    def _finish_shard(self) -> None:
+        w, self._writer = self._writer, None
+        w.close()
+        self.shard_lengths.append(w.records)
+        self.num_bytes += os.path.getsize(w.path)
+
+    def close(self) -> list[str]:
+        """Finish the last shard and move every shard to its final name.
+
+        Returns:
+            The final shard paths. Shards of an earlier run with the same name
+            and split are replaced.
+        """
+        if self._closed:
+            return self.paths
+        try:
+            if self._writer is not None:
+                self._finish_shard()
+            if not self._staged:  # an empty split still gets one (empty) shard, as in TFDS
+                empty = os.path.join(self.output_dir, f".{self.name}-{self.split}.tfrecord-00000.staged")
+                RecordWriter(empty, index=self.compression is None, compression=self.compression).close()
+                self._staged.append(empty)
+                self.shard_lengths.append(0)
+            n = len(self._staged)
+            old = glob.glob(os.path.join(self.output_dir, f"{self.name}-{self.split}.tfrecord-*"))
+            for path in old:
+                os.unlink(path)
+            for i, staged in enumerate(self._staged):
+                final = os.path.join(self.output_dir, shard_name(self.name, self.split, i, n, self.compression))
+                if os.path.exists(default_index_path(staged)):
+                    os.replace(default_index_path(staged), default_index_path(final))
+                os.replace(staged, final)
+                self.paths.append(final)
+            _fsync_dir(self.output_dir)
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        self._release()
+        return self.paths
+
+    def abort(self) -> None:
+        """Stop and remove every staged file."""
+        self._closed = True
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+        self._remove_staged()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> "ShardedWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _lock(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise TFRecordError(f"another process is writing {os.path.basename(path)[1:-5]} into "
+                            f"{os.path.dirname(path)} (lock {path} is held)") from None
+    return fd
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
