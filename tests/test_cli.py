@@ -104,6 +104,15 @@ def test_errors_are_messages_not_tracebacks(tmp_path):
     assert "no files match" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_globs_and_folders_skip_index_files(shards, capsys):
+    main(["index", "-q", *map(str, shards)])
+    capsys.readouterr()
+    assert main(["verify", str(shards[0].parent / "*")]) == 0
+    assert main(["verify", str(shards[0].parent)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("OK ") == 4 and "CORRUPT" not in out
+
+
 def test_console_script_help():
     import shutil
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import glob
 import json
 import os
 import sys
@@ -15,6 +14,7 @@ from .example import parse_example, parse_sequence_example
 from .framing import RecordWriter, read_records
 from .index import build_index, check_index, default_index_path, load_index
 from .schema import SchemaReport
+from .shards import expand_paths
 from .streams import open_stream
 
 __all__ = ["main"]
@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Read, check and index TFRecord files without TensorFlow.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    files_help = "TFRecord files or glob patterns (quote globs to keep the shell out)"
+    files_help = "TFRecord files, folders or glob patterns (quote globs to keep the shell out)"
 
     p = sub.add_parser("index", help="write an index file beside each record file",
                        description="Write '<file>.index' (one 'offset size' line per record, the "
@@ -121,14 +121,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def expand(patterns: list[str]) -> list[str]:
-    """Paths from a list of paths and glob patterns, in order, without repeats."""
-    out: list[str] = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        if not matches:
-            raise ValueError(f"no files match {pattern!r}")
-        out.extend(m for m in matches if m not in out)
-    return out
+    """Record files from paths, glob patterns and folders (globs and folders
+    skip index and metadata files)."""
+    return expand_paths(patterns)
 
 
 def _compression(args) -> str | None:
