@@ -293,7 +293,7 @@ def test_sharded_writer_rolls_by_bytes_and_locks(tmp_path):
 def test_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         with ShardedWriter(tmp_path, name="d", max_records=2) as w:
-            for i in range(5):
+            for _ in range(5):
                 w.write(b"x")
             raise RuntimeError("boom")
     assert [f for f in os.listdir(tmp_path) if not f.endswith(".lock")] == []

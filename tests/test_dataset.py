@@ -1,6 +1,5 @@
 import os
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader

@@ -4,8 +4,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, random_split
 
 from helpers import ids_of, png_bytes, write_shards
-from tfrecord_torch import (Bytes, FeatureError, Image, IndexedTFRecordDataset, Int64, RawImage,
-                            RecordWriter, TFRecordDataset, Text, make_example, pad_collate, presets)
+from tfrecord_torch import (Bytes, FeatureError, Image, IndexedTFRecordDataset, Int64, RecordWriter, TFRecordDataset, Text, make_example, pad_collate, presets)
 from tfrecord_torch.features import decode_image, image_size
 
 

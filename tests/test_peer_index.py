@@ -9,7 +9,6 @@ in and out through pickle files holding only bytes, numpy arrays and lists.
 
 from __future__ import annotations
 
-import os
 import pickle
 import subprocess
 import sys

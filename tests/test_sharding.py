@@ -1,6 +1,5 @@
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from tfrecord_torch.sharding import plan_records, plan_shards, resolve_rank

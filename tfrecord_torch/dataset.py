@@ -11,8 +11,8 @@ import torch.utils.data
 from . import sharding
 from .batch import parse_example_batch
 from .errors import ExampleDecodeError, FeatureError
-from .features import bind, decode, decode_batch
-from .reading import Located, fetch, locate, parse_located, stream_shard
+from .features import bind, decode_batch
+from .reading import Located, decode_item, fetch, stream_shard
 from .shards import expand_paths, is_compressed, shard_index
 
 __all__ = ["TFRecordDataset"]
@@ -207,13 +207,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             yield self._decode_batch(batch)
 
     def _decode(self, item: Located):
-        record = parse_located(item)
-        if self.spec is not None:
-            try:
-                record = decode(record, self.spec)
-            except FeatureError as e:
-                raise locate(e, item) from e
-        return self.transform(record) if self.transform is not None else record
+        return decode_item(item, self.spec, self.transform)
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch b holds positions [b*B, (b+1)*B) of this rank's sequence;

@@ -14,7 +14,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from .errors import ExampleDecodeError
-from .protos import Example, Feature, Features, SequenceExample
+from .protos import Example, SequenceExample
 
 __all__ = ["make_example", "make_sequence_example", "parse_example", "parse_sequence_example"]
 

@@ -8,10 +8,10 @@ from typing import Callable
 import numpy as np
 import torch.utils.data
 
-from .errors import FeatureError, TFRecordError
-from .features import bind, decode
+from .errors import TFRecordError
+from .features import bind
 from .framing import parse_frame
-from .reading import Located, locate, parse_located
+from .reading import Located, decode_item
 from .shards import expand_paths, is_compressed, shard_index
 
 __all__ = ["IndexedTFRecordDataset"]
@@ -71,13 +71,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         data = os.pread(self._fd(path), size, offset)
         item = Located(parse_frame(data, name=path, offset=offset, record=r, verify=self.verify),
                        path, offset, r)
-        record = parse_located(item)
-        if self.spec is not None:
-            try:
-                record = decode(record, self.spec)
-            except FeatureError as e:
-                raise locate(e, item) from e
-        return self.transform(record) if self.transform is not None else record
+        return decode_item(item, self.spec, self.transform)
 
     def _fd(self, path: str) -> int:
         key = (path, os.getpid())
@@ -91,7 +85,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         return state
 
     def __del__(self) -> None:
-        for (path, pid), fd in getattr(self, "_fds", {}).items():
+        for (_, pid), fd in getattr(self, "_fds", {}).items():
             if pid == os.getpid():
                 try:
                     os.close(fd)

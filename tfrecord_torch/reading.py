@@ -10,10 +10,11 @@ import numpy as np
 
 from .errors import CorruptRecordError, ExampleDecodeError, FeatureError
 from .example import parse_example
+from .features import decode
 from .framing import iter_chunks, parse_frame
 from .streams import open_stream, open_window
 
-__all__ = ["Located", "fetch", "locate", "parse_located", "stream_shard"]
+__all__ = ["Located", "decode_item", "fetch", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 64 << 20
 
@@ -85,4 +86,16 @@ def parse_located(item: Located) -> dict:
         return parse_example(item.payload)
     except ExampleDecodeError as e:
         raise locate(e, item) from e
+
+
+def decode_item(item: Located, spec: dict | None, transform) -> object:
+    """Parse a record, decode it with ``spec`` (if any), apply ``transform``
+    (if any); errors name the record's location."""
+    record = parse_located(item)
+    if spec is not None:
+        try:
+            record = decode(record, spec)
+        except FeatureError as e:
+            raise locate(e, item) from e
+    return transform(record) if transform is not None else record
 
