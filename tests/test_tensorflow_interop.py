@@ -912,10 +912,6 @@ def test_truncated_compressed_file_both_fail(tmp_path, options, ours, count, fra
         assert 0 <= error.offset <= tf_offset and 0 <= error.record <= intact
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: when a GZIP/ZLIB stream ends early, CorruptRecordError names the offset where "
-    "the failed 1 MiB block read started (0, or a multiple of 2**20, not a record boundary) and "
-    "the record number there, not the record the truncation cuts, as TensorFlow does"))
 @pytest.mark.parametrize(("options", "ours", "count", "fraction"), TRUNCATED_COMPRESSED)
 def test_truncated_compressed_file_error_names_the_cut_record(tmp_path, options, ours, count,
                                                               fraction):

@@ -104,8 +104,8 @@ def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record:
     want = block_size
     while True:
         if not ended:
-            more = read(want, base + len(data), record)
-            ended = len(more) < want
+            more = read(want, base, record)  # a failure is pinned on the record that starts data
+            ended = not more  # only an empty read ends: a short one may precede a deferred error
             data = data + more if data else more
         want = block_size
         if not data:

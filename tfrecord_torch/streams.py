@@ -73,6 +73,7 @@ class Stream:
                  compression: str | None = None, owned: bool = False) -> None:
         self._raw = raw
         self._prefix = prefix
+        self._error: Exception | None = None
         self.name = name
         self.size = size
         self.compression = compression
@@ -81,13 +82,22 @@ class Stream:
     def read(self, n: int) -> bytes:
         if n <= 0:
             return b""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         parts = []
         if self._prefix:
             parts.append(self._prefix[:n])
             self._prefix = self._prefix[n:]
             n -= len(parts[0])
         while n > 0:
-            data = self._raw.read(n)
+            try:
+                data = self._raw.read(n)
+            except Exception as e:  # hand over what came before the fault first
+                if not parts:
+                    raise
+                self._error = e
+                break
             if not data:
                 break
             parts.append(data)
@@ -120,14 +130,29 @@ class _Inflater(io.RawIOBase):
         self._chunk_size = chunk_size
         self._decomp = zlib.decompressobj(self._wbits)
         self._eof = False
+        self._error: Exception | None = None
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
+        """Up to n decompressed bytes. A corrupt or truncated stream first
+        returns what decompressed before the fault; the next read raises, so
+        the reader can name the record the fault cuts."""
         if n is None or n < 0:
             raise ValueError("unbounded reads of a decompressed stream are not supported")
-        out = []
+        if self._error is not None:
+            raise self._error
+        out: list[bytes] = []
+        try:
+            self._inflate(n, out)
+        except (zlib.error, EOFError) as e:
+            if not out:
+                raise
+            self._error = e
+        return b"".join(out)
+
+    def _inflate(self, n: int, out: list) -> None:
         while n > 0 and not self._eof:
             if self._decomp.eof:
                 data = self._decomp.unused_data or self._raw.read(self._chunk_size)
@@ -146,7 +171,6 @@ class _Inflater(io.RawIOBase):
             n -= len(piece)
             if piece:
                 out.append(piece)
-        return b"".join(out)
 
     def close(self) -> None:
         self._raw.close()
