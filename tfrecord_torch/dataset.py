@@ -12,7 +12,8 @@ from . import sharding
 from .batch import parse_example_batch
 from .errors import ExampleDecodeError, FeatureError
 from .features import bind, decode_batch
-from .reading import Located, decode_item, fetch, stream_shard
+from .policy import SharedErrorPolicy
+from .reading import SKIPPED, Located, decode_or_skip, fetch, stream_shard
 from .shards import expand_paths, is_compressed, shard_index
 
 __all__ = ["TFRecordDataset"]
@@ -47,6 +48,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         drop_last: in batch mode, drop each epoch's final short batch.
         compression: of the shards: "auto", None, "gzip" or "zlib".
         verify: check record CRCs.
+        on_error: "raise", "skip" or "warn": what a corrupt record or a feature
+            that fails to decode does (:mod:`tfrecord_torch.policy`); skips are
+            logged and counted in :meth:`errors`, across worker processes.
 
     Every record is read exactly once per epoch over all ranks and workers.
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
@@ -56,7 +60,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                  seed: int = 0, shuffle_buffer: int | None = None, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
                  batch_size: int | None = None, drop_last: bool = False, compression="auto",
-                 verify: bool = True) -> None:
+                 verify: bool = True, on_error: str = "raise") -> None:
         super().__init__()
         self.paths = expand_paths(paths)
         self.spec = bind(features) if features is not None else None
@@ -70,6 +74,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.shuffle, self.seed, self.even = shuffle, seed, even
         self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
         self.compression, self.verify = compression, verify
+        self.policy = SharedErrorPolicy(on_error, self.paths)
         self.indexes = self._indexes(index)
         self.streamed = any(i is None for i in self.indexes)
         if self.streamed and even is not None:
@@ -94,6 +99,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def counts(self) -> list[int] | None:
         """Records per shard (None if some shard is streamed)."""
         return None if self.streamed else [len(i) for i in self.indexes]
+
+    def errors(self) -> dict:
+        """Records skipped under ``on_error="skip"/"warn"`` so far, over all
+        worker processes: ``{"total": n, "per_shard": {path: n}}``."""
+        return self.policy.summary()
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds shuffling (call before each epoch's iteration)."""
@@ -181,8 +191,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         try:
             for shard, records in segments:
                 for item in fetch(self.paths[shard], self.indexes[shard], records,
-                                  verify=self.verify, fds=fds):
-                    yield self._decode(item)
+                                  verify=self.verify, fds=fds, report=self.policy.reporter()):
+                    decoded = self._decode(item)
+                    if decoded is not SKIPPED:
+                        yield decoded
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -191,11 +203,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
+        report = self.policy.reporter()
         located = (item for s in shards
-                   for item in stream_shard(self.paths[s], compression=self.compression, verify=self.verify))
+                   for item in stream_shard(self.paths[s], compression=self.compression,
+                                            verify=self.verify, report=report))
         mixed = self._mixed(located, worker, workers)
         if self.batch_size is None:
-            yield from map(self._decode, mixed)
+            yield from (d for d in map(self._decode, mixed) if d is not SKIPPED)
             return
         batch: list = []
         for item in mixed:
@@ -207,7 +221,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             yield self._decode_batch(batch)
 
     def _decode(self, item: Located):
-        return decode_item(item, self.spec, self.transform)
+        return decode_or_skip(item, self.spec, self.transform, self.policy.reporter())
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch b holds positions [b*B, (b+1)*B) of this rank's sequence;
@@ -223,18 +237,24 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 segments = plan.segments(a, min(a + self.batch_size, hi))
                 items = [item for shard, records in segments
                          for item in fetch(self.paths[shard], self.indexes[shard], records,
-                                           verify=self.verify, fds=fds)]
-                yield self._decode_batch(items)
+                                           verify=self.verify, fds=fds, report=self.policy.reporter())]
+                batch = self._decode_batch(items)
+                if batch is not SKIPPED:
+                    yield batch
         finally:
             for fd in fds.values():
                 os.close(fd)
 
     def _decode_batch(self, items: list[Located]):
+        """One decoded batch; a bad record is found and named (and, when the
+        policy skips, left out of the batch)."""
         try:
+            if not items:
+                return SKIPPED
             columns = parse_example_batch([i.payload for i in items])
             batch = columns if self.spec is None else decode_batch(columns, self.spec, len(items))
         except (ExampleDecodeError, FeatureError):
-            for item in items:  # find the culprit, to name it
-                self._decode(item)
-            raise
+            good = [i for i in items if decode_or_skip(i, self.spec, None, self.policy.reporter())
+                    is not SKIPPED]  # raises under "raise", naming the record
+            return self._decode_batch(good)
         return self.transform(batch) if self.transform is not None else batch

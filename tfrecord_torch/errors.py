@@ -8,6 +8,8 @@ DataLoader worker can pass them to the main process intact.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "CorruptRecordError",
     "ExampleDecodeError",
@@ -15,6 +17,10 @@ __all__ = [
     "IndexMismatchError",
     "TFRecordError",
 ]
+
+
+_LOCATED = re.compile(r"CorruptRecordError: (.+?): record (\d+) at byte offset (\d+): ([^\n]*)")
+_FEATURE = re.compile(r"FeatureError: (.+?): record (\d+) at byte offset (\d+): feature '([^']*)': ([^\n]*)")
 
 
 class TFRecordError(Exception):
@@ -32,8 +38,17 @@ class CorruptRecordError(TFRecordError):
         reason: what is wrong with it.
     """
 
-    def __init__(self, path: str, offset: int, record: int, reason: str) -> None:
-        self.path = str(path)
+    def __init__(self, path: str, offset: int | None = None, record: int | None = None,
+                 reason: str | None = None) -> None:
+        if offset is None and record is None and reason is None:
+            # One argument: a message, as DataLoader re-raises a worker's error
+            # (the worker's traceback text). Recover the fields from it.
+            message = str(path)
+            found = _LOCATED.findall(message)
+            path, record, offset, reason = found[-1] if found else (None, -1, -1, message)
+            if found:
+                reason = f"{reason} (raised in a DataLoader worker)\n{message}"
+        self.path = None if path is None else str(path)
         self.offset = int(offset)
         self.record = int(record)
         self.reason = reason
@@ -76,8 +91,17 @@ class FeatureError(TFRecordError):
         path, offset, record: where the record is (None when not known).
     """
 
-    def __init__(self, key: str, reason: str, path: str | None = None, offset: int | None = None,
-                 record: int | None = None) -> None:
+    def __init__(self, key: str, reason: str | None = None, path: str | None = None,
+                 offset: int | None = None, record: int | None = None) -> None:
+        if reason is None:  # one argument: a worker's message (see CorruptRecordError)
+            message = str(key)
+            found = _FEATURE.findall(message)
+            if found:
+                path, record, offset, key, reason = found[-1]
+                record, offset = int(record), int(offset)
+                reason = f"{reason} (raised in a DataLoader worker)\n{message}"
+            else:
+                reason = message
         self.key, self.reason = key, reason
         self.path, self.offset, self.record = path, offset, record
         where = "" if path is None else f"{path}: record {record} at byte offset {offset}: "

@@ -20,7 +20,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, NamedTuple
 
 import numpy as np
 from crc32c import crc32c
@@ -41,21 +41,25 @@ _LARGE = BLOCK_SIZE // 4  # records this big are read on their own
 
 @dataclass(frozen=True)
 class Chunk:
-    """Consecutive records found in one buffer.
+    """Records found in one buffer.
 
     Payload ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``; ``offsets[i]``
-    is the byte offset of its header in the stream and its number is
-    ``first_record + i``. The arrays are int64.
+    is the byte offset of its header in the stream and ``numbers[i]`` its
+    record number. The arrays are int64.
     """
 
     buf: bytes
     starts: np.ndarray
     lengths: np.ndarray
     offsets: np.ndarray
-    first_record: int
+    numbers: np.ndarray  # each record's number in the file (skipped records leave gaps)
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def first_record(self) -> int:
+        return int(self.numbers[0])
 
     def payloads(self) -> list[bytes]:
         """Each record's payload as bytes."""
@@ -65,7 +69,7 @@ class Chunk:
         return [buf[s:e] for s, e in zip(self.starts.tolist(), (self.starts + self.lengths).tolist())]
 
 
-def read_records(source, *, compression="auto", verify: bool = True) -> Iterator[bytes]:
+def read_records(source, *, compression="auto", verify: bool = True, on_error="raise") -> Iterator[bytes]:
     """Yield the payload of each record in a TFRecord file.
 
     Args:
@@ -73,29 +77,48 @@ def read_records(source, *, compression="auto", verify: bool = True) -> Iterator
         compression: None, "gzip", "zlib", or "auto" to detect it from the
             file's first bytes and suffix (rule in :mod:`tfrecord_torch.streams`).
         verify: check the CRC32C of every length and payload.
+        on_error: "raise", "skip" or "warn" (see :mod:`tfrecord_torch.policy`),
+            or an :class:`~tfrecord_torch.policy.ErrorPolicy` to read the
+            skip counts from afterwards.
 
     Raises:
         CorruptRecordError: a record is corrupted or truncated; names the file,
             the record's byte offset (in the decompressed stream for a
             compressed file) and its number.
     """
+    from .policy import as_policy
+
+    report = as_policy(on_error).reporter()
     stream = open_stream(source, compression)  # open now, so a missing file fails here
-    return _payloads(stream, verify)
+    return _payloads(stream, verify, report)
 
 
-def _payloads(stream: Stream, verify: bool) -> Iterator[bytes]:
+def _payloads(stream: Stream, verify: bool, report) -> Iterator[bytes]:
     with stream:
-        for chunk in iter_chunks(stream, verify=verify):
+        for chunk in iter_chunks(stream, verify=verify, report=report):
             yield from chunk.payloads()
 
 
 def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record: int = 0,
-                block_size: int = BLOCK_SIZE) -> Iterator[Chunk]:
+                block_size: int = BLOCK_SIZE, report=None) -> Iterator[Chunk]:
     """Yield the records of ``stream`` a buffer at a time.
 
     ``offset`` and ``record`` say where in the file the stream starts, for
-    error messages and :attr:`Chunk.offsets`.
+    error messages and :attr:`Chunk.offsets`. Without ``report`` a bad record
+    raises CorruptRecordError; with it, ``report(error)`` is called instead and
+    a record with a bad payload is skipped, while anything that makes the
+    rest untrustworthy (a bad length, truncation, bad compressed data) ends
+    the stream.
     """
+    try:
+        yield from _chunks(stream, verify, offset, record, block_size, report)
+    except CorruptRecordError as e:
+        if report is None:
+            raise
+        report(e)
+
+
+def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: int, report):
     limit = None if stream.size is None else offset + stream.size
     read = _checked_reader(stream)
     data = b""
@@ -110,12 +133,15 @@ def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record:
         want = block_size
         if not data:
             return
-        starts, lengths, pos, need = _scan(data, base, record, verify, stream.name, limit)
-        if len(starts):
-            yield Chunk(data, starts, lengths, starts - HEADER_SIZE + base, record)
-            record += len(starts)
-        data = data[pos:]
-        base += pos
+        scan = _scan(data, base, record, verify, stream.name, limit, report)
+        if len(scan.starts):
+            yield Chunk(data, scan.starts, scan.lengths, scan.starts - HEADER_SIZE + base, scan.numbers)
+        if scan.stopped:  # a bad length ended the stream (reported)
+            return
+        record += scan.count
+        data = data[scan.end:]
+        base += scan.end
+        need = scan.need
         if not data:
             if ended:
                 return
@@ -123,7 +149,9 @@ def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record:
         if need is not None and need >= _LARGE:
             # Read a large record straight into its own buffer, then read
             # only the next header: no block-sized copies of big payloads.
-            yield _read_large(read, data, need, base, record, verify, stream.name)
+            chunk = _read_large(read, data, need, base, record, verify, stream.name, report)
+            if chunk is not None:
+                yield chunk
             record += 1
             base += need
             data = b""
@@ -136,7 +164,7 @@ def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record:
 
 
 def _read_large(read, data: bytes, need: int, base: int, record: int, verify: bool,
-                name: str) -> Chunk:
+                name: str, report=None) -> Chunk | None:
     """Read the rest of one large record whose header (at least) is in ``data``."""
     length = need - OVERHEAD
     head = data[HEADER_SIZE:HEADER_SIZE + length]
@@ -145,9 +173,13 @@ def _read_large(read, data: bytes, need: int, base: int, record: int, verify: bo
     footer = data[HEADER_SIZE + length:]
     footer += _read_exact(read, 4 - len(footer), base, record, name, need)
     if verify and masked_crc32c(payload) != int.from_bytes(footer, "little"):
-        raise CorruptRecordError(name, base, record, "payload CRC mismatch (data corrupted)")
+        error = CorruptRecordError(name, base, record, "payload CRC mismatch (data corrupted)")
+        if report is None:
+            raise error
+        report(error)
+        return None
     one = np.ones(1, np.int64)
-    return Chunk(payload, one * 0, one * length, one * base, record)
+    return Chunk(payload, one * 0, one * length, one * base, one * record)
 
 
 def _read_exact(read, n: int, base: int, record: int, name: str, need: int) -> bytes:
@@ -177,16 +209,23 @@ def _checked_reader(stream: Stream):
     return read
 
 
-def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: int | None):
+class _Scan(NamedTuple):
+    starts: np.ndarray  # payload starts of the good records
+    numbers: np.ndarray  # their record numbers
+    lengths: np.ndarray
+    count: int  # records scanned, good or skipped
+    end: int  # position after the last complete record
+    need: int | None  # framed size of the incomplete record at ``end`` (None: header incomplete)
+    stopped: bool  # a bad length ended the stream (only with ``report``)
+
+
+def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: int | None,
+          report=None) -> _Scan:
     """Find the complete records at the start of ``data``.
 
     Walks the lengths first (a lean loop, or one numpy step over a run of
     equal headers), then checks every CRC of the batch at once, so a bad
     length is reported as such before anything acts on it.
-
-    Returns (starts, lengths, end, need): payload starts and lengths, the
-    position after the last complete record, and the framed size of the
-    incomplete record that follows (None if its header is incomplete too).
     """
     n = len(data)
     pos = 0
@@ -207,20 +246,30 @@ def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: i
         pos = end
     heads = np.concatenate([run, np.array(heads, np.int64)]) if heads else run
     lengths = _lengths(data, heads)
-    if verify:
-        _verify(data, heads, lengths, base, record, name)
+    keep, stop = (np.ones(len(heads), bool), None) if not verify else \
+        _verify(data, heads, lengths, base, record, name, report)
+    numbers = np.flatnonzero(keep).astype(np.int64) + record
+    good = heads[keep]
+    if stop is not None:
+        return _Scan(good + HEADER_SIZE, numbers, lengths[keep], stop, 0, None, True)
     need = None
     if n - pos >= HEADER_SIZE:
         number = record + len(heads)
         length, length_crc = HEADER.unpack_from(data, pos)
+        error = None
         if verify and masked_crc32c(data[pos:pos + 8]) != length_crc:
-            raise CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
+            error = CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
+        elif limit is not None and base + pos + length + OVERHEAD > limit:
+            error = CorruptRecordError(name, base + pos, number,
+                                       f"truncated record: its length {length} runs past "
+                                       f"the end of the data at byte {limit}")
+        if error is not None:
+            if report is None:
+                raise error
+            report(error)
+            return _Scan(good + HEADER_SIZE, numbers, lengths[keep], len(heads), pos, None, True)
         need = length + OVERHEAD
-        if limit is not None and base + pos + need > limit:
-            raise CorruptRecordError(name, base + pos, number,
-                                     f"truncated record: its length {length} runs past "
-                                     f"the end of the data at byte {limit}")
-    return heads + HEADER_SIZE, lengths, pos, need
+    return _Scan(good + HEADER_SIZE, numbers, lengths[keep], len(heads), pos, need, False)
 
 
 _LENGTH = struct.Struct("<Q")
@@ -239,25 +288,38 @@ def _u32s(arr: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _verify(data: bytes, heads: np.ndarray, lengths: np.ndarray, base: int, record: int,
-            name: str) -> None:
-    """Check the length and payload CRCs of the records at ``heads``."""
+            name: str, report=None) -> tuple[np.ndarray, int | None]:
+    """Check the length and payload CRCs of the records at ``heads``.
+
+    Returns which records to keep and, if a length CRC failed, the index of
+    that record (which ends the stream). Without ``report`` the first bad
+    record raises.
+    """
+    keep = np.ones(len(heads), bool)
     if not len(heads):
-        return
+        return keep, None
     arr = np.frombuffer(data, np.uint8)
     header_crcs = mask_array(crc32c_rows(arr[heads[:, None] + _ARANGE8]))
     bad_header = np.flatnonzero(header_crcs != _u32s(arr, heads + 8))
+    stop = int(bad_header[0]) if len(bad_header) else len(heads)
+    checked = heads[:stop]  # past a bad length, offsets are meaningless
     view = memoryview(data)
-    starts = (heads + HEADER_SIZE).tolist()
-    ends = (heads + HEADER_SIZE + lengths).tolist()
+    starts = (checked + HEADER_SIZE).tolist()
+    ends = (checked + HEADER_SIZE + lengths[:stop]).tolist()
     payload_crcs = mask_array(np.array([crc32c(view[a:b]) for a, b in zip(starts, ends)], np.uint32))
-    bad_payload = np.flatnonzero(payload_crcs != _u32s(arr, heads + HEADER_SIZE + lengths))
-    first_header = bad_header[0] if len(bad_header) else len(heads)
-    first_payload = bad_payload[0] if len(bad_payload) else len(heads)
-    i = int(min(first_header, first_payload))
-    if i < len(heads):
-        reason = ("length CRC mismatch (header corrupted)" if i == first_header
-                  else "payload CRC mismatch (data corrupted)")
-        raise CorruptRecordError(name, base + int(heads[i]), record + i, reason)
+    bad_payload = np.flatnonzero(payload_crcs != _u32s(arr, checked + HEADER_SIZE + lengths[:stop]))
+    errors = [CorruptRecordError(name, base + int(heads[i]), record + int(i),
+                                 "payload CRC mismatch (data corrupted)") for i in bad_payload]
+    if stop < len(heads):
+        errors.append(CorruptRecordError(name, base + int(heads[stop]), record + stop,
+                                         "length CRC mismatch (header corrupted)"))
+    for error in errors:
+        if report is None:
+            raise error
+        report(error)
+    keep[bad_payload] = False
+    keep[stop:] = False
+    return keep, (stop if stop < len(heads) else None)
 
 
 def _equal_run(data: bytes, framed: int, count: int) -> int:

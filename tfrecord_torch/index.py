@@ -112,8 +112,9 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
     """Check cheaply that ``index`` describes the record file ``path``.
 
     The records must tile the file (first at 0, each next one where the
-    previous ends, the last ending at the file's size) and the headers at a
-    few evenly spaced records must parse, with the indexed sizes.
+    previous ends, the last ending at the file's size), and the headers at a
+    few evenly spaced records must hold the indexed sizes (a header whose own
+    CRC fails is skipped as corrupt data, but at least one must be valid).
 
     Raises:
         IndexMismatchError: naming both files and the first disagreement.
@@ -142,12 +143,21 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
     if end != size:
         raise fail(f"the records end at byte {end} but the file holds {size} bytes "
                    "(was the file changed after it was indexed?)")
+    # Sampled headers: a valid header with another length, or no valid header
+    # at all, means the index is not this file's. A header whose CRC fails is
+    # corrupt data, left for the reader to report (an index helps read past it).
     picks = np.unique(np.linspace(0, len(index) - 1, min(samples, len(index))).astype(np.int64))
+    valid = 0
     with open(path, "rb") as f:
         for i in picks.tolist():
             f.seek(int(offsets[i]))
             head = f.read(HEADER.size)
             length, length_crc = HEADER.unpack(head)
-            if masked_crc32c(head[:8]) != length_crc or length + OVERHEAD != sizes[i]:
+            if masked_crc32c(head[:8]) != length_crc:
+                continue
+            if length + OVERHEAD != sizes[i]:
                 raise fail(f"record {i} at byte {offsets[i]} does not start with a valid "
                            f"header of a {sizes[i] - OVERHEAD}-byte record")
+            valid += 1
+    if not valid:
+        raise fail(f"none of the {len(picks)} sampled records starts with a valid header")

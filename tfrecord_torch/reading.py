@@ -14,7 +14,7 @@ from .features import decode
 from .framing import iter_chunks, parse_frame
 from .streams import open_stream, open_window
 
-__all__ = ["Located", "decode_item", "fetch", "locate", "parse_located", "stream_shard"]
+__all__ = ["SKIPPED", "Located", "decode_item", "decode_or_skip", "fetch", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 64 << 20
 
@@ -27,11 +27,13 @@ class Located(NamedTuple):
 
 
 def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-          fds: dict | None = None) -> Iterator[Located]:
+          fds: dict | None = None, report=None) -> Iterator[Located]:
     """The records ``records`` of an indexed shard, in that order.
 
     An ascending run of consecutive records is read as one byte range and
-    scanned; anything else is one positioned read per record.
+    scanned; anything else is one positioned read per record. With
+    ``report``, bad records are reported and skipped; when a bad length ends
+    a range scan, reading resumes at the next record through the index.
     """
     if not len(records):
         return
@@ -40,17 +42,35 @@ def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = T
         start = int(index[first, 0])
         size = int(index[last, 0] + index[last, 1]) - start
         if size <= _MAX_WINDOW:
+            stopped_at = []
+
+            def note(error) -> None:
+                stopped_at.append(error.record)
+                report(error)
+
+            done = first - 1
             with open_window(path, start, size) as stream:
                 for chunk in iter_chunks(stream, verify=verify, offset=start, record=first,
-                                         block_size=max(size, 1)):
+                                         block_size=max(size, 1), report=note if report else None):
                     for i, payload in enumerate(chunk.payloads()):
-                        yield Located(payload, path, int(chunk.offsets[i]), chunk.first_record + i)
+                        done = int(chunk.numbers[i])
+                        yield Located(payload, path, int(chunk.offsets[i]), done)
+            if done < last and stopped_at:  # resume after the record that stopped the scan
+                yield from fetch(path, index, records[records > max(stopped_at)], verify=verify,
+                                 fds=fds, report=report)
             return
     fd = _fd(path, fds)
     for r in records.tolist():
         offset, size = int(index[r, 0]), int(index[r, 1])
-        data = os.pread(fd, size, offset)
-        yield Located(parse_frame(data, name=path, offset=offset, record=r, verify=verify), path, offset, r)
+        try:
+            data = os.pread(fd, size, offset)
+            payload = parse_frame(data, name=path, offset=offset, record=r, verify=verify)
+        except CorruptRecordError as e:
+            if report is None:
+                raise
+            report(e)
+            continue
+        yield Located(payload, path, offset, r)
 
 
 def _fd(path: str, fds: dict | None) -> int:
@@ -64,12 +84,12 @@ def _fd(path: str, fds: dict | None) -> int:
     return fds[key]
 
 
-def stream_shard(path: str, *, compression="auto", verify: bool = True) -> Iterator[Located]:
+def stream_shard(path: str, *, compression="auto", verify: bool = True, report=None) -> Iterator[Located]:
     """Every record of a shard, streamed (compressed shards need this)."""
     with open_stream(path, compression) as stream:
-        for chunk in iter_chunks(stream, verify=verify):
+        for chunk in iter_chunks(stream, verify=verify, report=report):
             for i, payload in enumerate(chunk.payloads()):
-                yield Located(payload, path, int(chunk.offsets[i]), chunk.first_record + i)
+                yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
 
 
 def locate(error: Exception, item: Located) -> Exception:
@@ -98,4 +118,18 @@ def decode_item(item: Located, spec: dict | None, transform) -> object:
         except FeatureError as e:
             raise locate(e, item) from e
     return transform(record) if transform is not None else record
+
+
+SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped
+
+
+def decode_or_skip(item: Located, spec: dict | None, transform, report) -> object:
+    """decode_item, but with ``report`` a bad record is reported and SKIPPED."""
+    if report is None:
+        return decode_item(item, spec, transform)
+    try:
+        return decode_item(item, spec, transform)
+    except (CorruptRecordError, FeatureError) as e:
+        report(e)
+        return SKIPPED
 

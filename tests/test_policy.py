@@ -1,0 +1,138 @@
+"""Error policies: raise, skip, warn; across DataLoader workers."""
+
+import gzip
+import logging
+import struct
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from helpers import ids_of, png_bytes, write_shards
+from tfrecord_torch import (CorruptRecordError, FeatureError, RecordWriter, TFRecordDataset, build_index,
+                            make_example, presets, read_records)
+from tfrecord_torch.policy import ErrorPolicy
+
+
+def corrupt(path, record_size, record, where):
+    """Flip a byte of record ``record``: in its header (length CRC) or payload."""
+    raw = bytearray(path.read_bytes())
+    raw[record * record_size + (3 if where == "header" else 20)] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+def fixed_shard(tmp_path, n=20, name="s.tfrecord"):
+    path = tmp_path / name
+    with RecordWriter(path) as w:
+        for i in range(n):
+            w.write(bytes([i]) * 30)
+    return path, 46
+
+
+def test_read_records_skips_bad_payload(tmp_path, caplog):
+    path, size = fixed_shard(tmp_path)
+    corrupt(path, size, 5, "payload")
+    corrupt(path, size, 12, "payload")
+    with pytest.raises(CorruptRecordError):
+        list(read_records(path))
+    policy = ErrorPolicy("skip")
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch"):
+        got = list(read_records(path, on_error=policy))
+    assert [r[0] for r in got] == [i for i in range(20) if i not in (5, 12)]
+    assert policy.total == 2 and policy.counts[str(path)] == 2
+    assert "record 5 at byte offset 230" in caplog.text
+
+
+def test_bad_length_ends_a_streamed_shard(tmp_path):
+    path, size = fixed_shard(tmp_path)
+    corrupt(path, size, 7, "header")
+    policy = ErrorPolicy("skip")
+    got = list(read_records(path, on_error=policy))
+    assert [r[0] for r in got] == list(range(7)) and policy.total == 1
+
+
+def test_warn_issues_runtime_warning(tmp_path):
+    path, size = fixed_shard(tmp_path)
+    corrupt(path, size, 2, "payload")
+    with pytest.warns(RuntimeWarning, match="record 2"):
+        assert len(list(read_records(path, on_error="warn"))) == 19
+
+
+def test_truncated_and_bad_gzip_end_the_shard(tmp_path):
+    path, size = fixed_shard(tmp_path)
+    path.write_bytes(path.read_bytes()[:-10])
+    policy = ErrorPolicy("skip")
+    assert len(list(read_records(path, on_error=policy))) == 19 and policy.total == 1
+    gz = tmp_path / "a.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes())[:-30])
+    policy = ErrorPolicy("skip")
+    assert len(list(read_records(gz, on_error=policy))) < 19 and policy.total == 1
+
+
+def test_huge_record_payload_skip(tmp_path):
+    path = tmp_path / "big.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(3):
+            w.write(bytes([i]) * 400_000)
+    raw = bytearray(path.read_bytes())
+    raw[400_016 + 100] ^= 1  # payload of record 1 (read on its own: larger than a block quarter)
+    path.write_bytes(bytes(raw))
+    policy = ErrorPolicy("skip")
+    assert [r[0] for r in read_records(path, on_error=policy)] == [0, 2]
+
+
+def test_bad_on_error():
+    with pytest.raises(ValueError, match="on_error must be one of"):
+        ErrorPolicy("ignore")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_dataset_skips_and_counts_across_workers(tmp_path, workers, batch_size):
+    paths = write_shards(tmp_path, [10, 10, 10])
+    for p in paths:
+        build_index(p)
+    size = len(paths[0].read_bytes()) // 10  # equal-size records
+    corrupt(paths[0], size, 3, "payload")
+    corrupt(paths[1], size, 4, "header")  # the index says where record 5 starts: resume there
+    ds = TFRecordDataset(tmp_path, index=[str(p) + ".index" for p in paths], on_error="skip",
+                         batch_size=batch_size)
+    got = ids_of(DataLoader(ds, batch_size=None, num_workers=workers))
+    assert sorted(got) == [i for i in range(30) if i not in (3, 14)]
+    assert ds.errors() == {"total": 2, "per_shard": {str(paths[0]): 1, str(paths[1]): 1}}
+
+
+def test_dataset_errors_reach_main_process_with_location(tmp_path):
+    paths = write_shards(tmp_path, [6, 6])
+    TFRecordDataset(tmp_path)  # build indexes while the data is good
+    size = len(paths[1].read_bytes()) // 6
+    corrupt(paths[1], size, 2, "payload")
+    ds = TFRecordDataset(tmp_path)
+    with pytest.raises(CorruptRecordError) as info:
+        list(DataLoader(ds, batch_size=None, num_workers=2))
+    err = info.value
+    assert (err.path, err.record, err.offset) == (str(paths[1]), 2, 2 * size)
+
+
+def test_corrupt_jpeg_follows_the_policy(tmp_path):
+    good = png_bytes(np.zeros((4, 4, 3), np.uint8), "JPEG")
+    with RecordWriter(tmp_path / "img.tfrecord") as w:
+        for i in range(6):
+            w.write(make_example({"image": good if i != 3 else good[:40] + b"\0" * 30, "label": i}))
+    with pytest.raises(FeatureError) as info:
+        list(DataLoader(TFRecordDataset(tmp_path, features=presets.tfds()), batch_size=None, num_workers=1))
+    assert info.value.record == 3 and info.value.key == "image"
+    ds = TFRecordDataset(tmp_path, features=presets.tfds(), on_error="skip")
+    labels = [int(d["label"]) for d in DataLoader(ds, batch_size=None, num_workers=1)]
+    assert labels == [0, 1, 2, 4, 5] and ds.errors()["total"] == 1
+    batched = TFRecordDataset(tmp_path, features=presets.tfds(), on_error="skip", batch_size=6)
+    (batch,) = list(batched)
+    assert batch["label"].tolist() == [0, 1, 2, 4, 5]
+
+
+def test_compressed_length_corruption_with_policy(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    length = struct.pack("<Q", 2**60)
+    path.write_bytes(length + b"\0\0\0\0" + b"x" * 50)
+    policy = ErrorPolicy("skip")
+    assert list(read_records(path, on_error=policy)) == [] and policy.total == 1
