@@ -302,3 +302,17 @@ def test_gzip_bomb_streams_with_bounded_memory(tmp_path):
     tracemalloc.stop()
     assert count == 256
     assert peak < 32 << 20
+
+
+@pytest.mark.parametrize("count", [10, 3000])
+def test_good_records_before_a_bad_one_are_yielded(tmp_path, count):
+    # As TensorFlow does: records 0..4 come out, then the error.
+    path = write(tmp_path / "a.tfrecord", [bytes([i % 256]) * 30 for i in range(count)])
+    raw = bytearray(path.read_bytes())
+    raw[5 * 46 + 20] ^= 1
+    path.write_bytes(bytes(raw))
+    got = []
+    with pytest.raises(CorruptRecordError) as info:
+        for payload in read_records(path):
+            got.append(payload)
+    assert len(got) == 5 and info.value.record == 5

@@ -51,6 +51,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         on_error: "raise", "skip" or "warn": what a corrupt record or a feature
             that fails to decode does (:mod:`tfrecord_torch.policy`); skips are
             logged and counted in :meth:`errors`, across worker processes.
+        storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
 
     Every record is read exactly once per epoch over all ranks and workers.
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
@@ -60,9 +61,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                  seed: int = 0, shuffle_buffer: int | None = None, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
                  batch_size: int | None = None, drop_last: bool = False, compression="auto",
-                 verify: bool = True, on_error: str = "raise") -> None:
+                 verify: bool = True, on_error: str = "raise", storage_options: dict | None = None) -> None:
         super().__init__()
-        self.paths = expand_paths(paths)
+        self.storage_options = storage_options
+        self.paths = expand_paths(paths, storage_options)
         self.spec = bind(features) if features is not None else None
         self.rank, self.world_size = sharding.resolve_rank(rank, world_size)
         if even not in sharding.EVEN_MODES:
@@ -88,12 +90,14 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def _indexes(self, index) -> list:
         if index is False:
             return [None] * len(self.paths)
+        so = self.storage_options
         if index is None:
-            return [None if is_compressed(p, self.compression) else shard_index(p) for p in self.paths]
+            return [None if is_compressed(p, self.compression, so) else shard_index(p, storage_options=so)
+                    for p in self.paths]
         index = list(index)
         if len(index) != len(self.paths):
             raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        return [shard_index(p, os.fspath(i)) for p, i in zip(self.paths, index)]
+        return [shard_index(p, os.fspath(i), storage_options=so) for p, i in zip(self.paths, index)]
 
     @property
     def counts(self) -> list[int] | None:
@@ -187,17 +191,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if self.shuffle and self.shuffle_buffer > 1:
             refs = ((s.shard, np.array([r])) for s in segments for r in s.records.tolist())
             segments = self._mixed(refs, worker, workers)
-        fds: dict = {}
+        readers: dict = {}
         try:
             for shard, records in segments:
-                for item in fetch(self.paths[shard], self.indexes[shard], records,
-                                  verify=self.verify, fds=fds, report=self.policy.reporter()):
+                for item in fetch(self.paths[shard], self.indexes[shard], records, verify=self.verify,
+                                  readers=readers, report=self.policy.reporter(),
+                                  storage_options=self.storage_options):
                     decoded = self._decode(item)
                     if decoded is not SKIPPED:
                         yield decoded
         finally:
-            for fd in fds.values():
-                os.close(fd)
+            for reader in readers.values():
+                reader.close()
 
     def _streamed_items(self, worker: int, workers: int):
         shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
@@ -206,7 +211,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         report = self.policy.reporter()
         located = (item for s in shards
                    for item in stream_shard(self.paths[s], compression=self.compression,
-                                            verify=self.verify, report=report))
+                                            verify=self.verify, report=report,
+                                            storage_options=self.storage_options))
         mixed = self._mixed(located, worker, workers)
         if self.batch_size is None:
             yield from (d for d in map(self._decode, mixed) if d is not SKIPPED)
@@ -229,7 +235,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         n = len(self) if self.drop_last else None
         lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
         count = n if n is not None else -(-(hi - lo) // self.batch_size)
-        fds: dict = {}
+        readers: dict = {}
         plan = sharding.RangePlanner(self.counts, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         try:
             for b in list(range(worker, count, workers))[skip:]:
@@ -237,13 +243,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 segments = plan.segments(a, min(a + self.batch_size, hi))
                 items = [item for shard, records in segments
                          for item in fetch(self.paths[shard], self.indexes[shard], records,
-                                           verify=self.verify, fds=fds, report=self.policy.reporter())]
+                                           verify=self.verify, readers=readers,
+                                           report=self.policy.reporter(),
+                                           storage_options=self.storage_options)]
                 batch = self._decode_batch(items)
                 if batch is not SKIPPED:
                     yield batch
         finally:
-            for fd in fds.values():
-                os.close(fd)
+            for reader in readers.values():
+                reader.close()
 
     def _decode_batch(self, items: list[Located]):
         """One decoded batch; a bad record is found and named (and, when the

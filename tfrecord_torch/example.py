@@ -172,7 +172,8 @@ def _classify_array(key: str, array: np.ndarray) -> tuple[str, list]:
             raise ValueError(f"feature {key!r}: value {flat.max()} does not fit in int64")
         return "int64", flat.astype(np.int64).tolist()
     if array.dtype.kind == "f":
-        return "float", flat.astype(np.float32).tolist()
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, as in TensorFlow
+            return "float", flat.astype(np.float32).tolist()
     if array.dtype.kind in "SUO":
         items = flat.tolist()
         if all(isinstance(v, (bytes, str)) for v in items):

@@ -26,6 +26,7 @@ import numpy as np
 from crc32c import crc32c
 
 from .crc import crc32c_rows, mask_array, masked_crc32c
+from . import fs
 from .errors import CorruptRecordError
 from .streams import Stream, check_compression, open_stream
 
@@ -69,7 +70,8 @@ class Chunk:
         return [buf[s:e] for s, e in zip(self.starts.tolist(), (self.starts + self.lengths).tolist())]
 
 
-def read_records(source, *, compression="auto", verify: bool = True, on_error="raise") -> Iterator[bytes]:
+def read_records(source, *, compression="auto", verify: bool = True, on_error="raise",
+                 storage_options: dict | None = None) -> Iterator[bytes]:
     """Yield the payload of each record in a TFRecord file.
 
     Args:
@@ -80,6 +82,7 @@ def read_records(source, *, compression="auto", verify: bool = True, on_error="r
         on_error: "raise", "skip" or "warn" (see :mod:`tfrecord_torch.policy`),
             or an :class:`~tfrecord_torch.policy.ErrorPolicy` to read the
             skip counts from afterwards.
+        storage_options: fsspec options for URLs (``s3://``, ``gs://``, ...).
 
     Raises:
         CorruptRecordError: a record is corrupted or truncated; names the file,
@@ -89,7 +92,7 @@ def read_records(source, *, compression="auto", verify: bool = True, on_error="r
     from .policy import as_policy
 
     report = as_policy(on_error).reporter()
-    stream = open_stream(source, compression)  # open now, so a missing file fails here
+    stream = open_stream(source, compression, storage_options)  # open now: a missing file fails here
     return _payloads(stream, verify, report)
 
 
@@ -136,6 +139,8 @@ def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: 
         scan = _scan(data, base, record, verify, stream.name, limit, report)
         if len(scan.starts):
             yield Chunk(data, scan.starts, scan.lengths, scan.starts - HEADER_SIZE + base, scan.numbers)
+        if scan.error is not None:  # raised after the good records before it, as TensorFlow does
+            raise scan.error
         if scan.stopped:  # a bad length ended the stream (reported)
             return
         record += scan.count
@@ -216,7 +221,8 @@ class _Scan(NamedTuple):
     count: int  # records scanned, good or skipped
     end: int  # position after the last complete record
     need: int | None  # framed size of the incomplete record at ``end`` (None: header incomplete)
-    stopped: bool  # a bad length ended the stream (only with ``report``)
+    stopped: bool  # a bad record ended the scan
+    error: CorruptRecordError | None = None  # to raise once the good records before it are out
 
 
 def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: int | None,
@@ -246,12 +252,12 @@ def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: i
         pos = end
     heads = np.concatenate([run, np.array(heads, np.int64)]) if heads else run
     lengths = _lengths(data, heads)
-    keep, stop = (np.ones(len(heads), bool), None) if not verify else \
+    keep, stop, error = (np.ones(len(heads), bool), None, None) if not verify else \
         _verify(data, heads, lengths, base, record, name, report)
     numbers = np.flatnonzero(keep).astype(np.int64) + record
     good = heads[keep]
     if stop is not None:
-        return _Scan(good + HEADER_SIZE, numbers, lengths[keep], stop, 0, None, True)
+        return _Scan(good + HEADER_SIZE, numbers, lengths[keep], stop, 0, None, True, error)
     need = None
     if n - pos >= HEADER_SIZE:
         number = record + len(heads)
@@ -264,10 +270,10 @@ def _scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: i
                                        f"truncated record: its length {length} runs past "
                                        f"the end of the data at byte {limit}")
         if error is not None:
-            if report is None:
-                raise error
-            report(error)
-            return _Scan(good + HEADER_SIZE, numbers, lengths[keep], len(heads), pos, None, True)
+            if report is not None:
+                report(error)
+                error = None
+            return _Scan(good + HEADER_SIZE, numbers, lengths[keep], len(heads), pos, None, True, error)
         need = length + OVERHEAD
     return _Scan(good + HEADER_SIZE, numbers, lengths[keep], len(heads), pos, need, False)
 
@@ -288,16 +294,16 @@ def _u32s(arr: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _verify(data: bytes, heads: np.ndarray, lengths: np.ndarray, base: int, record: int,
-            name: str, report=None) -> tuple[np.ndarray, int | None]:
+            name: str, report=None) -> tuple[np.ndarray, int | None, CorruptRecordError | None]:
     """Check the length and payload CRCs of the records at ``heads``.
 
-    Returns which records to keep and, if a length CRC failed, the index of
-    that record (which ends the stream). Without ``report`` the first bad
-    record raises.
+    Returns which records to keep, the index of the record that ends the
+    scan (a bad length; without ``report``, any bad record) or None, and
+    without ``report`` the error to raise once the records before it are out.
     """
     keep = np.ones(len(heads), bool)
     if not len(heads):
-        return keep, None
+        return keep, None, None
     arr = np.frombuffer(data, np.uint8)
     header_crcs = mask_array(crc32c_rows(arr[heads[:, None] + _ARANGE8]))
     bad_header = np.flatnonzero(header_crcs != _u32s(arr, heads + 8))
@@ -313,13 +319,15 @@ def _verify(data: bytes, heads: np.ndarray, lengths: np.ndarray, base: int, reco
     if stop < len(heads):
         errors.append(CorruptRecordError(name, base + int(heads[stop]), record + stop,
                                          "length CRC mismatch (header corrupted)"))
+    if report is None and errors:
+        first = errors[0]
+        keep[first.record - record:] = False
+        return keep, first.record - record, first
     for error in errors:
-        if report is None:
-            raise error
         report(error)
     keep[bad_payload] = False
     keep[stop:] = False
-    return keep, (stop if stop < len(heads) else None)
+    return keep, (stop if stop < len(heads) else None), None
 
 
 def _equal_run(data: bytes, framed: int, count: int) -> int:
@@ -360,6 +368,8 @@ class RecordWriter:
     The file is written under a temporary name in the same folder and renamed
     to ``path`` only when the writer closes without error, so an interrupted
     write never leaves a file that looks complete (a failed one leaves nothing).
+    For a URL (``s3://...``) the file is written to a local temporary file and
+    uploaded when closed: no object appears under the name before that.
 
     Args:
         path: the file to create (replaced if it exists), or a binary file
@@ -374,7 +384,8 @@ class RecordWriter:
         ...     w.write(b"payload")
     """
 
-    def __init__(self, path, *, compression=None, index: bool = False) -> None:
+    def __init__(self, path, *, compression=None, index: bool = False,
+                 storage_options: dict | None = None) -> None:
         self.compression = check_compression(compression, allow_auto=False)
         if index and (self.compression is not None or hasattr(path, "write")):
             raise ValueError("index=True needs an uncompressed file written by path")
@@ -382,12 +393,17 @@ class RecordWriter:
         self.offset = 0  # bytes of framed records written (before compression)
         self._index: list[int] | None = [] if index else None
         self._final = None
+        self._storage_options = storage_options
         if hasattr(path, "write"):
             self._file: BinaryIO = path
             self._owned = False
         else:
             self._final = os.fspath(path)
-            folder, base = os.path.split(os.path.abspath(self._final))
+            if fs.is_url(self._final):  # written locally, uploaded whole on close
+                folder, base = None, os.path.basename(self._final)
+            else:
+                self._final = fs.local(self._final)
+                folder, base = os.path.split(os.path.abspath(self._final))
             fd, self._temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=folder)
             self._file = os.fdopen(fd, "wb")
             self._owned = True
@@ -433,8 +449,12 @@ class RecordWriter:
                     sizes = np.array(self._index, np.int64)
                     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
                     write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),
-                                default_index_path(self._final))
-                os.replace(self._temp, self._final)
+                                default_index_path(self._final), storage_options=self._storage_options)
+                if fs.is_url(self._final):
+                    fs.upload(self._temp, self._final, self._storage_options)
+                    os.unlink(self._temp)
+                else:
+                    os.replace(self._temp, self._final)
         except BaseException:
             self.abort()
             raise

@@ -10,9 +10,10 @@ compressed file, decompress it once (``tfrecord-torch decompress``).
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
+
+from . import fs
 
 from .errors import IndexMismatchError, TFRecordError
 from .framing import HEADER, OVERHEAD, iter_chunks
@@ -29,9 +30,9 @@ def default_index_path(path) -> str:
     return os.fspath(path) + ".index"
 
 
-def scan_index(path) -> np.ndarray:
+def scan_index(path, storage_options: dict | None = None) -> np.ndarray:
     """Read a record file once and return its index (int64 array [N, 2]) in memory."""
-    stream = open_stream(path, "auto")
+    stream = open_stream(path, "auto", storage_options)
     with stream:
         if stream.compression is not None:
             raise TFRecordError(
@@ -43,7 +44,7 @@ def scan_index(path) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
-def build_index(path, index_path=None) -> str:
+def build_index(path, index_path=None, *, storage_options: dict | None = None) -> str:
     """Write the index file of a record file, checking every CRC on the way.
 
     Args:
@@ -54,28 +55,19 @@ def build_index(path, index_path=None) -> str:
         The index file's path. It is written under a temporary name and renamed
         when complete.
     """
-    index = scan_index(path)
+    index = scan_index(path, storage_options)
     index_path = default_index_path(path) if index_path is None else os.fspath(index_path)
-    write_index(index, index_path)
+    write_index(index, index_path, storage_options=storage_options)
     return index_path
 
 
-def write_index(index: np.ndarray, index_path) -> None:
-    """Write an index array [N, 2] as an index file (atomically)."""
+def write_index(index: np.ndarray, index_path, *, storage_options: dict | None = None) -> None:
+    """Write an index array [N, 2] as an index file (atomically; a URL is uploaded whole)."""
     text = "".join(f"{o} {s}\n" for o, s in index.tolist())
-    folder = os.path.dirname(os.path.abspath(index_path))
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(index_path)}.", suffix=".partial", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(temp, index_path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+    fs.write_bytes(os.fspath(index_path), text.encode("ascii"), storage_options)
 
 
-def load_index(index_path) -> np.ndarray:
+def load_index(index_path, *, storage_options: dict | None = None) -> np.ndarray:
     """Load an index file.
 
     Returns:
@@ -85,8 +77,7 @@ def load_index(index_path) -> np.ndarray:
         IndexMismatchError: the file is not a well-formed index.
     """
     index_path = os.fspath(index_path)
-    with open(index_path, "rb") as f:
-        text = f.read()
+    text = fs.read_bytes(index_path, storage_options)
     lines = text.split(b"\n")
     if lines and lines[-1].strip() == b"":
         lines.pop()
@@ -108,7 +99,7 @@ def load_index(index_path) -> np.ndarray:
 
 
 def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | None = None,
-                samples: int = _SAMPLES) -> None:
+                samples: int = _SAMPLES, storage_options: dict | None = None) -> None:
     """Check cheaply that ``index`` describes the record file ``path``.
 
     The records must tile the file (first at 0, each next one where the
@@ -120,7 +111,7 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
         IndexMismatchError: naming both files and the first disagreement.
     """
     path = os.fspath(path)
-    size = os.path.getsize(path) if size is None else size
+    size = fs.size_and_version(path, storage_options)[0] if size is None else size
     fail = lambda reason: IndexMismatchError(index_path, path, reason)  # noqa: E731
     if index.ndim != 2 or index.shape[1] != 2:
         raise fail(f"expected an array [N, 2], got shape {index.shape}")
@@ -148,16 +139,18 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
     # corrupt data, left for the reader to report (an index helps read past it).
     picks = np.unique(np.linspace(0, len(index) - 1, min(samples, len(index))).astype(np.int64))
     valid = 0
-    with open(path, "rb") as f:
-        for i in picks.tolist():
-            f.seek(int(offsets[i]))
-            head = f.read(HEADER.size)
-            length, length_crc = HEADER.unpack(head)
-            if masked_crc32c(head[:8]) != length_crc:
-                continue
-            if length + OVERHEAD != sizes[i]:
-                raise fail(f"record {i} at byte {offsets[i]} does not start with a valid "
-                           f"header of a {sizes[i] - OVERHEAD}-byte record")
-            valid += 1
+    reader = fs.Reader(path, storage_options)
+    try:
+        heads = [reader.read(int(offsets[i]), HEADER.size) for i in picks.tolist()]
+    finally:
+        reader.close()
+    for i, head in zip(picks.tolist(), heads):
+        length, length_crc = HEADER.unpack(head)
+        if masked_crc32c(head[:8]) != length_crc:
+            continue
+        if length + OVERHEAD != sizes[i]:
+            raise fail(f"record {i} at byte {offsets[i]} does not start with a valid "
+                       f"header of a {sizes[i] - OVERHEAD}-byte record")
+        valid += 1
     if not valid:
         raise fail(f"none of the {len(picks)} sampled records starts with a valid header")

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from . import fs
 from .framing import parse_frame
 from .index import check_index, default_index_path, load_index, scan_index
 
@@ -16,33 +17,35 @@ class IndexedReader:
     """Read record ``i`` of a file in O(1): one positioned read of its bytes.
 
     Args:
-        path: an uncompressed TFRecord file.
+        path: an uncompressed TFRecord file (a path or an fsspec URL; a remote
+            record is fetched with one range request).
         index: an index file path, an int64 array [N, 2], or None to use
             ``<path>.index`` when it exists and otherwise scan the file once in
             memory (nothing is written).
         verify: check both CRCs of every record read.
+        storage_options: fsspec options for URLs.
 
     The index is checked against the file (:func:`check_index`) before use.
     The file is opened on first read and reopened in a forked child, so one
     reader can be handed to DataLoader workers.
     """
 
-    def __init__(self, path, *, index=None, verify: bool = True) -> None:
-        self._fd = None
-        self._pid = None
+    def __init__(self, path, *, index=None, verify: bool = True,
+                 storage_options: dict | None = None) -> None:
         self.path = os.fspath(path)
         self.verify = verify
+        self._reader = fs.Reader(self.path, storage_options)
         if index is None:
             candidate = default_index_path(self.path)
-            index = candidate if os.path.exists(candidate) else None
+            index = candidate if fs.exists(candidate, storage_options) else None
         if index is None:
-            self.index = scan_index(self.path)
+            self.index = scan_index(self.path, storage_options)
         else:
             index_path = "<array>"
             if not isinstance(index, np.ndarray):
                 index_path = os.fspath(index)
-                index = load_index(index_path)
-            check_index(index, self.path, index_path=index_path)
+                index = load_index(index_path, storage_options=storage_options)
+            check_index(index, self.path, index_path=index_path, storage_options=storage_options)
             self.index = index
 
     def __len__(self) -> int:
@@ -54,25 +57,13 @@ class IndexedReader:
             raise IndexError(f"record {i} out of range for {self.path} ({n} records)")
         i %= n
         offset, size = (int(v) for v in self.index[i])
-        data = os.pread(self._handle(), size, offset)
+        data = self._reader.read(offset, size)
         return parse_frame(data, name=self.path, offset=offset, record=i, verify=self.verify)
-
-    def _handle(self) -> int:
-        if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-            self._pid = os.getpid()
-        return self._fd
 
     def close(self) -> None:
         """Close the file (it reopens on the next read)."""
-        if getattr(self, "_fd", None) is not None and self._pid == os.getpid():
-            os.close(self._fd)
-        self._fd = None
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_fd"] = None
-        return state
+        if getattr(self, "_reader", None) is not None:
+            self._reader.close()
 
     def __enter__(self) -> "IndexedReader":
         return self

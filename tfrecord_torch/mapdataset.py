@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 import torch.utils.data
 
+from . import fs
 from .errors import TFRecordError
 from .features import bind
 from .framing import parse_frame
@@ -32,25 +33,28 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             list of index paths, one per shard.
         transform: a callable applied to each item.
         verify: check record CRCs.
+        storage_options: fsspec options for URLs (each record is one range request).
     """
 
     def __init__(self, paths, *, features: dict | None = None, index=None,
-                 transform: Callable | None = None, verify: bool = True) -> None:
-        self.paths = expand_paths(paths)
+                 transform: Callable | None = None, verify: bool = True,
+                 storage_options: dict | None = None) -> None:
+        self.paths = expand_paths(paths, storage_options)
         for p in self.paths:
-            if is_compressed(p, "auto"):
+            if is_compressed(p, "auto", storage_options):
                 raise TFRecordError(f"{p}: compressed shards cannot be read by index; use "
                                     "TFRecordDataset to stream them, or `tfrecord-torch decompress`")
         if index is not None:
             index = list(index)
             if len(index) != len(self.paths):
                 raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        self.indexes = [shard_index(p, None if index is None else os.fspath(index[i]))
+        self.indexes = [shard_index(p, None if index is None else os.fspath(index[i]),
+                                    storage_options=storage_options)
                         for i, p in enumerate(self.paths)]
+        self._readers = [fs.Reader(p, storage_options) for p in self.paths]
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
         self.spec = bind(features) if features is not None else None
         self.transform, self.verify = transform, verify
-        self._fds: dict = {}
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
@@ -68,26 +72,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         shard, r = self.locate(int(i))
         path = self.paths[shard]
         offset, size = (int(v) for v in self.indexes[shard][r])
-        data = os.pread(self._fd(path), size, offset)
+        data = self._readers[shard].read(offset, size)
         item = Located(parse_frame(data, name=path, offset=offset, record=r, verify=self.verify),
                        path, offset, r)
         return decode_item(item, self.spec, self.transform)
-
-    def _fd(self, path: str) -> int:
-        key = (path, os.getpid())
-        if key not in self._fds:
-            self._fds[key] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        return self._fds[key]
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_fds"] = {}
-        return state
-
-    def __del__(self) -> None:
-        for (_, pid), fd in getattr(self, "_fds", {}).items():
-            if pid == os.getpid():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass

@@ -3,20 +3,20 @@ or by streaming whole shards, each payload with where it came from."""
 
 from __future__ import annotations
 
-import os
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from . import fs
 from .errors import CorruptRecordError, ExampleDecodeError, FeatureError
 from .example import parse_example
 from .features import decode
 from .framing import iter_chunks, parse_frame
-from .streams import open_stream, open_window
+from .streams import open_bytes, open_stream
 
 __all__ = ["SKIPPED", "Located", "decode_item", "decode_or_skip", "fetch", "locate", "parse_located", "stream_shard"]
 
-_MAX_WINDOW = 64 << 20
+_MAX_WINDOW = 16 << 20
 
 
 class Located(NamedTuple):
@@ -27,44 +27,28 @@ class Located(NamedTuple):
 
 
 def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-          fds: dict | None = None, report=None) -> Iterator[Located]:
+          readers: dict | None = None, report=None, storage_options: dict | None = None
+          ) -> Iterator[Located]:
     """The records ``records`` of an indexed shard, in that order.
 
-    An ascending run of consecutive records is read as one byte range and
-    scanned; anything else is one positioned read per record. With
-    ``report``, bad records are reported and skipped; when a bad length ends
-    a range scan, reading resumes at the next record through the index.
+    An ascending run of consecutive records is read in windows of up to
+    16 MiB, each one positioned read (one range request for a URL), then
+    scanned; other records are one positioned read each. With ``report``,
+    bad records are reported and skipped; when a bad length ends a window's
+    scan, reading resumes at the next record through the index.
     """
     if not len(records):
         return
-    first, last = int(records[0]), int(records[-1])
-    if len(records) > 1 and last - first + 1 == len(records) and (np.diff(records) == 1).all():
-        start = int(index[first, 0])
-        size = int(index[last, 0] + index[last, 1]) - start
-        if size <= _MAX_WINDOW:
-            stopped_at = []
-
-            def note(error) -> None:
-                stopped_at.append(error.record)
-                report(error)
-
-            done = first - 1
-            with open_window(path, start, size) as stream:
-                for chunk in iter_chunks(stream, verify=verify, offset=start, record=first,
-                                         block_size=max(size, 1), report=note if report else None):
-                    for i, payload in enumerate(chunk.payloads()):
-                        done = int(chunk.numbers[i])
-                        yield Located(payload, path, int(chunk.offsets[i]), done)
-            if done < last and stopped_at:  # resume after the record that stopped the scan
-                yield from fetch(path, index, records[records > max(stopped_at)], verify=verify,
-                                 fds=fds, report=report)
-            return
-    fd = _fd(path, fds)
+    reader = _reader(path, readers, storage_options)
+    if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
+            (np.diff(records) == 1).all():
+        yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report)
+        return
     for r in records.tolist():
         offset, size = int(index[r, 0]), int(index[r, 1])
         try:
-            data = os.pread(fd, size, offset)
-            payload = parse_frame(data, name=path, offset=offset, record=r, verify=verify)
+            payload = parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
+                                  verify=verify)
         except CorruptRecordError as e:
             if report is None:
                 raise
@@ -73,20 +57,48 @@ def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = T
         yield Located(payload, path, offset, r)
 
 
-def _fd(path: str, fds: dict | None) -> int:
-    """A file descriptor for ``path``, kept in ``fds`` (one per process: the
-    dict lives in the iterating worker, never shared across a fork)."""
-    if fds is None:
-        fds = {}
-    key = (path, os.getpid())
-    if key not in fds:
-        fds[key] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    return fds[key]
+def _windows(path, index, first, last, reader, verify, report) -> Iterator[Located]:
+    lo = first
+    ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
+    while first <= last:
+        start = int(index[first, 0])
+        # the window's last record: as many as fit in _MAX_WINDOW, at least one
+        fit = int(np.searchsorted(ends, start + _MAX_WINDOW, side="right")) - 1 + lo
+        stop = min(max(fit, first), last)
+        size = int(ends[stop - lo]) - start
+        stopped_at: list[int] = []
+
+        def note(error) -> None:
+            stopped_at.append(error.record)
+            report(error)
+
+        stream = open_bytes(reader.read(start, size), path)
+        done = first - 1
+        for chunk in iter_chunks(stream, verify=verify, offset=start, record=first,
+                                 block_size=max(size, 1), report=note if report else None):
+            for i, payload in enumerate(chunk.payloads()):
+                done = int(chunk.numbers[i])
+                yield Located(payload, path, int(chunk.offsets[i]), done)
+        if done < stop and stopped_at:
+            first = max(stopped_at) + 1  # resume after the record that stopped the scan
+        else:
+            first = stop + 1
 
 
-def stream_shard(path: str, *, compression="auto", verify: bool = True, report=None) -> Iterator[Located]:
+def _reader(path: str, readers: dict | None, storage_options: dict | None) -> fs.Reader:
+    """The shard's positioned reader, kept in ``readers`` (which lives in the
+    iterating process; a Reader reopens its file after a fork anyway)."""
+    if readers is None:
+        return fs.Reader(path, storage_options)
+    if path not in readers:
+        readers[path] = fs.Reader(path, storage_options)
+    return readers[path]
+
+
+def stream_shard(path: str, *, compression="auto", verify: bool = True, report=None,
+                 storage_options: dict | None = None) -> Iterator[Located]:
     """Every record of a shard, streamed (compressed shards need this)."""
-    with open_stream(path, compression) as stream:
+    with open_stream(path, compression, storage_options) as stream:
         for chunk in iter_chunks(stream, verify=verify, report=report):
             for i, payload in enumerate(chunk.payloads()):
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))

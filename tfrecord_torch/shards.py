@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import logging
 import os
 
 import numpy as np
 
+from . import fs
 from .errors import IndexMismatchError, TFRecordError
 from .index import check_index, default_index_path, load_index, scan_index, write_index
 from .streams import open_stream
@@ -19,31 +19,14 @@ log = logging.getLogger(__name__)
 _SKIP_SUFFIXES = (".index", ".idx", ".json", ".txt", ".partial")
 
 
-def expand_paths(paths) -> list[str]:
-    """Shard paths from a path, a glob pattern, a directory, or a list of these.
+def expand_paths(paths, storage_options: dict | None = None) -> list[str]:
+    """Shard paths from a path, a glob pattern, a directory, or a list of these;
+    local or fsspec URLs (``s3://bucket/prefix/*.tfrecord``, ``gs://bucket/dir``).
 
     A directory gives the files directly inside it, sorted, minus index and
     metadata files (``.index``, ``.idx``, ``.json``, ``.txt``) and hidden files.
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out: list[str] = []
-    for item in paths:
-        item = os.fspath(item)
-        if os.path.isdir(item):
-            found = sorted(os.path.join(item, f) for f in os.listdir(item)
-                           if not f.startswith(".") and not f.endswith(_SKIP_SUFFIXES)
-                           and os.path.isfile(os.path.join(item, f)))
-        elif glob.has_magic(item):
-            found = sorted(f for f in glob.glob(item) if not f.endswith(_SKIP_SUFFIXES))
-            if not found:
-                raise FileNotFoundError(f"no files match {item!r}")
-        elif os.path.exists(item):
-            found = [item]
-        else:
-            raise FileNotFoundError(f"no such file or directory: {item!r}")
-        out.extend(f for f in found if f not in out)
-    return out
+    return fs.expand(paths, storage_options, _SKIP_SUFFIXES)
 
 
 def index_cache_dir() -> str:
@@ -53,43 +36,48 @@ def index_cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "tfrecord_torch", "index")
 
 
-def _cached_index_path(path: str) -> str:
-    st = os.stat(path)
-    key = f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()
-    name = os.path.basename(path)[:60]
+def _cached_index_path(path: str, storage_options: dict | None) -> str:
+    size, version = fs.size_and_version(path, storage_options)
+    key = f"{path if fs.is_url(path) else os.path.abspath(path)}\0{size}\0{version}".encode()
+    name = os.path.basename(path.rstrip("/"))[:60]
     return os.path.join(index_cache_dir(), f"{name}.{hashlib.sha256(key).hexdigest()[:20]}.index")
 
 
-def is_compressed(path: str, compression) -> bool:
-    with open_stream(path, compression) as stream:
+def is_compressed(path: str, compression, storage_options: dict | None = None) -> bool:
+    with open_stream(path, compression, storage_options) as stream:
         return stream.compression is not None
 
 
-def shard_index(path: str, index_path: str | None = None, *, build: bool = True) -> np.ndarray:
+def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
+                storage_options: dict | None = None) -> np.ndarray:
     """The checked index of an uncompressed shard.
 
     Uses ``index_path`` if given (it must match: a mismatch is an error), else
     ``<path>.index`` or a cached index, rebuilding either when it does not match
-    the shard. New indexes are written beside the shard, or in the cache folder
-    when the shard's folder is read-only.
+    the shard. New indexes are written beside a local shard, or in the cache
+    folder when its folder is read-only or the shard is remote. The cache key
+    includes the file's size and modification time (an object's ETag), so an
+    index of a changed file is never reused.
     """
+    so = storage_options
     if index_path is not None:
-        index = load_index(index_path)
-        check_index(index, path, index_path=index_path)
+        index = load_index(index_path, storage_options=so)
+        check_index(index, path, index_path=index_path, storage_options=so)
         return index
-    candidates = [default_index_path(path), _cached_index_path(path)]
+    cached = _cached_index_path(path, so)
+    candidates = [default_index_path(path), cached]
     for candidate in candidates:
-        if os.path.exists(candidate):
+        if fs.exists(candidate, so if candidate != cached else None):
             try:
-                index = load_index(candidate)
-                check_index(index, path, index_path=candidate)
+                index = load_index(candidate, storage_options=so if candidate != cached else None)
+                check_index(index, path, index_path=candidate, storage_options=so)
                 return index
             except IndexMismatchError as e:
                 log.warning("rebuilding a stale index: %s", e)
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path)
-    for candidate in candidates:
+    index = scan_index(path, so)
+    for candidate in ([cached] if fs.is_url(path) else candidates):
         try:
             os.makedirs(os.path.dirname(candidate), exist_ok=True)
             write_index(index, candidate)

@@ -22,6 +22,7 @@ import struct
 import zlib
 from typing import BinaryIO
 
+from . import fs
 from .crc import masked_crc32c
 
 COMPRESSIONS = (None, "gzip", "zlib")
@@ -177,19 +178,19 @@ class _Inflater(io.RawIOBase):
         super().close()
 
 
-def open_stream(source, compression="auto") -> Stream:
-    """Open a path or binary file object as a :class:`Stream` of record bytes.
+def open_stream(source, compression="auto", storage_options: dict | None = None) -> Stream:
+    """Open a path, URL or binary file object as a :class:`Stream` of record bytes.
 
     Args:
-        source: a path (str or os.PathLike) or a binary file object.
+        source: a path (str or os.PathLike), an fsspec URL, or a binary file object.
         compression: None, "gzip", "zlib" or "auto" (see the module docstring).
+        storage_options: passed to fsspec for URLs (credentials, endpoint, ...).
     """
     compression = check_compression(compression, allow_auto=True)
     if isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
-        raw = open(name, "rb", buffering=0)
+        raw, size = fs.open_read(name, storage_options)
         owned = True
-        size = os.fstat(raw.fileno()).st_size
     elif hasattr(source, "read"):
         raw = source
         owned = False
@@ -224,28 +225,6 @@ def _remaining_size(f) -> int | None:
         return None
 
 
-class _Window(io.RawIOBase):
-    """Bytes [start, start + size) of a file, read with pread (no shared offset)."""
-
-    def __init__(self, path: str, start: int, size: int) -> None:
-        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        self._pos, self._end = start, start + size
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        n = self._end - self._pos if n is None or n < 0 else min(n, self._end - self._pos)
-        data = os.pread(self._fd, n, self._pos) if n > 0 else b""
-        self._pos += len(data)
-        return data
-
-    def close(self) -> None:
-        if not self.closed:
-            os.close(self._fd)
-        super().close()
-
-
-def open_window(path: str, start: int, size: int) -> Stream:
-    """A :class:`Stream` of bytes [start, start + size) of an uncompressed file."""
-    return Stream(_Window(path, start, size), path, size, owned=True)
+def open_bytes(data: bytes, name: str) -> Stream:
+    """A :class:`Stream` over bytes already in memory (a window of a file)."""
+    return Stream(io.BytesIO(data), name, len(data), owned=True)
