@@ -309,36 +309,18 @@ def parse_ours(path):
     return lambda: _record_tally(map(parse_example, read_records(path)))
 
 
-def parse_chunk(chunk, parse_example, np) -> dict:
-    """HOOK for our batched parse: one Chunk of records -> a batch of arrays.
-
-    For now it parses record by record and stacks; swap in the library's
-    batched Example parser here when it exists (the worker below, its tally and
-    the smoke test need no change).
-    """
-    buf = chunk.buf
-    labels, xs = [], []
-    for s, n in zip(chunk.starts.tolist(), chunk.lengths.tolist()):
-        d = parse_example(buf[s:s + n])
-        labels.append(d["label"])
-        xs.append(d["x"])
-    return {"label": np.concatenate(labels), "x": np.stack(xs)}
-
-
 @worker("parse_small", "ours_batched",
-        note="iter_chunks(open_stream(path), verify=True) + parse_chunk (today: parse_example per "
-             "record, then stacked); one batch per 1 MiB read chunk")
+        note="iter_chunks(open_stream(path), verify=True) + parse_example_batch: one batch of "
+             "numpy columns per 1 MiB read chunk")
 def parse_ours_batched(path):
-    import numpy as np
-
-    from tfrecord_torch import parse_example
+    from tfrecord_torch import parse_example_batch
     from tfrecord_torch.framing import iter_chunks
     from tfrecord_torch.streams import open_stream
 
     def batches():
         with open_stream(path) as stream:
             for chunk in iter_chunks(stream, verify=True):
-                yield parse_chunk(chunk, parse_example, np)
+                yield parse_example_batch(chunk)
     return lambda: _batch_tally(batches())
 
 

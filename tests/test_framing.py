@@ -316,3 +316,18 @@ def test_good_records_before_a_bad_one_are_yielded(tmp_path, count):
         for payload in read_records(path):
             got.append(payload)
     assert len(got) == 5 and info.value.record == 5
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        path = write(tmp_path / "p.tfrecord", [b"x"])
+        from tfrecord_torch import build_index
+
+        index = build_index(path)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(index).st_mode) == 0o644

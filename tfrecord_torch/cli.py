@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from . import __version__
+from . import __version__, fs
 from .errors import ExampleDecodeError, TFRecordError
 from .example import parse_example, parse_sequence_example
 from .framing import RecordWriter, read_records
@@ -153,7 +153,7 @@ def _cmd_verify(args) -> int:
                 count += 1
             index_path = default_index_path(path)
             note = ""
-            if os.path.exists(index_path):
+            if fs.exists(index_path):
                 check_index(load_index(index_path), path, index_path=index_path)
                 note = f", index {index_path} matches"
             print(f"OK      {path}: {count} records{note}")
@@ -169,7 +169,7 @@ def _cmd_inspect(args) -> int:
     sizes = []
     for path in files:
         stream = open_stream(path, _compression(args))
-        sizes.append((path, os.path.getsize(path), stream.compression))
+        sizes.append((path, fs.size_and_version(path)[0], stream.compression))
         stream.close()
         for payload in read_records(path, compression=_compression(args)):
             report.records += 1

@@ -35,7 +35,7 @@ _MAGIC = [(b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "g
 def write_dataset(dataset, output_dir, *, name: str, split: str = "train", image_format: str = "png",
                   quality: int = 95, shard_size: int = 10_000, max_shard_bytes: int | None = None,
                   compression=None, num_workers: int = 0, class_names: list[str] | None = None,
-                  progress: bool = True) -> list[str]:
+                  progress: bool = True, storage_options: dict | None = None) -> list[str]:
     """Write a dataset of images and labels as TFDS-style sharded TFRecords.
 
     Args:
@@ -55,6 +55,8 @@ def write_dataset(dataset, output_dir, *, name: str, split: str = "train", image
         num_workers: processes encoding in parallel (0: in this process). The
             output is byte-identical whatever the number.
         class_names: label names for the metadata (default: ``dataset.classes``).
+        progress: show a progress bar.
+        storage_options: fsspec options when ``output_dir`` is a URL.
 
     Returns:
         The shard paths.
@@ -74,14 +76,15 @@ def write_dataset(dataset, output_dir, *, name: str, split: str = "train", image
     total = len(dataset)
     stats = _Stats()
     with ShardedWriter(output_dir, name=name, split=split, max_records=shard_size,
-                       max_bytes=max_shard_bytes, compression=compression) as writer:
+                       max_bytes=max_shard_bytes, compression=compression,
+                       storage_options=storage_options) as writer:
         for payload, meta in _encoded(dataset, files, options, total, num_workers, progress):
             writer.write(payload)
             stats.add(meta)
         paths = writer.close()
     write_metadata(output_dir, name=name, split=split, shard_lengths=writer.shard_lengths,
                    num_bytes=writer.num_bytes, features=stats.features(image_format if not files else None, class_names),
-                   class_names=class_names, compression=compression)
+                   class_names=class_names, compression=compression, storage_options=storage_options)
     return paths
 
 

@@ -355,6 +355,12 @@ def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: boo
     return payload
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def frame(payload) -> bytes:
     """The framed bytes of one record."""
     length = struct.pack("<Q", len(payload))
@@ -405,6 +411,7 @@ class RecordWriter:
                 self._final = fs.local(self._final)
                 folder, base = os.path.split(os.path.abspath(self._final))
             fd, self._temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=folder)
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
             self._file = os.fdopen(fd, "wb")
             self._owned = True
         self._zip = None

@@ -112,6 +112,9 @@ def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
     path = local(path)
     fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
                                 dir=os.path.dirname(os.path.abspath(path)))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)  # mkstemp makes 0600; give what open() would
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

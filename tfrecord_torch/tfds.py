@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
+from . import fs
 from .errors import TFRecordError
 from .features import Bytes, Float, Image, Int64, RawTensor, Text
 from .writer import shard_name
@@ -45,12 +45,14 @@ def raw_image_feature(shape) -> dict:
 
 
 def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int], num_bytes: int,
-                   features: dict, class_names: list[str] | None, compression=None) -> None:
+                   features: dict, class_names: list[str] | None, compression=None,
+                   storage_options: dict | None = None) -> None:
     """Write (or update, for another split) ``dataset_info.json``, ``features.json``
     and ``label.labels.txt`` so ``tfds.builder_from_directory`` loads the folder."""
     output_dir = os.fspath(output_dir)
     info_path = os.path.join(output_dir, "dataset_info.json")
-    info = _load_json(info_path) if os.path.exists(info_path) else {}
+    so = storage_options
+    info = _load_json(info_path, so) if fs.exists(info_path, so) else {}
     if info.get("name", name) != name:
         raise TFRecordError(f"{info_path} describes dataset {info['name']!r}, not {name!r}; "
                             "write each dataset to its own folder")
@@ -62,50 +64,43 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
                    "shardLengths": [str(n) for n in shard_lengths]})
     info.update({"fileFormat": "tfrecord", "name": name, "splits": splits,
                  "version": info.get("version", "1.0.0"), "moduleName": "tfrecord_torch"})
-    _write_json(info_path, info)
+    _write_json(info_path, info, so)
     _write_json(os.path.join(output_dir, "features.json"),
-                {"featuresDict": {"features": features}, "pythonClassName": _DICT})
+                {"featuresDict": {"features": features}, "pythonClassName": _DICT}, so)
     if class_names is not None:
-        _write_text(os.path.join(output_dir, "label.labels.txt"), "".join(f"{c}\n" for c in class_names))
+        fs.write_bytes(os.path.join(output_dir, "label.labels.txt"),
+                       "".join(f"{c}\n" for c in class_names).encode("utf-8"), so)
 
 
-def _load_json(path: str) -> dict:
-    if os.path.getsize(path) > _MAX_JSON:
-        raise TFRecordError(f"{path}: metadata file too large")
+def _load_json(path: str, storage_options: dict | None = None) -> dict:
+    data = fs.read_bytes(path, storage_options, limit=_MAX_JSON)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
+        data = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise TFRecordError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise TFRecordError(f"{path}: expected a JSON object")
     return data
 
 
-def _write_text(path: str, text: str) -> None:
-    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".meta.", suffix=".partial")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temp, path)
+def _write_json(path: str, data: dict, storage_options: dict | None = None) -> None:
+    fs.write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+                   storage_options)
 
 
-def _write_json(path: str, data: dict) -> None:
-    _write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def read_info(directory) -> dict:
+def read_info(directory, storage_options: dict | None = None) -> dict:
     """``dataset_info.json`` of a TFDS directory, checked for what we use."""
     directory = os.fspath(directory)
-    info = _load_json(os.path.join(directory, "dataset_info.json"))
+    info = _load_json(os.path.join(directory, "dataset_info.json"), storage_options)
     if not isinstance(info.get("name"), str) or not isinstance(info.get("splits", []), list):
         raise TFRecordError(f"{directory}/dataset_info.json: missing 'name' or 'splits'")
     return info
 
 
-def tfds_split(directory, split: str) -> tuple[list[str], list[int]]:
+def tfds_split(directory, split: str, storage_options: dict | None = None) -> tuple[list[str], list[int]]:
     """Shard paths and lengths of one split, from ``dataset_info.json``."""
     directory = os.fspath(directory)
-    info = read_info(directory)
+    info = read_info(directory, storage_options)
     if info.get("fileFormat", "tfrecord") != "tfrecord":
         raise TFRecordError(f"{directory}: file format {info['fileFormat']!r} is not tfrecord")
     names = [s.get("name") for s in info["splits"]]
@@ -123,11 +118,11 @@ def tfds_split(directory, split: str) -> tuple[list[str], list[int]]:
     return paths, lengths
 
 
-def tfds_features(directory) -> dict:
+def tfds_features(directory, storage_options: dict | None = None) -> dict:
     """A feature spec derived from ``features.json``: Image, ClassLabel, Tensor,
     Text and Scalar features, nested dicts flattened with '/'."""
     directory = os.fspath(directory)
-    tree = _load_json(os.path.join(directory, "features.json"))
+    tree = _load_json(os.path.join(directory, "features.json"), storage_options)
     spec: dict = {}
     _walk(tree, "", spec, directory)
     if not spec:
@@ -190,8 +185,9 @@ def tfds_dataset(directory, split: str = "train", *, map_style: bool = False, fe
     from .dataset import TFRecordDataset
     from .mapdataset import IndexedTFRecordDataset
 
-    paths, lengths = tfds_split(directory, split)
-    spec = tfds_features(directory) if features is None else features
+    so = kwargs.get("storage_options")
+    paths, lengths = tfds_split(directory, split, so)
+    spec = tfds_features(directory, so) if features is None else features
     cls = IndexedTFRecordDataset if map_style else TFRecordDataset
     dataset = cls(paths, features=spec, **kwargs)
     counts = [len(i) for i in dataset.indexes] if not getattr(dataset, "streamed", False) else None

@@ -6,7 +6,10 @@ import fcntl
 import glob
 import logging
 import os
+import shutil
+import tempfile
 
+from . import fs
 from .errors import TFRecordError
 from .framing import RecordWriter
 from .index import default_index_path
@@ -34,16 +37,21 @@ class ShardedWriter:
     are removed when the next one starts). A lock file makes a second writer
     of the same ``name``/``split`` in the same folder fail at once.
 
+    For a URL (``s3://bucket/prefix``) the shards are staged in a local
+    temporary folder and uploaded when all are complete, each object
+    appearing whole (no lock: object stores have none).
+
     Args:
-        output_dir: folder to write into (created if needed).
+        output_dir: folder or URL prefix to write into (created if needed).
         name, split: dataset and split names, as in TFDS.
         max_records: records per shard (default 10,000 if no limit is given).
         max_bytes: bytes per shard (framed, before compression).
         compression: None, "gzip" or "zlib".
+        storage_options: fsspec options for a URL.
     """
 
     def __init__(self, output_dir, *, name: str, split: str = "train", max_records: int | None = None,
-                 max_bytes: int | None = None, compression=None) -> None:
+                 max_bytes: int | None = None, compression=None, storage_options: dict | None = None) -> None:
         for arg, value in (("name", name), ("split", split)):
             if not value or "/" in value or "-" in value or value.startswith("."):
                 raise ValueError(f"{arg} must be a non-empty name without '/', '-' or a leading "
@@ -57,8 +65,16 @@ class ShardedWriter:
         self.name, self.split = name, split
         self.max_records, self.max_bytes = max_records, max_bytes
         self.compression = compression
-        os.makedirs(self.output_dir, exist_ok=True)
-        self._lock = _lock(os.path.join(self.output_dir, f".{name}-{split}.lock"))
+        self.storage_options = storage_options
+        self.remote = fs.is_url(self.output_dir)
+        if self.remote:  # stage locally; upload each shard whole when all are done
+            self._staging = tempfile.mkdtemp(prefix=f"tfrecord_torch-{name}-{split}-")
+            self._lock = None
+        else:
+            self.output_dir = fs.local(self.output_dir)
+            os.makedirs(self.output_dir, exist_ok=True)
+            self._staging = self.output_dir
+            self._lock = _lock(os.path.join(self.output_dir, f".{name}-{split}.lock"))
         self._remove_staged()
         self.shard_lengths: list[int] = []
         self.num_bytes = 0
@@ -70,8 +86,8 @@ class ShardedWriter:
     def _remove_staged(self) -> None:
         """Remove staged shards and their writers' temporary files (``..name``)."""
         for dots in (".", ".."):
-            for path in glob.glob(os.path.join(self.output_dir, f"{dots}{self.name}-{self.split}"
-                                                                f".tfrecord-*.staged*")):
+            for path in glob.glob(os.path.join(self._staging, f"{dots}{self.name}-{self.split}"
+                                                              f".tfrecord-*.staged*")):
                 os.unlink(path)
 
     def write(self, payload) -> None:
@@ -85,8 +101,8 @@ class ShardedWriter:
             self._finish_shard()
             w = None
         if w is None:
-            path = os.path.join(self.output_dir, f".{self.name}-{self.split}.tfrecord-"
-                                                 f"{len(self._staged):05d}.staged")
+            path = os.path.join(self._staging, f".{self.name}-{self.split}.tfrecord-"
+                                               f"{len(self._staged):05d}.staged")
             w = self._writer = RecordWriter(path, compression=self.compression,
                                             index=self.compression is None)
             self._staged.append(path)
@@ -111,27 +127,42 @@ class ShardedWriter:
             if self._writer is not None:
                 self._finish_shard()
             if not self._staged:  # an empty split still gets one (empty) shard, as in TFDS
-                empty = os.path.join(self.output_dir, f".{self.name}-{self.split}.tfrecord-00000.staged")
+                empty = os.path.join(self._staging, f".{self.name}-{self.split}.tfrecord-00000.staged")
                 RecordWriter(empty, index=self.compression is None, compression=self.compression).close()
                 self._staged.append(empty)
                 self.shard_lengths.append(0)
             n = len(self._staged)
-            old = glob.glob(os.path.join(self.output_dir, f"{self.name}-{self.split}.tfrecord-*"))
-            for path in old:
-                os.unlink(path)
-            for i, staged in enumerate(self._staged):
-                final = os.path.join(self.output_dir, shard_name(self.name, self.split, i, n, self.compression))
-                if os.path.exists(default_index_path(staged)):
-                    os.replace(default_index_path(staged), default_index_path(final))
-                os.replace(staged, final)
-                self.paths.append(final)
-            _fsync_dir(self.output_dir)
+            if self.remote:
+                self._upload(n)
+            else:
+                old = glob.glob(os.path.join(self.output_dir, f"{self.name}-{self.split}.tfrecord-*"))
+                for path in old:
+                    os.unlink(path)
+                for i, staged in enumerate(self._staged):
+                    final = os.path.join(self.output_dir, shard_name(self.name, self.split, i, n,
+                                                                     self.compression))
+                    if os.path.exists(default_index_path(staged)):
+                        os.replace(default_index_path(staged), default_index_path(final))
+                    os.replace(staged, final)
+                    self.paths.append(final)
+                _fsync_dir(self.output_dir)
         except BaseException:
             self.abort()
             raise
         self._closed = True
         self._release()
         return self.paths
+
+    def _upload(self, n: int) -> None:
+        """Upload every staged shard (index first), each object appearing whole."""
+        base = self.output_dir.rstrip("/")
+        for i, staged in enumerate(self._staged):
+            final = f"{base}/{shard_name(self.name, self.split, i, n, self.compression)}"
+            if os.path.exists(default_index_path(staged)):
+                fs.upload(default_index_path(staged), default_index_path(final), self.storage_options)
+            fs.upload(staged, final, self.storage_options)
+            self.paths.append(final)
+        shutil.rmtree(self._staging, ignore_errors=True)
 
     def abort(self) -> None:
         """Stop and remove every staged file."""
@@ -140,6 +171,8 @@ class ShardedWriter:
             self._writer.abort()
             self._writer = None
         self._remove_staged()
+        if self.remote:
+            shutil.rmtree(self._staging, ignore_errors=True)
         self._release()
 
     def _release(self) -> None:
