@@ -76,6 +76,7 @@ class Dataset:
     full: dict
     quick: dict
     describe: Callable[[dict], str]
+    folder: bool = False  # the builder writes a folder (DIR/data/NAME/), not NAME.tfrecord
 
 
 @dataclass
@@ -89,26 +90,40 @@ class Impl:
 class Case:
     name: str
     dataset: str
-    unit: str  # "GB/s" (payload bytes, 1e9) or "records/s"
+    unit: str  # see UNITS
     repeats: int
     quick_repeats: int
     title: str
+    probe: bool = True  # run the CRC probe (needs workers that read the small-Example schema)
+    measure: bool = False  # run() returns a measured value, not a timed pass (see run_worker)
+    short: str = ""  # title for the chart
     impls: dict[str, Impl] = field(default_factory=dict)
 
 
+# unit -> (how the amount per pass is counted, format)
+UNITS = {
+    "GB/s": ("bytes", "{:.2f}"),  # the data set's payload bytes / 1e9
+    "records/s": ("records", "{:,.0f}"),
+    "images/s": ("records", "{:,.0f}"),
+    "% RSS growth": (None, "{:+.1f}"),  # a measured value (Case.measure)
+}
+
 DATASETS: dict[str, Dataset] = {}
 CASES: dict[str, Case] = {}
+SPEC: dict = {}  # in a worker process: its spec (dataset params, quick, ...)
 
 
-def dataset(name: str, *, full: dict, quick: dict, describe: Callable[[dict], str]):
+def dataset(name: str, *, full: dict, quick: dict, describe: Callable[[dict], str], folder: bool = False):
     def register(build):
-        DATASETS[name] = Dataset(name, build, full, quick, describe)
+        DATASETS[name] = Dataset(name, build, full, quick, describe, folder)
         return build
     return register
 
 
-def case(name: str, *, dataset: str, unit: str, repeats: int, quick_repeats: int, title: str) -> None:
-    CASES[name] = Case(name, dataset, unit, repeats, quick_repeats, title)
+def case(name: str, *, dataset: str, unit: str, repeats: int, quick_repeats: int, title: str,
+         probe: bool = True, measure: bool = False, short: str = "") -> None:
+    assert unit in UNITS, unit
+    CASES[name] = Case(name, dataset, unit, repeats, quick_repeats, title, probe, measure, short or title)
 
 
 def worker(case_name: str, impl: str, *, note: str):
@@ -188,7 +203,8 @@ def build_corrupt(path: str) -> None:
 # --------------------------------------------------------------------------
 
 case("framing_1mib", dataset="blobs_1mib", unit="GB/s", repeats=5, quick_repeats=2,
-     title="Framing: iterate 1 MiB records from the page cache, CRCs verified where supported")
+     title="Framing: iterate 1 MiB records from the page cache, CRCs verified where supported",
+     short="framing_1mib: 1 MiB records from the page cache")
 
 
 def _blob_tally(payloads) -> dict:
@@ -279,7 +295,8 @@ def framing_baseline(path):
 # --------------------------------------------------------------------------
 
 case("parse_small", dataset="examples_small", unit="records/s", repeats=3, quick_repeats=2,
-     title="Parse small tf.train.Examples (int64 label + 32 floats) to numpy")
+     title="Parse small tf.train.Examples (int64 label + 32 floats) to numpy",
+     short="parse_small: small Examples to numpy")
 
 BATCH = 1024
 

@@ -345,10 +345,14 @@ class RawTensor(Feature):
         if self.zlib:
             import zlib
 
+            known = -1 not in self.shape
+            limit = math.prod(self.shape) * self.dtype.itemsize if known else MAX_IMAGE_PIXELS
             try:
-                data = zlib.decompressobj().decompress(data, 1 << 31)
+                data = zlib.decompressobj().decompress(data, limit + 1)  # bounded: no bombs
             except zlib.error as e:
                 raise FeatureError(self.key, f"bad zlib data: {e}") from e
+            if len(data) > limit:
+                raise FeatureError(self.key, f"inflates past the {limit} bytes its shape allows")
         if len(data) % self.dtype.itemsize:
             raise FeatureError(self.key, f"{len(data)} bytes is not a whole number of {self.dtype}")
         array = np.frombuffer(data, self.dtype)

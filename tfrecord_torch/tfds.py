@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from . import fs
 from .errors import TFRecordError
@@ -26,6 +27,7 @@ _TEXT = _CLASS + "text_feature.Text"
 _DICT = _CLASS + "features_dict.FeaturesDict"
 _SCALAR = _CLASS + "scalar.Scalar"
 _MAX_JSON = 64 << 20  # metadata files larger than this are refused
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
 
 def _dims(shape) -> dict:
@@ -94,6 +96,12 @@ def read_info(directory, storage_options: dict | None = None) -> dict:
     info = _load_json(os.path.join(directory, "dataset_info.json"), storage_options)
     if not isinstance(info.get("name"), str) or not isinstance(info.get("splits", []), list):
         raise TFRecordError(f"{directory}/dataset_info.json: missing 'name' or 'splits'")
+    info["splits"] = info.get("splits", [])
+    names = [info["name"]] + [s.get("name") if isinstance(s, dict) else None for s in info["splits"]]
+    for name in names:  # they become file names: nothing may lead outside the folder
+        if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
+            raise TFRecordError(f"{directory}/dataset_info.json: {name!r} is not a plain "
+                                "dataset or split name")
     return info
 
 
@@ -109,6 +117,8 @@ def tfds_split(directory, split: str, storage_options: dict | None = None) -> tu
     entry = info["splits"][names.index(split)]
     try:
         lengths = [int(n) for n in entry.get("shardLengths", [])]
+        if any(n < 0 for n in lengths) or len(lengths) > 99_999:
+            raise ValueError("negative length or too many shards")
     except (TypeError, ValueError) as e:
         raise TFRecordError(f"{directory}/dataset_info.json: bad shardLengths: {e}") from e
     suffix = ".gz" if str(entry.get("filepathTemplate", "")).endswith(".gz") else ""
@@ -130,28 +140,45 @@ def tfds_features(directory, storage_options: dict | None = None) -> dict:
     return spec
 
 
-def _walk(node: dict, prefix: str, spec: dict, directory: str) -> None:
+def _shape(body: dict, key: str, directory: str) -> tuple:
+    try:
+        dims = body.get("shape", {}).get("dimensions", [])
+        shape = tuple(int(d) for d in dims)
+        if len(shape) > 32 or any(d < -1 or d > 1 << 31 for d in shape):
+            raise ValueError(f"shape {shape}")
+        return shape
+    except (AttributeError, TypeError, ValueError) as e:
+        raise TFRecordError(f"{directory}/features.json: bad shape for {key!r}: {e}") from e
+
+
+def _walk(node: dict, prefix: str, spec: dict, directory: str, depth: int = 0) -> None:
+    if depth > 32:
+        raise TFRecordError(f"{directory}/features.json: features nested too deeply")
     cls = node.get("pythonClassName", "")
     if cls == _DICT or (not cls and "featuresDict" in node):
-        children = node.get("featuresDict", {}).get("features", {})
+        body = node.get("featuresDict")
+        children = body.get("features", {}) if isinstance(body, dict) else None
         if not isinstance(children, dict):
             raise TFRecordError(f"{directory}/features.json: bad featuresDict at {prefix!r}")
         for key, child in children.items():
             if not isinstance(child, dict):
                 raise TFRecordError(f"{directory}/features.json: bad entry {prefix}{key}")
-            _walk(child, f"{prefix}{key}/", spec, directory)
+            _walk(child, f"{prefix}{key}/", spec, directory, depth + 1)
         return
     key = prefix.rstrip("/")
     if cls == _IMAGE:
-        dims = node.get("image", {}).get("shape", {}).get("dimensions", [])
-        channels = int(dims[-1]) if dims else -1
+        body = node.get("image", {})
+        dims = _shape(body if isinstance(body, dict) else {}, key, directory)
+        channels = dims[-1] if dims else -1
         spec[key] = Image(key, mode={1: "L", 3: "RGB", 4: "RGBA"}.get(channels, "unchanged"))
     elif cls == _LABEL:
         spec[key] = Int64(key)
     elif cls in (_TENSOR, _SCALAR):
         body = node.get("tensor") or node.get("scalar") or {}
-        dtype = body.get("dtype", "")
-        shape = tuple(int(d) for d in body.get("shape", {}).get("dimensions", []))
+        if not isinstance(body, dict):
+            raise TFRecordError(f"{directory}/features.json: bad tensor entry {key!r}")
+        dtype = str(body.get("dtype", ""))
+        shape = _shape(body, key, directory)
         if body.get("encoding") in ("bytes", "zlib"):
             spec[key] = RawTensor(key, dtype=dtype, shape=shape, zlib=body["encoding"] == "zlib")
         elif dtype.startswith(("int", "uint", "bool")):
