@@ -84,6 +84,7 @@ class Impl:
     name: str
     make: Callable[[str], Callable[[], dict]]
     note: str
+    ref: str | None = None  # the row its ratios compare with (default: the case's ref)
 
 
 @dataclass(eq=False)  # hashable (by identity)
@@ -97,7 +98,11 @@ class Case:
     probe: bool = True  # run the CRC probe (needs workers that read the small-Example schema)
     measure: bool = False  # run() returns a measured value, not a timed pass (see run_worker)
     short: str = ""  # title for the chart
+    ref: str = "ours"  # the row the ratios compare with
     impls: dict[str, Impl] = field(default_factory=dict)
+
+    def ref_of(self, impl: str) -> str:
+        return self.impls[impl].ref or self.ref
 
 
 # unit -> (how the amount per pass is counted, format)
@@ -121,15 +126,17 @@ def dataset(name: str, *, full: dict, quick: dict, describe: Callable[[dict], st
 
 
 def case(name: str, *, dataset: str, unit: str, repeats: int, quick_repeats: int, title: str,
-         probe: bool = True, measure: bool = False, short: str = "") -> None:
+         probe: bool = True, measure: bool = False, short: str = "", ref: str = "ours") -> None:
     assert unit in UNITS, unit
-    CASES[name] = Case(name, dataset, unit, repeats, quick_repeats, title, probe, measure, short or title)
+    CASES[name] = Case(name, dataset, unit, repeats, quick_repeats, title, probe, measure,
+                       short or title, ref)
 
 
-def worker(case_name: str, impl: str, *, note: str):
-    """Register ``make(path) -> run`` as implementation ``impl`` of a case."""
+def worker(case_name: str, impl: str, *, note: str, ref: str | None = None):
+    """Register ``make(path) -> run`` as implementation ``impl`` of a case
+    (``ref``: the row its ratios compare with, if not the case's)."""
     def register(make):
-        CASES[case_name].impls[impl] = Impl(impl, make, note)
+        CASES[case_name].impls[impl] = Impl(impl, make, note, ref)
         return make
     return register
 
@@ -402,6 +409,501 @@ def parse_tf_single(path):
 
 
 # --------------------------------------------------------------------------
+# Synthetic photos for the image cases
+# --------------------------------------------------------------------------
+
+def synth_image(seed: int, i: int, size: int):
+    """A photo-like uint8 image [size, size, 3]: a two-colour gradient, a soft
+    blob, a fine random texture, a few flat shapes and mild sensor noise. At
+    256x256, JPEG quality 90 makes ~24 KB of it (a typical ImageNet-sized
+    thumbnail); pure noise would be far larger, flat colour far smaller."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFilter
+
+    rng = np.random.default_rng([seed, i])
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    c0, c1, c2 = rng.uniform(0, 255, (3, 3)).astype(np.float32)
+    angle = rng.uniform(0, 2 * np.pi)
+    t = np.cos(angle) * xx + np.sin(angle) * yy
+    t = ((t - t.min()) / (np.ptp(t) + 1e-6))[..., None]
+    img = c0 * (1 - t) + c1 * t
+    cx, cy, r = rng.uniform(0.2, 0.8), rng.uniform(0.2, 0.8), rng.uniform(0.2, 0.5)
+    w = np.clip(1 - np.sqrt((xx - cx) ** 2 + (yy - cy) ** 2) / r, 0, 1)[..., None]
+    img = img * (1 - w) + c2 * w
+    field = rng.standard_normal((max(size // 4, 2),) * 2 + (3,), dtype=np.float32)
+    texture = Image.fromarray(np.clip(field * 40 + 128, 0, 255).astype(np.uint8)).resize(
+        (size, size), Image.BICUBIC)
+    img += (np.asarray(texture, np.float32) - 128) * (27 / 40)
+    im = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(im)
+    scale = size / 256
+    for _ in range(int(rng.integers(3, 8))):
+        x0, y0 = (int(v) for v in rng.integers(0, size, 2))
+        x1, y1 = (x0 + int(rng.integers(10, 120) * scale), y0 + int(rng.integers(10, 120) * scale))
+        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+        kind = int(rng.integers(3))
+        if kind == 0:
+            draw.ellipse([x0, y0, x1, y1], fill=colour)
+        elif kind == 1:
+            draw.rectangle([x0, y0, x1, y1], fill=colour)
+        else:
+            draw.line([x0, y0, x1, y1], fill=colour, width=max(1, int(rng.integers(2, 8) * scale)))
+    arr = np.asarray(im.filter(ImageFilter.GaussianBlur(0.8 * scale)), np.float32)
+    arr += rng.standard_normal(arr.shape, dtype=np.float32) * 6.5
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def _synth_jpeg(job) -> bytes:
+    import io
+
+    from PIL import Image
+
+    seed, i, size, quality = job
+    buf = io.BytesIO()
+    Image.fromarray(synth_image(seed, i, size)).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def synth_jpegs(seed: int, n: int, size: int, quality: int):
+    """The JPEG bytes of images 0..n-1, in order (made by 2 processes)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                      else "spawn")
+    with ctx.Pool(2) as pool:
+        yield from pool.imap(_synth_jpeg, ((seed, i, size, quality) for i in range(n)), chunksize=16)
+
+
+@dataset("images_jpeg", full={"records": 4000, "size": 256, "quality": 90, "classes": 100, "seed": 0},
+         quick={"records": 256, "size": 256, "quality": 90, "classes": 100, "seed": 0},
+         describe=lambda p: (f"{p['records']:,} tf.train.Examples: 'image' = a {p['size']}x{p['size']} "
+                             f"RGB JPEG (quality {p['quality']}, synthetic photo-like: gradient, blob, "
+                             f"texture, shapes, noise) + int64 'label' (i % {p['classes']})"))
+def build_images(path: str, p: dict) -> dict:
+    from tfrecord_torch import RecordWriter, make_example
+
+    n, classes, jpeg_bytes = p["records"], p["classes"], 0
+    with RecordWriter(path) as w:
+        for i, data in enumerate(synth_jpegs(p["seed"], n, p["size"], p["quality"])):
+            w.write(make_example({"image": data, "label": i % classes}))
+            jpeg_bytes += len(data)
+        payload = w.offset - 16 * n
+    return {"records": n, "bytes": payload, "checksum": sum(i % classes for i in range(n)),
+            "pixels": n * 3 * p["size"] ** 2, "about": f"mean JPEG {jpeg_bytes / n / 1e3:.1f} KB"}
+
+
+# --------------------------------------------------------------------------
+# Case (c): image pipeline, JPEG records to batches of uint8 tensors
+# --------------------------------------------------------------------------
+
+case("images", dataset="images_jpeg", unit="images/s", repeats=3, quick_repeats=1, probe=False,
+     title="Image pipeline: JPEG records to batches of 64 uint8 images, on 2 cores",
+     short="images: JPEG records to uint8 batches [64, 3, 256, 256]")
+
+IMAGE_BATCH = 64
+
+
+def _image_tally(batches) -> dict:
+    """Batches with 'label' [B] and 'image' [B, ...] (torch or numpy)."""
+    import math
+
+    records = checksum = pixels = 0
+    for b in batches:
+        records += len(b["label"])
+        checksum += int(b["label"].sum())
+        pixels += math.prod(b["image"].shape)
+    return {"records": records, "checksum": checksum, "pixels": pixels}
+
+
+@worker("images", "ours",
+        note=f"TFRecordDataset(path, features=presets.tfds()) through DataLoader(batch_size={IMAGE_BATCH}, "
+             "num_workers=2): uint8 tensors [64, 3, 256, 256] (torchvision decoder); CRCs verified")
+def images_ours(path):
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds())
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2))
+
+
+@worker("images", "ours batch mode",
+        note=f"TFRecordDataset(path, features=presets.tfds(), batch_size={IMAGE_BATCH}) through "
+             "DataLoader(batch_size=None, num_workers=2): each worker reads and decodes whole batches")
+def images_ours_batched(path):
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH)
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+
+
+@worker("images", "tf.data",
+        note="TFRecordDataset(path).map(parse_single_example + tf.io.decode_jpeg(channels=3), "
+             f"num_parallel_calls=AUTOTUNE).batch({IMAGE_BATCH}).prefetch(AUTOTUNE).as_numpy_iterator(): "
+             "uint8 [64, 256, 256, 3]; CRCs checked")
+def images_tf(path):
+    import tensorflow as tf
+
+    desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        ex = tf.io.parse_single_example(record, desc)
+        return {"image": tf.io.decode_jpeg(ex["image"], channels=3), "label": ex["label"]}
+
+    def run():
+        ds = (tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+              .batch(IMAGE_BATCH).prefetch(tf.data.AUTOTUNE))
+        return _image_tally(ds.as_numpy_iterator())
+    return run
+
+
+_JPEGS: list = []  # decode-only limit: the JPEGs as uint8 tensors, inherited by the forked pool
+
+
+def _decoder_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _decode_share(bounds) -> tuple[int, int]:
+    import warnings
+
+    from torchvision.io import ImageReadMode, decode_image
+
+    lo, hi = bounds
+    records = pixels = 0
+    with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for data in _JPEGS[lo:hi]:
+            pixels += decode_image(data, mode=ImageReadMode.RGB).numel()
+            records += 1
+    return records, pixels
+
+
+@worker("images", "decode-only limit",
+        note="ceiling, not a peer: torchvision.io.decode_image(mode=RGB), the decoder ours uses, over the "
+             "same JPEGs already in memory as uint8 tensors; 2 forked processes each decode half "
+             "(multiprocessing Pool(2), wall time of the whole pass); no reading, parsing, batching")
+def images_decode_limit(path):
+    import multiprocessing
+
+    import torch
+    import torchvision.io  # noqa: F401 - imported once, before the fork
+
+    from tfrecord_torch import parse_example, read_records
+
+    labels = 0
+    for payload in read_records(path):
+        record = parse_example(payload)
+        _JPEGS.append(torch.frombuffer(bytearray(record["image"][0]), dtype=torch.uint8))
+        labels += int(record["label"][0])
+    n = len(_JPEGS)
+    pool = multiprocessing.get_context("fork").Pool(2, initializer=_decoder_init)
+    shares = [(0, n // 2), (n // 2, n)]
+
+    def run():
+        done = pool.map(_decode_share, shares, chunksize=1)
+        return {"records": sum(r for r, _ in done), "pixels": sum(p for _, p in done), "checksum": labels}
+    return run
+
+
+# --------------------------------------------------------------------------
+# Case (d): small records to batched tensors through a DataLoader
+# --------------------------------------------------------------------------
+
+case("small_loader", dataset="examples_small", unit="records/s", repeats=3, quick_repeats=1,
+     title=f"Small Examples (int64 label + 32 floats) to batches of {BATCH} tensors through a DataLoader",
+     short=f"small_loader: small Examples to batches of {BATCH} tensors")
+
+_SMALL_SPEC = 'features={"label": Int64(), "x": Float(shape=(32,))}'
+
+
+def _small_loader_ours(path, workers: int):
+    import torch.utils.data
+
+    from tfrecord_torch import Float, Int64, TFRecordDataset
+
+    ds = TFRecordDataset(path, features={"label": Int64(), "x": Float(shape=(32,))}, batch_size=BATCH)
+    return lambda: _batch_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+
+
+@worker("small_loader", "ours",
+        note=f"TFRecordDataset(path, {_SMALL_SPEC}, batch_size={BATCH}) through DataLoader(batch_size=None, "
+             "num_workers=2): label [1024], x [1024, 32]; CRCs verified")
+def small_loader_ours(path):
+    return _small_loader_ours(path, 2)
+
+
+@worker("small_loader", "ours num_workers=0",
+        note="the same with num_workers=0 (decoded in the main process)")
+def small_loader_ours0(path):
+    return _small_loader_ours(path, 0)
+
+
+worker("small_loader", "tf.data batch+parse_example",
+       note=CASES["parse_small"].impls["tf.data batch+parse_example"].note)(parse_tf_batched)
+worker("small_loader", "tfrecord + DataLoader",
+       note=CASES["parse_small"].impls["tfrecord + DataLoader"].note)(parse_tfrecord_loader)
+
+
+@worker("small_loader", "tfrecord + DataLoader workers=2",
+        note='tfrecord.torch.dataset.TFRecordDataset(path, index, {"label": "int", "x": "float"}) '
+             f"through DataLoader(batch_size={BATCH}, num_workers=2); the index (ours, same format) "
+             "splits the file between the workers; no CRC check")
+def parse_tfrecord_loader2(path):
+    import torch.utils.data
+    from tfrecord.torch.dataset import TFRecordDataset
+
+    from tfrecord_torch import build_index
+
+    index = path + ".index"
+    if not os.path.exists(index):
+        build_index(path)
+
+    def run():
+        loader = torch.utils.data.DataLoader(TFRecordDataset(path, index, _TFRECORD_DESC),
+                                             batch_size=BATCH, num_workers=2)
+        return _batch_tally(loader)
+    return run
+
+
+# --------------------------------------------------------------------------
+# Case (e): resident memory over epochs
+# --------------------------------------------------------------------------
+
+MEMORY_EPOCHS, MEMORY_QUICK_EPOCHS = 10, 3
+
+case("memory", dataset="images_jpeg", unit="% RSS growth", repeats=1, quick_repeats=1, probe=False,
+     measure=True,
+     title=f"Resident memory over {MEMORY_EPOCHS} epochs of the image data (--quick: "
+           f"{MEMORY_QUICK_EPOCHS}): the largest RSS after epoch 1 relative to epoch 1's, RSS = "
+           "main process + its DataLoader workers at each epoch's last batch (lower is better)",
+     short=f"memory: RSS growth after epoch 1, {MEMORY_EPOCHS} epochs (lower is better)")
+
+
+@worker("memory", "ours",
+        note=f"TFRecordDataset(path, features=presets.tfds(), shuffle=True), set_epoch each epoch, "
+             f"DataLoader(batch_size={IMAGE_BATCH}, num_workers=2, persistent_workers=False); "
+             "psutil RSS of the process and its children")
+def memory_ours(path):
+    import psutil
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    epochs = MEMORY_QUICK_EPOCHS if SPEC.get("quick") else MEMORY_EPOCHS
+    me = psutil.Process()
+    ds = TFRecordDataset(path, features=presets.tfds(), shuffle=True, seed=0)
+
+    def rss() -> tuple[int, int]:
+        main = total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return main, total
+
+    def run():
+        totals, mains = [], []
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            loader = torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2,
+                                                 persistent_workers=False)
+            last = len(loader) - 1
+            tally = {"records": 0, "checksum": 0}
+            for i, batch in enumerate(loader):
+                tally["records"] += len(batch["label"])
+                tally["checksum"] += int(batch["label"].sum())
+                if i == last:  # the workers are still alive here
+                    main, total = rss()
+                    mains.append(main)
+                    totals.append(total)
+            del batch
+            _check(tally, SPEC["expected"])
+        growth = max((t - totals[0]) / totals[0] * 100 for t in totals[1:])
+        main_growth = max((m - mains[0]) / mains[0] * 100 for m in mains[1:])
+        mb = lambda vs: ", ".join(f"{v / 2**20:.0f}" for v in vs)  # noqa: E731
+        return {"value": growth,
+                "samples": {"total_rss": totals, "main_rss": mains},
+                "detail": f"RSS per epoch, MB: {mb(totals)} (main process alone: {mb(mains)}; "
+                          f"its largest growth after epoch 1: {main_growth:+.1f}%)"}
+    return run
+
+
+# --------------------------------------------------------------------------
+# Case (f): conversion throughput
+# --------------------------------------------------------------------------
+
+@dataset("convert_src", folder=True,
+         full={"records": 2000, "array_size": 64, "file_size": 256, "quality": 90, "classes": 10, "seed": 1},
+         quick={"records": 200, "array_size": 64, "file_size": 256, "quality": 90, "classes": 10, "seed": 1},
+         describe=lambda p: (f"{p['records']:,} in-memory {p['array_size']}x{p['array_size']}x3 uint8 "
+                             f"arrays (arrays.npy) and an ImageFolder of {p['records']:,} "
+                             f"{p['file_size']}x{p['file_size']} JPEG files in {p['classes']} class folders "
+                             "(folder/), both synthetic photo-like, label i % classes"),
+         )
+def build_convert(path: str, p: dict) -> dict:
+    import numpy as np
+
+    n, classes = p["records"], p["classes"]
+    os.makedirs(path)
+    arrays = np.stack([synth_image(p["seed"], i, p["array_size"]) for i in range(n)])
+    np.save(os.path.join(path, "arrays.npy"), arrays)
+    folder = os.path.join(path, "folder")
+    for c in range(classes):
+        os.makedirs(os.path.join(folder, f"class_{c:02d}"))
+    for i, data in enumerate(synth_jpegs(p["seed"] + 1, n, p["file_size"], p["quality"])):
+        with open(os.path.join(folder, f"class_{i % classes:02d}", f"{i:05d}.jpg"), "wb") as f:
+            f.write(data)
+    return {"records": n, "checksum": sum(i % classes for i in range(n))}
+
+
+case("convert", dataset="convert_src", unit="images/s", repeats=3, quick_repeats=1, probe=False,
+     ref="ours png",
+     title="Conversion to TFRecord shards (timed: the conversion or copy alone, output into a fresh "
+           "folder on the same disk, sources in the page cache)",
+     short="convert: images to TFRecord shards")
+
+
+class ArrayImages:
+    """A map-style dataset of (uint8 array [H, W, 3], label)."""
+
+    def __init__(self, arrays, classes: int) -> None:
+        self.arrays, self.classes = arrays, classes
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __getitem__(self, i: int):
+        return self.arrays[i], i % self.classes
+
+
+def _scratch() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="convert-", dir=SPEC["scratch"])
+
+
+def _shards_tally(paths) -> dict:
+    """Records and label sum of written shards (checked after the timing)."""
+    from tfrecord_torch import parse_example, read_records
+
+    records = checksum = 0
+    for path in paths:
+        for payload in read_records(path):
+            records += 1
+            checksum += int(parse_example(payload)["label"][0])
+    return {"records": records, "checksum": checksum}
+
+
+def _timed_conversion(convert) -> Callable[[], dict]:
+    """run(): convert(dst) -> shard paths, timed alone; then checked, then removed."""
+    import shutil
+
+    def run():
+        dst = _scratch()
+        try:
+            t0, c0 = time.perf_counter(), _cpu_total()
+            paths = convert(dst)
+            seconds, cpu = time.perf_counter() - t0, _cpu_total() - c0
+            return {**_shards_tally(paths), "seconds": seconds, "cpu_seconds": cpu}
+        finally:
+            shutil.rmtree(dst, ignore_errors=True)
+    return run
+
+
+def _convert_png(path, workers: int):
+    import numpy as np
+
+    from tfrecord_torch import write_dataset
+
+    data = ArrayImages(np.load(os.path.join(path, "arrays.npy")), SPEC["params"]["classes"])
+    return _timed_conversion(lambda dst: write_dataset(data, dst, name="bench", image_format="png",
+                                                       num_workers=workers, progress=False))
+
+
+@worker("convert", "ours png",
+        note="write_dataset(arrays, image_format='png', num_workers=2, progress=False): PNG-encode "
+             "(Pillow, level 6), one shard + index + TFDS metadata")
+def convert_ours_png(path):
+    return _convert_png(path, 2)
+
+
+@worker("convert", "ours png num_workers=0",
+        note="the same encoding in one process (like the TensorFlow loop below)")
+def convert_ours_png0(path):
+    return _convert_png(path, 0)
+
+
+@worker("convert", "tf writer png",
+        note="plain loop: tf.io.encode_png(array) (zlib level 6, like ours) + tf.train.Example with "
+             "the same features + tf.io.TFRecordWriter, one shard")
+def convert_tf_png(path):
+    import numpy as np
+    import tensorflow as tf
+
+    arrays = np.load(os.path.join(path, "arrays.npy"))
+    classes = SPEC["params"]["classes"]
+    feature = tf.train.Feature
+    as_bytes = lambda v: feature(bytes_list=tf.train.BytesList(value=[v]))  # noqa: E731
+    as_int = lambda v: feature(int64_list=tf.train.Int64List(value=[v]))  # noqa: E731
+
+    def convert(dst):
+        out = os.path.join(dst, "bench-train.tfrecord-00000-of-00001")
+        with tf.io.TFRecordWriter(out) as writer:
+            for i, array in enumerate(arrays):
+                h, w, c = array.shape
+                example = tf.train.Example(features=tf.train.Features(feature={
+                    "image": as_bytes(tf.io.encode_png(array).numpy()), "format": as_bytes(b"png"),
+                    "height": as_int(h), "width": as_int(w), "channels": as_int(c),
+                    "label": as_int(i % classes)}))
+                writer.write(example.SerializeToString())
+        return [out]
+    return _timed_conversion(convert)
+
+
+@worker("convert", "ours ImageFolder copy", ref="ours ImageFolder copy",
+        note="write_dataset(torchvision.datasets.ImageFolder(folder), progress=False): the JPEG files' "
+             "bytes copied into records, not decoded (ImageFolder's scan included in the time)")
+def convert_ours_folder(path):
+    from torchvision.datasets import ImageFolder
+
+    from tfrecord_torch import write_dataset
+
+    folder = os.path.join(path, "folder")
+    return _timed_conversion(lambda dst: write_dataset(ImageFolder(folder), dst, name="bench",
+                                                       progress=False))
+
+
+@worker("convert", "cp -r", ref="ours ImageFolder copy",
+        note="subprocess cp -r of the same ImageFolder (the yardstick of the at-most-2x-its-time target)")
+def convert_cp(path):
+    import shutil
+
+    folder = os.path.join(path, "folder")
+
+    def run():
+        dst = _scratch()
+        try:
+            t0, c0 = time.perf_counter(), _cpu_total()
+            subprocess.run(["cp", "-r", folder, os.path.join(dst, "folder")], check=True)
+            seconds, cpu = time.perf_counter() - t0, _cpu_total() - c0
+            records = checksum = 0
+            for cls in os.listdir(os.path.join(dst, "folder")):
+                files = len(os.listdir(os.path.join(dst, "folder", cls)))
+                records += files
+                checksum += int(cls.split("_")[1]) * files
+            return {"records": records, "checksum": checksum, "seconds": seconds, "cpu_seconds": cpu}
+        finally:
+            shutil.rmtree(dst, ignore_errors=True)
+    return run
+
+
+# --------------------------------------------------------------------------
 # Worker process
 # --------------------------------------------------------------------------
 
@@ -420,32 +922,68 @@ def _probe(make, corrupt: str) -> str:
     return "CRC probe: corrupt payload NOT detected (read silently)", None
 
 
+def _cpu_total() -> float:
+    """CPU seconds of this process (all threads) and its child processes: the
+    finished ones (DataLoader workers, cp) and the live ones (a Pool's)."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    try:
+        import psutil
+    except ImportError:
+        return total
+    for child in psutil.Process().children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return total
+
+
 def run_worker(name: str, spec: dict) -> dict:
+    """Run one (case, implementation) row. A timed case makes one untimed
+    warm-up pass, then ``repeats`` timed ones; a pass whose tally has
+    ``seconds`` timed itself (e.g. without the check of its output) and that
+    is its time (and ``cpu_seconds`` its CPU time). A measure case (Case.measure) runs once; run() returns
+    ``value`` (and optionally ``detail``, ``samples``) instead of a tally."""
     case_name, impl_name = name.split("/", 1)
-    impl = CASES[case_name].impls[impl_name]
+    c = CASES[case_name]
+    impl = c.impls[impl_name]
+    SPEC.update(spec)
+    _cpu_total()  # imports psutil before any timing
     t0 = time.perf_counter()
     run = impl.make(spec["path"])
     setup = time.perf_counter() - t0
-    probe, probe_error = _probe(impl.make, spec["corrupt"])
+    probe, probe_error = _probe(impl.make, spec["corrupt"]) if c.probe else ("", None)
     expected = spec["expected"]
-    _check(run(), expected)  # warm-up pass
-    walls, cpus = [], []
-    for _ in range(spec["repeats"]):
+    extra = {}
+    if c.measure:
         gc.collect()
-        w0, c0 = time.perf_counter(), time.process_time()
-        tally = run()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-        _check(tally, expected)
-    median = statistics.median(walls)
-    mid = min(range(len(walls)), key=lambda i: abs(walls[i] - median))
+        w0, c0 = time.perf_counter(), _cpu_total()
+        out = run()
+        walls, cpus = [time.perf_counter() - w0], [_cpu_total() - c0]
+        extra = {"value": out["value"], "detail": out.get("detail", ""), "samples": out.get("samples")}
+        mid = 0
+    else:
+        _check(run(), expected)  # warm-up pass
+        walls, cpus = [], []
+        for _ in range(spec["repeats"]):
+            gc.collect()
+            w0, c0 = time.perf_counter(), _cpu_total()
+            tally = run()
+            wall, cpu = time.perf_counter() - w0, _cpu_total() - c0
+            walls.append(tally.pop("seconds", wall))
+            cpus.append(tally.pop("cpu_seconds", cpu))
+            _check(tally, expected)
+        median = statistics.median(walls)
+        mid = min(range(len(walls)), key=lambda i: abs(walls[i] - median))
     try:
         import resource
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     except ImportError:  # not on Linux/macOS
         peak_rss_mb = None
     return {"walls": walls, "cpus": cpus, "cpu_util": cpus[mid] / walls[mid], "setup_s": setup,
-            "probe": probe, "probe_error": probe_error, "peak_rss_mb": peak_rss_mb}
+            "probe": probe, "probe_error": probe_error, "peak_rss_mb": peak_rss_mb, **extra}
 
 
 # --------------------------------------------------------------------------
@@ -508,23 +1046,37 @@ def command_line() -> str:
     return shlex.join([exe, *sys.argv])
 
 
+def _files(path: str) -> list[str]:
+    """The file, or every file under the folder."""
+    if not os.path.isdir(path):
+        return [path]
+    return sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+
+
+def _disk_bytes(path: str) -> int:
+    return sum(os.path.getsize(f) for f in _files(path))
+
+
 def ensure_dataset(ds: Dataset, params: dict, folder: str, log) -> tuple[str, dict]:
-    """The data set's file and expected tally, built unless a matching one exists."""
-    path = os.path.join(folder, f"{ds.name}.tfrecord")
+    """The data set's file (or folder) and expected tally, built unless a matching one exists."""
+    path = os.path.join(folder, ds.name if ds.folder else f"{ds.name}.tfrecord")
     meta_path = os.path.join(folder, f"{ds.name}.json")
     try:
         with open(meta_path) as f:
             meta = json.load(f)
         if (meta["version"] == DATA_VERSION and meta["params"] == params
-                and os.path.getsize(path) == meta["file_bytes"]):
+                and _disk_bytes(path) == meta["file_bytes"]):
             log(f"data set {ds.name}: reusing {path}")
             return path, meta["expected"]
     except (OSError, ValueError, KeyError):
         pass
     log(f"data set {ds.name}: writing {path} ({ds.describe(params)}) ...")
+    if os.path.isdir(path):
+        import shutil
+        shutil.rmtree(path)
     t0 = time.perf_counter()
     expected = ds.build(path, params)
-    expected["file_bytes"] = os.path.getsize(path)
+    expected["file_bytes"] = _disk_bytes(path)
     meta = {"version": DATA_VERSION, "params": params, "file_bytes": expected["file_bytes"],
             "expected": expected}
     with open(meta_path, "w") as f:
@@ -534,12 +1086,13 @@ def ensure_dataset(ds: Dataset, params: dict, folder: str, log) -> tuple[str, di
 
 
 def warm_page_cache(path: str) -> float:
-    """Read the file once; returns the time it took."""
+    """Read the file (or every file in the folder) once; returns the time it took."""
     t0 = time.perf_counter()
     buf = bytearray(8 << 20)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
+    for name in _files(path):
+        with open(name, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
     return time.perf_counter() - t0
 
 
@@ -605,9 +1158,7 @@ def run_subprocess(name: str, spec: dict, log_path: str, timeout: float) -> dict
 def fmt_throughput(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    if unit == "records/s":
-        return f"{value:,.0f}"
-    return f"{value:.2f}"
+    return UNITS[unit][1].format(value)
 
 
 def render(results: list[dict], header: dict, notes: list[str]) -> str:
@@ -628,19 +1179,138 @@ def render(results: list[dict], header: dict, notes: list[str]) -> str:
             lines.append(f"| {r['case']} | {r['impl']} | FAILED | | {r['unit']} | | | | "
                          f"{r['error'].replace('|', '/').replace(chr(10), ' ')} |")
             continue
-        if r["impl"] == "ours":
+        if r.get("ref") == r["impl"]:
             this_ours, ours_is = "1.00 (ref)", "1.00 (ref)"
         elif r.get("ours_is") is not None:
             this_ours, ours_is = f"{1 / r['ours_is']:.2f}", f"{r['ours_is']:.2f}x"
         else:
             this_ours = ours_is = "-"
+        if r.get("ref") not in (None, "ours", r["impl"]):
+            this_ours += f" (vs {r['ref']})"
+        note = "; ".join(x for x in (r["note"], r.get("detail"), r.get("probe")) if x)
         lines.append(
             f"| {r['case']} | {r['impl']} | {fmt_throughput(r['throughput'], r['unit'])} | "
             f"{fmt_throughput(r['best'], r['unit'])} | {r['unit']} | {this_ours} | {ours_is} | "
-            f"{r['cpu_util']:.2f} | {r['note']}; {r['probe']} |")
+            f"{r['cpu_util']:.2f} | {note.replace('|', '/')} |")
     lines.append("")
     lines.extend(f"- {n}" for n in notes)
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# Targets (reported, not asserted) and the chart
+# --------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    case: str
+    text: str
+    row: str
+    other: str | None = None  # row / other >= at_least (throughputs); None: row's value < below
+    at_least: float | None = None
+    below: float | None = None
+
+
+TARGETS = [
+    Target("images", "ours >= 1.3x tf.data", "ours", "tf.data", at_least=1.3),
+    Target("images", "ours >= 0.9x the decode-only limit", "ours", "decode-only limit", at_least=0.9),
+    Target("small_loader", "ours >= 1.0x tf.data batch+parse_example", "ours",
+           "tf.data batch+parse_example", at_least=1.0),
+    Target("small_loader", "ours >= 10x tfrecord + DataLoader", "ours", "tfrecord + DataLoader",
+           at_least=10),
+    Target("small_loader", "ours >= 10x tfrecord + DataLoader workers=2", "ours",
+           "tfrecord + DataLoader workers=2", at_least=10),
+    Target("memory", "RSS growth after epoch 1 < 10%", "ours", below=10.0),
+    Target("convert", "ImageFolder conversion takes at most 2x the time of cp -r "
+                      "(throughput >= 0.5x cp's)", "ours ImageFolder copy", "cp -r", at_least=0.5),
+]
+
+
+def check_targets(results: list[dict]) -> list[dict]:
+    """Each target whose rows ran: its measured value and whether it was met."""
+    rows = {(r["case"], r["impl"]): r for r in results if "error" not in r}
+    out = []
+    for t in TARGETS:
+        row = rows.get((t.case, t.row))
+        if row is None or (t.other is not None and (t.case, t.other) not in rows):
+            continue
+        if t.other is not None:
+            value = row["throughput"] / rows[(t.case, t.other)]["throughput"]
+            met, shown = value >= t.at_least, f"{value:.2f}x"
+        else:
+            value = row["throughput"]
+            met, shown = value < t.below, fmt_throughput(value, row["unit"]) + f" {row['unit']}"
+        out.append({"case": t.case, "target": t.text, "value": value, "shown": shown, "met": bool(met)})
+    return out
+
+
+def render_targets(targets: list[dict]) -> str:
+    if not targets:
+        return ""
+    lines = ["", "Targets (reported, not asserted):", ""]
+    lines += [f"- {t['case']}: {t['target']}: {t['shown']} -- {'met' if t['met'] else 'NOT met'}"
+              for t in targets]
+    return "\n".join(lines) + "\n"
+
+
+def write_chart(results: list[dict], path: str) -> bool:
+    """One panel per case: each row's throughput (the case's unit), ours in
+    blue, each bar labelled with its value and its ratio to its reference row."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no chart (pip install matplotlib)", file=sys.stderr)
+        return False
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        if "error" not in r:
+            groups.setdefault(r["case"], []).append(r)
+    if not groups:
+        return False
+    heights = [len(rows) + 1.6 for rows in groups.values()]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 0.42 * sum(heights) + 0.6),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (name, rows) in zip(axes[:, 0], groups.items()):
+        c = CASES[name]
+        values = [r["throughput"] for r in rows]
+        labels = [r["impl"] for r in rows]
+        colours = ["#1f77b4" if r["impl"].startswith("ours") else
+                   "#bbbbbb" if ("limit" in r["impl"] or "baseline" in r["impl"]) else "#ff7f0e"
+                   for r in rows]
+        y = list(range(len(rows)))[::-1]
+        ax.barh(y, values, color=colours, height=0.7)
+        ax.set_yticks(y, labels, fontsize=9)
+        ax.set_title(f"{c.short}  [{c.unit}]", fontsize=10, loc="left")
+        top = max([abs(v) for v in values] + [1e-9])
+        lo = min(0.0, min(values))
+        ax.set_xlim(lo * 1.15, top * 1.45)
+        ax.axvline(0, color="black", linewidth=0.6)
+        for yi, r, v in zip(y, rows, values):
+            text = fmt_throughput(v, r["unit"])
+            if r.get("ref") == r["impl"] and not c.measure:
+                text += "  (ref)"
+            elif r.get("ours_is"):
+                text += f"  ({1 / r['ours_is']:.2f}x {r['ref']})"
+            ax.text(max(v, 0) + top * 0.01, yi, text, va="center", fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        if c.measure:
+            target = next((t.below for t in TARGETS if t.case == name and t.below is not None), None)
+            if target is not None:
+                ax.axvline(target, color="red", linestyle="--", linewidth=1)
+                ax.set_xlim(min(lo * 1.15, -1), max(top, target) * 1.45)
+                ax.text(target, len(rows) - 0.45, f" target < {target:g}", color="red", fontsize=8,
+                        va="bottom")
+    fig.suptitle("tfrecord_torch benchmarks (blue: ours; orange: peers; grey: ceilings)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def main(argv=None) -> int:
@@ -680,8 +1350,12 @@ def main(argv=None) -> int:
     out = args.out
     data_dir = os.path.join(out, "data")
     log_dir = os.path.join(out, "logs")
+    scratch = os.path.join(out, "scratch")  # the conversion cases' output, removed after each pass
     os.makedirs(data_dir, exist_ok=True)
     os.makedirs(log_dir, exist_ok=True)
+    import shutil
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
 
     files: dict[str, tuple[str, dict]] = {}
     warm: dict[str, float] = {}
@@ -695,32 +1369,39 @@ def main(argv=None) -> int:
     results = []
     timeout = 600 if args.quick else 3600
     for c, impl in selected:
-        repeats = args.repeats or (c.quick_repeats if args.quick else c.repeats)
+        repeats = 1 if c.measure else args.repeats or (c.quick_repeats if args.quick else c.repeats)
         path, expected = files[c.dataset]
+        ds = DATASETS[c.dataset]
         spec = {"path": os.path.abspath(path), "corrupt": os.path.abspath(corrupt),
-                "expected": expected, "repeats": repeats}
+                "expected": expected, "repeats": repeats, "quick": args.quick,
+                "params": ds.quick if args.quick else ds.full, "scratch": os.path.abspath(scratch)}
         name = f"{c.name}/{impl.name}"
-        log(f"{name}: running ({repeats} timed passes) ...")
+        log(f"{name}: running ({'one measurement' if c.measure else f'{repeats} timed passes'}) ...")
         log_path = os.path.join(log_dir, name.replace("/", "__").replace(" ", "_").replace(":", "")
-                                + ".log")
+                                .replace("=", "") + ".log")
         r = run_subprocess(name, spec, log_path, timeout)
         row = {"case": c.name, "impl": impl.name, "unit": c.unit, "note": impl.note,
-               "repeats": repeats, **r}
-        if "error" not in r:
-            amount = expected["bytes"] / 1e9 if c.unit == "GB/s" else expected["records"]
-            row["throughput"] = amount / statistics.median(r["walls"])
-            row["best"] = amount / min(r["walls"])
+               "ref": c.ref_of(impl.name), "repeats": repeats, **r}
+        if "error" in r:
+            log(f"{name}: FAILED {r['error']}")
+        else:
+            if c.measure:
+                row["throughput"], row["best"] = r["value"], None
+            else:
+                kind = UNITS[c.unit][0]
+                amount = expected["bytes"] / 1e9 if kind == "bytes" else expected["records"]
+                row["throughput"] = amount / statistics.median(r["walls"])
+                row["best"] = amount / min(r["walls"])
             log(f"{name}: {fmt_throughput(row['throughput'], c.unit)} {c.unit} "
                 f"(process {r['process_s']:.1f} s)")
-        else:
-            log(f"{name}: FAILED {r['error']}")
         results.append(row)
+    shutil.rmtree(scratch, ignore_errors=True)
 
     by_case = {(r["case"], r["impl"]): r for r in results}
     for r in results:
-        ours = by_case.get((r["case"], "ours"))
-        if ours and "error" not in ours and "error" not in r:
-            r["ours_is"] = ours["throughput"] / r["throughput"]
+        ref = by_case.get((r["case"], r["ref"]))
+        if not CASES[r["case"]].measure and ref and "error" not in ref and "error" not in r:
+            r["ours_is"] = ref["throughput"] / r["throughput"]
 
     header = {"machine": machine_info(), "command": command_line(), "cwd": os.getcwd(),
               "date": date, "quick": args.quick,
@@ -729,16 +1410,21 @@ def main(argv=None) -> int:
     for c in dict.fromkeys(c for c, _ in selected):
         ds = DATASETS[c.dataset]
         params = ds.quick if args.quick else ds.full
-        notes.append(f"{c.name}: {c.title}. Data: {ds.describe(params)}, "
-                     f"{files[c.dataset][1]['file_bytes'] / 1e6:,.1f} MB file "
+        about = files[c.dataset][1].get("about")
+        notes.append(f"{c.name}: {c.title}. Data: {ds.describe(params)}"
+                     f"{f' ({about})' if about else ''}, "
+                     f"{files[c.dataset][1]['file_bytes'] / 1e6:,.1f} MB "
+                     f"{'on disk' if ds.folder else 'file'} "
                      f"(page-cache warm-up read: {warm[c.dataset]:.2f} s).")
     notes += [
         "Each row ran in its own process: 1 untimed warm-up pass, then the timed passes "
         "(throughput = median pass, best = fastest); every pass checked for the right record "
-        "count and checksum. GB = 1e9 payload bytes.",
-        "'ours is N×' = throughput of this case's `ours` row ÷ throughput of this row "
-        "(above 1: ours is faster); 'this/ours' is its inverse.",
-        "CPU = process CPU time ÷ wall time in the median pass (1.00 = one core busy).",
+        "count and checksum (the conversion rows: their output, after the timing). GB = 1e9 "
+        "payload bytes. The memory row is one measurement (no warm-up; ratio columns n/a).",
+        "'ours is N×' = throughput of the reference row (`ours`, or the row named in 'this/ours') "
+        "÷ throughput of this row (above 1: the reference is faster); 'this/ours' is its inverse.",
+        "CPU = CPU time of the process and its child processes (DataLoader workers, pools) ÷ wall "
+        "time in the median pass (1.00 = one core busy).",
         "CRC probe: each implementation also read a 10-record file with one flipped bit inside a "
         "float of record 4 (the proto still decodes, only a CRC check can tell).",
     ]
@@ -750,14 +1436,22 @@ def main(argv=None) -> int:
                      "machine to compare.")
     else:
         notes.append("Other processes used under 0.1 core during every row (from /proc/stat).")
+    targets = check_targets(results)
+    chart = os.path.join(out, "results.png")
+    if os.path.exists(chart):
+        os.remove(chart)
+    if write_chart(results, chart):
+        notes.append("Chart: results.png (one panel per case, each row's throughput in the case's unit, "
+                     "labelled with its ratio to the reference row).")
     table = render(results, header, notes)
     total = time.perf_counter() - started
     table += f"- Total run time: {total:.0f} s.\n"
+    table += render_targets(targets)
     print(table)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(table)
     with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({**header, "total_s": total, "notes": notes, "results": results,
+        json.dump({**header, "total_s": total, "notes": notes, "results": results, "targets": targets,
                    "datasets": {n: {"path": p, "expected": e} for n, (p, e) in files.items()}},
                   f, indent=1)
     failed = [f"{r['case']}/{r['impl']}" for r in results if "error" in r]

@@ -1,0 +1,131 @@
+"""Crash safety, concurrent writers and long runs."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+from torch.utils.data import DataLoader
+
+from helpers import ids_of, write_shards
+from tfrecord_torch import TFRecordDataset, read_records, tfds_dataset
+from tfrecord_torch.cli import main as cli
+
+CONVERT = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import torch
+    from tfrecord_torch import write_dataset
+
+    class Slowish(torch.utils.data.Dataset):
+        def __len__(self):
+            return 400
+        def __getitem__(self, i):
+            time.sleep(float(sys.argv[2]))
+            return np.full((8, 8, 3), i % 251, np.uint8), i % 7
+
+    print("start", flush=True)
+    write_dataset(Slowish(), sys.argv[1], name="crash", shard_size=25, progress=False,
+                  num_workers=int(sys.argv[3]))
+    print("done", flush=True)
+""")
+
+
+def visible(folder):
+    return sorted(f for f in os.listdir(folder) if not f.startswith("."))
+
+
+def assert_visible_files_complete(folder):
+    """Every shard a reader can see verifies, with its index, and matches the metadata."""
+    shards = [f for f in visible(folder) if ".tfrecord-" in f and not f.endswith(".index")]
+    for name in shards:
+        assert cli(["verify", str(folder / name)]) == 0
+    if "dataset_info.json" in visible(folder):
+        ds = tfds_dataset(folder, "train")
+        assert len(ds) == 400
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
+    script = tmp_path / "convert.py"
+    script.write_text(CONVERT)
+    out = tmp_path / "out"
+    for delay in (0.05, 0.4, 0.9, 1.6):
+        proc = subprocess.Popen([sys.executable, str(script), str(out), "0.002", str(workers)],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "start"
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:  # a reader watching the folder during the write
+            if out.exists():
+                assert_visible_files_complete(out)
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+        if out.exists():
+            assert_visible_files_complete(out)
+    done = subprocess.run([sys.executable, str(script), str(out), "0", str(workers)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not [f for f in os.listdir(out) if f.endswith((".staged", ".partial"))]
+    assert_visible_files_complete(out)
+    labels = [int(d["label"]) for d in tfds_dataset(out, "train")]
+    assert labels == [i % 7 for i in range(400)]
+    capsys.readouterr()
+
+
+def test_second_converter_into_the_same_folder_fails_clearly(tmp_path):
+    script = tmp_path / "convert.py"
+    script.write_text(CONVERT)
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, str(script), str(out), "0.01", "0"], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert first.stdout.readline().strip() == "start"
+        time.sleep(0.5)
+        second = subprocess.run([sys.executable, str(script), str(out), "0", "0"], capture_output=True,
+                                text=True)
+        assert second.returncode != 0
+        assert "another process is writing crash-train" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    total = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+@pytest.mark.slow
+def test_soak_twenty_epochs_flat_memory_and_descriptors(tmp_path):
+    write_shards(tmp_path, [700, 800, 0, 1000, 500])
+    ds = TFRecordDataset(tmp_path, shuffle=True, seed=11)
+    loader = DataLoader(ds, batch_size=64, num_workers=2)
+    me = psutil.Process()
+    rss, fds, orders = [], [], []
+    for epoch in range(20):
+        ds.set_epoch(epoch)
+        got, peak = [], 0
+        for i, batch in enumerate(loader):
+            got.extend(batch["id"].reshape(-1).tolist())
+            if i % 10 == 0:
+                peak = max(peak, tree_rss(me))
+        assert sorted(got) == list(range(3000)), f"epoch {epoch}"
+        orders.append(got)
+        rss.append(peak)
+        gc.collect()  # the finished DataLoader iterator closes its worker pipes when collected
+        fds.append(me.num_fds())
+    assert len({tuple(o) for o in orders}) == 20  # each epoch its own order
+    assert max(rss[1:]) <= rss[0] * 1.10, rss
+    assert max(fds[1:]) <= fds[0] * 1.10, fds
+    assert ids_of(TFRecordDataset(tmp_path)) == list(range(3000))
+    assert len(list(read_records(tmp_path / "shard-00000-of-00005.tfrecord"))) == 700
