@@ -210,3 +210,16 @@ def test_memory_filesystem_round_trip():
     build_index(url)
     assert IndexedReader(url)[3] == b"\x03"
     assert list(read_records(url)) == [bytes([i]) for i in range(5)]
+
+
+def test_cli_on_urls(capsys):
+    from tfrecord_torch.cli import main
+
+    with RecordWriter("memory://cli/a.tfrecord") as w:
+        for i in range(4):
+            w.write(make_example({"i": i}))
+    assert main(["index", "-q", "memory://cli/a.tfrecord"]) == 0
+    assert main(["verify", "memory://cli/*.tfrecord"]) == 0
+    assert "4 records, index memory://cli/a.tfrecord.index matches" in capsys.readouterr().out
+    assert main(["head", "-n", "1", "memory://cli/a.tfrecord"]) == 0
+    assert capsys.readouterr().out.strip() == '{"i": [0]}'

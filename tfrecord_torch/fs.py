@@ -183,6 +183,13 @@ class RemoteFile(io.RawIOBase):
         super().close()
 
 
+def _unstrip(fs, protocol: str, path: str) -> str:
+    """A URL for a path fsspec returned without its protocol."""
+    if protocol == "memory":
+        return f"memory://{path.lstrip('/')}"
+    return f"{protocol}://{path}"
+
+
 def open_read(path, storage_options: dict | None = None, start: int = 0, end: int | None = None):
     """A raw binary file for sequential reads of ``path`` (from ``start`` to
     ``end``), and the number of bytes it holds."""
@@ -255,7 +262,7 @@ def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
                 found = [p]
             else:
                 raise FileNotFoundError(f"no such file or prefix: {item!r}")
-            found = [f if "://" in f else f"{protocol}://{f}" for f in found
+            found = [f if "://" in f else _unstrip(fs, protocol, f) for f in found
                      if not os.path.basename(f).startswith(".") and not f.endswith(skip)]
             if not found and globlib.has_magic(p):
                 raise FileNotFoundError(f"no files match {item!r}")
