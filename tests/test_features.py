@@ -172,3 +172,26 @@ def test_indexed_dataset_refuses_compressed(tmp_path):
     write_shards(tmp_path, [3], compression="gzip")
     with pytest.raises(TFRecordError, match="decompress"):
         IndexedTFRecordDataset(tmp_path)
+
+
+def test_png_with_bad_zlib_checksum_is_an_error_not_a_crash():
+    # torchvision's PNG decoder segfaults on this (libpng's error path); we use Pillow for PNG.
+    import struct
+    import zlib
+
+    data = bytearray(png_bytes(np.arange(48, dtype=np.uint8).reshape(4, 4, 3)))
+    start = data.index(b"IDAT") - 4
+    length = struct.unpack(">I", data[start:start + 4])[0]
+    body = start + 8
+    data[body + length - 1] ^= 0xFF  # last byte of the zlib adler32
+    crc = zlib.crc32(bytes(data[start + 4:body + length])) & 0xFFFFFFFF
+    data[body + length:body + length + 4] = struct.pack(">I", crc)  # the chunk CRC stays valid
+    with pytest.raises(FeatureError, match="cannot decode image"):
+        Image("image").decode({"image": [bytes(data)]})
+
+
+def test_pillow_size_limit_is_a_feature_error():
+    bmp = bytearray(png_bytes(np.zeros((2, 2, 3), np.uint8), "BMP"))
+    bmp[18:26] = (16000).to_bytes(4, "little") * 2  # header claims 16000 x 16000
+    with pytest.raises(FeatureError, match="cannot decode image"):
+        Image("image").decode({"image": [bytes(bmp)]})

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
+
+import numpy as np
 
 from . import __version__, fs
 from .errors import ExampleDecodeError, TFRecordError
@@ -29,11 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
+    except BrokenPipeError:  # e.g. `tfrecord-torch cat x | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except (TFRecordError, OSError, ValueError) as e:
         print(f"tfrecord-torch {args.command}: error: {e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # e.g. `tfrecord-torch cat x | head`
-        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -201,8 +205,8 @@ def _jsonable(features: dict, mode: str) -> dict:
 
 def _value(value, mode: str) -> list:
     if not isinstance(value, list):
-        if value.dtype.kind == "f":  # shortest float32 text, not float64 noise
-            return [float(str(v)) for v in value]
+        if value.dtype.kind == "f":  # shortest float32 text; JSON has no NaN/Infinity: strings
+            return [float(str(v)) if np.isfinite(v) else str(v) for v in value]
         return value.tolist()
     return [_bytes(b, mode) for b in value]
 

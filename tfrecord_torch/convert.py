@@ -64,6 +64,8 @@ def write_dataset(dataset, output_dir, *, name: str, split: str = "train", image
     Raises:
         TypeError: a sample cannot be converted; the message names its index.
     """
+    if compression not in (None, "gzip"):
+        raise ValueError(f"compression must be one of (None, 'gzip'), got {compression!r}")
     if image_format not in FORMATS:
         raise ValueError(f"image_format must be one of {FORMATS}, got {image_format!r}")
     if not 1 <= quality <= 100:
@@ -159,6 +161,7 @@ def _encoded(dataset, files, options, total, num_workers, progress):
                 bar.update(len(batch))
     finally:
         bar.close()
+        _STATE.clear()  # do not keep the dataset alive after the conversion
 
 
 _STATE: dict[str, Any] = {}
@@ -185,7 +188,10 @@ def encode_sample(i: int, dataset, files, options) -> tuple[bytes, tuple]:
         pixels = _pixels(image, i)
         h, w, c = pixels.shape
         fmt = options["format"]
-        data = _encode(pixels, fmt, options["quality"])
+        try:
+            data = _encode(pixels, fmt, options["quality"])
+        except TypeError as e:
+            raise TypeError(f"sample {i}: {e}") from None
     label = -1 if label is None else _label(label, i)
     record = {"image": data, "format": fmt, "height": h, "width": w, "channels": c, "label": label}
     return make_example(record), (fmt, h, w, c, label)

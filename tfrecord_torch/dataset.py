@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch.utils.data
 
-from . import sharding
+from . import fs, sharding
 from .batch import parse_example_batch
 from .errors import ExampleDecodeError, FeatureError
 from .features import bind, decode_batch
@@ -85,7 +85,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self.epoch = 0
         self._resume: dict | None = None
-        self._yielded = 0
+        self._position = 0
 
     def _indexes(self, index) -> list:
         if index is False:
@@ -126,17 +126,20 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     # --- resuming ------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Where iteration stands: the epoch and the items this reader yielded.
+        """Where iteration stands: the epoch and this reader's position in it.
 
-        Inside a DataLoader worker this is the worker's own state, which is
-        what torchdata's StatefulDataLoader saves and restores per worker.
+        The position counts the units (records, or batches in batch mode) this
+        reader has finished, delivered or skipped by the error policy. Inside a
+        DataLoader worker this is the worker's own state, which is what
+        torchdata's StatefulDataLoader saves and restores per worker.
         """
-        return {"epoch": self.epoch, "seed": self.seed, "yielded": self._yielded,
+        return {"epoch": self.epoch, "seed": self.seed, "position": self._position,
                 "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration continues the saved epoch after the items
-        already yielded (no item is repeated or skipped)."""
+        """Resume: the next iteration continues the saved epoch after the saved
+        position; nothing is repeated or skipped, and what came before is not
+        read again (streamed shards are re-read but not decoded)."""
         if state.get("seed", self.seed) != self.seed or \
                 state.get("world_size", self.world_size) != self.world_size:
             raise ValueError("state_dict comes from a dataset with another seed or world_size")
@@ -150,20 +153,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         skip = 0
         if self._resume is not None:
-            skip, self._resume = int(self._resume.get("yielded", 0)), None
-        self._yielded = skip
+            skip, self._resume = int(self._resume.get("position", 0)), None
+        self._position = skip
         if self.streamed:
-            items = self._streamed_items(worker, workers)
+            units = self._streamed(worker, workers, skip)
         elif self.batch_size is not None:
-            items = self._batches(worker, workers, skip)
-            skip = 0
+            units = self._batches(worker, workers, skip)
         else:
-            items = self._indexed_items(worker, workers)
-        for n, item in enumerate(items):
-            if n < skip:
-                continue
-            self._yielded += 1
-            yield item
+            units = self._records(worker, workers, skip)
+        for position, value in units:  # (units finished so far, the value or SKIPPED)
+            self._position = position
+            if value is not SKIPPED:
+                yield value
 
     def _rng(self, worker: int, workers: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
@@ -184,27 +185,38 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         rng.shuffle(buffer)
         yield from buffer
 
-    def _indexed_items(self, worker: int, workers: int):
+    def _records(self, worker: int, workers: int, skip: int):
+        """Record mode over indexed shards: the plan's records, fetched by index."""
         segments = sharding.plan_records(
             self.counts, rank=self.rank, world_size=self.world_size, worker=worker, num_workers=workers,
             shuffle=self.shuffle, seed=self.seed, epoch=self.epoch, even=self.even)
         if self.shuffle and self.shuffle_buffer > 1:
             refs = ((s.shard, np.array([r])) for s in segments for r in s.records.tolist())
             segments = self._mixed(refs, worker, workers)
-        readers: dict = {}
+        readers = fs.Readers(self.storage_options)
+        done = 0  # units (records) of the plan finished before this segment
         try:
             for shard, records in segments:
-                for item in fetch(self.paths[shard], self.indexes[shard], records, verify=self.verify,
-                                  readers=readers, report=self.policy.reporter(),
-                                  storage_options=self.storage_options):
-                    decoded = self._decode(item)
-                    if decoded is not SKIPPED:
-                        yield decoded
+                if done + len(records) <= skip:
+                    done += len(records)
+                    continue
+                records = records[max(skip - done, 0):]
+                done = max(done, skip)
+                contiguous = len(records) > 1 and (np.diff(records) == 1).all()
+                pieces = [records] if contiguous else [records[j:j + 1] for j in range(len(records))]
+                for piece in pieces:
+                    first = int(piece[0])
+                    for item in fetch(self.paths[shard], self.indexes[shard], piece, verify=self.verify,
+                                      readers=readers, report=self.policy.reporter(),
+                                      storage_options=self.storage_options):
+                        yield done + item.record - first + 1, self._decode(item)
+                    done += len(piece)
         finally:
-            for reader in readers.values():
-                reader.close()
+            readers.close()
 
-    def _streamed_items(self, worker: int, workers: int):
+    def _streamed(self, worker: int, workers: int, skip: int):
+        """Streamed (compressed) shards, dealt whole; the first ``skip`` units
+        are read again but not decoded."""
         shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
@@ -213,32 +225,28 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                    for item in stream_shard(self.paths[s], compression=self.compression,
                                             verify=self.verify, report=report,
                                             storage_options=self.storage_options))
-        mixed = self._mixed(located, worker, workers)
-        if self.batch_size is None:
-            yield from (d for d in map(self._decode, mixed) if d is not SKIPPED)
-            return
-        batch: list = []
-        for item in mixed:
-            batch.append(item)
-            if len(batch) == self.batch_size:
-                yield self._decode_batch(batch)
-                batch = []
-        if batch and not self.drop_last:
-            yield self._decode_batch(batch)
+        units = self._mixed(located, worker, workers)
+        if self.batch_size is not None:
+            units = _chunked(units, self.batch_size, self.drop_last)
+        decode = self._decode if self.batch_size is None else self._decode_batch
+        for position, unit in enumerate(units, start=1):
+            if position > skip:
+                yield position, decode(unit)
 
     def _decode(self, item: Located):
         return decode_or_skip(item, self.spec, self.transform, self.policy.reporter())
 
     def _batches(self, worker: int, workers: int, skip: int):
-        """Batch b holds positions [b*B, (b+1)*B) of this rank's sequence;
-        worker w decodes batches w, w + workers, ... (after ``skip`` of its own)."""
+        """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
+        of this rank's sequence; worker w decodes batches w, w + workers, ...
+        (after ``skip`` of its own)."""
         n = len(self) if self.drop_last else None
         lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
         count = n if n is not None else -(-(hi - lo) // self.batch_size)
-        readers: dict = {}
+        readers = fs.Readers(self.storage_options)
         plan = sharding.RangePlanner(self.counts, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         try:
-            for b in list(range(worker, count, workers))[skip:]:
+            for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * self.batch_size
                 segments = plan.segments(a, min(a + self.batch_size, hi))
                 items = [item for shard, records in segments
@@ -246,12 +254,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                            verify=self.verify, readers=readers,
                                            report=self.policy.reporter(),
                                            storage_options=self.storage_options)]
-                batch = self._decode_batch(items)
-                if batch is not SKIPPED:
-                    yield batch
+                yield position, self._decode_batch(items)
         finally:
-            for reader in readers.values():
-                reader.close()
+            readers.close()
 
     def _decode_batch(self, items: list[Located]):
         """One decoded batch; a bad record is found and named (and, when the
@@ -266,3 +271,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     is not SKIPPED]  # raises under "raise", naming the record
             return self._decode_batch(good)
         return self.transform(batch) if self.transform is not None else batch
+
+
+def _chunked(items, size: int, drop_last: bool):
+    """Lists of ``size`` consecutive items (the last one shorter unless dropped)."""
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch and not drop_last:
+        yield batch

@@ -67,7 +67,9 @@ class IndexMismatchError(TFRecordError):
         reason: what does not match.
     """
 
-    def __init__(self, index_path: str, path: str | None, reason: str) -> None:
+    def __init__(self, index_path: str, path: str | None = None, reason: str | None = None) -> None:
+        if reason is None and path is None:  # one argument: a worker's message
+            index_path, reason = "<index>", str(index_path)
         self.index_path = str(index_path)
         self.path = None if path is None else str(path)
         self.reason = reason

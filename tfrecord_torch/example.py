@@ -158,7 +158,10 @@ def _classify(key: str, value) -> tuple[str, list]:
     if all(isinstance(v, (bool, int, np.integer, np.bool_)) for v in value):
         return "int64", _checked_ints(key, [int(v) for v in value])
     if all(isinstance(v, (bool, int, float, np.integer, np.floating, np.bool_)) for v in value):
-        return "float", [float(v) for v in value]
+        try:
+            return "float", [float(v) for v in value]
+        except OverflowError as e:
+            raise ValueError(f"feature {key!r}: {e}") from None
     if all(isinstance(v, (bytes, bytearray, memoryview, str)) for v in value):
         return "bytes", [_to_bytes(v) for v in value]
     kinds = sorted({type(v).__name__ for v in value})

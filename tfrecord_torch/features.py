@@ -182,8 +182,9 @@ class Image(Feature):
             raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
         try:
             return decode_image(value[0], self.mode)
-        except (RuntimeError, OSError, ValueError, SyntaxError) as e:
-            raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): {e}") from e
+        except Exception as e:  # decoders raise many types (Pillow's DecompressionBombError, ...)
+            raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): "
+                                         f"{type(e).__name__}: {e}") from e
 
 
 class RawImage(Feature):
@@ -241,6 +242,8 @@ class RawTensor(Feature):
             self.dtype = np.dtype(dtype)
         except TypeError as e:
             raise ValueError(f"dtype must be a numpy dtype name, got {dtype!r}") from e
+        if self.dtype.kind not in "biuf" or self.dtype.itemsize == 0:
+            raise ValueError(f"dtype must be a numeric numpy dtype, got {dtype!r}")
         self.shape, self.zlib = tuple(shape), zlib
 
     def convert(self, value):
@@ -252,6 +255,7 @@ class RawTensor(Feature):
 
             known = -1 not in self.shape
             limit = math.prod(self.shape) * self.dtype.itemsize if known else MAX_IMAGE_PIXELS
+            limit = min(limit, MAX_IMAGE_PIXELS * 8)
             try:
                 data = zlib.decompressobj().decompress(data, limit + 1)  # bounded: no bombs
             except zlib.error as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import time
 
 from .errors import TFRecordError
@@ -31,9 +32,15 @@ READ_AHEAD = 16 << 20  # block size of streaming remote reads
 class RemoteError(TFRecordError):
     """A remote read or write failed after its retries."""
 
-    def __init__(self, url: str, detail: str) -> None:
+    def __init__(self, url: str, detail: str | None = None) -> None:
+        if detail is None:  # one argument: a worker's message, as DataLoader re-raises it
+            found = re.findall(r"RemoteError: (\S+): ([^\n]*)", url)
+            url, detail = found[-1] if found else ("<unknown>", url)
         self.url = url
         super().__init__(f"{url}: {detail}")
+
+    def __reduce__(self):
+        return (type(self), (self.url, str(self)[len(self.url) + 2:]))
 
 
 def is_url(path) -> bool:
@@ -95,6 +102,9 @@ def read_bytes(path, storage_options: dict | None = None, limit: int = 256 << 20
             data = f.read(limit + 1)
     else:
         fs, p = _fs(path, storage_options)
+        size, _ = size_and_version(path, storage_options)
+        if size > limit:
+            raise TFRecordError(f"{path}: larger than {limit} bytes")
         data = retrying("read", path, lambda: fs.cat_file(p))
     if len(data) > limit:
         raise TFRecordError(f"{path}: larger than {limit} bytes")
@@ -107,22 +117,39 @@ def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
         fs, p = _fs(path, storage_options)
         retrying("write", path, lambda: fs.pipe_file(p, data))
         return
-    import tempfile
-
     path = local(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                                dir=os.path.dirname(os.path.abspath(path)))
-    mask = os.umask(0)
-    os.umask(mask)
-    os.fchmod(fd, 0o666 & ~mask)  # mkstemp makes 0600; give what open() would
+    fd, temp = create_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(temp, path)
     except BaseException:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def remove(url: str, storage_options: dict | None = None) -> None:
+    """Delete a remote object."""
+    fs, p = _fs(url, storage_options)
+    retrying("delete", url, lambda: fs.rm_file(p))
+
+
+def create_temp(folder: str | None, base: str) -> tuple[int, str]:
+    """A new hidden ``.<base>.<random>.partial`` file, opened for writing, with
+    the permissions ``open()`` gives (the kernel applies the umask)."""
+    import secrets
+    import tempfile
+
+    folder = folder or tempfile.gettempdir()
+    while True:
+        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.partial")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
+        except FileExistsError:
+            continue
 
 
 def upload(local_path: str, url: str, storage_options: dict | None = None) -> None:
@@ -232,6 +259,47 @@ class Reader:
     def __getstate__(self):
         return {**self.__dict__, "_handle": None, "_pid": None}
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class Readers:
+    """At most ``limit`` open :class:`Reader` objects, least recently used
+    closed first, so reading thousands of shards never runs out of file
+    descriptors."""
+
+    def __init__(self, storage_options: dict | None = None, limit: int = 16) -> None:
+        from collections import OrderedDict
+
+        self._so, self._limit = storage_options, limit
+        self._open: OrderedDict = OrderedDict()
+
+    def get(self, path: str) -> Reader:
+        reader = self._open.pop(path, None)
+        if reader is None:
+            reader = Reader(path, self._so)
+            while len(self._open) >= self._limit:
+                self._open.popitem(last=False)[1].close()
+        self._open[path] = reader
+        return reader
+
+    def close(self) -> None:
+        for reader in self._open.values():
+            reader.close()
+        self._open.clear()
+
+    def __getstate__(self):
+        return {**self.__dict__, "_open": type(self._open)()}
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
 
 def read_at(path, offset: int, size: int, storage_options: dict | None = None) -> bytes:
     """One positioned read (opens and closes the file; use :class:`Reader` for many)."""
@@ -273,7 +341,7 @@ def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
                                if not f.startswith(".") and not f.endswith(skip)
                                and os.path.isfile(os.path.join(item, f)))
             elif globlib.has_magic(item):
-                found = sorted(f for f in globlib.glob(item) if not f.endswith(skip))
+                found = sorted(f for f in globlib.glob(item) if not f.endswith(skip) and os.path.isfile(f))
                 if not found:
                     raise FileNotFoundError(f"no files match {item!r}")
             elif os.path.exists(item):

@@ -51,7 +51,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self.indexes = [shard_index(p, None if index is None else os.fspath(index[i]),
                                     storage_options=storage_options)
                         for i, p in enumerate(self.paths)]
-        self._readers = [fs.Reader(p, storage_options) for p in self.paths]
+        self._readers = fs.Readers(storage_options)
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
         self.spec = bind(features) if features is not None else None
         self.transform, self.verify = transform, verify
@@ -72,7 +72,11 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         shard, r = self.locate(int(i))
         path = self.paths[shard]
         offset, size = (int(v) for v in self.indexes[shard][r])
-        data = self._readers[shard].read(offset, size)
+        data = self._readers.get(path).read(offset, size)
         item = Located(parse_frame(data, name=path, offset=offset, record=r, verify=self.verify),
                        path, offset, r)
         return decode_item(item, self.spec, self.transform)
+
+    def close(self) -> None:
+        """Close the open shard files (they reopen on the next read)."""
+        self._readers.close()

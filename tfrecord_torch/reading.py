@@ -27,7 +27,7 @@ class Located(NamedTuple):
 
 
 def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-          readers: dict | None = None, report=None, storage_options: dict | None = None
+          readers: fs.Readers | None = None, report=None, storage_options: dict | None = None
           ) -> Iterator[Located]:
     """The records ``records`` of an indexed shard, in that order.
 
@@ -39,7 +39,7 @@ def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = T
     """
     if not len(records):
         return
-    reader = _reader(path, readers, storage_options)
+    reader = (readers or fs.Readers(storage_options, limit=1)).get(path)
     if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
             (np.diff(records) == 1).all():
         yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report)
@@ -83,16 +83,6 @@ def _windows(path, index, first, last, reader, verify, report) -> Iterator[Locat
             first = max(stopped_at) + 1  # resume after the record that stopped the scan
         else:
             first = stop + 1
-
-
-def _reader(path: str, readers: dict | None, storage_options: dict | None) -> fs.Reader:
-    """The shard's positioned reader, kept in ``readers`` (which lives in the
-    iterating process; a Reader reopens its file after a fork anyway)."""
-    if readers is None:
-        return fs.Reader(path, storage_options)
-    if path not in readers:
-        readers[path] = fs.Reader(path, storage_options)
-    return readers[path]
 
 
 def stream_shard(path: str, *, compression="auto", verify: bool = True, report=None,

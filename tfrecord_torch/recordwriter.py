@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import zlib
 from typing import BinaryIO
 
@@ -15,12 +14,6 @@ from .crc import masked_crc32c
 from .streams import check_compression
 
 __all__ = ["RecordWriter", "frame"]
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def frame(payload) -> bytes:
@@ -72,8 +65,7 @@ class RecordWriter:
             else:
                 self._final = fs.local(self._final)
                 folder, base = os.path.split(os.path.abspath(self._final))
-            fd, self._temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=folder)
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
+            fd, self._temp = fs.create_temp(folder, base)
             self._file = os.fdopen(fd, "wb")
             self._owned = True
         self._zip = None

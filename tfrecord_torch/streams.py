@@ -45,6 +45,8 @@ def check_compression(compression, *, allow_auto: bool) -> str | None:
 
 def detect_compression(head: bytes, name: str) -> str | None:
     """Guess the compression of a record file from its first bytes and name."""
+    if not head:
+        return None  # an empty file holds no records, whatever its name
     if len(head) >= 12:
         length_crc = struct.unpack_from("<I", head, 8)[0]
         if masked_crc32c(head[:8]) == length_crc:

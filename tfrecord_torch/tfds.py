@@ -15,7 +15,6 @@ import re
 from . import fs
 from .errors import TFRecordError
 from .features import Bytes, Float, Image, Int64, RawTensor, Text
-from .writer import shard_name
 
 __all__ = ["read_info", "tfds_dataset", "tfds_features", "tfds_split", "write_metadata"]
 
@@ -27,7 +26,9 @@ _TEXT = _CLASS + "text_feature.Text"
 _DICT = _CLASS + "features_dict.FeaturesDict"
 _SCALAR = _CLASS + "scalar.Scalar"
 _MAX_JSON = 64 << 20  # metadata files larger than this are refused
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.]+")
+_NUMERIC = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+            "float16", "float32", "float64"}
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.]+")  # dataset and split names: no path can hide in them
 
 
 def _dims(shape) -> dict:
@@ -99,7 +100,7 @@ def read_info(directory, storage_options: dict | None = None) -> dict:
     info["splits"] = info.get("splits", [])
     names = [info["name"]] + [s.get("name") if isinstance(s, dict) else None for s in info["splits"]]
     for name in names:  # they become file names: nothing may lead outside the folder
-        if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
+        if not isinstance(name, str) or not SAFE_NAME.fullmatch(name) or name in (".", ".."):
             raise TFRecordError(f"{directory}/dataset_info.json: {name!r} is not a plain "
                                 "dataset or split name")
     return info
@@ -116,13 +117,18 @@ def tfds_split(directory, split: str, storage_options: dict | None = None) -> tu
         raise ValueError(f"split must be one of {names}, got {split!r}")
     entry = info["splits"][names.index(split)]
     try:
-        lengths = [int(n) for n in entry.get("shardLengths", [])]
+        lengths = entry.get("shardLengths", [])
+        if not isinstance(lengths, list):
+            raise TypeError(f"expected a list, got {type(lengths).__name__}")
+        lengths = [int(n) for n in lengths]
         if any(n < 0 for n in lengths) or len(lengths) > 99_999:
             raise ValueError("negative length or too many shards")
     except (TypeError, ValueError) as e:
         raise TFRecordError(f"{directory}/dataset_info.json: bad shardLengths: {e}") from e
     suffix = ".gz" if str(entry.get("filepathTemplate", "")).endswith(".gz") else ""
     compression = "gzip" if suffix else None
+    from .writer import shard_name
+
     paths = [os.path.join(directory, shard_name(info["name"], split, i, len(lengths), compression))
              for i in range(len(lengths))]
     return paths, lengths
@@ -180,6 +186,9 @@ def _walk(node: dict, prefix: str, spec: dict, directory: str, depth: int = 0) -
         dtype = str(body.get("dtype", ""))
         shape = _shape(body, key, directory)
         if body.get("encoding") in ("bytes", "zlib"):
+            if dtype not in _NUMERIC:
+                raise TFRecordError(f"{directory}/features.json: feature {key!r} has dtype {dtype!r}, "
+                                    "not a numeric dtype this package decodes from bytes")
             spec[key] = RawTensor(key, dtype=dtype, shape=shape, zlib=body["encoding"] == "zlib")
         elif dtype.startswith(("int", "uint", "bool")):
             spec[key] = Int64(key, shape=None if -1 in shape else shape)

@@ -13,6 +13,7 @@ from . import fs
 from .errors import TFRecordError
 from .framing import RecordWriter
 from .index import default_index_path
+from .tfds import SAFE_NAME
 
 __all__ = ["ShardedWriter", "shard_name"]
 
@@ -53,9 +54,9 @@ class ShardedWriter:
     def __init__(self, output_dir, *, name: str, split: str = "train", max_records: int | None = None,
                  max_bytes: int | None = None, compression=None, storage_options: dict | None = None) -> None:
         for arg, value in (("name", name), ("split", split)):
-            if not value or "/" in value or "-" in value or value.startswith("."):
-                raise ValueError(f"{arg} must be a non-empty name without '/', '-' or a leading "
-                                 f"'.', got {value!r}")
+            if not isinstance(value, str) or not SAFE_NAME.fullmatch(value) or value.startswith("."):
+                raise ValueError(f"{arg} must be letters, digits, '_' and '.' (not first), "
+                                 f"as TFDS names are; got {value!r}")
         for arg, value in (("max_records", max_records), ("max_bytes", max_bytes)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{arg} must be a positive int or None, got {value!r}")
@@ -86,8 +87,8 @@ class ShardedWriter:
     def _remove_staged(self) -> None:
         """Remove staged shards and their writers' temporary files (``..name``)."""
         for dots in (".", ".."):
-            for path in glob.glob(os.path.join(self._staging, f"{dots}{self.name}-{self.split}"
-                                                              f".tfrecord-*.staged*")):
+            pattern = f"{dots}{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*.staged*"
+            for path in glob.glob(os.path.join(glob.escape(self._staging), pattern)):
                 os.unlink(path)
 
     def write(self, payload) -> None:
@@ -132,12 +133,18 @@ class ShardedWriter:
                 self._staged.append(empty)
                 self.shard_lengths.append(0)
             n = len(self._staged)
+        except BaseException:
+            self.abort()
+            raise
+        # From here on the new shards replace the old ones: first every new
+        # shard takes its name (replacing a same-named old one atomically),
+        # then old shards of other names go. A failure part way leaves the
+        # staged rest for the next run to clean up, never a missing dataset.
+        self._closed = True
+        try:
             if self.remote:
                 self._upload(n)
             else:
-                old = glob.glob(os.path.join(self.output_dir, f"{self.name}-{self.split}.tfrecord-*"))
-                for path in old:
-                    os.unlink(path)
                 for i, staged in enumerate(self._staged):
                     final = os.path.join(self.output_dir, shard_name(self.name, self.split, i, n,
                                                                      self.compression))
@@ -146,12 +153,31 @@ class ShardedWriter:
                     os.replace(staged, final)
                     self.paths.append(final)
                 _fsync_dir(self.output_dir)
-        except BaseException:
-            self.abort()
-            raise
-        self._closed = True
-        self._release()
+            self._remove_stale()
+        finally:
+            self._release()
         return self.paths
+
+    def _stale(self) -> list[str]:
+        """Shards and indexes of this name/split from an earlier run."""
+        pattern = f"{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*"
+        keep = set(self.paths) | {default_index_path(p) for p in self.paths}
+        if self.remote:
+            found = fs.expand(f"{self.output_dir.rstrip('/')}/{pattern}", self.storage_options, ())
+        else:
+            found = glob.glob(os.path.join(glob.escape(self.output_dir), pattern))
+        return [p for p in found if p not in keep]
+
+    def _remove_stale(self) -> None:
+        try:
+            stale = self._stale()
+        except FileNotFoundError:
+            return
+        for path in stale:
+            if self.remote:
+                fs.remove(path, self.storage_options)
+            else:
+                os.unlink(path)
 
     def _upload(self, n: int) -> None:
         """Upload every staged shard (index first), each object appearing whole."""
