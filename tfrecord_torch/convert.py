@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import TFRecordError
+from .images import image_info
 from .example import make_example
 from .tfds import image_feature, raw_image_feature, write_metadata
 from .writer import ShardedWriter
@@ -266,6 +267,13 @@ def _sniff(data: bytes, path: str) -> tuple[str, tuple[int, int, int]]:
     fmt = next((f for magic, f in _MAGIC if data.startswith(magic)), None)
     if fmt is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         fmt = "webp"
+    if fmt in ("png", "jpeg"):  # the common case: read the header, not the whole file with Pillow
+        try:
+            info = image_info(data)
+        except ValueError:
+            info = None
+        if info is not None and info[0] > 0 and info[1] > 0:
+            return fmt, (info[1], info[0], info[2])
     try:
         with PILImage.open(io.BytesIO(data)) as im:
             w, h = im.size

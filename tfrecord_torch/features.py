@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .errors import FeatureError
-from .images import MAX_IMAGE_PIXELS, decode_image, image_size  # noqa: F401 (re-exported)
+from .images import MAX_IMAGE_PIXELS, decode_image, image_size, preload  # noqa: F401 (re-exported)
 
 __all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "RawTensor", "Text", "decode", "decode_batch"]
 
@@ -176,6 +176,7 @@ class Image(Feature):
         if mode not in IMAGE_MODES:
             raise ValueError(f"mode must be one of {IMAGE_MODES}, got {mode!r}")
         self.mode = mode
+        preload()  # here, in the process that makes the dataset, not in every worker
 
     def convert(self, value) -> torch.Tensor:
         if len(value) != 1:

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 import torch
 
-__all__ = ["MAX_IMAGE_PIXELS", "decode_image", "image_size"]
+__all__ = ["MAX_IMAGE_PIXELS", "decode_image", "image_info", "image_size", "preload"]
 
 log = logging.getLogger(__name__)
 MAX_IMAGE_PIXELS = 1 << 28
@@ -38,6 +38,14 @@ def decode_image(data: bytes, mode: str = "RGB") -> torch.Tensor:
             warnings.simplefilter("ignore", DeprecationWarning)
             return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=modes[mode])
     return _pillow_decode(data, mode)
+
+
+def preload() -> None:
+    """Import torchvision's decoders now, in the main process, so DataLoader
+    workers forked from it do not each pay the import (about a second and a
+    half) at their first image, every epoch."""
+    if _torchvision_usable():
+        import torchvision.io  # noqa: F401
 
 
 def _torchvision_usable() -> bool:
@@ -78,6 +86,30 @@ def _check_size(data: bytes) -> None:
     width, height = size
     if width * height > MAX_IMAGE_PIXELS:
         raise ValueError(f"image of {width}x{height} pixels exceeds the limit of {MAX_IMAGE_PIXELS}")
+
+
+def image_info(data: bytes) -> tuple[int, int, int] | None:
+    """(width, height, channels) from a PNG or JPEG header, or None for other
+    formats (palette PNGs count 3 channels, or 4 with transparency)."""
+    size = image_size(data)
+    if size is None:
+        return None
+    if data[:4] == b"\x89PNG":
+        color = data[25] if len(data) > 25 else 2
+        channels = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(color, 3)
+        if color == 3 and b"tRNS" in data[:data.find(b"IDAT")]:
+            channels = 4
+        return size[0], size[1], channels
+    pos, n = 2, len(data)
+    while pos + 10 <= n and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return size[0], size[1], {1: 1, 3: 3, 4: 4}.get(data[pos + 9], 3)
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return None
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
