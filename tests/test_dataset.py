@@ -175,6 +175,29 @@ def test_missing_feature_error_names_key_and_record(tmp_path):
     assert [int(d["label"]) for d in ok] == [1, 1, -1]
 
 
+def test_defaults_batch_with_present_values(tmp_path):
+    # Records 1 and 3 lack "label" and "v": the defaults must take the declared
+    # shapes, so the DataLoader's collate and batch mode can stack them.
+    write_shards(tmp_path, [4], extra=lambda i: {} if i % 2 else {"label": i, "v": [i, i + 0.5]})
+    spec = {"label": Int64(default=-1), "v": Float(shape=(2,), default=0.0),
+            "tail": Int64(shape=None, default=[7, 8])}
+    (batch,) = DataLoader(TFRecordDataset(tmp_path, features=spec), batch_size=4)
+    assert batch["label"].tolist() == [0, -1, 2, -1]
+    assert batch["v"].tolist() == [[0, 0.5], [0, 0], [2, 2.5], [0, 0]]
+    (batched,) = TFRecordDataset(tmp_path, features=spec, batch_size=4)
+    assert batched["label"].tolist() == [0, -1, 2, -1] and batched["v"].shape == (4, 2)
+    assert [t.tolist() for t in batched["tail"]] == [[7, 8]] * 4
+    # A transform editing the default in place does not change the next record's.
+    def bump(item):
+        item["label"] += 100
+        return item
+    assert [int(d["label"]) for d in TFRecordDataset(tmp_path, features=spec, transform=bump)] \
+        == [100, 99, 102, 99]
+    for bad in (lambda: Float(shape=(2,), default=[1.0, 2.0, 3.0]), lambda: Int64(default="x")):
+        with pytest.raises(ValueError, match="default"):
+            bad()
+
+
 def test_wrong_kind_and_shape(tmp_path):
     write_shards(tmp_path, [2])
     with pytest.raises(FeatureError, match="holds float values, expected int64"):

@@ -84,6 +84,25 @@ class _Numeric(Feature):
     def __init__(self, key: str | None = None, *, shape: tuple | None = (), default=_REQUIRED) -> None:
         super().__init__(key, default=default)
         self.shape = None if shape is None else tuple(shape)
+        if default is not _REQUIRED and default is not None:
+            self.default = self._default_tensor(default)
+
+    def _default_tensor(self, default) -> torch.Tensor:
+        """The default as a tensor of the declared shape, so records with and
+        without the feature batch together; a single value fills the shape."""
+        try:
+            array = np.asarray(default.numpy() if isinstance(default, torch.Tensor) else default, self.dtype)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"default={default!r} is not a {self.dtype} value") from e
+        if self.shape is None:
+            array = array.reshape(-1)
+        elif array.size == 1:
+            array = np.full(self.shape, array.item(), self.dtype)
+        elif array.size == math.prod(self.shape):
+            array = array.reshape(self.shape)
+        else:
+            raise ValueError(f"default has {array.size} values, which do not fit shape={self.shape}")
+        return torch.from_numpy(array.copy())  # (np.ascontiguousarray would make a scalar 1-D)
 
     def convert(self, value) -> torch.Tensor:
         array = np.asarray(value, self.dtype) if not isinstance(value, np.ndarray) or \
@@ -95,14 +114,12 @@ class _Numeric(Feature):
             raise FeatureError(self.key, f"holds {array.size} values, expected {size} (shape {self.shape})")
         return torch.from_numpy(array.reshape(self.shape).copy())
 
-    def decode_default(self):
-        if isinstance(self.default, torch.Tensor):
-            return self.default
-        return torch.as_tensor(np.asarray(self.default, self.dtype).reshape(self.shape or (-1,)))
-
     def decode(self, record: dict):
         value = self.raw(record)
-        return self.decode_default() if value is None else self.convert(value)
+        if value is not None:
+            return self.convert(value)
+        # A copy: a transform that edits its input in place must not change the default.
+        return None if self.default is None else self.default.clone()
 
     def decode_column(self, column, records=None):
         if isinstance(column, np.ndarray) and self.shape is not None and column.dtype == self.dtype:
