@@ -29,6 +29,20 @@ def test_index_with_glob(shards, capsys):
         assert load_index(str(p) + ".index").shape == (10, 2)
 
 
+def test_index_progress_and_a_bad_file(shards, tmp_path, capsys):
+    junk = tmp_path / "junk.tfrecord"
+    junk.write_bytes(b"this is not a record file")
+    # Not quiet: a byte progress bar on stderr; the bad file is reported and the others indexed.
+    assert main(["index", str(shards[0]), str(junk), str(shards[1])]) == 1
+    out, err = capsys.readouterr()
+    assert "100%" in err  # the bar reached the end, the bad file's bytes counted as read
+    assert str(junk) in err and "length CRC" in err
+    assert [line.split(":")[0] for line in out.splitlines()] == [str(shards[0]), str(shards[1])]
+    for p in shards:
+        assert load_index(str(p) + ".index").shape == (10, 2)
+    assert not (tmp_path / "junk.tfrecord.index").exists()
+
+
 def test_verify_ok_and_corrupt(shards, capsys):
     assert main(["verify", *map(str, shards)]) == 0
     assert capsys.readouterr().out.count("OK ") == 2
@@ -38,6 +52,24 @@ def test_verify_ok_and_corrupt(shards, capsys):
     assert main(["verify", *map(str, shards)]) == 1
     out = capsys.readouterr().out
     assert "CORRUPT" in out and "byte offset" in out and str(shards[1]) in out
+
+
+def test_verify_reports_every_corrupt_record(shards, capsys):
+    from tfrecord_torch import build_index
+    offsets = load_index(build_index(shards[0]))[:, 0]
+    raw = bytearray(shards[0].read_bytes())
+    for record in (2, 7):  # a payload byte of each: the reader can skip past both
+        raw[offsets[record] + 14] ^= 1
+    shards[0].write_bytes(bytes(raw))
+    junk = shards[0].parent / "junk.tfrecord"
+    junk.write_bytes(b"this is not a record file")
+    assert main(["verify", str(shards[0]), str(junk), str(shards[1])]) == 1
+    out = capsys.readouterr().out.splitlines()
+    corrupt = [line for line in out if line.startswith("CORRUPT")]
+    assert [f"record {r} at byte offset {offsets[r]}" in line for r, line in zip((2, 7), corrupt)] == [True] * 2
+    assert f"BAD     {shards[0]}: 8 good records, 2 error(s)" in "\n".join(out)
+    assert any(str(junk) in line and "length CRC" in line for line in corrupt)  # and the next file is checked
+    assert out[-1].startswith(f"OK      {shards[1]}: 10 records")
 
 
 def test_verify_checks_index(shards, capsys):

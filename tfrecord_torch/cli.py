@@ -15,10 +15,11 @@ from .errors import ExampleDecodeError, TFRecordError
 from .example import parse_example, parse_sequence_example
 from .framing import RecordWriter, read_records
 from .index import build_index, check_index, default_index_path, load_index
+from .policy import ErrorPolicy
 from .schema import SchemaReport
 from .cli_convert import add_convert_parser
 from .shards import expand_paths
-from .streams import open_stream
+from .streams import detect_compression
 
 __all__ = ["main"]
 
@@ -46,9 +47,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Read, check and index TFRecord files without TensorFlow.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    files_help = "TFRecord files, folders or glob patterns (quote globs to keep the shell out)"
+    files_help = ("TFRecord files, folders or glob patterns, local or URLs (s3://, gs://, https://, ...; "
+                  "quote globs to keep the shell out)")
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--storage-options", type=_json_object, default=None, metavar="JSON",
+                        help="fsspec options for URLs as a JSON object, e.g. "
+                             "'{\"client_kwargs\": {\"endpoint_url\": \"http://localhost:9000\"}}'")
 
-    p = sub.add_parser("index", help="write an index file beside each record file",
+    p = sub.add_parser("index", parents=[remote], help="write an index file beside each record file",
                        description="Write '<file>.index' (one 'offset size' line per record, the "
                                    "format of DALI's tfrecord2idx) for each file, checking every CRC.")
     p.add_argument("files", nargs="+", help=files_help)
@@ -56,14 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_index)
 
-    p = sub.add_parser("verify", help="check every record's CRCs (and indexes, if present)",
+    p = sub.add_parser("verify", parents=[remote], help="check every record's CRCs (and indexes, if present)",
                        description="Read every record, checking both CRCs; also check '<file>.index' "
                                    "when it exists. Exit status 1 if anything is corrupt.")
     p.add_argument("files", nargs="+", help=files_help)
     p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("inspect", help="count records and describe their features",
+    p = sub.add_parser("inspect", parents=[remote], help="count records and describe their features",
                        description="Count records, list feature keys with their kinds and value "
                                    "lengths, and print an inferred tf.io feature_description.")
     p.add_argument("files", nargs="+", help=files_help)
@@ -74,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_inspect)
 
     for name, what in (("head", "the first records"), ("cat", "every record")):
-        p = sub.add_parser(name, help=f"print {what} as JSON lines",
+        p = sub.add_parser(name, parents=[remote], help=f"print {what} as JSON lines",
                            description=f"Print {what} as JSON lines: one object per record, "
                                        "mapping each feature key to its list of values.")
         p.add_argument("files", nargs="+", help=files_help)
@@ -89,9 +95,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
         p.set_defaults(func=_cmd_print, limit_arg=name == "head")
 
-    add_convert_parser(sub)
+    add_convert_parser(sub, parents=[remote])
 
-    p = sub.add_parser("decompress", help="rewrite a GZIP/ZLIB record file uncompressed",
+    p = sub.add_parser("decompress", parents=[remote], help="rewrite a GZIP/ZLIB record file uncompressed",
                        description="Copy the records of a compressed file into an uncompressed "
                                    "one, which can then be indexed for random access.")
     p.add_argument("input")
@@ -100,10 +106,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def expand(patterns: list[str]) -> list[str]:
-    """Record files from paths, glob patterns and folders (globs and folders
-    skip index and metadata files)."""
-    return expand_paths(patterns)
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def expand(args) -> list[str]:
+    """Record files from the paths, glob patterns and folders in ``args.files``
+    (globs and folders skip index and metadata files)."""
+    return expand_paths(args.files, args.storage_options)
 
 
 def _compression(args) -> str | None:
@@ -113,45 +129,75 @@ def _compression(args) -> str | None:
 def _cmd_index(args) -> int:
     from tqdm import tqdm
 
-    files = expand(args.files)
+    so = args.storage_options
+    files = expand(args)
     if args.output and len(files) != 1:
         raise ValueError("--output needs exactly one input file")
-    bar = tqdm(files, unit="file", disable=args.quiet or len(files) < 2)
-    for path in bar:
-        written = build_index(path, args.output)
-        if not args.quiet:
-            bar.write(f"{path}: {len(load_index(written))} records -> {written}")
-    return 0
+    sizes = {path: fs.size_and_version(path, so)[0] for path in files}
+    failed = 0
+    with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, disable=args.quiet) as bar:
+        for path in files:
+            done = bar.n
+            try:
+                written = build_index(path, args.output, storage_options=so, progress=bar.update)
+            except TFRecordError as e:  # report it and index the other files
+                failed += 1
+                bar.write(f"tfrecord-torch index: error: {e}", file=sys.stderr)
+                continue
+            finally:
+                bar.update(done + sizes[path] - bar.n)  # a failed file counts as read
+            if not args.quiet:
+                bar.write(f"{path}: {len(load_index(written, storage_options=so))} records -> {written}")
+    return 1 if failed else 0
+
+
+class _Collect(ErrorPolicy):
+    """Skip every bad record that can be skipped, keeping the errors to report."""
+
+    def __init__(self) -> None:
+        super().__init__("skip")
+        self.errors: list[TFRecordError] = []
+
+    def report(self, error: TFRecordError) -> None:
+        self.errors.append(error)
 
 
 def _cmd_verify(args) -> int:
-    bad = 0
-    for path in expand(args.files):
-        count = 0
+    so, bad = args.storage_options, 0
+    for path in expand(args):
+        found, count, note = _Collect(), 0, ""
         try:
-            for _ in read_records(path, compression=_compression(args), verify=True):
+            for _ in read_records(path, compression=_compression(args), on_error=found, storage_options=so):
                 count += 1
             index_path = default_index_path(path)
-            note = ""
-            if fs.exists(index_path):
-                check_index(load_index(index_path), path, index_path=index_path)
+            if fs.exists(index_path, so):
+                check_index(load_index(index_path, storage_options=so), path, index_path=index_path,
+                            storage_options=so)
                 note = f", index {index_path} matches"
+        except (TFRecordError, OSError) as e:  # an unreadable file or index: report it, check the rest
+            found.errors.append(e)
+        if not found.errors:
             print(f"OK      {path}: {count} records{note}")
-        except TFRecordError as e:
-            bad += 1
-            print(f"CORRUPT {path}: {e}")
+            continue
+        bad += 1
+        for e in found.errors:
+            print(f"CORRUPT {e}")
+        print(f"BAD     {path}: {count} good records, {len(found.errors)} error(s) "
+              "(a bad header or a truncation ends the read: records after it are unchecked)")
     return 1 if bad else 0
 
 
 def _cmd_inspect(args) -> int:
-    files = expand(args.files)
+    so = args.storage_options
     report = SchemaReport()
     sizes = []
-    for path in files:
-        stream = open_stream(path, _compression(args))
-        sizes.append((path, fs.size_and_version(path)[0], stream.compression))
-        stream.close()
-        for payload in read_records(path, compression=_compression(args)):
+    for path in expand(args):
+        size = fs.size_and_version(path, so)[0]
+        compression = _compression(args)
+        if compression == "auto":
+            compression = detect_compression(fs.read_at(path, 0, 12, so), path)
+        sizes.append((path, size, compression))
+        for payload in read_records(path, compression=compression, storage_options=so):
             report.records += 1
             if args.limit is not None and report.parsed + report.not_examples >= args.limit:
                 continue
@@ -183,8 +229,9 @@ def _cmd_inspect(args) -> int:
 
 def _cmd_print(args) -> int:
     limit = args.records if args.limit_arg else None
-    for path in expand(args.files):
-        for number, payload in enumerate(read_records(path, compression=_compression(args))):
+    for path in expand(args):
+        records = read_records(path, compression=_compression(args), storage_options=args.storage_options)
+        for number, payload in enumerate(records):
             if limit is not None and number >= limit:
                 break
             if args.sequence:
@@ -224,8 +271,9 @@ def _bytes(b: bytes, mode: str) -> str:
 
 def _cmd_decompress(args) -> int:
     count = 0
-    with RecordWriter(args.output) as writer:
-        for payload in read_records(args.input):
+    so = args.storage_options
+    with RecordWriter(args.output, storage_options=so) as writer:
+        for payload in read_records(args.input, storage_options=so):
             writer.write(payload)
             count += 1
     print(f"{args.input}: {count} records -> {args.output}")

@@ -7,14 +7,14 @@ import os
 __all__ = ["add_convert_parser"]
 
 
-def add_convert_parser(sub) -> None:
-    p = sub.add_parser("convert", help="convert a torchvision dataset or an image folder to shards",
+def add_convert_parser(sub, parents=()) -> None:
+    p = sub.add_parser("convert", parents=list(parents), help="convert a torchvision dataset or an image folder to shards",
                        description="Write a torchvision dataset (by class name, e.g. CIFAR10, MNIST, "
                                    "FashionMNIST, FakeData) or an ImageFolder-style directory as "
                                    "TFDS-style sharded TFRecords with indexes and metadata. Image "
                                    "files are copied byte for byte; decoded pixels are encoded.")
     p.add_argument("source", help="a torchvision.datasets class name, or a folder of class subfolders")
-    p.add_argument("output", help="output folder")
+    p.add_argument("output", help="output folder, local or a URL (s3://bucket/prefix, ...)")
     p.add_argument("--name", help="dataset name (default: the source's name, lowercased)")
     p.add_argument("--split", default=None,
                    help="split name in the output; also passed to datasets that take split= "
@@ -44,7 +44,7 @@ def _cmd_convert(args) -> int:
     paths = write_dataset(dataset, args.output, name=name, split=split, image_format=args.format,
                           quality=args.quality, shard_size=args.shard_size, num_workers=args.workers,
                           compression=None if args.compression == "none" else args.compression,
-                          progress=not args.quiet)
+                          progress=not args.quiet, storage_options=args.storage_options)
     print(f"{len(dataset)} records in {len(paths)} shards -> {args.output} ({name}-{split})")
     return 0
 

@@ -316,7 +316,7 @@ def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
 
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
-    out: list[str] = []
+    out: dict[str, None] = {}  # ordered, without repeats
     for item in patterns:
         item = os.fspath(item)
         if is_url(item):
@@ -348,5 +348,5 @@ def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
                 found = [item]
             else:
                 raise FileNotFoundError(f"no such file or directory: {item!r}")
-        out.extend(f for f in found if f not in out)
-    return out
+        out.update(dict.fromkeys(found))
+    return list(out)

@@ -30,8 +30,11 @@ def default_index_path(path) -> str:
     return os.fspath(path) + ".index"
 
 
-def scan_index(path, storage_options: dict | None = None) -> np.ndarray:
-    """Read a record file once and return its index (int64 array [N, 2]) in memory."""
+def scan_index(path, storage_options: dict | None = None, progress=None) -> np.ndarray:
+    """Read a record file once and return its index (int64 array [N, 2]) in memory.
+
+    ``progress``, if given, is called with the number of bytes read after each block.
+    """
     stream = open_stream(path, "auto", storage_options)
     with stream:
         if stream.compression is not None:
@@ -39,23 +42,27 @@ def scan_index(path, storage_options: dict | None = None) -> np.ndarray:
                 f"{stream.name}: cannot index a {stream.compression}-compressed file: offsets in "
                 "a compressed stream cannot be seeked to. Stream it with read_records(), or "
                 "decompress it once (tfrecord-torch decompress IN OUT) and index the result.")
-        parts = [np.stack([c.offsets, c.lengths + OVERHEAD], axis=1)
-                 for c in iter_chunks(stream, verify=True)]
+        parts = []
+        for c in iter_chunks(stream, verify=True):
+            parts.append(np.stack([c.offsets, c.lengths + OVERHEAD], axis=1))
+            if progress is not None:
+                progress(int(c.lengths.sum()) + OVERHEAD * len(c))
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
-def build_index(path, index_path=None, *, storage_options: dict | None = None) -> str:
+def build_index(path, index_path=None, *, storage_options: dict | None = None, progress=None) -> str:
     """Write the index file of a record file, checking every CRC on the way.
 
     Args:
         path: an uncompressed TFRecord file.
         index_path: where to write; defaults to ``<path>.index``.
+        progress: called with the number of bytes read after each block (a progress bar's update).
 
     Returns:
         The index file's path. It is written under a temporary name and renamed
         when complete.
     """
-    index = scan_index(path, storage_options)
+    index = scan_index(path, storage_options, progress)
     index_path = default_index_path(path) if index_path is None else os.fspath(index_path)
     write_index(index, index_path, storage_options=storage_options)
     return index_path
