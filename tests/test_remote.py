@@ -1,15 +1,18 @@
 """Remote shards through fsspec, against a real S3 endpoint on 127.0.0.1
 (moto's server) that logs every request and can inject faults."""
 
+import http.server
+import json
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torchvision
 from torch.utils.data import DataLoader
 
-from helpers import ids_of
+from helpers import ids_of, write_shards
 from tfrecord_torch import (IndexedReader, IndexedTFRecordDataset, RecordWriter, ShardedWriter,
                             TFRecordDataset, build_index, load_index, make_example, read_records,
                             tfds_dataset, write_dataset)
@@ -76,6 +79,20 @@ def s3():
 
 
 @pytest.fixture
+def only_our_retries(s3, monkeypatch):
+    """Storage options under which s3fs and botocore give up at once, so only
+    this package's retries can recover from a fault."""
+    import s3fs
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
+    return {**s3.options, "config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
+
+
+def retried(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "tfrecord_torch.fs" and "retrying" in r.getMessage()]
+
+
+@pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
@@ -125,11 +142,22 @@ def test_glob_and_stream_with_two_workers_exactly_once(s3, cache):
     assert len(ds) == 24
     got = ids_of(DataLoader(ds, batch_size=None, num_workers=2))
     assert sorted(got) == list(range(24))
+    # Streamed without indexes (read-ahead, shards dealt whole to the workers).
+    s3.requests.clear()
+    streamed = TFRecordDataset(pattern, storage_options=s3.options, index=False)
+    assert sorted(ids_of(DataLoader(streamed, batch_size=None, num_workers=2))) == list(range(24))
+    gets = [r for r in s3.requests if r[0] == "GET" and "/w2/data-train.tfrecord-" in r[1]
+            and not r[1].endswith(".index")]
+    assert len(gets) == 4  # one read-ahead request per shard
 
 
 def test_random_access_fetches_byte_ranges(s3, cache):
     paths = write_remote_shards(s3, "w3", [50])
+    s3.requests.clear()
     ds = IndexedTFRecordDataset(paths, storage_options=s3.options)
+    shard = [r for r in s3.requests if r[0] == "GET" and r[1].endswith("data-train.tfrecord-00000-of-00001")]
+    spans = [int(b) - int(a) + 1 for a, b in (r[2].split("=")[1].split("-") for r in shard if r[2])]
+    assert shard and len(spans) == len(shard) and max(spans) <= 12  # opening reads headers, not the shard
     index = load_index(paths[0] + ".index", storage_options=s3.options)
     s3.requests.clear()
     assert int(ds[37]["id"][0]) == 37
@@ -170,29 +198,30 @@ def test_converter_to_bucket_and_tfds_reader(s3, cache):
     assert [int(d["label"]) for d in ds] == [source[i][1] for i in range(12)]
 
 
-def test_transient_500_is_retried(s3, cache):
+def test_transient_500_is_retried(s3, cache, only_our_retries, caplog):
     paths = write_remote_shards(s3, "w4", [30])
     s3.fault_path, s3.fail_500 = "w4/data-train", 1
-    assert len(list(read_records(paths[0], storage_options=s3.options))) == 30
-    assert s3.fail_500 == 0
+    assert len(list(read_records(paths[0], storage_options=only_our_retries))) == 30
+    assert s3.fail_500 == 0 and len(retried(caplog)) == 1
 
 
-def test_dropped_connection_is_retried(s3, cache):
+def test_dropped_connection_is_retried(s3, cache, only_our_retries, caplog):
     paths = write_remote_shards(s3, "w5", [30])
-    ds = IndexedTFRecordDataset(paths, storage_options=s3.options)
+    ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries)
     s3.fault_path, s3.drop = "w5/data-train", 1
     assert int(ds[12]["id"][0]) == 12
-    assert s3.drop == 0
+    assert s3.drop == 0 and len(retried(caplog)) == 1
+    s3.drop = 1  # and mid-stream
+    assert len(list(read_records(paths[0], storage_options=only_our_retries))) == 30
+    assert s3.drop == 0 and len(retried(caplog)) == 2
 
 
-def test_permanent_fault_raises_with_the_url(s3, cache, monkeypatch):
+def test_permanent_fault_raises_with_the_url(s3, cache, monkeypatch, only_our_retries):
     from tfrecord_torch import fs
 
     monkeypatch.setattr(fs, "BACKOFF", 0.01)
     paths = write_remote_shards(s3, "w6", [10])
-    # s3fs and botocore retry on their own too; keep that short here
-    impatient = {**s3.options, "config_kwargs": {"retries": {"max_attempts": 1}}}
-    ds = IndexedTFRecordDataset(paths, storage_options=impatient)
+    ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries)
     s3.fault_path, s3.fail_500 = "w6/data-train", 10_000
     try:
         with pytest.raises(RemoteError) as info:
@@ -223,3 +252,75 @@ def test_cli_on_urls(capsys):
     assert "4 records, index memory://cli/a.tfrecord.index matches" in capsys.readouterr().out
     assert main(["head", "-n", "1", "memory://cli/a.tfrecord"]) == 0
     assert capsys.readouterr().out.strip() == '{"i": [0]}'
+
+
+def test_cli_storage_options_reach_s3(s3, cache, capsys):
+    from tfrecord_torch.cli import main
+
+    write_remote_shards(s3, "cli", [6, 6])
+    options = ["--storage-options", json.dumps(s3.options)]
+    assert main(["verify", *options, "s3://bucket/cli/data-train.tfrecord-*"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("OK ") == 2 and "6 records, index s3://bucket/cli/" in out
+    assert main(["inspect", "--json", *options, "s3://bucket/cli"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 12
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    """Serves ``files`` (path -> bytes) over HTTP; honours Range unless ``ranges`` is False."""
+
+    files: dict = {}
+    ranges = True
+
+    def do_HEAD(self):
+        self._answer(body=False)
+
+    def do_GET(self):
+        self._answer(body=True)
+
+    def _answer(self, body: bool) -> None:
+        data = self.files.get(self.path)
+        if data is None:
+            self.send_error(404)
+            return
+        status, out, asked = 200, data, self.headers.get("Range")
+        if asked and self.ranges:
+            first, last = asked.split("=", 1)[1].split("-")
+            first, last = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
+            status, out = 206, data[first:last + 1]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("Accept-Ranges", "bytes" if self.ranges else "none")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+        self.end_headers()
+        if body:
+            self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    _Files.files, _Files.ranges = {}, True
+
+
+def test_http_urls_stream_and_seek(tmp_path, cache, http_server):
+    local = write_shards(tmp_path, [5, 3])
+    for p in local:
+        build_index(p)
+        for f in (p, Path(str(p) + ".index")):
+            _Files.files[f"/d/{f.name}"] = f.read_bytes()
+    urls = [f"{http_server}/d/{p.name}" for p in local]
+    assert list(read_records(urls[0])) == list(read_records(local[0]))
+    assert IndexedReader(urls[0])[3] == list(read_records(local[0]))[3]
+    assert sorted(ids_of(DataLoader(TFRecordDataset(urls), batch_size=None, num_workers=2))) == list(range(8))
+    _Files.ranges = False  # a server that ignores Range sends whole files: say so, don't misparse
+    with pytest.raises(RemoteError, match="range requests"):
+        IndexedReader(urls[0])
+    assert list(read_records(urls[1])) == list(read_records(local[1]))  # streaming needs no ranges

@@ -248,8 +248,12 @@ class Reader:
         if not is_url(self.path):
             return os.pread(self._handle, size, offset)
         fs, p = self._handle
-        return retrying(f"read of bytes {offset}-{offset + size}", self.path,
-                        lambda: fs.cat_file(p, start=offset, end=offset + size))
+        what = f"read of bytes {offset}-{offset + size}"
+        data = retrying(what, self.path, lambda: fs.cat_file(p, start=offset, end=offset + size))
+        if len(data) > size:  # the server ignored the Range header and sent more
+            raise RemoteError(self.path, f"{what}: the server answered {len(data)} bytes; it does "
+                                         "not support range requests, so random access cannot work")
+        return data
 
     def close(self) -> None:
         if self._handle is not None and self._pid == os.getpid() and not is_url(self.path):

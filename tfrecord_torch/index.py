@@ -152,6 +152,8 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
     finally:
         reader.close()
     for i, head in zip(picks.tolist(), heads):
+        if len(head) != HEADER.size:  # the file shrank since its size was taken
+            raise fail(f"record {i} at byte {offsets[i]} is past the end of the file")
         length, length_crc = HEADER.unpack(head)
         if masked_crc32c(head[:8]) != length_crc:
             continue

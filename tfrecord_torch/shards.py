@@ -11,7 +11,7 @@ import numpy as np
 from . import fs
 from .errors import IndexMismatchError, TFRecordError
 from .index import check_index, default_index_path, load_index, scan_index, write_index
-from .streams import open_stream
+from .streams import check_compression, detect_compression
 
 __all__ = ["expand_paths", "shard_index", "index_cache_dir"]
 
@@ -44,8 +44,12 @@ def _cached_index_path(path: str, storage_options: dict | None) -> str:
 
 
 def is_compressed(path: str, compression, storage_options: dict | None = None) -> bool:
-    with open_stream(path, compression, storage_options) as stream:
-        return stream.compression is not None
+    """Whether a shard is GZIP/ZLIB: ``compression`` says, or with "auto" its first
+    12 bytes do (one small range read, so a remote shard is not fetched whole)."""
+    compression = check_compression(compression, allow_auto=True)
+    if compression != "auto":
+        return compression is not None
+    return detect_compression(fs.read_at(path, 0, 12, storage_options), path) is not None
 
 
 def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
