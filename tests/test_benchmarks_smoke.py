@@ -37,7 +37,7 @@ REQUIRED = {
     ("images", "tf.data"),
     ("images", "decode-only limit"),
     ("small_loader", "ours"),
-    ("small_loader", "ours num_workers=0"),
+    ("small_loader", "ours num_workers=2"),
     ("small_loader", "tf.data batch+parse_example"),
     ("small_loader", "tfrecord + DataLoader"),
     ("memory", "ours"),

@@ -13,7 +13,7 @@ from .batch import parse_example_batch
 from .errors import ExampleDecodeError, FeatureError
 from .features import bind, decode_batch
 from .policy import SharedErrorPolicy
-from .reading import SKIPPED, Located, decode_or_skip, fetch, stream_shard
+from .reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
 from .shards import expand_paths, is_compressed, shard_index
 
 __all__ = ["TFRecordDataset"]
@@ -228,7 +228,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
             units = _chunked(units, self.batch_size, self.drop_last)
-        decode = self._decode if self.batch_size is None else self._decode_batch
+        decode = self._decode if self.batch_size is None else self._decode_streamed_batch
         for position, unit in enumerate(units, start=1):
             if position > skip:
                 yield position, decode(unit)
@@ -249,27 +249,32 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * self.batch_size
                 segments = plan.segments(a, min(a + self.batch_size, hi))
-                items = [item for shard, records in segments
-                         for item in fetch(self.paths[shard], self.indexes[shard], records,
-                                           verify=self.verify, readers=readers,
-                                           report=self.policy.reporter(),
-                                           storage_options=self.storage_options)]
-                yield position, self._decode_batch(items)
+                runs = [run for shard, records in segments
+                        for run in fetch_runs(self.paths[shard], self.indexes[shard], records,
+                                              verify=self.verify, readers=readers,
+                                              report=self.policy.reporter(),
+                                              storage_options=self.storage_options)]
+                payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
+                yield position, self._decode_batch(payloads, lambda: [i for r in runs for i in r.items()])
         finally:
             readers.close()
 
-    def _decode_batch(self, items: list[Located]):
-        """One decoded batch; a bad record is found and named (and, when the
-        policy skips, left out of the batch)."""
+    def _decode_streamed_batch(self, items: list[Located]):
+        return self._decode_batch([i.payload for i in items], lambda: items)
+
+    def _decode_batch(self, payloads: list[bytes], items: Callable[[], list[Located]]):
+        """One decoded batch of ``payloads``; a bad record is found (among
+        ``items()``, the same records with their locations) and named, and when
+        the policy skips, left out of the batch."""
         try:
-            if not items:
+            if not payloads:
                 return SKIPPED
-            columns = parse_example_batch([i.payload for i in items])
-            batch = columns if self.spec is None else decode_batch(columns, self.spec, len(items))
+            columns = parse_example_batch(payloads)
+            batch = columns if self.spec is None else decode_batch(columns, self.spec, len(payloads))
         except (ExampleDecodeError, FeatureError):
-            good = [i for i in items if decode_or_skip(i, self.spec, None, self.policy.reporter())
+            good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
                     is not SKIPPED]  # raises under "raise", naming the record
-            return self._decode_batch(good)
+            return self._decode_streamed_batch(good)
         return self.transform(batch) if self.transform is not None else batch
 
 

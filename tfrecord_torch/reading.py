@@ -14,7 +14,8 @@ from .features import decode
 from .framing import iter_chunks, parse_frame
 from .streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "decode_item", "decode_or_skip", "fetch", "locate", "parse_located", "stream_shard"]
+__all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "fetch", "fetch_runs", "locate",
+           "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 16 << 20
 
@@ -26,10 +27,33 @@ class Located(NamedTuple):
     record: int
 
 
+class Run(NamedTuple):
+    """Records of one shard read together: payload ``i`` is record
+    ``numbers[i]``, whose header is at byte ``offsets[i]``."""
+
+    payloads: list
+    path: str
+    offsets: np.ndarray
+    numbers: np.ndarray
+
+    def items(self) -> list[Located]:
+        return [Located(p, self.path, o, r)
+                for p, o, r in zip(self.payloads, self.offsets.tolist(), self.numbers.tolist())]
+
+
 def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
           readers: fs.Readers | None = None, report=None, storage_options: dict | None = None
           ) -> Iterator[Located]:
-    """The records ``records`` of an indexed shard, in that order.
+    """The records ``records`` of an indexed shard, in that order (see :func:`fetch_runs`)."""
+    for run in fetch_runs(path, index, records, verify=verify, readers=readers, report=report,
+                          storage_options=storage_options):
+        yield from run.items()
+
+
+def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
+               readers: fs.Readers | None = None, report=None, storage_options: dict | None = None
+               ) -> Iterator[Run]:
+    """The records ``records`` of an indexed shard, in that order, a run at a time.
 
     An ascending run of consecutive records is read in windows of up to
     16 MiB, each one positioned read (one range request for a URL), then
@@ -44,20 +68,23 @@ def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = T
             (np.diff(records) == 1).all():
         yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report)
         return
+    payloads, numbers = [], []
     for r in records.tolist():
         offset, size = int(index[r, 0]), int(index[r, 1])
         try:
-            payload = parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
-                                  verify=verify)
+            payloads.append(parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
+                                        verify=verify))
         except CorruptRecordError as e:
             if report is None:
                 raise
             report(e)
             continue
-        yield Located(payload, path, offset, r)
+        numbers.append(r)
+    numbers = np.array(numbers, np.int64)
+    yield Run(payloads, path, index[numbers, 0], numbers)
 
 
-def _windows(path, index, first, last, reader, verify, report) -> Iterator[Located]:
+def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
     while first <= last:
@@ -76,9 +103,8 @@ def _windows(path, index, first, last, reader, verify, report) -> Iterator[Locat
         done = first - 1
         for chunk in iter_chunks(stream, verify=verify, offset=start, record=first,
                                  block_size=max(size, 1), report=note if report else None):
-            for i, payload in enumerate(chunk.payloads()):
-                done = int(chunk.numbers[i])
-                yield Located(payload, path, int(chunk.offsets[i]), done)
+            done = int(chunk.numbers[-1])
+            yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
         if done < stop and stopped_at:
             first = max(stopped_at) + 1  # resume after the record that stopped the scan
         else:
