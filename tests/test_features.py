@@ -111,9 +111,16 @@ def test_transforms_v2_pipeline(tmp_path):
     ds = TFRecordDataset(tmp_path, features=presets.tfds(),
                          transform=lambda d: {**d, "image": pipeline(d["image"])})
     plain = list(TFRecordDataset(tmp_path, features=presets.tfds()))
-    for item, ref in zip(ds, plain):
+    items = list(ds)
+    assert len(items) == len(plain) == 6
+    for item, ref in zip(items, plain):
         assert item["image"].dtype == torch.float32
         assert torch.allclose(item["image"], ref["image"].flip(-1).float() / 255)
+    # The pipeline itself as the transform: v2 takes the dict, transforms the image, passes the label.
+    direct = list(TFRecordDataset(tmp_path, features=presets.tfds(), transform=pipeline))
+    assert len(direct) == 6
+    for item, ref in zip(direct, items):
+        assert torch.equal(item["image"], ref["image"]) and torch.equal(item["label"], ref["label"])
 
 
 def test_pad_collate(tmp_path):

@@ -102,6 +102,10 @@ def test_resolve_rank(monkeypatch):
     monkeypatch.setenv("RANK", "x")
     with pytest.raises(ValueError, match="RANK"):
         resolve_rank(None, None)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(ValueError, match="set both or neither"):
+        resolve_rank(None, None)  # not silently rank 0 of 1, which would read every record on every rank
 
 
 def test_bad_even():

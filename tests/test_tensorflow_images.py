@@ -2,6 +2,7 @@
 
 import numpy as np
 import tensorflow as tf
+import torch
 
 from helpers import png_bytes
 from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, presets
@@ -34,8 +35,12 @@ def test_jpeg_equals_tensorflow_accurate_idct(tmp_path):
     arrays.append(rng.integers(0, 256, (48, 40, 3), dtype=np.uint8))
     write_images(tmp_path / "j.tfrecord", arrays, "JPEG", quality=90)
     ours = list(TFRecordDataset(tmp_path, features=presets.tfds()))
-    for o, raw in zip(ours, tf.data.TFRecordDataset(str(tmp_path / "j.tfrecord"))):
-        parsed = tf.io.parse_single_example(raw, {"image": tf.io.FixedLenFeature([], tf.string)})
+    theirs = list(tf.data.TFRecordDataset(str(tmp_path / "j.tfrecord")))
+    assert len(ours) == len(theirs) == 2
+    for o, raw in zip(ours, theirs):
+        desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+        parsed = tf.io.parse_single_example(raw, desc)
+        assert o["label"].item() == int(parsed["label"])
         mine = o["image"].permute(1, 2, 0).numpy().astype(np.int16)
         # With the same (accurate integer) IDCT both libjpeg builds agree exactly ...
         accurate = tf.io.decode_jpeg(parsed["image"], channels=3, dct_method="INTEGER_ACCURATE")
@@ -53,3 +58,25 @@ def test_grayscale_matches_tensorflow(tmp_path):
     raw = next(iter(tf.data.TFRecordDataset(str(tmp_path / "g.tfrecord"))))
     parsed = tf.io.parse_single_example(raw, {"image": tf.io.FixedLenFeature([], tf.string)})
     assert np.array_equal(ours["image"][0].numpy(), tf.io.decode_png(parsed["image"], channels=1).numpy()[:, :, 0])
+
+
+def test_numeric_features_equal_tensorflow(tmp_path):
+    from tfrecord_torch import Float, Int64
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / "n.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(4):
+            w.write(make_example({"label": int(rng.integers(-2**40, 2**40)), "box": rng.standard_normal(4),
+                                  "ids": rng.integers(0, 99, i + 1), "score": float(rng.standard_normal())}))
+    spec = {"label": Int64(), "box": Float(shape=(2, 2)), "ids": Int64(shape=None), "score": Float()}
+    ours = list(TFRecordDataset(path, features=spec))
+    desc = {"label": tf.io.FixedLenFeature([], tf.int64), "box": tf.io.FixedLenFeature([2, 2], tf.float32),
+            "ids": tf.io.VarLenFeature(tf.int64), "score": tf.io.FixedLenFeature([], tf.float32)}
+    theirs = [tf.io.parse_single_example(r, desc) for r in tf.data.TFRecordDataset(str(path))]
+    assert len(ours) == len(theirs) == 4
+    for o, t in zip(ours, theirs):
+        assert o["label"].shape == () and o["label"].item() == int(t["label"])
+        assert o["box"].dtype == torch.float32 and np.array_equal(o["box"].numpy(), t["box"].numpy())
+        assert o["ids"].tolist() == tf.sparse.to_dense(t["ids"]).numpy().tolist()
+        assert o["score"].shape == () and o["score"].item() == float(t["score"])

@@ -54,12 +54,15 @@ def _detect_rank() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if env_rank is not None and env_world is not None:
-        try:
-            return int(env_rank), int(env_world)
-        except ValueError:
-            raise ValueError(f"RANK={env_rank!r} and WORLD_SIZE={env_world!r} must be integers") from None
-    return 0, 1
+    if env_rank is None and env_world is None:
+        return 0, 1
+    if env_rank is None or env_world is None:  # half a launcher's environment: guessing would read the wrong share
+        raise ValueError(f"RANK={env_rank!r} and WORLD_SIZE={env_world!r}: set both or neither "
+                         "(or pass rank= and world_size=)")
+    try:
+        return int(env_rank), int(env_world)
+    except ValueError:
+        raise ValueError(f"RANK={env_rank!r} and WORLD_SIZE={env_world!r} must be integers") from None
 
 
 def split_range(start: int, stop: int, part: int, parts: int) -> tuple[int, int]:
