@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_torch import (ExampleDecodeError, TFRecordError, load_index, make_example,
+from tfrecord_torch import (ExampleDecodeError, TFRecordError, load_index, make_example, make_sequence_example,
                             parse_example, parse_example_batch, parse_sequence_example, read_records)
 from tfrecord_torch.framing import frame
 from tfrecord_torch.tfds import tfds_features, tfds_split
@@ -105,6 +105,38 @@ def test_example_decoders(mappings, data):
                 np.testing.assert_array_equal(have, want)
             else:
                 assert have == want
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    return a == b
+
+
+@fuzz
+@given(examples, st.dictionaries(st.text(min_size=1, max_size=6),
+                                 st.lists(st.one_of(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1,
+                                                             max_size=3),
+                                                    st.lists(st.binary(max_size=8), min_size=1, max_size=2)),
+                                          max_size=3), max_size=3), st.data())
+def test_sequence_example_decoder(context, lists, data):
+    import tracemalloc
+
+    payload = make_sequence_example(context, lists)
+    got_context, got_lists = parse_sequence_example(payload)  # the valid input round-trips
+    assert set(got_context) == set(context) and set(got_lists) == set(lists)
+    assert all(len(got_lists[k]) == len(v) for k, v in lists.items())
+    assert all(_same(got_context[k], parse_example(make_example({k: v}))[k]) for k, v in context.items())
+    bad = mutate(payload, data.draw)
+    tracemalloc.start()
+    try:
+        parse_sequence_example(bad)
+    except ExampleDecodeError:
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < (1 << 20) + 64 * len(bad), peak  # memory follows the input's size
 
 
 @fuzz

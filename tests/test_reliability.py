@@ -2,6 +2,7 @@
 
 import gc
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -54,7 +55,11 @@ def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
     script = tmp_path / "convert.py"
     script.write_text(CONVERT)
     out = tmp_path / "out"
-    for delay in (0.05, 0.4, 0.9, 1.6):
+    # Seeded random kill times over the whole conversion (about 1 s of writing
+    # after "start"), its last shards, renames and metadata included.
+    rng = random.Random(workers)
+    delays = sorted(rng.uniform(0.02, 1.4) for _ in range(5))
+    for delay in delays:
         proc = subprocess.Popen([sys.executable, str(script), str(out), "0.002", str(workers)],
                                 stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().strip() == "start"
