@@ -383,3 +383,31 @@ def test_tfds_prepared_directory_reads_without_tensorflow(tmp_path):
         assert np.array_equal(item["meta/mask"].numpy(), ref["meta"]["mask"])
     with pytest.raises(ValueError, match="split must be one of"):
         tfds_dataset(directory, "validation")
+
+
+def test_metadata_updates_of_two_splits_wait_for_each_other(tmp_path):
+    import fcntl
+    import threading
+
+    from tfrecord_torch.tfds import read_info, write_metadata
+
+    common = {"name": "d", "num_bytes": 0, "features": {}, "class_names": None}
+    write_metadata(tmp_path, split="train", shard_lengths=[3], **common)
+    held = os.open(tmp_path / ".dataset_info.lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another converter is updating the metadata
+    second = threading.Thread(target=write_metadata, kwargs={"output_dir": tmp_path, "split": "test",
+                                                             "shard_lengths": [2], **common})
+    second.start()
+    time.sleep(0.3)
+    assert second.is_alive()  # it waits rather than read-modify-writing under the other
+    os.close(held)
+    second.join(10)
+    assert sorted(s["name"] for s in read_info(tmp_path)["splits"]) == ["test", "train"]
+
+
+def test_second_dataset_name_in_a_folder_fails_before_writing(tmp_path):
+    source = torchvision.datasets.FakeData(size=4, image_size=(3, 8, 8), num_classes=2)
+    write_dataset(source, tmp_path, name="first", progress=False)
+    with pytest.raises(TFRecordError, match="describes dataset 'first', not 'second'"):
+        write_dataset(source, tmp_path, name="second", progress=False)
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(("second", ".second"))]

@@ -22,7 +22,7 @@ import numpy as np
 from .errors import TFRecordError
 from .images import image_info
 from .example import make_example
-from .tfds import image_feature, raw_image_feature, write_metadata
+from .tfds import check_dataset_name, image_feature, raw_image_feature, write_metadata
 from .writer import ShardedWriter
 
 __all__ = ["FORMATS", "encode_sample", "write_dataset"]
@@ -78,6 +78,7 @@ def write_dataset(dataset, output_dir, *, name: str, split: str = "train", image
     class_names = class_names if class_names is not None else _classes(dataset)
     total = len(dataset)
     stats = _Stats()
+    check_dataset_name(output_dir, name, storage_options)  # before any shard, not after all of them
     with ShardedWriter(output_dir, name=name, split=split, max_records=shard_size,
                        max_bytes=max_shard_bytes, compression=compression,
                        storage_options=storage_options) as writer:

@@ -8,6 +8,8 @@ shards ``{name}-{split}.tfrecord-00000-of-00004``, ``dataset_info.json``
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -53,12 +55,48 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
     """Write (or update, for another split) ``dataset_info.json``, ``features.json``
     and ``label.labels.txt`` so ``tfds.builder_from_directory`` loads the folder."""
     output_dir = os.fspath(output_dir)
-    info_path = os.path.join(output_dir, "dataset_info.json")
-    so = storage_options
-    info = _load_json(info_path, so) if fs.exists(info_path, so) else {}
+    with _metadata_lock(output_dir):
+        _update_info(output_dir, name=name, split=split, shard_lengths=shard_lengths, num_bytes=num_bytes,
+                     compression=compression, storage_options=storage_options)
+        _write_json(os.path.join(output_dir, "features.json"),
+                    {"featuresDict": {"features": features}, "pythonClassName": _DICT}, storage_options)
+        if class_names is not None:
+            fs.write_bytes(os.path.join(output_dir, "label.labels.txt"),
+                           "".join(f"{c}\n" for c in class_names).encode("utf-8"), storage_options)
+
+
+@contextlib.contextmanager
+def _metadata_lock(output_dir: str):
+    """Serialize updates of a local folder's metadata: converters of two splits
+    into one folder each add their split instead of the last one winning.
+    (Object stores have no locks; there, write splits one after another.)"""
+    if fs.is_url(output_dir):
+        yield
+        return
+    fd = os.open(os.path.join(output_dir, ".dataset_info.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another split's update takes milliseconds: wait for it
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_dataset_name(output_dir, name: str, storage_options: dict | None = None) -> dict:
+    """The folder's ``dataset_info.json`` ({} if none), refusing to add dataset
+    ``name`` to a folder whose metadata describes another."""
+    info_path = os.path.join(os.fspath(output_dir), "dataset_info.json")
+    info = _load_json(info_path, storage_options) if fs.exists(info_path, storage_options) else {}
     if info.get("name", name) != name:
         raise TFRecordError(f"{info_path} describes dataset {info['name']!r}, not {name!r}; "
                             "write each dataset to its own folder")
+    return info
+
+
+def _update_info(output_dir: str, *, name: str, split: str, shard_lengths: list[int], num_bytes: int,
+                 compression, storage_options: dict | None) -> None:
+    so = storage_options
+    info = check_dataset_name(output_dir, name, so)
+    info_path = os.path.join(output_dir, "dataset_info.json")
     template = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
     if compression == "gzip":
         template += ".gz"
@@ -68,11 +106,6 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
     info.update({"fileFormat": "tfrecord", "name": name, "splits": splits,
                  "version": info.get("version", "1.0.0"), "moduleName": "tfrecord_torch"})
     _write_json(info_path, info, so)
-    _write_json(os.path.join(output_dir, "features.json"),
-                {"featuresDict": {"features": features}, "pythonClassName": _DICT}, so)
-    if class_names is not None:
-        fs.write_bytes(os.path.join(output_dir, "label.labels.txt"),
-                       "".join(f"{c}\n" for c in class_names).encode("utf-8"), so)
 
 
 def _load_json(path: str, storage_options: dict | None = None) -> dict:
