@@ -162,3 +162,23 @@ def test_resume_across_skipped_records_repeats_and_recounts_nothing(tmp_path, ba
     assert head + rest == full
     # each skipped record is reported once over the two runs (not again on resume)
     assert first.errors()["total"] + resumed.errors()["total"] == 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_map_style_dataset_replaces_a_bad_record_with_the_next(tmp_path, workers):
+    from tfrecord_torch import IndexedTFRecordDataset
+
+    paths = write_shards(tmp_path, [5, 5])
+    for p in paths:
+        build_index(p)  # indexed while intact: damage comes later
+    size = len(paths[0].read_bytes()) // 5
+    corrupt(paths[0], size, 2, "payload")
+    corrupt(paths[0], size, 4, "header")  # the last record of shard 0: its stand-in is shard 1's first
+    with pytest.raises(CorruptRecordError) as info:
+        IndexedTFRecordDataset(tmp_path)[2]  # the default raises, naming the record
+    assert info.value.record == 2 and info.value.path == str(paths[0])
+    ds = IndexedTFRecordDataset(tmp_path, on_error="skip")
+    assert len(ds) == 10
+    got = ids_of(DataLoader(ds, batch_size=5, num_workers=workers))
+    assert got == [0, 1, 3, 3, 5, 5, 6, 7, 8, 9]  # every index gives an item; batches stay full
+    assert ds.errors() == {"total": 2, "per_shard": {str(paths[0]): 2}}

@@ -9,9 +9,10 @@ import numpy as np
 import torch.utils.data
 
 from . import fs
-from .errors import TFRecordError
+from .errors import CorruptRecordError, FeatureError, TFRecordError
 from .features import bind
 from .framing import parse_frame
+from .policy import SharedErrorPolicy
 from .reading import Located, decode_item
 from .shards import expand_paths, is_compressed, shard_index
 
@@ -33,13 +34,19 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             list of index paths, one per shard.
         transform: a callable applied to each item.
         verify: check record CRCs.
+        on_error: "raise" (default), "skip" or "warn": a record that is corrupt
+            or fails to decode is logged and counted (:meth:`errors`), and the
+            next readable record stands in for it, so every index still gives an
+            item and a sampler's batches stay full (that record then appears
+            twice in the epoch). Failures to reach storage always raise.
         storage_options: fsspec options for URLs (each record is one range request).
     """
 
     def __init__(self, paths, *, features: dict | None = None, index=None,
-                 transform: Callable | None = None, verify: bool = True,
+                 transform: Callable | None = None, verify: bool = True, on_error: str = "raise",
                  storage_options: dict | None = None) -> None:
         self.paths = expand_paths(paths, storage_options)
+        self.policy = SharedErrorPolicy(on_error, self.paths)
         for p in self.paths:
             if is_compressed(p, "auto", storage_options):
                 raise TFRecordError(f"{p}: compressed shards cannot be read by index; use "
@@ -70,6 +77,21 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         shard, r = self.locate(int(i))
+        n = len(self)
+        for step in range(n):
+            try:
+                return self._read(shard, r)
+            except (CorruptRecordError, FeatureError) as e:
+                self.policy.report(e)  # raises under on_error="raise"
+            shard, r = self.locate((int(i) + step + 1) % n)
+        raise TFRecordError(f"none of the {n} records of {len(self.paths)} shard(s) is readable")
+
+    def errors(self) -> dict:
+        """Records replaced under ``on_error="skip"/"warn"`` so far, over all
+        worker processes: ``{"total": n, "per_shard": {path: n}}``."""
+        return self.policy.summary()
+
+    def _read(self, shard: int, r: int):
         path = self.paths[shard]
         offset, size = (int(v) for v in self.indexes[shard][r])
         data = self._readers.get(path).read(offset, size)
