@@ -324,3 +324,17 @@ def test_http_urls_stream_and_seek(tmp_path, cache, http_server):
     with pytest.raises(RemoteError, match="range requests"):
         IndexedReader(urls[0])
     assert list(read_records(urls[1])) == list(read_records(local[1]))  # streaming needs no ranges
+
+
+@pytest.mark.timeout(120)
+def test_workers_forked_after_the_parent_used_the_filesystem(s3, cache):
+    # fsspec caches filesystem instances (and s3fs its event loop); a worker
+    # forked from a parent that used one must open its own, not hang on the parent's.
+    write_remote_shards(s3, "fork", [6, 6])
+    cached = {k: v for k, v in s3.options.items() if k != "skip_instance_cache"}
+    pattern = "s3://bucket/fork/data-train.tfrecord-*"
+    ds = TFRecordDataset(pattern, storage_options=cached)
+    assert sorted(ids_of(ds)) == list(range(12))  # the parent reads first: instance and loop exist
+    for index in (None, False):
+        ds = TFRecordDataset(pattern, storage_options=cached, index=index)
+        assert sorted(ids_of(DataLoader(ds, batch_size=None, num_workers=2))) == list(range(12))
