@@ -18,8 +18,7 @@ from .index import build_index, check_index, default_index_path, load_index
 from .policy import ErrorPolicy
 from .schema import SchemaReport
 from .cli_convert import add_convert_parser
-from .shards import expand_paths
-from .streams import detect_compression
+from .shards import compression_of, expand_paths
 
 __all__ = ["main"]
 
@@ -192,11 +191,8 @@ def _cmd_inspect(args) -> int:
     report = SchemaReport()
     sizes = []
     for path in expand(args):
-        size = fs.size_and_version(path, so)[0]
-        compression = _compression(args)
-        if compression == "auto":
-            compression = detect_compression(fs.read_at(path, 0, 12, so), path)
-        sizes.append((path, size, compression))
+        compression = compression_of(path, _compression(args), so)
+        sizes.append((path, fs.size_and_version(path, so)[0], compression))
         for payload in read_records(path, compression=compression, storage_options=so):
             report.records += 1
             if args.limit is not None and report.parsed + report.not_examples >= args.limit:

@@ -131,6 +131,20 @@ def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
         raise
 
 
+def lock_file(path: str, *, wait: bool) -> int | None:
+    """Take an exclusive flock on ``path`` (created if missing) and return its
+    descriptor (close it to release); without ``wait``, None if another holds it."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def remove(url: str, storage_options: dict | None = None) -> None:
     """Delete a remote object."""
     fs, p = _fs(url, storage_options)

@@ -13,7 +13,7 @@ from .errors import IndexMismatchError, TFRecordError
 from .index import check_index, default_index_path, load_index, scan_index, write_index
 from .streams import check_compression, detect_compression
 
-__all__ = ["expand_paths", "shard_index", "index_cache_dir"]
+__all__ = ["compression_of", "expand_paths", "index_cache_dir", "is_compressed", "shard_index"]
 
 log = logging.getLogger(__name__)
 _SKIP_SUFFIXES = (".index", ".idx", ".json", ".txt", ".partial")
@@ -43,13 +43,18 @@ def _cached_index_path(path: str, storage_options: dict | None) -> str:
     return os.path.join(index_cache_dir(), f"{name}.{hashlib.sha256(key).hexdigest()[:20]}.index")
 
 
-def is_compressed(path: str, compression, storage_options: dict | None = None) -> bool:
-    """Whether a shard is GZIP/ZLIB: ``compression`` says, or with "auto" its first
-    12 bytes do (one small range read, so a remote shard is not fetched whole)."""
+def compression_of(path: str, compression, storage_options: dict | None = None) -> str | None:
+    """A shard's compression (None, "gzip", "zlib"): ``compression`` says, or with
+    "auto" its first 12 bytes do (one small range read, so a remote shard is not
+    fetched whole)."""
     compression = check_compression(compression, allow_auto=True)
     if compression != "auto":
-        return compression is not None
-    return detect_compression(fs.read_at(path, 0, 12, storage_options), path) is not None
+        return compression
+    return detect_compression(fs.read_at(path, 0, 12, storage_options), path)
+
+
+def is_compressed(path: str, compression, storage_options: dict | None = None) -> bool:
+    return compression_of(path, compression, storage_options) is not None
 
 
 def shard_index(path: str, index_path: str | None = None, *, build: bool = True,

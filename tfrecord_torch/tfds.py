@@ -9,7 +9,6 @@ shards ``{name}-{split}.tfrecord-00000-of-00004``, ``dataset_info.json``
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -73,9 +72,8 @@ def _metadata_lock(output_dir: str):
     if fs.is_url(output_dir):
         yield
         return
-    fd = os.open(os.path.join(output_dir, ".dataset_info.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = fs.lock_file(os.path.join(output_dir, ".dataset_info.lock"), wait=True)  # an update takes ms
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another split's update takes milliseconds: wait for it
         yield
     finally:
         os.close(fd)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import logging
 import os
@@ -217,13 +216,10 @@ class ShardedWriter:
 
 
 def _lock(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = fs.lock_file(path, wait=False)
+    if fd is None:
         raise TFRecordError(f"another process is writing {os.path.basename(path)[1:-5]} into "
-                            f"{os.path.dirname(path)} (lock {path} is held)") from None
+                            f"{os.path.dirname(path)} (lock {path} is held)")
     return fd
 
 
