@@ -354,8 +354,8 @@ def parse_ours(path):
              "numpy columns per 1 MiB read chunk")
 def parse_ours_batched(path):
     from tfrecord_torch import parse_example_batch
-    from tfrecord_torch.framing import iter_chunks
-    from tfrecord_torch.streams import open_stream
+    from tfrecord_torch.records.framing import iter_chunks
+    from tfrecord_torch.records.streams import open_stream
 
     def batches():
         with open_stream(path) as stream:

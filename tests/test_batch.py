@@ -4,9 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrecord_torch import ExampleDecodeError, RecordWriter, make_example, parse_example
-from tfrecord_torch.batch import Layout, parse_example_batch
-from tfrecord_torch.framing import iter_chunks
-from tfrecord_torch.streams import open_stream
+from tfrecord_torch.example.batch import Layout, parse_example_batch
+from tfrecord_torch.records.framing import iter_chunks
+from tfrecord_torch.records.streams import open_stream
 
 
 def reference(payloads):

@@ -389,7 +389,7 @@ def test_metadata_updates_of_two_splits_wait_for_each_other(tmp_path):
     import fcntl
     import threading
 
-    from tfrecord_torch.tfds import read_info, write_metadata
+    from tfrecord_torch.tfds.metadata import read_info, write_metadata
 
     common = {"name": "d", "num_bytes": 0, "features": {}, "class_names": None}
     write_metadata(tmp_path, split="train", shard_lengths=[3], **common)

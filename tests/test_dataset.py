@@ -230,7 +230,7 @@ def test_bad_arguments(tmp_path):
 
 def test_index_cache_used_when_folder_not_writable(tmp_path, monkeypatch):
     # Root can write anywhere, so simulate a read-only folder by failing the write.
-    from tfrecord_torch import shards
+    from tfrecord_torch.data import shards as shards
 
     data = tmp_path / "data"
     data.mkdir()

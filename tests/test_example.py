@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from tfrecord_torch import (ExampleDecodeError, make_example, make_sequence_example, parse_example,
                             parse_sequence_example)
-from tfrecord_torch.protos import Example
+from tfrecord_torch.example.protos import Example
 
 
 def test_values_and_kinds():

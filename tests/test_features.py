@@ -5,7 +5,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, rand
 
 from helpers import ids_of, png_bytes, write_shards
 from tfrecord_torch import (Bytes, FeatureError, Image, IndexedTFRecordDataset, Int64, RecordWriter, TFRecordDataset, Text, make_example, pad_collate, presets)
-from tfrecord_torch.features import decode_image, image_size
+from tfrecord_torch.features.specs import decode_image, image_size
 
 
 def image_shards(tmp_path, keys=("image", "label"), fmt="PNG", sizes=((8, 10),) * 6, mode="RGB"):

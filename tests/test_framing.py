@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrecord_torch import CorruptRecordError, RecordWriter, read_records
-from tfrecord_torch.crc import masked_crc32c, unmask_crc
-from tfrecord_torch.framing import frame
+from tfrecord_torch.records.crc import masked_crc32c, unmask_crc
+from tfrecord_torch.records.writer import frame
 
 
 def write(path, payloads, compression=None):

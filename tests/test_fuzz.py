@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from tfrecord_torch import (ExampleDecodeError, TFRecordError, load_index, make_example, make_sequence_example,
                             parse_example, parse_example_batch, parse_sequence_example, read_records)
-from tfrecord_torch.framing import frame
-from tfrecord_torch.tfds import tfds_features, tfds_split
+from tfrecord_torch.records.writer import frame
+from tfrecord_torch.tfds.features import tfds_features
+from tfrecord_torch.tfds.metadata import tfds_split
 
 BUDGET = int(os.environ.get("TFRECORD_TORCH_FUZZ_EXAMPLES", "300"))
 fuzz = settings(max_examples=BUDGET, deadline=None, derandomize=True,

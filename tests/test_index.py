@@ -3,7 +3,7 @@ import pytest
 
 from tfrecord_torch import (IndexedReader, IndexMismatchError, RecordWriter, TFRecordError, build_index,
                             check_index, load_index, read_records)
-from tfrecord_torch.index import scan_index
+from tfrecord_torch.records.index import scan_index
 
 
 def write(path, payloads, compression=None):

@@ -16,8 +16,8 @@ from helpers import ids_of, write_shards
 from tfrecord_torch import (IndexedReader, IndexedTFRecordDataset, RecordWriter, ShardedWriter,
                             TFRecordDataset, build_index, load_index, make_example, read_records,
                             tfds_dataset, write_dataset)
-from tfrecord_torch.fs import RemoteError
-from tfrecord_torch.shards import expand_paths
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.data.shards import expand_paths
 
 
 class S3:
@@ -89,7 +89,7 @@ def only_our_retries(s3, monkeypatch):
 
 
 def retried(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tfrecord_torch.fs" and "retrying" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name == "tfrecord_torch.io.retry" and "retrying" in r.getMessage()]
 
 
 @pytest.fixture
@@ -217,9 +217,9 @@ def test_dropped_connection_is_retried(s3, cache, only_our_retries, caplog):
 
 
 def test_permanent_fault_raises_with_the_url(s3, cache, monkeypatch, only_our_retries):
-    from tfrecord_torch import fs
+    from tfrecord_torch.io import retry
 
-    monkeypatch.setattr(fs, "BACKOFF", 0.01)
+    monkeypatch.setattr(retry, "BACKOFF", 0.01)
     paths = write_remote_shards(s3, "w6", [10])
     ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries)
     s3.fault_path, s3.fail_500 = "w6/data-train", 10_000

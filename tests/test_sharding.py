@@ -2,7 +2,7 @@ from collections import Counter
 
 import pytest
 
-from tfrecord_torch.sharding import plan_records, plan_shards, resolve_rank
+from tfrecord_torch.data.plan import plan_records, plan_shards, resolve_rank
 
 COUNTS = {
     "one": [10],

@@ -1,53 +1,94 @@
-"""Read and write TFRecord files from PyTorch, without TensorFlow."""
+"""Read and write TFRecord files from PyTorch, without TensorFlow.
 
-from . import presets
-from .batch import parse_example_batch
-from .collate import pad_collate
-from .dataset import TFRecordDataset
-from .errors import (CorruptRecordError, ExampleDecodeError, FeatureError, IndexMismatchError,
-                     TFRecordError)
-from .example import make_example, make_sequence_example, parse_example, parse_sequence_example
-from .features import Bytes, Float, Image, Int64, RawImage, Text
-from .framing import RecordWriter, read_records
-from .index import build_index, check_index, load_index
-from .indexed import IndexedReader
-from .mapdataset import IndexedTFRecordDataset
-from .convert import write_dataset
-from .features import RawTensor
-from .tfds import tfds_dataset
-from .writer import ShardedWriter
+The public names are exported lazily (PEP 562): ``import tfrecord_torch``
+imports neither torch nor torchvision; a name is imported from its
+subpackage the first time it is used. See the README's "Layout" section for
+where each lives.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Bytes",
-    "CorruptRecordError",
-    "ExampleDecodeError",
-    "FeatureError",
-    "Float",
-    "Image",
-    "IndexMismatchError",
-    "IndexedReader",
-    "IndexedTFRecordDataset",
-    "Int64",
-    "RawImage",
-    "RawTensor",
-    "RecordWriter",
-    "ShardedWriter",
-    "TFRecordDataset",
-    "TFRecordError",
-    "Text",
-    "build_index",
-    "check_index",
-    "load_index",
-    "make_example",
-    "make_sequence_example",
-    "pad_collate",
-    "parse_example",
-    "parse_example_batch",
-    "parse_sequence_example",
-    "presets",
-    "read_records",
-    "tfds_dataset",
-    "write_dataset",
-]
+# public name -> the module that defines it
+_EXPORTS = {
+    "Bytes": "tfrecord_torch.features.specs",
+    "Compression": "tfrecord_torch.records.compression",
+    "CorruptRecordError": "tfrecord_torch.errors",
+    "ErrorPolicy": "tfrecord_torch.policy",
+    "ExampleDecodeError": "tfrecord_torch.errors",
+    "Feature": "tfrecord_torch.features.specs",
+    "FeatureError": "tfrecord_torch.errors",
+    "Float": "tfrecord_torch.features.specs",
+    "Image": "tfrecord_torch.features.specs",
+    "IndexMismatchError": "tfrecord_torch.errors",
+    "IndexedReader": "tfrecord_torch.records.indexed",
+    "IndexedTFRecordDataset": "tfrecord_torch.data.mapstyle",
+    "Int64": "tfrecord_torch.features.specs",
+    "OnError": "tfrecord_torch.policy",
+    "RawImage": "tfrecord_torch.features.specs",
+    "RawTensor": "tfrecord_torch.features.specs",
+    "ReaderPool": "tfrecord_torch.io.pool",
+    "RecordWriter": "tfrecord_torch.records.writer",
+    "RemoteError": "tfrecord_torch.errors",
+    "ShardedWriter": "tfrecord_torch.write.sharded",
+    "TFRecordDataset": "tfrecord_torch.data.iterable",
+    "TFRecordError": "tfrecord_torch.errors",
+    "Text": "tfrecord_torch.features.specs",
+    "build_index": "tfrecord_torch.records.index",
+    "check_index": "tfrecord_torch.records.index",
+    "load_index": "tfrecord_torch.records.index",
+    "make_example": "tfrecord_torch.example.codec",
+    "make_sequence_example": "tfrecord_torch.example.codec",
+    "pad_collate": "tfrecord_torch.features.collate",
+    "parse_example": "tfrecord_torch.example.codec",
+    "parse_example_batch": "tfrecord_torch.example.batch",
+    "parse_sequence_example": "tfrecord_torch.example.codec",
+    "read_records": "tfrecord_torch.records.framing",
+    "tfds_dataset": "tfrecord_torch.tfds.dataset",
+    "write_dataset": "tfrecord_torch.write.convert",
+}
+_MODULES = {"presets": "tfrecord_torch.features.presets"}  # exported as modules
+
+__all__ = sorted([*_EXPORTS, *_MODULES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    else:
+        raise AttributeError(f"module 'tfrecord_torch' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from tfrecord_torch.data.iterable import TFRecordDataset
+    from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
+    from tfrecord_torch.errors import (CorruptRecordError, ExampleDecodeError, FeatureError, IndexMismatchError,
+                                       RemoteError, TFRecordError)
+    from tfrecord_torch.example.batch import parse_example_batch
+    from tfrecord_torch.example.codec import (make_example, make_sequence_example, parse_example,
+                                              parse_sequence_example)
+    from tfrecord_torch.features import presets
+    from tfrecord_torch.features.collate import pad_collate
+    from tfrecord_torch.features.specs import Bytes, Feature, Float, Image, Int64, RawImage, RawTensor, Text
+    from tfrecord_torch.io.pool import ReaderPool
+    from tfrecord_torch.policy import ErrorPolicy, OnError
+    from tfrecord_torch.records.compression import Compression
+    from tfrecord_torch.records.framing import read_records
+    from tfrecord_torch.records.index import build_index, check_index, load_index
+    from tfrecord_torch.records.indexed import IndexedReader
+    from tfrecord_torch.records.writer import RecordWriter
+    from tfrecord_torch.tfds.dataset import tfds_dataset
+    from tfrecord_torch.write.convert import write_dataset
+    from tfrecord_torch.write.sharded import ShardedWriter

@@ -15,6 +15,7 @@ __all__ = [
     "ExampleDecodeError",
     "FeatureError",
     "IndexMismatchError",
+    "RemoteError",
     "TFRecordError",
 ]
 
@@ -115,3 +116,17 @@ class FeatureError(TFRecordError):
     def at(self, path: str, offset: int | None, record: int | None) -> "FeatureError":
         """The same error, located in a file."""
         return FeatureError(self.key, self.reason, path, offset, record)
+
+
+class RemoteError(TFRecordError):
+    """A remote read or write failed after its retries."""
+
+    def __init__(self, url: str, detail: str | None = None) -> None:
+        if detail is None:  # one argument: a worker's message, as DataLoader re-raises it
+            found = re.findall(r"RemoteError: (\S+): ([^\n]*)", url)
+            url, detail = found[-1] if found else ("<unknown>", url)
+        self.url = url
+        super().__init__(f"{url}: {detail}")
+
+    def __reduce__(self):
+        return (type(self), (self.url, str(self)[len(self.url) + 2:]))

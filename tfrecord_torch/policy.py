@@ -1,12 +1,19 @@
-"""Error policies: what readers do with a bad record.
+"""The error policy: what readers do with a bad record.
 
-``"raise"`` (the default) raises. ``"skip"`` and ``"warn"`` drop the record
+``on_error`` is one of ``"raise"`` (the default), ``"skip"``, ``"warn"``, a
+callable, or an :class:`ErrorPolicy`. ``"raise"`` raises. ``"skip"`` and ``"warn"`` drop the record
 and go on: a record whose payload CRC fails, or that does not decode, is
 skipped; a header whose length CRC fails, or a truncated or undecompressible
 stream, ends that shard (the length cannot be trusted), unless an index gives
 the next record's offset, in which case reading resumes there. Every skip is
 logged (``"warn"`` also issues a RuntimeWarning) with the file, byte offset
-and record number, and counted.
+and record number, and counted. A callable receives each
+:class:`~tfrecord_torch.TFRecordError` and decides: it raises to stop, or
+returns to skip the record (the skip is counted, not logged)::
+
+    def on_error(error):
+        if error.path.endswith("-00003-of-00010"):
+            raise error  # this shard must be clean
 """
 
 from __future__ import annotations
@@ -14,12 +21,14 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
+from typing import Callable, Union
 
-from .errors import TFRecordError
+from tfrecord_torch.errors import TFRecordError
 
-__all__ = ["ON_ERROR", "ErrorPolicy", "SharedErrorPolicy", "as_policy"]
+__all__ = ["ON_ERROR", "ErrorPolicy", "OnError", "as_policy"]
 
 ON_ERROR = ("raise", "skip", "warn")
+OnError = Union[str, Callable[[TFRecordError], object], "ErrorPolicy"]
 log = logging.getLogger("tfrecord_torch")
 
 
@@ -31,11 +40,16 @@ class ErrorPolicy:
         total: their sum.
     """
 
-    def __init__(self, on_error: str = "raise") -> None:
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+    def __init__(self, on_error: str | Callable[[TFRecordError], object] = "raise") -> None:
+        if isinstance(on_error, ErrorPolicy):
+            on_error = on_error.on_error
+        if not callable(on_error) and on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR} or a callable, got {on_error!r}")
         self.on_error = on_error
         self.counts: Counter = Counter()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.on_error!r}, skipped={self.total})"
 
     @property
     def raises(self) -> bool:
@@ -49,9 +63,13 @@ class ErrorPolicy:
         """Raise ``error``, or log and count it (the caller skips the record)."""
         if self.on_error == "raise":
             raise error
+        if callable(self.on_error):
+            self.on_error(error)  # raises to stop
         path = getattr(error, "path", None) or "<unknown>"
         self.counts[path] += 1
         self._counted(path)
+        if callable(self.on_error):
+            return
         log.warning("skipped: %s", error)
         if self.on_error == "warn":
             warnings.warn(f"tfrecord_torch skipped a record: {error}", RuntimeWarning, stacklevel=3)
@@ -64,40 +82,6 @@ class ErrorPolicy:
         return None if self.raises else self.report
 
 
-def as_policy(on_error) -> ErrorPolicy:
-    """An ErrorPolicy from a policy object or one of ``ON_ERROR``."""
+def as_policy(on_error: OnError) -> ErrorPolicy:
+    """An ErrorPolicy from a policy object, a callable or one of ``ON_ERROR``."""
     return on_error if isinstance(on_error, ErrorPolicy) else ErrorPolicy(on_error)
-
-
-_ROWS = 17  # the process that made the dataset, then DataLoader workers 0..15 (more share rows)
-
-
-class SharedErrorPolicy(ErrorPolicy):
-    """An ErrorPolicy whose per-file counts live in shared memory, so skips in
-    DataLoader worker processes are counted where the dataset was made. Each
-    process counts in a row of its own (an increment is a read-modify-write,
-    which two processes sharing one cell could lose); rows are summed on read."""
-
-    def __init__(self, on_error: str, paths: list[str]) -> None:
-        import torch
-
-        super().__init__(on_error)
-        self.paths = list(paths)
-        self._slot = {p: i for i, p in enumerate(self.paths)}
-        self._shared = torch.zeros((_ROWS, len(self.paths) + 1), dtype=torch.int64).share_memory_()
-
-    def _counted(self, path: str) -> None:
-        import torch.utils.data
-
-        info = torch.utils.data.get_worker_info()
-        row = 0 if info is None else 1 + info.id % (_ROWS - 1)
-        self._shared[row, self._slot.get(path, len(self.paths))] += 1
-
-    def summary(self) -> dict:
-        """``{"total": n, "per_shard": {path: n}}`` over every process so far."""
-        values = self._shared.sum(dim=0).tolist()
-        per_shard = {p: n for p, n in zip(self.paths + ["<other>"], values) if n}
-        return {"total": sum(values), "per_shard": per_shard}
-
-    def reset(self) -> None:
-        self._shared.zero_()

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TFRecordError
-from .images import image_info
-from .example import make_example
-from .tfds import check_dataset_name, image_feature, raw_image_feature, write_metadata
-from .writer import ShardedWriter
+from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.features.images import image_info
+from tfrecord_torch.example.codec import make_example
+from tfrecord_torch.tfds.metadata import check_dataset_name, image_feature, raw_image_feature, write_metadata
+from tfrecord_torch.write.sharded import ShardedWriter
 
 __all__ = ["FORMATS", "encode_sample", "write_dataset"]
 

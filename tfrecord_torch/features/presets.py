@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .features import Image, Int64, RawImage
+from tfrecord_torch.features.specs import Image, Int64, RawImage
 
 __all__ = ["converted", "raw", "slim", "tfds"]
 

@@ -36,7 +36,7 @@ def add_convert_parser(sub, parents=()) -> None:
 
 
 def _cmd_convert(args) -> int:
-    from .convert import write_dataset
+    from tfrecord_torch.write.convert import write_dataset
 
     dataset, default_name = _source_dataset(args)
     split = args.split or ("test" if args.train is False else "train")

@@ -13,12 +13,14 @@ import os
 
 import numpy as np
 
-from . import fs
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import atomic
+from tfrecord_torch.io import pool
 
-from .errors import IndexMismatchError, TFRecordError
-from .framing import HEADER, OVERHEAD, iter_chunks
-from .crc import masked_crc32c
-from .streams import open_stream
+from tfrecord_torch.errors import IndexMismatchError, TFRecordError
+from tfrecord_torch.records.framing import HEADER, OVERHEAD, iter_chunks
+from tfrecord_torch.records.crc import masked_crc32c
+from tfrecord_torch.records.streams import open_stream
 
 __all__ = ["build_index", "check_index", "default_index_path", "load_index", "scan_index"]
 
@@ -71,7 +73,7 @@ def build_index(path, index_path=None, *, storage_options: dict | None = None, p
 def write_index(index: np.ndarray, index_path, *, storage_options: dict | None = None) -> None:
     """Write an index array [N, 2] as an index file (atomically; a URL is uploaded whole)."""
     text = "".join(f"{o} {s}\n" for o, s in index.tolist())
-    fs.write_bytes(os.fspath(index_path), text.encode("ascii"), storage_options)
+    atomic.write_bytes(os.fspath(index_path), text.encode("ascii"), storage_options)
 
 
 def load_index(index_path, *, storage_options: dict | None = None) -> np.ndarray:
@@ -146,7 +148,7 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
     # corrupt data, left for the reader to report (an index helps read past it).
     picks = np.unique(np.linspace(0, len(index) - 1, min(samples, len(index))).astype(np.int64))
     valid = 0
-    reader = fs.Reader(path, storage_options)
+    reader = pool.Reader(path, storage_options)
     try:
         heads = [reader.read(int(offsets[i]), HEADER.size) for i in picks.tolist()]
     finally:

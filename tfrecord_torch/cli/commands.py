@@ -10,15 +10,19 @@ import sys
 
 import numpy as np
 
-from . import __version__, fs
-from .errors import ExampleDecodeError, TFRecordError
-from .example import parse_example, parse_sequence_example
-from .framing import RecordWriter, read_records
-from .index import build_index, check_index, default_index_path, load_index
-from .policy import ErrorPolicy
-from .schema import SchemaReport
-from .cli_convert import add_convert_parser
-from .shards import compression_of, expand_paths
+from tfrecord_torch import __version__
+
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.errors import ExampleDecodeError, TFRecordError
+from tfrecord_torch.example.codec import parse_example, parse_sequence_example
+from tfrecord_torch.records.framing import read_records
+from tfrecord_torch.records.writer import RecordWriter
+from tfrecord_torch.records.index import build_index, check_index, default_index_path, load_index
+from tfrecord_torch.policy import ErrorPolicy
+from tfrecord_torch.example.schema import SchemaReport
+from tfrecord_torch.cli.convert import add_convert_parser
+from tfrecord_torch.data.shards import expand_paths
+from tfrecord_torch.records.compression import compression_of
 
 __all__ = ["main"]
 

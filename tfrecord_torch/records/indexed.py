@@ -6,9 +6,10 @@ import os
 
 import numpy as np
 
-from . import fs
-from .framing import parse_frame
-from .index import check_index, default_index_path, load_index, scan_index
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import pool
+from tfrecord_torch.records.framing import parse_frame
+from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index
 
 __all__ = ["IndexedReader"]
 
@@ -34,7 +35,7 @@ class IndexedReader:
                  storage_options: dict | None = None) -> None:
         self.path = os.fspath(path)
         self.verify = verify
-        self._reader = fs.Reader(self.path, storage_options)
+        self._pool = pool.ReaderPool(storage_options, limit=4)
         if index is None:
             candidate = default_index_path(self.path)
             index = candidate if fs.exists(candidate, storage_options) else None
@@ -57,13 +58,13 @@ class IndexedReader:
             raise IndexError(f"record {i} out of range for {self.path} ({n} records)")
         i %= n
         offset, size = (int(v) for v in self.index[i])
-        data = self._reader.read(offset, size)
+        data = self._pool.read(self.path, offset, size)
         return parse_frame(data, name=self.path, offset=offset, record=i, verify=self.verify)
 
     def close(self) -> None:
         """Close the file (it reopens on the next read)."""
-        if getattr(self, "_reader", None) is not None:
-            self._reader.close()
+        if getattr(self, "_pool", None) is not None:
+            self._pool.close()
 
     def __enter__(self) -> "IndexedReader":
         return self

@@ -8,12 +8,11 @@ import os
 
 import numpy as np
 
-from . import fs
-from .errors import IndexMismatchError, TFRecordError
-from .index import check_index, default_index_path, load_index, scan_index, write_index
-from .streams import check_compression, detect_compression
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.errors import IndexMismatchError, TFRecordError
+from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index, write_index
 
-__all__ = ["compression_of", "expand_paths", "index_cache_dir", "is_compressed", "shard_index"]
+__all__ = ["expand_paths", "index_cache_dir", "shard_index"]
 
 log = logging.getLogger(__name__)
 _SKIP_SUFFIXES = (".index", ".idx", ".json", ".txt", ".partial")
@@ -41,20 +40,6 @@ def _cached_index_path(path: str, storage_options: dict | None) -> str:
     key = f"{path if fs.is_url(path) else os.path.abspath(path)}\0{size}\0{version}".encode()
     name = os.path.basename(path.rstrip("/"))[:60]
     return os.path.join(index_cache_dir(), f"{name}.{hashlib.sha256(key).hexdigest()[:20]}.index")
-
-
-def compression_of(path: str, compression, storage_options: dict | None = None) -> str | None:
-    """A shard's compression (None, "gzip", "zlib"): ``compression`` says, or with
-    "auto" its first 12 bytes do (one small range read, so a remote shard is not
-    fetched whole)."""
-    compression = check_compression(compression, allow_auto=True)
-    if compression != "auto":
-        return compression
-    return detect_compression(fs.read_at(path, 0, 12, storage_options), path)
-
-
-def is_compressed(path: str, compression, storage_options: dict | None = None) -> bool:
-    return compression_of(path, compression, storage_options) is not None
 
 
 def shard_index(path: str, index_path: str | None = None, *, build: bool = True,

@@ -7,12 +7,12 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from . import fs
-from .errors import CorruptRecordError, ExampleDecodeError, FeatureError
-from .example import parse_example
-from .features import decode
-from .framing import iter_chunks, parse_frame
-from .streams import open_bytes, open_stream
+from tfrecord_torch.io import pool
+from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError
+from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.features.specs import decode
+from tfrecord_torch.records.framing import iter_chunks, parse_frame
+from tfrecord_torch.records.streams import open_bytes, open_stream
 
 __all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "fetch", "fetch_runs", "locate",
            "parse_located", "stream_shard"]
@@ -42,7 +42,7 @@ class Run(NamedTuple):
 
 
 def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-          readers: fs.Readers | None = None, report=None, storage_options: dict | None = None
+          readers: pool.ReaderPool | None = None, report=None, storage_options: dict | None = None
           ) -> Iterator[Located]:
     """The records ``records`` of an indexed shard, in that order (see :func:`fetch_runs`)."""
     for run in fetch_runs(path, index, records, verify=verify, readers=readers, report=report,
@@ -51,7 +51,7 @@ def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = T
 
 
 def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-               readers: fs.Readers | None = None, report=None, storage_options: dict | None = None
+               readers: pool.ReaderPool | None = None, report=None, storage_options: dict | None = None
                ) -> Iterator[Run]:
     """The records ``records`` of an indexed shard, in that order, a run at a time.
 
@@ -63,25 +63,25 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
     """
     if not len(records):
         return
-    reader = (readers or fs.Readers(storage_options, limit=1)).get(path)
-    if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
-            (np.diff(records) == 1).all():
-        yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report)
-        return
-    payloads, numbers = [], []
-    for r in records.tolist():
-        offset, size = int(index[r, 0]), int(index[r, 1])
-        try:
-            payloads.append(parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
-                                        verify=verify))
-        except CorruptRecordError as e:
-            if report is None:
-                raise
-            report(e)
-            continue
-        numbers.append(r)
-    numbers = np.array(numbers, np.int64)
-    yield Run(payloads, path, index[numbers, 0], numbers)
+    with (readers or pool.ReaderPool(storage_options, limit=1)).borrow(path) as reader:
+        if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
+                (np.diff(records) == 1).all():
+            yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report)
+            return
+        payloads, numbers = [], []
+        for r in records.tolist():
+            offset, size = int(index[r, 0]), int(index[r, 1])
+            try:
+                payloads.append(parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
+                                            verify=verify))
+            except CorruptRecordError as e:
+                if report is None:
+                    raise
+                report(e)
+                continue
+            numbers.append(r)
+        numbers = np.array(numbers, np.int64)
+        yield Run(payloads, path, index[numbers, 0], numbers)
 
 
 def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:

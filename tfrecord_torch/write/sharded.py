@@ -8,22 +8,16 @@ import os
 import shutil
 import tempfile
 
-from . import fs
-from .errors import TFRecordError
-from .framing import RecordWriter
-from .index import default_index_path
-from .tfds import SAFE_NAME
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import atomic
+from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.records.writer import RecordWriter
+from tfrecord_torch.records.index import default_index_path
+from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
 
 __all__ = ["ShardedWriter", "shard_name"]
 
 log = logging.getLogger(__name__)
-
-
-def shard_name(name: str, split: str, shard: int, num_shards: int, compression=None) -> str:
-    """TFDS's shard file name: ``{name}-{split}.tfrecord-00000-of-00004``
-    (with ``.gz`` appended for GZIP shards)."""
-    suffix = ".gz" if compression == "gzip" else ".zz" if compression == "zlib" else ""
-    return f"{name}-{split}.tfrecord-{shard:05d}-of-{num_shards:05d}{suffix}"
 
 
 class ShardedWriter:
@@ -174,7 +168,7 @@ class ShardedWriter:
             return
         for path in stale:
             if self.remote:
-                fs.remove(path, self.storage_options)
+                atomic.remove(path, self.storage_options)
             else:
                 os.unlink(path)
 
@@ -184,8 +178,8 @@ class ShardedWriter:
         for i, staged in enumerate(self._staged):
             final = f"{base}/{shard_name(self.name, self.split, i, n, self.compression)}"
             if os.path.exists(default_index_path(staged)):
-                fs.upload(default_index_path(staged), default_index_path(final), self.storage_options)
-            fs.upload(staged, final, self.storage_options)
+                atomic.upload(default_index_path(staged), default_index_path(final), self.storage_options)
+            atomic.upload(staged, final, self.storage_options)
             self.paths.append(final)
         shutil.rmtree(self._staging, ignore_errors=True)
 
@@ -216,7 +210,7 @@ class ShardedWriter:
 
 
 def _lock(path: str) -> int:
-    fd = fs.lock_file(path, wait=False)
+    fd = atomic.lock_file(path, wait=False)
     if fd is None:
         raise TFRecordError(f"another process is writing {os.path.basename(path)[1:-5]} into "
                             f"{os.path.dirname(path)} (lock {path} is held)")

@@ -8,13 +8,15 @@ from typing import Callable
 import numpy as np
 import torch.utils.data
 
-from . import fs
-from .errors import CorruptRecordError, FeatureError, TFRecordError
-from .features import bind
-from .framing import parse_frame
-from .policy import SharedErrorPolicy
-from .reading import Located, decode_item
-from .shards import expand_paths, is_compressed, shard_index
+from tfrecord_torch.io import pool
+from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
+from tfrecord_torch.features.specs import bind
+from tfrecord_torch.records.framing import parse_frame
+from tfrecord_torch.data.counts import SharedErrorPolicy
+from tfrecord_torch.policy import OnError
+from tfrecord_torch.data.reading import Located, decode_item
+from tfrecord_torch.data.shards import expand_paths, shard_index
+from tfrecord_torch.records.compression import is_compressed
 
 __all__ = ["IndexedTFRecordDataset"]
 
@@ -34,7 +36,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             list of index paths, one per shard.
         transform: a callable applied to each item.
         verify: check record CRCs.
-        on_error: "raise" (default), "skip" or "warn": a record that is corrupt
+        on_error: "raise" (default), "skip", "warn" or a callable: a record that is corrupt
             or fails to decode is logged and counted (:meth:`errors`), and the
             next readable record stands in for it, so every index still gives an
             item and a sampler's batches stay full (that record then appears
@@ -43,7 +45,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, paths, *, features: dict | None = None, index=None,
-                 transform: Callable | None = None, verify: bool = True, on_error: str = "raise",
+                 transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
         self.paths = expand_paths(paths, storage_options)
         self.policy = SharedErrorPolicy(on_error, self.paths)
@@ -58,7 +60,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self.indexes = [shard_index(p, None if index is None else os.fspath(index[i]),
                                     storage_options=storage_options)
                         for i, p in enumerate(self.paths)]
-        self._readers = fs.Readers(storage_options)
+        self._readers = pool.ReaderPool(storage_options)
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
         self.spec = bind(features) if features is not None else None
         self.transform, self.verify = transform, verify
@@ -94,7 +96,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def _read(self, shard: int, r: int):
         path = self.paths[shard]
         offset, size = (int(v) for v in self.indexes[shard][r])
-        data = self._readers.get(path).read(offset, size)
+        data = self._readers.read(path, offset, size)
         item = Located(parse_frame(data, name=path, offset=offset, record=r, verify=self.verify),
                        path, offset, r)
         return decode_item(item, self.spec, self.transform)

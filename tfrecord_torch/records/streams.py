@@ -1,66 +1,19 @@
 """Byte sources for the record reader: local files, file objects, and
 GZIP/ZLIB decompression with bounded memory.
 
-Compression detection (``compression="auto"``), in order:
-
-1. An uncompressed TFRecord starts with a 12-byte header whose last 4 bytes
-   are the masked CRC32C of the first 8. If the first 12 bytes pass that
-   check, the file is uncompressed (a compressed file passes it with
-   probability 2**-32).
-2. Otherwise the first bytes decide: ``1f 8b`` is GZIP, a valid zlib header
-   (``78 xx`` with the header checksum) is ZLIB.
-3. Otherwise the suffix decides: ``.gz``/``.gzip`` is GZIP, ``.zz``/``.zlib``
-   is ZLIB; anything else is read as uncompressed (and a bad header is then
-   reported as a corrupt record). An empty file is an empty, uncompressed file.
+How a compression is named, detected and suffixed lives in
+:mod:`tfrecord_torch.records.compression`.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import struct
 import zlib
 from typing import BinaryIO
 
-from . import fs
-from .crc import masked_crc32c
-
-COMPRESSIONS = (None, "gzip", "zlib")
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
-
-
-def check_compression(compression, *, allow_auto: bool) -> str | None:
-    """Normalize a ``compression`` argument, raising ValueError for bad ones."""
-    if compression == "":
-        compression = None
-    if isinstance(compression, str):
-        compression = compression.lower()
-        if compression == "none":
-            compression = None
-    valid = COMPRESSIONS + (("auto",) if allow_auto else ())
-    if compression not in valid:
-        raise ValueError(f"compression must be one of {valid!r}, got {compression!r}")
-    return compression
-
-
-def detect_compression(head: bytes, name: str) -> str | None:
-    """Guess the compression of a record file from its first bytes and name."""
-    if not head:
-        return None  # an empty file holds no records, whatever its name
-    if len(head) >= 12:
-        length_crc = struct.unpack_from("<I", head, 8)[0]
-        if masked_crc32c(head[:8]) == length_crc:
-            return None
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
-        return "zlib"
-    lowered = name.lower()
-    if lowered.endswith((".gz", ".gzip")):
-        return "gzip"
-    if lowered.endswith((".zz", ".zlib")):
-        return "zlib"
-    return None
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.records.compression import WBITS, check_compression, detect_compression
 
 
 class Stream:
@@ -129,7 +82,7 @@ class _Inflater(io.RawIOBase):
 
     def __init__(self, raw: Stream, compression: str, chunk_size: int = 1 << 20) -> None:
         self._raw = raw
-        self._wbits = _WBITS[compression]
+        self._wbits = WBITS[compression]
         self._chunk_size = chunk_size
         self._decomp = zlib.decompressobj(self._wbits)
         self._eof = False

@@ -17,8 +17,8 @@ import math
 import numpy as np
 import torch
 
-from .errors import FeatureError
-from .images import MAX_IMAGE_PIXELS, decode_image, image_size, preload  # noqa: F401 (re-exported)
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.images import MAX_IMAGE_PIXELS, decode_image, image_size, preload  # noqa: F401 (re-exported)
 
 __all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "RawTensor", "Text", "decode", "decode_batch"]
 

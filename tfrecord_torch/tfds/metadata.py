@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 
-from . import fs
-from .errors import TFRecordError
-from .features import Bytes, Float, Image, Int64, RawTensor, Text
 
-__all__ = ["read_info", "tfds_dataset", "tfds_features", "tfds_split", "write_metadata"]
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import atomic
+from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
+
+__all__ = ["check_dataset_name", "image_feature", "raw_image_feature", "read_info", "tfds_split", "write_metadata"]
 
 _CLASS = "tensorflow_datasets.core.features."
 _IMAGE = _CLASS + "image_feature.Image"
@@ -29,7 +30,7 @@ _SCALAR = _CLASS + "scalar.Scalar"
 _MAX_JSON = 64 << 20  # metadata files larger than this are refused
 _NUMERIC = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
             "float16", "float32", "float64"}
-SAFE_NAME = re.compile(r"[A-Za-z0-9_.]+")  # dataset and split names: no path can hide in them
+
 
 
 def _dims(shape) -> dict:
@@ -60,7 +61,7 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
         _write_json(os.path.join(output_dir, "features.json"),
                     {"featuresDict": {"features": features}, "pythonClassName": _DICT}, storage_options)
         if class_names is not None:
-            fs.write_bytes(os.path.join(output_dir, "label.labels.txt"),
+            atomic.write_bytes(os.path.join(output_dir, "label.labels.txt"),
                            "".join(f"{c}\n" for c in class_names).encode("utf-8"), storage_options)
 
 
@@ -72,7 +73,7 @@ def _metadata_lock(output_dir: str):
     if fs.is_url(output_dir):
         yield
         return
-    fd = fs.lock_file(os.path.join(output_dir, ".dataset_info.lock"), wait=True)  # an update takes ms
+    fd = atomic.lock_file(os.path.join(output_dir, ".dataset_info.lock"), wait=True)  # an update takes ms
     try:
         yield
     finally:
@@ -118,7 +119,7 @@ def _load_json(path: str, storage_options: dict | None = None) -> dict:
 
 
 def _write_json(path: str, data: dict, storage_options: dict | None = None) -> None:
-    fs.write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+    atomic.write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
                    storage_options)
 
 
@@ -156,109 +157,7 @@ def tfds_split(directory, split: str, storage_options: dict | None = None) -> tu
             raise ValueError("negative length or too many shards")
     except (TypeError, ValueError) as e:
         raise TFRecordError(f"{directory}/dataset_info.json: bad shardLengths: {e}") from e
-    suffix = ".gz" if str(entry.get("filepathTemplate", "")).endswith(".gz") else ""
-    compression = "gzip" if suffix else None
-    from .writer import shard_name
-
+    compression = "gzip" if str(entry.get("filepathTemplate", "")).endswith(".gz") else None
     paths = [os.path.join(directory, shard_name(info["name"], split, i, len(lengths), compression))
              for i in range(len(lengths))]
     return paths, lengths
-
-
-def tfds_features(directory, storage_options: dict | None = None) -> dict:
-    """A feature spec derived from ``features.json``: Image, ClassLabel, Tensor,
-    Text and Scalar features, nested dicts flattened with '/'."""
-    directory = os.fspath(directory)
-    tree = _load_json(os.path.join(directory, "features.json"), storage_options)
-    spec: dict = {}
-    _walk(tree, "", spec, directory)
-    if not spec:
-        raise TFRecordError(f"{directory}/features.json: no features found")
-    return spec
-
-
-def _shape(body: dict, key: str, directory: str) -> tuple:
-    try:
-        dims = body.get("shape", {}).get("dimensions", [])
-        shape = tuple(int(d) for d in dims)
-        if len(shape) > 32 or any(d < -1 or d > 1 << 31 for d in shape):
-            raise ValueError(f"shape {shape}")
-        return shape
-    except (AttributeError, TypeError, ValueError) as e:
-        raise TFRecordError(f"{directory}/features.json: bad shape for {key!r}: {e}") from e
-
-
-def _walk(node: dict, prefix: str, spec: dict, directory: str, depth: int = 0) -> None:
-    if depth > 32:
-        raise TFRecordError(f"{directory}/features.json: features nested too deeply")
-    cls = node.get("pythonClassName", "")
-    if cls == _DICT or (not cls and "featuresDict" in node):
-        body = node.get("featuresDict")
-        children = body.get("features", {}) if isinstance(body, dict) else None
-        if not isinstance(children, dict):
-            raise TFRecordError(f"{directory}/features.json: bad featuresDict at {prefix!r}")
-        for key, child in children.items():
-            if not isinstance(child, dict):
-                raise TFRecordError(f"{directory}/features.json: bad entry {prefix}{key}")
-            _walk(child, f"{prefix}{key}/", spec, directory, depth + 1)
-        return
-    key = prefix.rstrip("/")
-    if cls == _IMAGE:
-        body = node.get("image", {})
-        dims = _shape(body if isinstance(body, dict) else {}, key, directory)
-        channels = dims[-1] if dims else -1
-        spec[key] = Image(key, mode={1: "L", 3: "RGB", 4: "RGBA"}.get(channels, "unchanged"))
-    elif cls == _LABEL:
-        spec[key] = Int64(key)
-    elif cls in (_TENSOR, _SCALAR):
-        body = node.get("tensor") or node.get("scalar") or {}
-        if not isinstance(body, dict):
-            raise TFRecordError(f"{directory}/features.json: bad tensor entry {key!r}")
-        dtype = str(body.get("dtype", ""))
-        shape = _shape(body, key, directory)
-        if body.get("encoding") in ("bytes", "zlib"):
-            if dtype not in _NUMERIC:
-                raise TFRecordError(f"{directory}/features.json: feature {key!r} has dtype {dtype!r}, "
-                                    "not a numeric dtype this package decodes from bytes")
-            spec[key] = RawTensor(key, dtype=dtype, shape=shape, zlib=body["encoding"] == "zlib")
-        elif dtype.startswith(("int", "uint", "bool")):
-            spec[key] = Int64(key, shape=None if -1 in shape else shape)
-        elif dtype.startswith("float"):
-            spec[key] = Float(key, shape=None if -1 in shape else shape)
-        else:
-            spec[key] = Bytes(key, many=bool(shape))
-    elif cls == _TEXT:
-        spec[key] = Text(key)
-    else:
-        raise TFRecordError(f"{directory}/features.json: feature {key!r} has a type this package "
-                            f"does not decode ({cls or 'unknown'})")
-
-
-def tfds_dataset(directory, split: str = "train", *, map_style: bool = False, features: dict | None = None,
-                 **kwargs):
-    """Open one split of a TFDS-prepared directory (or of our converter's output)
-    without TensorFlow.
-
-    Args:
-        directory: the folder with ``dataset_info.json`` (``data_dir/name/version``).
-        split: the split name.
-        map_style: an :class:`IndexedTFRecordDataset` instead of a
-            :class:`TFRecordDataset` (uncompressed shards only).
-        features: a spec to use instead of the one derived from ``features.json``.
-        kwargs: passed on to the dataset.
-
-    The shard lengths in ``dataset_info.json`` are checked against the shards.
-    """
-    from .dataset import TFRecordDataset
-    from .mapdataset import IndexedTFRecordDataset
-
-    so = kwargs.get("storage_options")
-    paths, lengths = tfds_split(directory, split, so)
-    spec = tfds_features(directory, so) if features is None else features
-    cls = IndexedTFRecordDataset if map_style else TFRecordDataset
-    dataset = cls(paths, features=spec, **kwargs)
-    counts = [len(i) for i in dataset.indexes] if not getattr(dataset, "streamed", False) else None
-    if counts is not None and counts != lengths:
-        raise TFRecordError(f"{directory}: dataset_info.json lists shard lengths {lengths} for "
-                            f"{split!r}, but the shards hold {counts}")
-    return dataset

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .example import parse_example
-from .framing import Chunk
+from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.records.framing import Chunk
 
 __all__ = ["parse_example_batch"]
 

@@ -21,15 +21,14 @@ from typing import Iterator
 
 import numpy as np
 
-from .crc import masked_crc32c
-from .errors import CorruptRecordError
-from .scan import HEADER, HEADER_SIZE, OVERHEAD
-from .scan import scan as find_records
-from .streams import Stream, open_stream
+from tfrecord_torch.records.crc import masked_crc32c
+from tfrecord_torch.errors import CorruptRecordError
+from tfrecord_torch.records.scan import HEADER, HEADER_SIZE, OVERHEAD
+from tfrecord_torch.records.scan import scan as find_records
+from tfrecord_torch.records.streams import Stream, open_stream
 
-__all__ = ["Chunk", "RecordWriter", "iter_chunks", "parse_frame", "read_records"]
+__all__ = ["Chunk", "iter_chunks", "parse_frame", "read_records"]
 
-from .recordwriter import RecordWriter, frame  # noqa: E402,F401  (the writing half of framing)
 
 BLOCK_SIZE = 1 << 20
 _MAX_STEP = 64 << 20  # largest single read of one record's bytes
@@ -85,7 +84,7 @@ def read_records(source, *, compression="auto", verify: bool = True, on_error="r
             the record's byte offset (in the decompressed stream for a
             compressed file) and its number.
     """
-    from .policy import as_policy
+    from tfrecord_torch.policy import as_policy
 
     report = as_policy(on_error).reporter()
     stream = open_stream(source, compression, storage_options)  # open now: a missing file fails here

@@ -9,9 +9,10 @@ from typing import BinaryIO
 
 import numpy as np
 
-from . import fs
-from .crc import masked_crc32c
-from .streams import check_compression
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import atomic
+from tfrecord_torch.records.crc import masked_crc32c
+from tfrecord_torch.records.compression import WBITS, check_compression
 
 __all__ = ["RecordWriter", "frame"]
 
@@ -65,13 +66,12 @@ class RecordWriter:
             else:
                 self._final = fs.local(self._final)
                 folder, base = os.path.split(os.path.abspath(self._final))
-            fd, self._temp = fs.create_temp(folder, base)
+            fd, self._temp = atomic.create_temp(folder, base)
             self._file = os.fdopen(fd, "wb")
             self._owned = True
         self._zip = None
         if self.compression is not None:
-            wbits = 16 + zlib.MAX_WBITS if self.compression == "gzip" else zlib.MAX_WBITS
-            self._zip = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits)
+            self._zip = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, WBITS[self.compression])
         self._closed = False
 
     @property
@@ -105,14 +105,14 @@ class RecordWriter:
                 os.fsync(self._file.fileno())
                 self._file.close()
                 if self._index is not None:
-                    from .index import default_index_path, write_index
+                    from tfrecord_torch.records.index import default_index_path, write_index
 
                     sizes = np.array(self._index, np.int64)
                     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
                     write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),
                                 default_index_path(self._final), storage_options=self._storage_options)
                 if fs.is_url(self._final):
-                    fs.upload(self._temp, self._final, self._storage_options)
+                    atomic.upload(self._temp, self._final, self._storage_options)
                     os.unlink(self._temp)
                 else:
                     os.replace(self._temp, self._final)

@@ -14,8 +14,8 @@ from typing import NamedTuple
 import numpy as np
 from crc32c import crc32c
 
-from .crc import crc32c_rows, mask_array, masked_crc32c
-from .errors import CorruptRecordError
+from tfrecord_torch.records.crc import crc32c_rows, mask_array, masked_crc32c
+from tfrecord_torch.errors import CorruptRecordError
 
 __all__ = ["HEADER", "HEADER_SIZE", "OVERHEAD", "Scan", "scan"]
 

@@ -13,8 +13,8 @@ from typing import Any, Union
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from .errors import ExampleDecodeError
-from .protos import Example, SequenceExample
+from tfrecord_torch.errors import ExampleDecodeError
+from tfrecord_torch.example.protos import Example, SequenceExample
 
 __all__ = ["make_example", "make_sequence_example", "parse_example", "parse_sequence_example"]
 

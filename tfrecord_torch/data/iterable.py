@@ -8,13 +8,17 @@ from typing import Callable, Iterator
 import numpy as np
 import torch.utils.data
 
-from . import fs, sharding
-from .batch import parse_example_batch
-from .errors import ExampleDecodeError, FeatureError
-from .features import bind, decode_batch
-from .policy import SharedErrorPolicy
-from .reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
-from .shards import expand_paths, is_compressed, shard_index
+from tfrecord_torch.io import pool
+
+from tfrecord_torch.data import plan as sharding
+from tfrecord_torch.example.batch import parse_example_batch
+from tfrecord_torch.errors import ExampleDecodeError, FeatureError
+from tfrecord_torch.features.specs import bind, decode_batch
+from tfrecord_torch.data.counts import SharedErrorPolicy
+from tfrecord_torch.policy import OnError
+from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
+from tfrecord_torch.data.shards import expand_paths, shard_index
+from tfrecord_torch.records.compression import is_compressed
 
 __all__ = ["TFRecordDataset"]
 
@@ -48,7 +52,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         drop_last: in batch mode, drop each epoch's final short batch.
         compression: of the shards: "auto", None, "gzip" or "zlib".
         verify: check record CRCs.
-        on_error: "raise", "skip" or "warn": what a corrupt record or a feature
+        on_error: "raise", "skip", "warn" or a callable (see :mod:`tfrecord_torch.policy`): what a corrupt record or a feature
             that fails to decode does (:mod:`tfrecord_torch.policy`); skips are
             logged and counted in :meth:`errors`, across worker processes.
         storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
@@ -61,7 +65,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                  seed: int = 0, shuffle_buffer: int | None = None, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
                  batch_size: int | None = None, drop_last: bool = False, compression="auto",
-                 verify: bool = True, on_error: str = "raise", storage_options: dict | None = None) -> None:
+                 verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None) -> None:
         super().__init__()
         self.storage_options = storage_options
         self.paths = expand_paths(paths, storage_options)
@@ -193,7 +197,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if self.shuffle and self.shuffle_buffer > 1:
             refs = ((s.shard, np.array([r])) for s in segments for r in s.records.tolist())
             segments = self._mixed(refs, worker, workers)
-        readers = fs.Readers(self.storage_options)
+        readers = pool.ReaderPool(self.storage_options)
         done = 0  # units (records) of the plan finished before this segment
         try:
             for shard, records in segments:
@@ -243,7 +247,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         n = len(self) if self.drop_last else None
         lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
         count = n if n is not None else -(-(hi - lo) // self.batch_size)
-        readers = fs.Readers(self.storage_options)
+        readers = pool.ReaderPool(self.storage_options)
         plan = sharding.RangePlanner(self.counts, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):

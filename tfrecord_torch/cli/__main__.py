@@ -1,0 +1,5 @@
+import sys
+
+from tfrecord_torch.cli import main
+
+sys.exit(main())

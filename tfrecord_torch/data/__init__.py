@@ -1,0 +1,1 @@
+"""Datasets for the DataLoader: split and shuffle plans, shard discovery, reading, and skip counts."""

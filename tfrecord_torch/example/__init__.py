@@ -1,0 +1,1 @@
+"""tf.train.Example and SequenceExample: protos, the codec, and the batch parser."""

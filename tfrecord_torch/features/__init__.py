@@ -1,0 +1,1 @@
+"""Feature specs (what a record key becomes as a tensor), image decoding, presets and collate."""

@@ -1,0 +1,72 @@
+"""Files that appear complete or not at all: temporary names published by
+rename (or by a finished upload), and folder locks."""
+
+from __future__ import annotations
+
+import os
+
+from tfrecord_torch.io.files import filesystem, is_url, local
+from tfrecord_torch.io.retry import retrying
+
+__all__ = ["create_temp", "lock_file", "remove", "upload", "write_bytes"]
+
+
+def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
+    """Write a small file so it appears complete or not at all."""
+    if is_url(path):
+        fs, p = filesystem(path, storage_options)
+        retrying("write", path, lambda: fs.pipe_file(p, data))
+        return
+    path = local(path)
+    fd, temp = create_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def lock_file(path: str, *, wait: bool) -> int | None:
+    """Take an exclusive flock on ``path`` (created if missing) and return its
+    descriptor (close it to release); without ``wait``, None if another holds it."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove(url: str, storage_options: dict | None = None) -> None:
+    """Delete a remote object."""
+    fs, p = filesystem(url, storage_options)
+    retrying("delete", url, lambda: fs.rm_file(p))
+
+
+def create_temp(folder: str | None, base: str) -> tuple[int, str]:
+    """A new hidden ``.<base>.<random>.partial`` file, opened for writing, with
+    the permissions ``open()`` gives (the kernel applies the umask)."""
+    import secrets
+    import tempfile
+
+    folder = folder or tempfile.gettempdir()
+    while True:
+        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.partial")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
+        except FileExistsError:
+            continue
+
+
+def upload(local_path: str, url: str, storage_options: dict | None = None) -> None:
+    """Upload a finished local file; the object appears only when complete."""
+    fs, p = filesystem(url, storage_options)
+    retrying("upload", url, lambda: fs.put_file(local_path, p))

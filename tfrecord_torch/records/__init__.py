@@ -1,0 +1,1 @@
+"""Record files: framing and CRCs, compression, index files, and the record writer."""

@@ -1,0 +1,106 @@
+"""Compression of record files, in one place: the names (None, "gzip",
+"zlib", "auto"), the file-name suffixes, the zlib window bits, and detection.
+
+Compression detection (``compression="auto"``), in order:
+
+1. An uncompressed TFRecord starts with a 12-byte header whose last 4 bytes
+   are the masked CRC32C of the first 8. If the first 12 bytes pass that
+   check, the file is uncompressed (a compressed file passes it with
+   probability 2**-32).
+2. Otherwise the first bytes decide: ``1f 8b`` is GZIP, a valid zlib header
+   (``78 xx`` with the header checksum) is ZLIB.
+3. Otherwise the suffix decides: ``.gz``/``.gzip`` is GZIP, ``.zz``/``.zlib``
+   is ZLIB; anything else is read as uncompressed (and a bad header is then
+   reported as a corrupt record). An empty file is an empty, uncompressed file.
+
+Suffixes written: ``.gz`` for GZIP; ZLIB files get no suffix of their own
+(TFDS knows none, and detection reads the zlib header). Only uncompressed
+files can be indexed (a compressed stream cannot be entered at an offset).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+
+from tfrecord_torch.io.pool import read_at
+from tfrecord_torch.records.crc import masked_crc32c
+
+__all__ = ["COMPRESSIONS", "Compression", "WBITS", "check_compression", "compression_of", "detect_compression",
+           "is_compressed", "suffix"]
+
+
+class Compression(str, enum.Enum):
+    """The compressions a record file can have (values as TensorFlow spells them)."""
+
+    NONE = ""
+    GZIP = "GZIP"
+    ZLIB = "ZLIB"
+
+    @property
+    def key(self) -> str | None:
+        """The spelling this library's arguments use: None, "gzip", "zlib"."""
+        return self.value.lower() or None
+
+
+COMPRESSIONS = (None, "gzip", "zlib")
+WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+_SUFFIXES = {"gzip": (".gz", ".gzip"), "zlib": (".zz", ".zlib")}  # read
+_WRITTEN_SUFFIX = {None: "", "gzip": ".gz", "zlib": ""}
+
+
+def suffix(compression: str | None) -> str:
+    """The suffix appended to names of files written with ``compression``."""
+    return _WRITTEN_SUFFIX[check_compression(compression, allow_auto=False)]
+
+
+def check_compression(compression, *, allow_auto: bool) -> str | None:
+    """Normalize a ``compression`` argument (None, "gzip", "zlib", "auto", a
+    :class:`Compression`, or TensorFlow's "GZIP"/"ZLIB"/""), raising ValueError for bad ones."""
+    if isinstance(compression, Compression):
+        return compression.key
+    if compression == "":
+        compression = None
+    if isinstance(compression, str):
+        compression = compression.lower()
+        if compression == "none":
+            compression = None
+    valid = COMPRESSIONS + (("auto",) if allow_auto else ())
+    if compression not in valid:
+        raise ValueError(f"compression must be one of {valid!r}, got {compression!r}")
+    return compression
+
+
+def detect_compression(head: bytes, name: str) -> str | None:
+    """Guess the compression of a record file from its first bytes and name."""
+    if not head:
+        return None  # an empty file holds no records, whatever its name
+    if len(head) >= 12:
+        length_crc = struct.unpack_from("<I", head, 8)[0]
+        if masked_crc32c(head[:8]) == length_crc:
+            return None
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    lowered = name.lower()
+    for compression, suffixes in _SUFFIXES.items():
+        if lowered.endswith(suffixes):
+            return compression
+    return None
+
+
+def compression_of(path: str, compression, storage_options: dict | None = None) -> str | None:
+    """A file's compression (None, "gzip", "zlib"): ``compression`` says, or with
+    "auto" its first 12 bytes do (one small range read, so a remote file is not
+    fetched whole)."""
+    compression = check_compression(compression, allow_auto=True)
+    if compression != "auto":
+        return compression
+    return detect_compression(read_at(path, 0, 12, storage_options), path)
+
+
+def is_compressed(path: str, compression, storage_options: dict | None = None) -> bool:
+    """True when ``path`` is compressed (and so can only be streamed, not indexed)."""
+    return compression_of(path, compression, storage_options) is not None

@@ -1,0 +1,1 @@
+"""tensorflow-datasets directories: names, metadata, features, and opening a split."""

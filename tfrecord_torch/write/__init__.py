@@ -1,0 +1,1 @@
+"""Writing shards: the sharded writer and the conversion of torchvision datasets."""
