@@ -16,12 +16,22 @@ import pytest
 import tensorflow as tf
 import torch
 import torchvision
+from helpers import png_bytes
 from PIL import Image as PILImage
 
-from helpers import png_bytes
-from tfrecord_torch import (IndexedTFRecordDataset, ShardedWriter, TFRecordDataset, TFRecordError,
-                            check_index, load_index, make_example, presets, read_records, tfds_dataset,
-                            write_dataset)
+from tfrecord_torch import (
+    IndexedTFRecordDataset,
+    ShardedWriter,
+    TFRecordDataset,
+    TFRecordError,
+    check_index,
+    load_index,
+    make_example,
+    presets,
+    read_records,
+    tfds_dataset,
+    write_dataset,
+)
 from tfrecord_torch.cli import main
 
 DESCRIPTION = {  # the tf.data feature_description the README gives

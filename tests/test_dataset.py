@@ -2,10 +2,10 @@ import os
 
 import pytest
 import torch
+from helpers import ids_of, write_shards
 from torch.utils.data import DataLoader
 
-from helpers import ids_of, write_shards
-from tfrecord_torch import (CorruptRecordError, FeatureError, Float, Int64, TFRecordDataset)
+from tfrecord_torch import CorruptRecordError, FeatureError, Float, Int64, TFRecordDataset
 
 SHARDS = {"several": [5, 0, 9, 3], "single": [17], "with_empty": [0, 4, 0], "all_empty": [0, 0]}
 

@@ -4,8 +4,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrecord_torch import (ExampleDecodeError, make_example, make_sequence_example, parse_example,
-                            parse_sequence_example)
+from tfrecord_torch import (
+    ExampleDecodeError,
+    make_example,
+    make_sequence_example,
+    parse_example,
+    parse_sequence_example,
+)
 from tfrecord_torch.example.protos import Example
 
 

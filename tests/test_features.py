@@ -1,10 +1,22 @@
 import numpy as np
 import pytest
 import torch
+from helpers import ids_of, png_bytes, write_shards
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, random_split
 
-from helpers import ids_of, png_bytes, write_shards
-from tfrecord_torch import (Bytes, FeatureError, Image, IndexedTFRecordDataset, Int64, RecordWriter, TFRecordDataset, Text, make_example, pad_collate, presets)
+from tfrecord_torch import (
+    Bytes,
+    FeatureError,
+    Image,
+    IndexedTFRecordDataset,
+    Int64,
+    RecordWriter,
+    Text,
+    TFRecordDataset,
+    make_example,
+    pad_collate,
+    presets,
+)
 from tfrecord_torch.features.specs import decode_image, image_size
 
 

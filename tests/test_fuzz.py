@@ -15,8 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_torch import (ExampleDecodeError, TFRecordError, load_index, make_example, make_sequence_example,
-                            parse_example, parse_example_batch, parse_sequence_example, read_records)
+from tfrecord_torch import (
+    ExampleDecodeError,
+    TFRecordError,
+    load_index,
+    make_example,
+    make_sequence_example,
+    parse_example,
+    parse_example_batch,
+    parse_sequence_example,
+    read_records,
+)
 from tfrecord_torch.records.writer import frame
 from tfrecord_torch.tfds.features import tfds_features
 from tfrecord_torch.tfds.metadata import tfds_split

@@ -1,8 +1,16 @@
 import numpy as np
 import pytest
 
-from tfrecord_torch import (IndexedReader, IndexMismatchError, RecordWriter, TFRecordError, build_index,
-                            check_index, load_index, read_records)
+from tfrecord_torch import (
+    IndexedReader,
+    IndexMismatchError,
+    RecordWriter,
+    TFRecordError,
+    build_index,
+    check_index,
+    load_index,
+    read_records,
+)
 from tfrecord_torch.records.index import scan_index
 
 

@@ -6,11 +6,20 @@ import struct
 
 import numpy as np
 import pytest
+from helpers import ids_of, png_bytes, write_shards
 from torch.utils.data import DataLoader
 
-from helpers import ids_of, png_bytes, write_shards
-from tfrecord_torch import (CorruptRecordError, FeatureError, Int64, RecordWriter, TFRecordDataset, build_index,
-                            make_example, presets, read_records)
+from tfrecord_torch import (
+    CorruptRecordError,
+    FeatureError,
+    Int64,
+    RecordWriter,
+    TFRecordDataset,
+    build_index,
+    make_example,
+    presets,
+    read_records,
+)
 from tfrecord_torch.policy import ErrorPolicy
 
 

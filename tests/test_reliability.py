@@ -10,9 +10,9 @@ import time
 
 import psutil
 import pytest
+from helpers import ids_of, write_shards
 from torch.utils.data import DataLoader
 
-from helpers import ids_of, write_shards
 from tfrecord_torch import TFRecordDataset, read_records, tfds_dataset
 from tfrecord_torch.cli import main as cli
 

@@ -10,14 +10,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torchvision
+from helpers import ids_of, write_shards
 from torch.utils.data import DataLoader
 
-from helpers import ids_of, write_shards
-from tfrecord_torch import (IndexedReader, IndexedTFRecordDataset, RecordWriter, ShardedWriter,
-                            TFRecordDataset, build_index, load_index, make_example, read_records,
-                            tfds_dataset, write_dataset)
-from tfrecord_torch.errors import RemoteError
+from tfrecord_torch import (
+    IndexedReader,
+    IndexedTFRecordDataset,
+    RecordWriter,
+    ShardedWriter,
+    TFRecordDataset,
+    build_index,
+    load_index,
+    make_example,
+    read_records,
+    tfds_dataset,
+    write_dataset,
+)
 from tfrecord_torch.data.shards import expand_paths
+from tfrecord_torch.errors import RemoteError
 
 
 class S3:

@@ -3,8 +3,8 @@
 import numpy as np
 import tensorflow as tf
 import torch
-
 from helpers import png_bytes
+
 from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, presets
 
 

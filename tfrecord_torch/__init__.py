@@ -74,11 +74,21 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.data.iterable import TFRecordDataset
     from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
-    from tfrecord_torch.errors import (CorruptRecordError, ExampleDecodeError, FeatureError, IndexMismatchError,
-                                       RemoteError, TFRecordError)
+    from tfrecord_torch.errors import (
+        CorruptRecordError,
+        ExampleDecodeError,
+        FeatureError,
+        IndexMismatchError,
+        RemoteError,
+        TFRecordError,
+    )
     from tfrecord_torch.example.batch import parse_example_batch
-    from tfrecord_torch.example.codec import (make_example, make_sequence_example, parse_example,
-                                              parse_sequence_example)
+    from tfrecord_torch.example.codec import (
+        make_example,
+        make_sequence_example,
+        parse_example,
+        parse_sequence_example,
+    )
     from tfrecord_torch.features import presets
     from tfrecord_torch.features.collate import pad_collate
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Image, Int64, RawImage, RawTensor, Text

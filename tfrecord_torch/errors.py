@@ -46,12 +46,12 @@ class CorruptRecordError(TFRecordError):
             # (the worker's traceback text). Recover the fields from it.
             message = str(path)
             found = _LOCATED.findall(message)
-            path, record, offset, reason = found[-1] if found else (None, -1, -1, message)
+            path, record, offset, reason = found[-1] if found else ("<unknown>", -1, -1, message)
             if found:
                 reason = f"{reason} (raised in a DataLoader worker)\n{message}"
-        self.path = None if path is None else str(path)
-        self.offset = int(offset)
-        self.record = int(record)
+        self.path = str(path)
+        self.offset = -1 if offset is None else int(offset)
+        self.record = -1 if record is None else int(record)
         self.reason = reason
         super().__init__(f"{self.path}: record {self.record} at byte offset {self.offset}: {reason}")
 
@@ -94,7 +94,7 @@ class FeatureError(TFRecordError):
         path, offset, record: where the record is (None when not known).
     """
 
-    def __init__(self, key: str, reason: str | None = None, path: str | None = None,
+    def __init__(self, key: str | None, reason: str | None = None, path: str | None = None,
                  offset: int | None = None, record: int | None = None) -> None:
         if reason is None:  # one argument: a worker's message (see CorruptRecordError)
             message = str(key)
@@ -113,7 +113,7 @@ class FeatureError(TFRecordError):
     def __reduce__(self):
         return (type(self), (self.key, self.reason, self.path, self.offset, self.record))
 
-    def at(self, path: str, offset: int | None, record: int | None) -> "FeatureError":
+    def at(self, path: str, offset: int | None, record: int | None) -> FeatureError:
         """The same error, located in a file."""
         return FeatureError(self.key, self.reason, path, offset, record)
 

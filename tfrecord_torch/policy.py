@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
-from typing import Callable, Union
+from collections.abc import Callable
+from typing import Union
 
 from tfrecord_torch.errors import TFRecordError
 
@@ -40,12 +41,11 @@ class ErrorPolicy:
         total: their sum.
     """
 
-    def __init__(self, on_error: str | Callable[[TFRecordError], object] = "raise") -> None:
-        if isinstance(on_error, ErrorPolicy):
-            on_error = on_error.on_error
-        if not callable(on_error) and on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR} or a callable, got {on_error!r}")
-        self.on_error = on_error
+    def __init__(self, on_error: OnError = "raise") -> None:
+        choice = on_error.on_error if isinstance(on_error, ErrorPolicy) else on_error
+        if not callable(choice) and choice not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR} or a callable, got {choice!r}")
+        self.on_error: str | Callable[[TFRecordError], object] = choice
         self.counts: Counter = Counter()
 
     def __repr__(self) -> str:
@@ -77,7 +77,7 @@ class ErrorPolicy:
     def _counted(self, path: str) -> None:
         """Hook for shared counters (the datasets count across worker processes)."""
 
-    def reporter(self):
+    def reporter(self) -> Callable[[TFRecordError], None] | None:
         """The callback for the framing layer: None means raise."""
         return None if self.raises else self.report
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``)."""
-    from tfrecord_torch.cli.commands import main as run
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    from tfrecord_torch.cli.parser import main as run
 
     return run(argv)

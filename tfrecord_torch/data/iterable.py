@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 import numpy as np
 import torch.utils.data
 
-from tfrecord_torch.io import pool
-
+from tfrecord_torch._types import CompressionArg, PathLike, Paths
 from tfrecord_torch.data import plan as sharding
-from tfrecord_torch.example.batch import parse_example_batch
-from tfrecord_torch.errors import ExampleDecodeError, FeatureError
-from tfrecord_torch.features.specs import bind, decode_batch
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.policy import OnError
 from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
 from tfrecord_torch.data.shards import expand_paths, shard_index
+from tfrecord_torch.errors import ExampleDecodeError, FeatureError
+from tfrecord_torch.example.batch import parse_example_batch
+from tfrecord_torch.features.specs import bind, decode_batch
+from tfrecord_torch.io import pool
+from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
 
 __all__ = ["TFRecordDataset"]
@@ -61,10 +62,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
     """
 
-    def __init__(self, paths, *, features: dict | None = None, index=None, shuffle: bool = False,
+    def __init__(self, paths: Paths, *, features: dict | None = None, index: Sequence[PathLike] | None = None,
+                 shuffle: bool = False,
                  seed: int = 0, shuffle_buffer: int | None = None, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
-                 batch_size: int | None = None, drop_last: bool = False, compression="auto",
+                 batch_size: int | None = None, drop_last: bool = False, compression: CompressionArg = "auto",
                  verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None) -> None:
         super().__init__()
         self.storage_options = storage_options
@@ -121,7 +123,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
             raise TypeError("len() is unknown: some shards are compressed and cannot be indexed")
-        lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
+        lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         n = hi - lo
         if self.batch_size is None:
             return n
@@ -178,7 +180,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if not self.shuffle or self.shuffle_buffer <= 1:
             yield from items
             return
-        rng, buffer = self._rng(worker, workers), []
+        rng, buffer = self._rng(worker, workers), cast(list, [])
         for item in items:
             if len(buffer) < self.shuffle_buffer:
                 buffer.append(item)
@@ -245,14 +247,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         of this rank's sequence; worker w decodes batches w, w + workers, ...
         (after ``skip`` of its own)."""
         n = len(self) if self.drop_last else None
-        lo, hi = sharding.rank_positions(sum(self.counts), self.rank, self.world_size, self.even)
-        count = n if n is not None else -(-(hi - lo) // self.batch_size)
+        size = cast(int, self.batch_size)
+        lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
+        count = n if n is not None else -(-(hi - lo) // size)
         readers = pool.ReaderPool(self.storage_options)
-        plan = sharding.RangePlanner(self.counts, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        plan = sharding.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
-                a = lo + b * self.batch_size
-                segments = plan.segments(a, min(a + self.batch_size, hi))
+                a = lo + b * size
+                segments = plan.segments(a, min(a + size, hi))
                 runs = [run for shard, records in segments
                         for run in fetch_runs(self.paths[shard], self.indexes[shard], records,
                                               verify=self.verify, readers=readers,

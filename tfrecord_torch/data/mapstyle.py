@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch.utils.data
 
-from tfrecord_torch.io import pool
-from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
-from tfrecord_torch.features.specs import bind
-from tfrecord_torch.records.framing import parse_frame
+from tfrecord_torch._types import PathLike, Paths
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.policy import OnError
 from tfrecord_torch.data.reading import Located, decode_item
 from tfrecord_torch.data.shards import expand_paths, shard_index
+from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
+from tfrecord_torch.features.specs import bind
+from tfrecord_torch.io import pool
+from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
+from tfrecord_torch.records.framing import parse_frame
 
 __all__ = ["IndexedTFRecordDataset"]
 
@@ -44,7 +45,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         storage_options: fsspec options for URLs (each record is one range request).
     """
 
-    def __init__(self, paths, *, features: dict | None = None, index=None,
+    def __init__(self, paths: Paths, *, features: dict | None = None, index: Sequence[PathLike] | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
         self.paths = expand_paths(paths, storage_options)

@@ -3,14 +3,15 @@ or by streaming whole shards, each payload with where it came from."""
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
-from tfrecord_torch.io import pool
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError
 from tfrecord_torch.example.codec import parse_example
 from tfrecord_torch.features.specs import decode
+from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
@@ -80,8 +81,8 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
                 report(e)
                 continue
             numbers.append(r)
-        numbers = np.array(numbers, np.int64)
-        yield Run(payloads, path, index[numbers, 0], numbers)
+        found = np.array(numbers, np.int64)
+        yield Run(payloads, path, index[found, 0], found)
 
 
 def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:

@@ -8,8 +8,8 @@ import os
 
 import numpy as np
 
-from tfrecord_torch.io import files as fs
 from tfrecord_torch.errors import IndexMismatchError, TFRecordError
+from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index, write_index
 
 __all__ = ["expand_paths", "index_cache_dir", "shard_index"]

@@ -14,10 +14,13 @@ result never depends on which path was taken (the tests check this).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from tfrecord_torch._types import Bytes
 from tfrecord_torch.example.codec import parse_example
 from tfrecord_torch.records.framing import Chunk
 
@@ -27,7 +30,7 @@ _MIN_GROUP = 4  # fewer same-length records than this are not worth a template
 _MAX_LAYOUTS = 4  # templates tried per length group before falling back
 
 
-def parse_example_batch(records) -> dict[str, np.ndarray | list]:
+def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray | list]:
     """Decode a batch of serialized tf.train.Examples into columns.
 
     Args:
@@ -81,25 +84,26 @@ def _assemble(pieces: list, n: int):
     """Merge (rows, values) pieces into one column: dense if every record
     holds a numeric array of one dtype and length, else a list."""
     if sum(len(rows) for rows, _ in pieces) == n:
-        kinds = set()
+        kinds: set[tuple[Any, int] | None] = set()
         for _, values in pieces:
             if isinstance(values, np.ndarray):
                 kinds.add((values.dtype, values.shape[1]))
             else:
                 kinds.update((v.dtype, len(v)) if isinstance(v, np.ndarray) else None for v in values)
-        if len(kinds) == 1 and None not in kinds:
-            dtype, width = kinds.pop()
+        only = kinds.pop() if len(kinds) == 1 else None
+        if only is not None:
+            dtype, width = only
             if len(pieces) == 1 and isinstance(pieces[0][1], np.ndarray):
                 return pieces[0][1]
             out = np.empty((n, width), dtype)
             for rows, values in pieces:
                 out[rows] = values if isinstance(values, np.ndarray) else np.stack(values).reshape(len(values), width)
             return out
-    out = [None] * n
+    items: list[Any] = [None] * n
     for rows, values in pieces:
         for i, v in zip(rows.tolist(), values):
-            out[i] = v
-    return out
+            items[i] = v
+    return items
 
 
 class _Rows:
@@ -160,7 +164,7 @@ class Layout:
     features: dict = field(default_factory=dict)  # key -> (kind, info)
 
     @classmethod
-    def compile(cls, payload: bytes) -> "Layout | None":
+    def compile(cls, payload: bytes) -> Layout | None:
         try:
             return _Walker(payload).layout()
         except _Reject:
@@ -173,7 +177,7 @@ class Layout:
         return ((picked ^ self.template[structure]) & self.mask[structure] == 0).all(axis=1)
 
     def extract(self, rows: np.ndarray) -> dict:
-        out = {}
+        out: dict[str, Any] = {}
         n = len(rows)
         for key, (kind, info) in self.features.items():
             if kind == "float":

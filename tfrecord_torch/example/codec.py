@@ -13,6 +13,7 @@ from typing import Any, Union
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from tfrecord_torch._types import Bytes
 from tfrecord_torch.errors import ExampleDecodeError
 from tfrecord_torch.example.protos import Example, SequenceExample
 
@@ -22,7 +23,7 @@ Value = Union[np.ndarray, list]
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def parse_example(payload) -> dict[str, Value]:
+def parse_example(payload: Bytes) -> dict[str, Value]:
     """Decode a serialized tf.train.Example.
 
     Returns:
@@ -36,7 +37,7 @@ def parse_example(payload) -> dict[str, Value]:
     return features_to_dict(message.features)
 
 
-def parse_sequence_example(payload) -> tuple[dict[str, Value], dict[str, list[Value]]]:
+def parse_sequence_example(payload: Bytes) -> tuple[dict[str, Value], dict[str, list[Value]]]:
     """Decode a serialized tf.train.SequenceExample.
 
     Returns:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch.utils.data import default_collate
 
 __all__ = ["pad_collate"]
 
 
-def pad_collate(batch: list, *, keys=("image",), value: int = 0):
+def pad_collate(batch: list, *, keys: Sequence[str] = ("image",), value: int = 0) -> Any:
     """Collate dicts whose images differ in size, like tf.data's padded_batch.
 
     Each tensor [C, H, W] under ``keys`` is padded at the bottom and right to

@@ -138,9 +138,8 @@ def _pillow_decode(data: bytes, mode: str) -> torch.Tensor:
     with PILImage.open(io.BytesIO(data)) as im:
         if im.size[0] * im.size[1] > MAX_IMAGE_PIXELS:
             raise ValueError(f"image of {im.size[0]}x{im.size[1]} pixels exceeds the limit")
-        if mode != "unchanged":
-            im = im.convert(mode)
-        array = np.asarray(im)
+        converted = im if mode == "unchanged" else im.convert(mode)
+        array = np.array(converted)  # a writable copy: torch refuses read-only arrays
     if array.dtype != np.uint8:
         raise ValueError(f"decoded to {array.dtype}, not 8-bit pixels")
     if array.ndim == 2:

@@ -13,6 +13,8 @@ raises :class:`~tfrecord_torch.errors.FeatureError` naming the key.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,16 +38,16 @@ class Feature:
 
     kind = ""  # "int64", "float" or "bytes": the list kind the record must hold
 
-    def __init__(self, key: str | None = None, *, default=_REQUIRED) -> None:
+    def __init__(self, key: str | None = None, *, default: Any = _REQUIRED) -> None:
         self.key = key
         self.default = default
 
-    def bind(self, name: str) -> "Feature":
+    def bind(self, name: str) -> Feature:
         if self.key is None:
             self.key = name
         return self
 
-    def raw(self, record: dict):
+    def raw(self, record: dict) -> Any:
         """The feature's raw value from a parsed record (checked for kind)."""
         value = record.get(self.key)
         if value is None:
@@ -57,15 +59,16 @@ class Feature:
             raise FeatureError(self.key, f"holds {got} values, expected {self.kind}")
         return value
 
-    def decode(self, record: dict):
+    def decode(self, record: dict) -> Any:
         value = self.raw(record)
         return self.default if value is None else self.convert(value)
 
-    def convert(self, value):
+    def convert(self, value: Any) -> Any:
         raise NotImplementedError
 
-    def decode_column(self, column, records: list | None) -> object:
-        """Decode a whole batch column (from parse_example_batch)."""
+    def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
+        """Decode a whole batch column (from parse_example_batch); ``records()``
+        gives the batch's records as dicts, for features that read several keys."""
         return [self.decode({self.key: v} if v is not None else {}) for v in column]
 
     def __repr__(self) -> str:
@@ -81,7 +84,7 @@ def _kind(value) -> str:
 class _Numeric(Feature):
     dtype: np.dtype
 
-    def __init__(self, key: str | None = None, *, shape: tuple | None = (), default=_REQUIRED) -> None:
+    def __init__(self, key: str | None = None, *, shape: tuple | None = (), default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         self.shape = None if shape is None else tuple(shape)
         if default is not _REQUIRED and default is not None:
@@ -104,7 +107,7 @@ class _Numeric(Feature):
             raise ValueError(f"default has {array.size} values, which do not fit shape={self.shape}")
         return torch.from_numpy(array.copy())  # (np.ascontiguousarray would make a scalar 1-D)
 
-    def convert(self, value) -> torch.Tensor:
+    def convert(self, value: Any) -> torch.Tensor:
         array = np.asarray(value, self.dtype) if not isinstance(value, np.ndarray) or \
             value.dtype != self.dtype else value
         if self.shape is None:
@@ -114,14 +117,14 @@ class _Numeric(Feature):
             raise FeatureError(self.key, f"holds {array.size} values, expected {size} (shape {self.shape})")
         return torch.from_numpy(array.reshape(self.shape).copy())
 
-    def decode(self, record: dict):
+    def decode(self, record: dict) -> Any:
         value = self.raw(record)
         if value is not None:
             return self.convert(value)
         # A copy: a transform that edits its input in place must not change the default.
         return None if self.default is None else self.default.clone()
 
-    def decode_column(self, column, records=None):
+    def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
         if isinstance(column, np.ndarray) and self.shape is not None and column.dtype == self.dtype:
             size = math.prod(self.shape)
             if column.shape[1] != size:
@@ -154,11 +157,11 @@ class Bytes(Feature):
 
     kind = "bytes"
 
-    def __init__(self, key: str | None = None, *, many: bool = False, default=_REQUIRED) -> None:
+    def __init__(self, key: str | None = None, *, many: bool = False, default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         self.many = many
 
-    def convert(self, value):
+    def convert(self, value: Any) -> Any:
         if self.many:
             return list(value)
         if len(value) != 1:
@@ -169,7 +172,7 @@ class Bytes(Feature):
 class Text(Bytes):
     """A bytes list decoded as UTF-8 str (or a list of str with ``many=True``)."""
 
-    def convert(self, value):
+    def convert(self, value: Any) -> Any:
         try:
             out = [v.decode("utf-8") for v in value]
         except UnicodeDecodeError as e:
@@ -188,14 +191,14 @@ class Image(Feature):
 
     kind = "bytes"
 
-    def __init__(self, key: str | None = None, *, mode: str = "RGB", default=_REQUIRED) -> None:
+    def __init__(self, key: str | None = None, *, mode: str = "RGB", default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         if mode not in IMAGE_MODES:
             raise ValueError(f"mode must be one of {IMAGE_MODES}, got {mode!r}")
         self.mode = mode
         preload()  # here, in the process that makes the dataset, not in every worker
 
-    def convert(self, value) -> torch.Tensor:
+    def convert(self, value: Any) -> torch.Tensor:
         if len(value) != 1:
             raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
         try:
@@ -213,11 +216,11 @@ class RawImage(Feature):
     kind = "bytes"
 
     def __init__(self, key: str | None = None, *, height: str = "height", width: str = "width",
-                 depth: str | None = "depth", shape: tuple | None = None, default=_REQUIRED) -> None:
+                 depth: str | None = "depth", shape: tuple | None = None, default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         self.height, self.width, self.depth, self.shape = height, width, depth, shape
 
-    def decode(self, record: dict):
+    def decode(self, record: dict) -> Any:
         value = self.raw(record)
         if value is None:
             return self.default
@@ -243,7 +246,7 @@ class RawImage(Feature):
             raise FeatureError(key, f"dimension {dim} is out of range")
         return dim
 
-    def decode_column(self, column, records):
+    def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
         return [self.decode(r) for r in records()]
 
 
@@ -254,7 +257,7 @@ class RawTensor(Feature):
     kind = "bytes"
 
     def __init__(self, key: str | None = None, *, dtype: str = "uint8", shape: tuple = (-1,),
-                 zlib: bool = False, default=_REQUIRED) -> None:
+                 zlib: bool = False, default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         try:
             self.dtype = np.dtype(dtype)
@@ -264,7 +267,7 @@ class RawTensor(Feature):
             raise ValueError(f"dtype must be a numeric numpy dtype, got {dtype!r}")
         self.shape, self.zlib = tuple(shape), zlib
 
-    def convert(self, value):
+    def convert(self, value: Any) -> Any:
         if len(value) != 1:
             raise FeatureError(self.key, f"holds {len(value)} values, expected 1")
         data = value[0]

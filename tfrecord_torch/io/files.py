@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+from typing import Any
 
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io.retry import retrying
@@ -86,7 +87,7 @@ class RemoteFile(io.RawIOBase):
         self.url, self._so = url, storage_options
         self._fs, self._path = filesystem(url, storage_options)
         self._pos, self._end = start, end
-        self._file = None
+        self._file: Any = None
 
     def readable(self) -> bool:
         return True

@@ -7,7 +7,8 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io.files import filesystem, is_url, local
@@ -20,11 +21,13 @@ class Reader:
     """Positioned reads of one file: ``pread`` locally, one range request
     remotely. Reopens in a forked child."""
 
-    def __init__(self, path, storage_options: dict | None = None) -> None:
+    def __init__(self, path: str, storage_options: dict | None = None) -> None:
         self.path, self._so = path, storage_options
-        self._handle, self._pid = None, None
+        self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
+        self._pid: int | None = None
 
     def read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` (fewer at the end of the file)."""
         if self._handle is None or self._pid != os.getpid():
             self._pid = os.getpid()
             self._handle = filesystem(self.path, self._so) if is_url(self.path) else \

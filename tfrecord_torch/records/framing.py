@@ -16,13 +16,16 @@ after its CRC passes and it fits in what is left of the file.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import BinaryIO
 
 import numpy as np
 
-from tfrecord_torch.records.crc import masked_crc32c
+from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.errors import CorruptRecordError
+from tfrecord_torch.policy import OnError, as_policy
+from tfrecord_torch.records.crc import masked_crc32c
 from tfrecord_torch.records.scan import HEADER, HEADER_SIZE, OVERHEAD
 from tfrecord_torch.records.scan import scan as find_records
 from tfrecord_torch.records.streams import Stream, open_stream
@@ -65,7 +68,8 @@ class Chunk:
         return [buf[s:e] for s, e in zip(self.starts.tolist(), (self.starts + self.lengths).tolist())]
 
 
-def read_records(source, *, compression="auto", verify: bool = True, on_error="raise",
+def read_records(source: PathLike | BinaryIO, *, compression: CompressionArg = "auto", verify: bool = True,
+                 on_error: OnError = "raise",
                  storage_options: dict | None = None) -> Iterator[bytes]:
     """Yield the payload of each record in a TFRecord file.
 
@@ -84,7 +88,6 @@ def read_records(source, *, compression="auto", verify: bool = True, on_error="r
             the record's byte offset (in the decompressed stream for a
             compressed file) and its number.
     """
-    from tfrecord_torch.policy import as_policy
 
     report = as_policy(on_error).reporter()
     stream = open_stream(source, compression, storage_options)  # open now: a missing file fails here
@@ -138,7 +141,7 @@ def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: 
             raise scan.error
         if scan.stopped:  # a bad length ended the stream (reported)
             return
-        record += scan.count
+        record += scan.scanned
         data = data[scan.end:]
         base += scan.end
         need = scan.need

@@ -13,13 +13,12 @@ import os
 
 import numpy as np
 
-from tfrecord_torch.io import files as fs
-from tfrecord_torch.io import atomic
-from tfrecord_torch.io import pool
-
+from tfrecord_torch._types import PathLike
 from tfrecord_torch.errors import IndexMismatchError, TFRecordError
-from tfrecord_torch.records.framing import HEADER, OVERHEAD, iter_chunks
+from tfrecord_torch.io import atomic, pool
+from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.crc import masked_crc32c
+from tfrecord_torch.records.framing import HEADER, OVERHEAD, iter_chunks
 from tfrecord_torch.records.streams import open_stream
 
 __all__ = ["build_index", "check_index", "default_index_path", "load_index", "scan_index"]
@@ -52,7 +51,8 @@ def scan_index(path, storage_options: dict | None = None, progress=None) -> np.n
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
-def build_index(path, index_path=None, *, storage_options: dict | None = None, progress=None) -> str:
+def build_index(path: PathLike, index_path: PathLike | None = None, *, storage_options: dict | None = None,
+                progress: bool | None = None) -> str:
     """Write the index file of a record file, checking every CRC on the way.
 
     Args:
@@ -76,7 +76,7 @@ def write_index(index: np.ndarray, index_path, *, storage_options: dict | None =
     atomic.write_bytes(os.fspath(index_path), text.encode("ascii"), storage_options)
 
 
-def load_index(index_path, *, storage_options: dict | None = None) -> np.ndarray:
+def load_index(index_path: PathLike, *, storage_options: dict | None = None) -> np.ndarray:
     """Load an index file.
 
     Returns:
@@ -102,12 +102,12 @@ def load_index(index_path, *, storage_options: dict | None = None) -> np.ndarray
         raise IndexMismatchError(index_path, None, f"not a list of integers: {e}") from e
     index = values.reshape(-1, 2)
     if (index < 0).any():
-        line = int(np.flatnonzero((index < 0).any(axis=1))[0]) + 1
-        raise IndexMismatchError(index_path, None, f"line {line} holds a negative number")
+        bad = int(np.flatnonzero((index < 0).any(axis=1))[0]) + 1
+        raise IndexMismatchError(index_path, None, f"line {bad} holds a negative number")
     return index
 
 
-def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | None = None,
+def check_index(index: np.ndarray, path: PathLike, *, index_path: PathLike = "<index>", size: int | None = None,
                 samples: int = _SAMPLES, storage_options: dict | None = None) -> None:
     """Check cheaply that ``index`` describes the record file ``path``.
 
@@ -121,7 +121,7 @@ def check_index(index: np.ndarray, path, *, index_path="<index>", size: int | No
     """
     path = os.fspath(path)
     size = fs.size_and_version(path, storage_options)[0] if size is None else size
-    fail = lambda reason: IndexMismatchError(index_path, path, reason)  # noqa: E731
+    fail = lambda reason: IndexMismatchError(os.fspath(index_path), path, reason)  # noqa: E731
     if index.ndim != 2 or index.shape[1] != 2:
         raise fail(f"expected an array [N, 2], got shape {index.shape}")
     if len(index) == 0:

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from tfrecord_torch._types import PathLike
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import parse_frame
@@ -31,7 +32,7 @@ class IndexedReader:
     reader can be handed to DataLoader workers.
     """
 
-    def __init__(self, path, *, index=None, verify: bool = True,
+    def __init__(self, path: PathLike, *, index: PathLike | np.ndarray | None = None, verify: bool = True,
                  storage_options: dict | None = None) -> None:
         self.path = os.fspath(path)
         self.verify = verify
@@ -66,7 +67,7 @@ class IndexedReader:
         if getattr(self, "_pool", None) is not None:
             self._pool.close()
 
-    def __enter__(self) -> "IndexedReader":
+    def __enter__(self) -> IndexedReader:
         return self
 
     def __exit__(self, *exc) -> None:

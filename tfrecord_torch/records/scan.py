@@ -14,8 +14,8 @@ from typing import NamedTuple
 import numpy as np
 from crc32c import crc32c
 
-from tfrecord_torch.records.crc import crc32c_rows, mask_array, masked_crc32c
 from tfrecord_torch.errors import CorruptRecordError
+from tfrecord_torch.records.crc import crc32c_rows, mask_array, masked_crc32c
 
 __all__ = ["HEADER", "HEADER_SIZE", "OVERHEAD", "Scan", "scan"]
 
@@ -28,7 +28,7 @@ class Scan(NamedTuple):
     starts: np.ndarray  # payload starts of the good records
     numbers: np.ndarray  # their record numbers
     lengths: np.ndarray
-    count: int  # records scanned, good or skipped
+    scanned: int  # records scanned, good or skipped
     end: int  # position after the last complete record
     need: int | None  # framed size of the incomplete record at ``end`` (None: header incomplete)
     stopped: bool  # a bad record ended the scan
@@ -52,15 +52,15 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
             count = _equal_run(data, framed, n // framed)
             run = np.arange(0, count * framed, framed, dtype=np.int64)
             pos = count * framed
-    heads = []
+    found: list[int] = []
     unpack = _LENGTH.unpack_from
     while n - pos >= HEADER_SIZE:
         end = pos + unpack(data, pos)[0] + OVERHEAD
         if end > n:
             break
-        heads.append(pos)
+        found.append(pos)
         pos = end
-    heads = np.concatenate([run, np.array(heads, np.int64)]) if heads else run
+    heads = np.concatenate([run, np.array(found, np.int64)]) if found else run
     lengths = _lengths(data, heads)
     keep, stop, error = (np.ones(len(heads), bool), None, None) if not verify else \
         _verify(data, heads, lengths, base, record, name, report)

@@ -25,7 +25,7 @@ class Stream:
     bytes are decompressed, so errors can say which offsets they mean.
     """
 
-    def __init__(self, raw: BinaryIO, name: str, size: int | None, *, prefix: bytes = b"",
+    def __init__(self, raw: BinaryIO | _Inflater, name: str, size: int | None, *, prefix: bytes = b"",
                  compression: str | None = None, owned: bool = False) -> None:
         self._raw = raw
         self._prefix = prefix
@@ -66,7 +66,7 @@ class Stream:
         if self._owned:
             self._raw.close()
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc) -> None:

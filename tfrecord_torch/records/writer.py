@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
-from tfrecord_torch.io import files as fs
+from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.io import atomic
-from tfrecord_torch.records.crc import masked_crc32c
+from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.compression import WBITS, check_compression
+from tfrecord_torch.records.crc import masked_crc32c
 
 __all__ = ["RecordWriter", "frame"]
 
@@ -46,7 +47,7 @@ class RecordWriter:
         ...     w.write(b"payload")
     """
 
-    def __init__(self, path, *, compression=None, index: bool = False,
+    def __init__(self, path: PathLike | BinaryIO, *, compression: CompressionArg = None, index: bool = False,
                  storage_options: dict | None = None) -> None:
         self.compression = check_compression(compression, allow_auto=False)
         if index and (self.compression is not None or hasattr(path, "write")):
@@ -54,9 +55,11 @@ class RecordWriter:
         self.records = 0
         self.offset = 0  # bytes of framed records written (before compression)
         self._index: list[int] | None = [] if index else None
-        self._final = None
+        self._final: str | None = None
         self._storage_options = storage_options
-        if hasattr(path, "write"):
+        if not isinstance(path, (str, os.PathLike)):  # a binary file object
+            if not hasattr(path, "write"):
+                raise TypeError(f"path must be a path, a URL or a binary file object, got {type(path).__name__}")
             self._file: BinaryIO = path
             self._owned = False
         else:
@@ -79,7 +82,7 @@ class RecordWriter:
         """The final path (None when writing to a file object)."""
         return self._final
 
-    def write(self, payload) -> int:
+    def write(self, payload: Bytes) -> int:
         """Append one record; returns the stream offset of its header."""
         if self._closed:
             raise ValueError("write to a closed RecordWriter")
@@ -111,11 +114,12 @@ class RecordWriter:
                     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
                     write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),
                                 default_index_path(self._final), storage_options=self._storage_options)
-                if fs.is_url(self._final):
-                    atomic.upload(self._temp, self._final, self._storage_options)
+                final = cast(str, self._final)  # a path was given (self._owned)
+                if fs.is_url(final):
+                    atomic.upload(self._temp, final, self._storage_options)
                     os.unlink(self._temp)
                 else:
-                    os.replace(self._temp, self._final)
+                    os.replace(self._temp, final)
         except BaseException:
             self.abort()
             raise
@@ -130,7 +134,7 @@ class RecordWriter:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self) -> "RecordWriter":
+    def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from tfrecord_torch._types import PathLike
 from tfrecord_torch.data.iterable import TFRecordDataset
 from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
 from tfrecord_torch.errors import TFRecordError
@@ -11,8 +14,8 @@ from tfrecord_torch.tfds.metadata import tfds_split
 __all__ = ["tfds_dataset"]
 
 
-def tfds_dataset(directory, split: str = "train", *, map_style: bool = False, features: dict | None = None,
-                 **kwargs):
+def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool = False,
+                 features: dict | None = None, **kwargs: Any) -> TFRecordDataset | IndexedTFRecordDataset:
     """Open one split of a TFDS-prepared directory (or of our converter's output)
     without TensorFlow.
 

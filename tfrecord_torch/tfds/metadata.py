@@ -12,10 +12,9 @@ import contextlib
 import json
 import os
 
-
-from tfrecord_torch.io import files as fs
-from tfrecord_torch.io import atomic
 from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.io import atomic
+from tfrecord_torch.io import files as fs
 from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
 
 __all__ = ["check_dataset_name", "image_feature", "raw_image_feature", "read_info", "tfds_split", "write_metadata"]
@@ -74,6 +73,8 @@ def _metadata_lock(output_dir: str):
         yield
         return
     fd = atomic.lock_file(os.path.join(output_dir, ".dataset_info.lock"), wait=True)  # an update takes ms
+    if fd is None:  # cannot happen with wait=True
+        raise RuntimeError(f"{output_dir}: could not lock dataset_info.json")
     try:
         yield
     finally:

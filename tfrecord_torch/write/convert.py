@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.features.images import image_info
 from tfrecord_torch.example.codec import make_example
+from tfrecord_torch.features.images import image_info
 from tfrecord_torch.tfds.metadata import check_dataset_name, image_feature, raw_image_feature, write_metadata
 from tfrecord_torch.write.sharded import ShardedWriter
 
@@ -33,9 +34,9 @@ _MAGIC = [(b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "g
           (b"BM", "bmp"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff")]
 
 
-def write_dataset(dataset, output_dir, *, name: str, split: str = "train", image_format: str = "png",
+def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str = "train", image_format: str = "png",
                   quality: int = 95, shard_size: int = 10_000, max_shard_bytes: int | None = None,
-                  compression=None, num_workers: int = 0, class_names: list[str] | None = None,
+                  compression: CompressionArg = None, num_workers: int = 0, class_names: list[str] | None = None,
                   progress: bool = True, storage_options: dict | None = None) -> list[str]:
     """Write a dataset of images and labels as TFDS-style sharded TFRecords.
 
@@ -112,7 +113,9 @@ class _Stats:
     """What the metadata needs: channels, shapes and formats seen."""
 
     def __init__(self) -> None:
-        self.channels, self.shapes, self.formats = set(), set(), set()
+        self.channels: set[int] = set()
+        self.shapes: set[tuple] = set()
+        self.formats: set[str] = set()
         self.max_label = -1
 
     def add(self, meta) -> None:

@@ -7,12 +7,14 @@ import logging
 import os
 import shutil
 import tempfile
+from typing import cast
 
-from tfrecord_torch.io import files as fs
-from tfrecord_torch.io import atomic
+from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.records.writer import RecordWriter
+from tfrecord_torch.io import atomic
+from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.index import default_index_path
+from tfrecord_torch.records.writer import RecordWriter
 from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
 
 __all__ = ["ShardedWriter", "shard_name"]
@@ -44,12 +46,12 @@ class ShardedWriter:
         storage_options: fsspec options for a URL.
     """
 
-    def __init__(self, output_dir, *, name: str, split: str = "train", max_records: int | None = None,
-                 max_bytes: int | None = None, compression=None, storage_options: dict | None = None) -> None:
-        for arg, value in (("name", name), ("split", split)):
-            if not isinstance(value, str) or not SAFE_NAME.fullmatch(value) or value.startswith("."):
+    def __init__(self, output_dir: PathLike, *, name: str, split: str = "train", max_records: int | None = None,
+                 max_bytes: int | None = None, compression: CompressionArg = None, storage_options: dict | None = None) -> None:
+        for arg, text in (("name", name), ("split", split)):
+            if not isinstance(text, str) or not SAFE_NAME.fullmatch(text) or text.startswith("."):
                 raise ValueError(f"{arg} must be letters, digits, '_' and '.' (not first), "
-                                 f"as TFDS names are; got {value!r}")
+                                 f"as TFDS names are; got {text!r}")
         for arg, value in (("max_records", max_records), ("max_bytes", max_bytes)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{arg} must be a positive int or None, got {value!r}")
@@ -84,7 +86,7 @@ class ShardedWriter:
             for path in glob.glob(os.path.join(glob.escape(self._staging), pattern)):
                 os.unlink(path)
 
-    def write(self, payload) -> None:
+    def write(self, payload: Bytes) -> None:
         """Append one record, starting a new shard when the current one is full."""
         if self._closed:
             raise ValueError("write to a closed ShardedWriter")
@@ -103,10 +105,10 @@ class ShardedWriter:
         w.write(payload)
 
     def _finish_shard(self) -> None:
-        w, self._writer = self._writer, None
+        w, self._writer = cast(RecordWriter, self._writer), None
         w.close()
         self.shard_lengths.append(w.records)
-        self.num_bytes += os.path.getsize(w.path)
+        self.num_bytes += os.path.getsize(cast(str, w.path))
 
     def close(self) -> list[str]:
         """Finish the last shard and move every shard to its final name.
@@ -199,7 +201,7 @@ class ShardedWriter:
             os.close(self._lock)
             self._lock = None
 
-    def __enter__(self) -> "ShardedWriter":
+    def __enter__(self) -> ShardedWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -1,0 +1,116 @@
+"""The ``tfrecord-torch`` command line: arguments and dispatch. Light: the
+subcommands' modules (and numpy, torch) are imported only to run one."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from tfrecord_torch import __version__
+from tfrecord_torch.cli.convert import add_convert_parser
+from tfrecord_torch.errors import TFRecordError
+
+__all__ = ["main"]
+
+
+def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
+    """The subcommand ``name`` of :mod:`tfrecord_torch.cli.commands`, imported when run."""
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module("tfrecord_torch.cli.commands"), name)(args)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `tfrecord-torch cat x | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    except (TFRecordError, OSError, ValueError) as e:
+        print(f"tfrecord-torch {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfrecord-torch",
+        description="Read, check and index TFRecord files without TensorFlow.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    files_help = ("TFRecord files, folders or glob patterns, local or URLs (s3://, gs://, https://, ...; "
+                  "quote globs to keep the shell out)")
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--storage-options", type=_json_object, default=None, metavar="JSON",
+                        help="fsspec options for URLs as a JSON object, e.g. "
+                             "'{\"client_kwargs\": {\"endpoint_url\": \"http://localhost:9000\"}}'")
+
+    p = sub.add_parser("index", parents=[remote], help="write an index file beside each record file",
+                       description="Write '<file>.index' (one 'offset size' line per record, the "
+                                   "format of DALI's tfrecord2idx) for each file, checking every CRC.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("-o", "--output", help="index path (only with a single input file)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_lazy("_cmd_index"))
+
+    p = sub.add_parser("verify", parents=[remote], help="check every record's CRCs (and indexes, if present)",
+                       description="Read every record, checking both CRCs; also check '<file>.index' "
+                                   "when it exists. Exit status 1 if anything is corrupt.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+    p.set_defaults(func=_lazy("_cmd_verify"))
+
+    p = sub.add_parser("inspect", parents=[remote], help="count records and describe their features",
+                       description="Count records, list feature keys with their kinds and value "
+                                   "lengths, and print an inferred tf.io feature_description.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("--limit", type=int, default=None,
+                   help="parse at most this many records for the schema (all are counted)")
+    p.add_argument("--json", action="store_true", help="print a JSON report instead of a table")
+    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+    p.set_defaults(func=_lazy("_cmd_inspect"))
+
+    for name, what in (("head", "the first records"), ("cat", "every record")):
+        p = sub.add_parser(name, parents=[remote], help=f"print {what} as JSON lines",
+                           description=f"Print {what} as JSON lines: one object per record, "
+                                       "mapping each feature key to its list of values.")
+        p.add_argument("files", nargs="+", help=files_help)
+        if name == "head":
+            p.add_argument("-n", "--records", type=int, default=5, help="records per file (default 5)")
+        p.add_argument("--sequence", action="store_true",
+                       help="records are SequenceExamples: print context and feature_lists")
+        p.add_argument("--bytes", choices=["auto", "base64", "length"], default="auto",
+                       help="how to print bytes values: 'auto' gives UTF-8 text when the bytes are "
+                            "valid UTF-8 and 'base64:...' otherwise (default); 'length' gives "
+                            "'<N bytes>'")
+        p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+        p.set_defaults(func=_lazy("_cmd_print"), limit_arg=name == "head")
+
+    add_convert_parser(sub, parents=[remote])
+
+    p = sub.add_parser("decompress", parents=[remote], help="rewrite a GZIP/ZLIB record file uncompressed",
+                       description="Copy the records of a compressed file into an uncompressed "
+                                   "one, which can then be indexed for random access.")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.set_defaults(func=_lazy("_cmd_decompress"))
+    return parser
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
