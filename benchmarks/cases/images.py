@@ -1,0 +1,164 @@
+"""The image pipeline: JPEG records to batches of uint8 tensors, on 2 cores."""
+
+from __future__ import annotations
+
+from benchmarks.cases.synth import synth_jpegs
+from benchmarks.harness.registry import case, dataset, target, worker
+
+
+@dataset("images_jpeg", full={"records": 4000, "size": 256, "quality": 90, "classes": 100, "seed": 0},
+         quick={"records": 128, "size": 256, "quality": 90, "classes": 100, "seed": 0},
+         tiny={"records": 16, "size": 64, "quality": 90, "classes": 100, "seed": 0},
+         describe=lambda p: (f"{p['records']:,} tf.train.Examples: 'image' = a {p['size']}x{p['size']} "
+                             f"RGB JPEG (quality {p['quality']}, synthetic photo-like: gradient, blob, "
+                             f"texture, shapes, noise) + int64 'label' (i % {p['classes']})"))
+def build_images(path: str, p: dict) -> dict:
+    from tfrecord_torch import RecordWriter, make_example
+
+    n, classes, jpeg_bytes = p["records"], p["classes"], 0
+    with RecordWriter(path) as w:
+        for i, data in enumerate(synth_jpegs(p["seed"], n, p["size"], p["quality"])):
+            w.write(make_example({"image": data, "label": i % classes}))
+            jpeg_bytes += len(data)
+        payload = w.offset - 16 * n
+    return {"records": n, "bytes": payload, "checksum": sum(i % classes for i in range(n)),
+            "pixels": n * 3 * p["size"] ** 2, "about": f"mean JPEG {jpeg_bytes / n / 1e3:.1f} KB"}
+
+
+# --------------------------------------------------------------------------
+# Case (c): image pipeline, JPEG records to batches of uint8 tensors
+# --------------------------------------------------------------------------
+
+case("images", dataset="images_jpeg", unit="images/s", repeats=3, quick_repeats=1, probe=False,
+     title="Image pipeline: JPEG records to batches of 64 uint8 images, on 2 cores",
+     short="images: JPEG records to uint8 batches [64, 3, 256, 256]")
+
+IMAGE_BATCH = 64
+
+
+def _image_tally(batches) -> dict:
+    """Batches with 'label' [B] and 'image' [B, ...] (torch or numpy)."""
+    import math
+
+    records = checksum = pixels = 0
+    for b in batches:
+        records += len(b["label"])
+        checksum += int(b["label"].sum())
+        pixels += math.prod(b["image"].shape)
+    return {"records": records, "checksum": checksum, "pixels": pixels}
+
+
+@worker("images", "ours",
+        note=f"TFRecordDataset(path, features=presets.tfds()) through DataLoader(batch_size={IMAGE_BATCH}, "
+             "num_workers=2): uint8 tensors [64, 3, 256, 256] (torchvision decoder); CRCs verified")
+def images_ours(path):
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds())
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2))
+
+
+@worker("images", "ours, torchvision imported first",
+        note="the same, with `import torchvision.io` in the main process before the DataLoader starts: "
+             "the forked workers inherit it instead of each importing it at its first image, every epoch")
+def images_ours_preloaded(path):
+    import torchvision.io  # noqa: F401
+
+    return images_ours(path)
+
+
+@worker("images", "ours batch mode",
+        note=f"TFRecordDataset(path, features=presets.tfds(), batch_size={IMAGE_BATCH}) through "
+             "DataLoader(batch_size=None, num_workers=2): each worker reads and decodes whole batches "
+             "(torchvision imported first, as in the row above)")
+def images_ours_batched(path):
+    import torch.utils.data
+    import torchvision.io  # noqa: F401
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH)
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+
+
+@worker("images", "tf.data",
+        note="TFRecordDataset(path).map(parse_single_example + tf.io.decode_jpeg(channels=3), "
+             f"num_parallel_calls=AUTOTUNE).batch({IMAGE_BATCH}).prefetch(AUTOTUNE).as_numpy_iterator(): "
+             "uint8 [64, 256, 256, 3]; CRCs checked")
+def images_tf(path):
+    import tensorflow as tf
+
+    desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        ex = tf.io.parse_single_example(record, desc)
+        return {"image": tf.io.decode_jpeg(ex["image"], channels=3), "label": ex["label"]}
+
+    def run():
+        ds = (tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+              .batch(IMAGE_BATCH).prefetch(tf.data.AUTOTUNE))
+        return _image_tally(ds.as_numpy_iterator())
+    return run
+
+
+_JPEGS: list = []  # decode-only limit: the JPEGs as uint8 tensors, inherited by the forked pool
+
+
+def _decoder_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _decode_share(bounds) -> tuple[int, int]:
+    import warnings
+
+    from torchvision.io import ImageReadMode, decode_image
+
+    lo, hi = bounds
+    records = pixels = 0
+    with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for data in _JPEGS[lo:hi]:
+            pixels += decode_image(data, mode=ImageReadMode.RGB).numel()
+            records += 1
+    return records, pixels
+
+
+@worker("images", "decode-only limit", yardstick=True,
+        note="ceiling, not a peer: torchvision.io.decode_image(mode=RGB), the decoder ours uses, over the "
+             "same JPEGs already in memory as uint8 tensors; 2 forked processes each decode half "
+             "(multiprocessing Pool(2), wall time of the whole pass); no reading, parsing, batching")
+def images_decode_limit(path):
+    import multiprocessing
+
+    import torch
+    import torchvision.io  # noqa: F401 - imported once, before the fork
+
+    from tfrecord_torch import parse_example, read_records
+
+    labels = 0
+    for payload in read_records(path):
+        record = parse_example(payload)
+        _JPEGS.append(torch.frombuffer(bytearray(record["image"][0]), dtype=torch.uint8))
+        labels += int(record["label"][0])
+    n = len(_JPEGS)
+    pool = multiprocessing.get_context("fork").Pool(2, initializer=_decoder_init)
+    shares = [(0, n // 2), (n // 2, n)]
+
+    def run():
+        done = pool.map(_decode_share, shares, chunksize=1)
+        return {"records": sum(r for r, _ in done), "pixels": sum(p for _, p in done), "checksum": labels}
+    return run
+
+
+
+
+target("images", "ours >= 1.3x tf.data", "ours", "tf.data", at_least=1.3)
+target("images", "ours >= 0.9x the decode-only limit", "ours", "decode-only limit", at_least=0.9)
+target("images", "(workaround) ours, torchvision imported first >= 1.3x tf.data",
+       "ours, torchvision imported first", "tf.data", at_least=1.3)
+target("images", "(workaround) ours, torchvision imported first >= 0.9x the decode-only limit",
+       "ours, torchvision imported first", "decode-only limit", at_least=0.9)
