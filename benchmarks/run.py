@@ -63,8 +63,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if sys.path[0] != ROOT:  # this checkout's package and benchmarks, before any installed copy
     sys.path.insert(0, ROOT)
 
-from benchmarks.harness import registry
-from benchmarks.harness.registry import CASES, DATASETS
+from benchmarks.harness import registry  # noqa: E402 - after the sys.path line above
+from benchmarks.harness.registry import CASES, DATASETS  # noqa: E402
 
 
 def _args(argv):
