@@ -1,17 +1,24 @@
-"""Decoding encoded images to uint8 tensors [C, H, W].
+"""Decoding encoded images to tensors [C, H, W], as TensorFlow decodes them.
 
-torchvision decodes JPEG, GIF and WebP; Pillow decodes PNG and everything
-else it knows (BMP, TIFF, ...). PNG goes to Pillow because torchvision's PNG
-decoder crashes the process (a segfault in libpng's error path) on a PNG
-with a bad zlib checksum; mutation fuzzing found no such crash for its JPEG,
-GIF and WebP decoders. The format is detected from the bytes. An image whose
-header declares more than MAX_IMAGE_PIXELS pixels is refused before any
-pixel buffer is allocated (decompression bombs).
+The channel choice follows ``tf.io.decode_image(channels=...)``: "unchanged"
+(TF's ``channels=0``) keeps the stored layout -- gray, gray+alpha, RGB, RGBA;
+palettes expanded to RGB, or RGBA when a colour is transparent; CMYK JPEGs
+converted to RGB -- and keeps 16-bit PNG samples as ``torch.uint16``. "L",
+"RGB" and "RGBA" convert with TensorFlow's arithmetic (:mod:`.channels`).
+Where TensorFlow refuses a choice (channels=1 or 4 for a GIF, 1 for WebP or a
+CMYK JPEG) the same arithmetic applies; RGBA from a JPEG is refused, as in TF.
+
+Decoders: torchvision for JPEG (libjpeg's accurate integer IDCT, equal to
+``dct_method="INTEGER_ACCURATE"``), GIF and WebP; Pillow for PNG (torchvision's
+PNG decoder crashes the process on a bad zlib checksum) and the rest, and for
+everything when TensorFlow was imported before torchvision. Every image's
+header is read and checked against the pixel limits before any decoding
+(:mod:`.limits`); an animated GIF is cut after its first frame unless all
+frames are asked for.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import sys
 import warnings
@@ -19,25 +26,79 @@ import warnings
 import numpy as np
 import torch
 
-__all__ = ["MAX_IMAGE_PIXELS", "decode_image", "image_info", "image_size", "preload"]
+from tfrecord_torch.features.channels import MODE_CHANNELS, convert_channels, to_uint8
+from tfrecord_torch.features.limits import (MAX_IMAGE_PIXELS, Header, check_pixels, image_info, image_size,
+                                            read_header)
+from tfrecord_torch.features.pillow import pillow_frames
+
+__all__ = ["FRAMES", "IMAGE_MODES", "MAX_IMAGE_PIXELS", "decode_image", "image_info", "image_size", "preload"]
 
 log = logging.getLogger(__name__)
-MAX_IMAGE_PIXELS = 1 << 28
+IMAGE_MODES = ("RGB", "L", "RGBA", "unchanged")
+FRAMES = ("first", "all")
+_ANIMATED = ("gif", "webp")  # formats TF's decode_image(expand_animations=True) gives 4-D
 
 
-def decode_image(data: bytes, mode: str = "RGB") -> torch.Tensor:
-    """Decode encoded image bytes to a uint8 tensor [C, H, W]."""
-    if _torchvision_can(data) and _torchvision_usable():
-        from torchvision.io import ImageReadMode
-        from torchvision.io import decode_image as tv_decode
+def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> torch.Tensor:
+    """Decode encoded image bytes as TensorFlow does.
 
-        modes = {"RGB": ImageReadMode.RGB, "L": ImageReadMode.GRAY, "RGBA": ImageReadMode.RGB_ALPHA,
-                 "unchanged": ImageReadMode.UNCHANGED}
-        _check_size(data)
-        with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=modes[mode])
-    return _pillow_decode(data, mode)
+    Args:
+        data: the encoded image (PNG, JPEG, GIF, WebP, BMP, TIFF, ...).
+        mode: "RGB" (C=3), "L" (C=1), "RGBA" (C=4) or "unchanged" (the stored
+            layout; 16-bit PNGs stay 16-bit).
+        frames: "first" (the first frame of an animation) or "all" (GIF and
+            WebP give [N, C, H, W], like ``decode_image(expand_animations=True)``).
+
+    Returns:
+        uint8 tensor [C, H, W] (uint16 for a 16-bit PNG with mode="unchanged"),
+        or [N, C, H, W] for GIF and WebP with frames="all".
+
+    Raises:
+        ValueError: corrupt bytes, an image over the pixel limits, or a mode
+            the format cannot honour (RGBA from a JPEG).
+    """
+    header = read_header(data)
+    check_pixels(header, header.frames if frames == "all" else 1)
+    fmt = header.format
+    if fmt == "jpeg" and mode == "RGBA":
+        raise ValueError("a JPEG has no alpha channel, so mode='RGBA' cannot be honoured (TensorFlow "
+                         "refuses channels=4 for JPEG too); use mode='RGB'")
+    if fmt == "gif" and frames == "first" and header.frames > 1:
+        data = data[:header.first_frame_end] + b";"  # giflib would decode every frame
+    torchvision_reads = fmt in ("jpeg", "gif") or (fmt == "webp" and header.frames == 1)  # not animated WebP
+    if torchvision_reads and _torchvision_usable():
+        arrays = _torchvision(data, header, mode)
+    else:
+        arrays = pillow_frames(data, all_frames=frames == "all", gray_jpeg=mode == "L")
+    want = None if mode == "unchanged" else MODE_CHANNELS[mode]
+    out = []
+    for array in arrays:
+        if want is not None:
+            array = to_uint8(convert_channels(array, want))
+        chw = np.ascontiguousarray(array.transpose(2, 0, 1))
+        out.append(torch.from_numpy(chw if chw.flags.writeable else chw.copy()))  # Pillow's are read-only
+    if frames == "all" and fmt in _ANIMATED:
+        return torch.stack(out)
+    return out[0]
+
+
+def _torchvision(data: bytes, header: Header, mode: str) -> list[np.ndarray]:
+    """Frames [H, W, C] from torchvision, libjpeg doing JPEG's own channel conversions."""
+    from torchvision.io import ImageReadMode
+    from torchvision.io import decode_image as tv_decode
+
+    read = ImageReadMode.RGB
+    if header.format == "jpeg" and (mode == "L" or (mode == "unchanged" and header.channels == 1)) \
+            and header.channels != 4:  # libjpeg's luma, as TF's channels=1; TF refuses it for CMYK
+        read = ImageReadMode.GRAY
+    elif header.format == "webp" and mode in ("RGBA", "unchanged"):
+        read = ImageReadMode.RGB_ALPHA if mode == "RGBA" else ImageReadMode.UNCHANGED
+    with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tensor = tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=read)
+    if tensor.dim() == 3:
+        tensor = tensor[None]
+    return [frame.permute(1, 2, 0).numpy() for frame in tensor]
 
 
 def preload() -> None:
@@ -67,83 +128,3 @@ def _torchvision_usable() -> bool:
 
 
 _WARNED = False
-
-
-def _torchvision_can(data: bytes) -> bool:
-    return data[:3] == b"\xff\xd8\xff" or data[:4] == b"GIF8" or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
-
-
-def _check_size(data: bytes) -> None:
-    """Refuse images whose header declares an absurd pixel count, before any allocation."""
-    size = image_size(data)
-    if size is None:
-        from PIL import Image as PILImage
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with PILImage.open(io.BytesIO(data)) as im:
-                size = im.size
-    width, height = size
-    if width * height > MAX_IMAGE_PIXELS:
-        raise ValueError(f"image of {width}x{height} pixels exceeds the limit of {MAX_IMAGE_PIXELS}")
-
-
-def image_info(data: bytes) -> tuple[int, int, int] | None:
-    """(width, height, channels) from a PNG or JPEG header, or None for other
-    formats (palette PNGs count 3 channels, or 4 with transparency)."""
-    size = image_size(data)
-    if size is None:
-        return None
-    if data[:4] == b"\x89PNG":
-        color = data[25] if len(data) > 25 else 2
-        channels = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(color, 3)
-        if color == 3 and b"tRNS" in data[:data.find(b"IDAT")]:
-            channels = 4
-        return size[0], size[1], channels
-    pos, n = 2, len(data)
-    while pos + 10 <= n and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return size[0], size[1], {1: 1, 3: 3, 4: 4}.get(data[pos + 9], 3)
-        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    return None
-
-
-def image_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a PNG or JPEG header, or None for other formats."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
-        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if data[:2] != b"\xff\xd8":
-        return None
-    pos, n = 2, len(data)
-    while pos + 9 <= n and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return int.from_bytes(data[pos + 7:pos + 9], "big"), int.from_bytes(data[pos + 5:pos + 7], "big")
-        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    raise ValueError("JPEG header has no frame size (truncated or corrupt)")
-
-
-def _pillow_decode(data: bytes, mode: str) -> torch.Tensor:
-    from PIL import Image as PILImage
-
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        _check_size(data)
-    with PILImage.open(io.BytesIO(data)) as im:
-        if im.size[0] * im.size[1] > MAX_IMAGE_PIXELS:
-            raise ValueError(f"image of {im.size[0]}x{im.size[1]} pixels exceeds the limit")
-        converted = im if mode == "unchanged" else im.convert(mode)
-        array = np.array(converted)  # a writable copy: torch refuses read-only arrays
-    if array.dtype != np.uint8:
-        raise ValueError(f"decoded to {array.dtype}, not 8-bit pixels")
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
-
-

@@ -20,12 +20,13 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images import MAX_IMAGE_PIXELS, decode_image, image_size, preload  # noqa: F401 (re-exported)
+from tfrecord_torch.features.images import (FRAMES, IMAGE_MODES, MAX_IMAGE_PIXELS, decode_image,  # noqa: F401
+                                            image_size, preload)
+from tfrecord_torch.features.wrap import as_image
 
 __all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "RawTensor", "Text", "decode", "decode_batch"]
 
 _REQUIRED = object()
-IMAGE_MODES = ("RGB", "L", "RGBA", "unchanged")
 
 
 class Feature:
@@ -181,28 +182,35 @@ class Text(Bytes):
 
 
 class Image(Feature):
-    """Encoded image bytes (JPEG, PNG, GIF, WebP with torchvision; BMP, TIFF and
-    the rest of Pillow's formats otherwise), detected from the bytes, decoded
-    to a uint8 tensor [C, H, W].
+    """Encoded image bytes (PNG, JPEG, GIF, WebP, BMP, TIFF, ...), detected from
+    the bytes and decoded as ``tf.io.decode_image`` decodes them, to a
+    ``tv_tensors.Image`` uint8 [C, H, W] (a plain tensor when torchvision
+    cannot be imported, see :mod:`tfrecord_torch.features.wrap`).
 
     Args:
-        mode: "RGB" (C=3), "L" (gray, C=1), "RGBA" (C=4) or "unchanged".
+        mode: "RGB" (C=3), "L" (gray, C=1), "RGBA" (C=4) or "unchanged" (the
+            stored channels; 16-bit PNGs give uint16).
+        frames: "first" (default: the first frame of an animated GIF/WebP) or
+            "all" (GIF and WebP give [N, C, H, W]).
     """
 
     kind = "bytes"
 
-    def __init__(self, key: str | None = None, *, mode: str = "RGB", default: Any = _REQUIRED) -> None:
+    def __init__(self, key: str | None = None, *, mode: str = "RGB", frames: str = "first",
+                 default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         if mode not in IMAGE_MODES:
             raise ValueError(f"mode must be one of {IMAGE_MODES}, got {mode!r}")
-        self.mode = mode
+        if frames not in FRAMES:
+            raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
+        self.mode, self.frames = mode, frames
         preload()  # here, in the process that makes the dataset, not in every worker
 
     def convert(self, value: Any) -> torch.Tensor:
         if len(value) != 1:
             raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
         try:
-            return decode_image(value[0], self.mode)
+            return as_image(decode_image(value[0], self.mode, frames=self.frames))
         except Exception as e:  # decoders raise many types (Pillow's DecompressionBombError, ...)
             raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): "
                                          f"{type(e).__name__}: {e}") from e

@@ -1,0 +1,210 @@
+"""Image headers read before any decoding, and the pixel limits they are checked against.
+
+Every decoder here allocates from the size its header declares, so a few
+kilobytes can ask for gigabytes (a GIF of 2,000 frames of 2000x2000 fits in
+46 KB). :func:`read_header` reads the format, size, channel layout and frame
+count from the bytes alone -- PNG, JPEG, GIF and WebP by walking their
+headers and blocks, other formats through Pillow's lazy ``open`` (which reads
+only the header) -- and :func:`check_pixels` refuses an image whose decoded
+frames would exceed :data:`MAX_IMAGE_PIXELS`, before a pixel buffer exists.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+__all__ = ["MAX_IMAGE_PIXELS", "Header", "check_pixels", "image_format", "image_info", "image_size",
+           "read_header"]
+
+MAX_IMAGE_PIXELS = 1 << 28  # pixels of all frames decoded at once (1 GiB as RGBA)
+
+
+@dataclass(frozen=True)
+class Header:
+    """What an image's header declares.
+
+    Attributes:
+        format: "png", "jpeg", "gif", "webp" or Pillow's lower-case format name.
+        width, height: the canvas size in pixels.
+        frames: the number of frames (1 for still images).
+        channels: the stored channel count (JPEG components, PNG colour type;
+            palette counted as 3, or 4 with transparency), None if unknown.
+        bit_depth: bits per sample (16 for 16-bit PNGs).
+        first_frame_end: GIF only: the offset just past the first frame's data.
+    """
+
+    format: str
+    width: int
+    height: int
+    frames: int = 1
+    channels: int | None = None
+    bit_depth: int = 8
+    first_frame_end: int = 0
+
+
+def image_format(data: bytes) -> str | None:
+    """"png", "jpeg", "gif" or "webp" from the magic bytes, else None."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:4] == b"GIF8":
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def read_header(data: bytes) -> Header:
+    """The header of encoded image bytes; ValueError if it is missing or corrupt."""
+    fmt = image_format(data)
+    if fmt == "png":
+        return _png(data)
+    if fmt == "jpeg":
+        return _jpeg(data)
+    if fmt == "gif":
+        return _gif(data)
+    if fmt == "webp":
+        return _webp(data)
+    return _pillow(data)
+
+
+def check_pixels(header: Header, frames: int = 1) -> None:
+    """Refuse an image when ``frames`` of its frames would exceed MAX_IMAGE_PIXELS.
+
+    Raises:
+        ValueError: the size, naming the frame count and the limit.
+    """
+    if header.width <= 0 or header.height <= 0:
+        raise ValueError(f"{header.format} header declares an empty image ({header.width}x{header.height})")
+    pixels = header.width * header.height * frames
+    if pixels > MAX_IMAGE_PIXELS:
+        many = f"{frames} frames of " if frames > 1 else ""
+        raise ValueError(f"{header.format} image of {many}{header.width}x{header.height} pixels exceeds "
+                         f"the limit of {MAX_IMAGE_PIXELS} pixels (MAX_IMAGE_PIXELS)")
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG or JPEG header, or None for other formats."""
+    if image_format(data) not in ("png", "jpeg"):
+        return None
+    header = read_header(data)
+    return header.width, header.height
+
+
+def image_info(data: bytes) -> tuple[int, int, int] | None:
+    """(width, height, channels) from a PNG or JPEG header, or None for other
+    formats (palette PNGs count 3 channels, or 4 with transparency)."""
+    if image_format(data) not in ("png", "jpeg"):
+        return None
+    header = read_header(data)
+    return header.width, header.height, header.channels or 3
+
+
+def _png(data: bytes) -> Header:
+    if len(data) < 29 or data[12:16] != b"IHDR":
+        raise ValueError("PNG header is truncated or has no IHDR chunk")
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    depth, color = data[24], data[25]
+    channels = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(color)
+    if channels is None or depth not in (1, 2, 4, 8, 16):
+        raise ValueError(f"PNG header has an invalid colour type {color} or bit depth {depth}")
+    if color == 3 and b"tRNS" in data[:data.find(b"IDAT")]:
+        channels = 4
+    return Header("png", width, height, 1, channels, depth)
+
+
+def _jpeg(data: bytes) -> Header:
+    pos, n = 2, len(data)
+    while pos + 10 <= n and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height = int.from_bytes(data[pos + 5:pos + 7], "big")
+            width = int.from_bytes(data[pos + 7:pos + 9], "big")
+            return Header("jpeg", width, height, 1, data[pos + 9], data[pos + 4])
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    raise ValueError("JPEG header has no frame size (truncated or corrupt)")
+
+
+def _skip_sub_blocks(data: bytes, pos: int) -> int:
+    n = len(data)
+    while pos < n:
+        size = data[pos]
+        pos += 1 + size
+        if size == 0:
+            return pos
+    raise ValueError("GIF data is truncated inside a block")
+
+
+def _gif(data: bytes) -> Header:
+    """Walk the GIF's blocks (no LZW decoding) to count its frames."""
+    if len(data) < 13:
+        raise ValueError("GIF header is truncated")
+    width, height = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    pos = 13 + (3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0)
+    frames, first_end, n = 0, 0, len(data)
+    while pos < n:
+        block = data[pos]
+        if block == 0x3B:  # trailer
+            break
+        if block == 0x21:  # extension: label, then sub-blocks
+            pos = _skip_sub_blocks(data, pos + 2)
+        elif block == 0x2C:  # image descriptor
+            if pos + 10 > n:
+                raise ValueError("GIF image descriptor is truncated")
+            fw, fh = int.from_bytes(data[pos + 5:pos + 7], "little"), int.from_bytes(data[pos + 7:pos + 9], "little")
+            check_pixels(Header("gif", fw or 1, fh or 1))  # a frame larger than the limit on its own
+            packed = data[pos + 9]
+            pos += 10 + (3 << ((packed & 7) + 1) if packed & 0x80 else 0)
+            pos = _skip_sub_blocks(data, pos + 1)  # the LZW minimum code size, then the data
+            frames += 1
+            if frames == 1:
+                first_end = pos
+        else:
+            break  # garbage after the last frame: decoders stop there too
+    if frames == 0:
+        raise ValueError("GIF has no image")
+    return Header("gif", width, height, frames, 3, 8, first_end)
+
+
+def _webp(data: bytes) -> Header:
+    kind = data[12:16]
+    if kind == b"VP8 " and len(data) >= 30:
+        width, height = int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+        return Header("webp", width, height, 1, 3)
+    if kind == b"VP8L" and len(data) >= 25:
+        bits = int.from_bytes(data[21:25], "little")
+        alpha = bool(bits >> 28 & 1)
+        return Header("webp", (bits & 0x3FFF) + 1, (bits >> 14 & 0x3FFF) + 1, 1, 4 if alpha else 3)
+    if kind == b"VP8X" and len(data) >= 30:
+        flags = data[20]
+        width, height = int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+        frames, pos = 0, 30
+        while pos + 8 <= len(data):  # count the animation's frames (ANMF chunks)
+            size = int.from_bytes(data[pos + 4:pos + 8], "little")
+            frames += data[pos:pos + 4] == b"ANMF"
+            pos += 8 + size + (size & 1)
+        return Header("webp", width, height, max(frames, 1), 4 if flags & 0x10 else 3)
+    raise ValueError("WebP header is truncated or of an unknown kind")
+
+
+def _pillow(data: bytes) -> Header:
+    from PIL import Image as PILImage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow's own DecompressionBombWarning: we check below
+        try:
+            with PILImage.open(io.BytesIO(data)) as im:  # reads the header only
+                width, height = im.size
+                fmt = (im.format or "unknown").lower()
+                frames = int(getattr(im, "n_frames", 1) or 1)
+        except PILImage.DecompressionBombError as e:
+            raise ValueError(str(e)) from None
+        except Exception as e:  # Pillow raises many types for unreadable bytes
+            raise ValueError(f"not an image format this package reads ({type(e).__name__}: {e})") from None
+    return Header(fmt, width, height, frames)
