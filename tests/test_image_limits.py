@@ -1,0 +1,109 @@
+"""Pixel limits read from the header of every format, frames included, before decoding."""
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from tfrecord_torch import FeatureError, Image
+from tfrecord_torch.features import images, limits
+from tfrecord_torch.features.images import decode_image
+from tfrecord_torch.features.limits import read_header
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gif_bomb(frames=2000, size=2000):
+    """A GIF of ``frames`` frames on a size x size canvas, each frame a 1x1 patch:
+    46 KB on disk, 24 GB if every frame is decoded to a full canvas."""
+    head = b"GIF89a" + size.to_bytes(2, "little") * 2 + bytes([0x80, 0, 0]) + b"\x00\x00\x00\xff\xff\xff"
+    frame = (b"\x21\xf9\x04\x00\x01\x00\x00\x00"  # graphic control extension: 10 ms
+             + b"\x2c" + bytes(4) + (1).to_bytes(2, "little") * 2 + b"\x00"  # a 1x1 frame
+             + b"\x02\x02\x44\x01\x00")  # LZW: clear, pixel 0, end
+    return head + frame * frames + b"\x3b"
+
+
+def encoded(fmt, size=(40, 30), **kw):
+    buf = io.BytesIO()
+    PILImage.fromarray(np.zeros(size[::-1] + (3,), np.uint8)).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def test_gif_header_counts_frames_without_decoding():
+    data = gif_bomb()
+    assert len(data) < 47_000
+    header = read_header(data)
+    assert (header.format, header.width, header.height, header.frames) == ("gif", 2000, 2000, 2000)
+
+
+@pytest.mark.parametrize("decoder", ["torchvision", "pillow"])
+def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(decoder):
+    """In a child whose address space is capped at 1 GiB over what torch's import
+    takes: the first frame decodes, all frames are refused from the header."""
+    code = textwrap.dedent(f"""
+        import os, resource, sys, time
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import torch, torchvision.io
+        from test_image_limits import gif_bomb
+        from tfrecord_torch.features import images
+        if {decoder!r} == "pillow":
+            images._torchvision_usable = lambda: False
+        status = open(f"/proc/{{os.getpid()}}/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+        data = gif_bomb()
+        start = time.perf_counter()
+        first = images.decode_image(data, "RGB")
+        assert tuple(first.shape) == (3, 2000, 2000), first.shape
+        try:
+            images.decode_image(data, "RGB", frames="all")
+            raise SystemExit("all frames decoded")
+        except ValueError as e:
+            assert "2000 frames of 2000x2000" in str(e), e
+        assert time.perf_counter() - start < 30
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fmt,kw", [("PNG", {}), ("JPEG", {}), ("GIF", {}), ("WEBP", {}),
+                                    ("WEBP", {"lossless": True}), ("BMP", {}), ("TIFF", {})])
+@pytest.mark.parametrize("decoder", ["torchvision", "pillow"])
+def test_pixel_limit_checked_from_every_header(fmt, kw, decoder, monkeypatch):
+    if decoder == "pillow":
+        monkeypatch.setattr(images, "_torchvision_usable", lambda: False)
+    data = encoded(fmt, **kw)
+    assert (read_header(data).width, read_header(data).height) == (40, 30)
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30 - 1)
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        decode_image(data)
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30)
+    assert decode_image(data).shape == (3, 30, 40)
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP"])
+def test_frame_count_times_pixels_is_limited(fmt, monkeypatch):
+    frames = [PILImage.fromarray(np.full((30, 40, 3), i * 60, np.uint8)) for i in range(4)]
+    buf = io.BytesIO()
+    frames[0].save(buf, format=fmt, save_all=True, append_images=frames[1:], duration=10, loop=0)
+    data = buf.getvalue()
+    assert read_header(data).frames == 4
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30 * 3)
+    assert decode_image(data).shape == (3, 30, 40)  # the first frame fits
+    with pytest.raises(ValueError, match="4 frames of 40x30"):
+        decode_image(data, frames="all")
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30 * 4)
+    assert decode_image(data, frames="all").shape == (4, 3, 30, 40)
+
+
+def test_rgba_from_jpeg_names_the_key_and_cause():
+    with pytest.raises(FeatureError) as info:
+        Image("image/encoded", mode="RGBA").decode({"image/encoded": [encoded("JPEG")]})
+    assert info.value.key == "image/encoded" and "JPEG has no alpha channel" in str(info.value)
