@@ -20,8 +20,14 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images import (FRAMES, IMAGE_MODES, MAX_IMAGE_PIXELS, decode_image,  # noqa: F401
-                                            image_size, preload)
+from tfrecord_torch.features.images import (  # noqa: F401
+    FRAMES,
+    IMAGE_MODES,
+    MAX_IMAGE_PIXELS,
+    decode_image,
+    image_size,
+    preload,
+)
 from tfrecord_torch.features.wrap import as_image
 
 __all__ = ["Bytes", "Feature", "Float", "Image", "Int64", "RawImage", "RawTensor", "Text", "decode", "decode_batch"]
