@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "Boxes": "tfrecord_torch.features.boxes",
     "Bytes": "tfrecord_torch.features.specs",
     "Compression": "tfrecord_torch.records.compression",
     "CorruptRecordError": "tfrecord_torch.errors",
@@ -28,6 +29,7 @@ _EXPORTS = {
     "IndexedReader": "tfrecord_torch.records.indexed",
     "IndexedTFRecordDataset": "tfrecord_torch.data.mapstyle",
     "Int64": "tfrecord_torch.features.specs",
+    "Mask": "tfrecord_torch.features.masks",
     "OnError": "tfrecord_torch.policy",
     "RawImage": "tfrecord_torch.features.specs",
     "RawTensor": "tfrecord_torch.features.specs",
@@ -39,6 +41,7 @@ _EXPORTS = {
     "TFRecordError": "tfrecord_torch.errors",
     "Text": "tfrecord_torch.features.specs",
     "build_index": "tfrecord_torch.records.index",
+    "detection_collate": "tfrecord_torch.features.collate",
     "check_index": "tfrecord_torch.records.index",
     "load_index": "tfrecord_torch.records.index",
     "make_example": "tfrecord_torch.example.codec",
@@ -90,7 +93,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         parse_sequence_example,
     )
     from tfrecord_torch.features import presets
-    from tfrecord_torch.features.collate import pad_collate
+    from tfrecord_torch.features.boxes import Boxes
+    from tfrecord_torch.features.collate import detection_collate, pad_collate
+    from tfrecord_torch.features.masks import Mask
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Image, Int64, RawImage, RawTensor, Text
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from tfrecord_torch.features.specs import Image, Int64, RawImage
+from tfrecord_torch.features.boxes import Boxes
+from tfrecord_torch.features.masks import Mask
+from tfrecord_torch.features.specs import Image, Int64, RawImage, Text
 
-__all__ = ["converted", "raw", "slim", "tfds"]
+__all__ = ["converted", "object_detection", "raw", "segmentation_raw", "slim", "tfds"]
 
 
 def tfds(*, mode: str = "RGB") -> dict:
@@ -31,3 +33,33 @@ def converted(*, raw: bool = False, mode: str = "RGB") -> dict:
         return {"image": RawImage("image", height="height", width="width", depth="channels"),
                 "label": Int64("label")}
     return tfds(mode=mode)
+
+
+def segmentation_raw(*, image: str = "image_raw", mask: str = "mask_raw", height: str = "height",
+                     width: str = "width", channels: str | int = 3) -> dict:
+    """The classic segmentation layout: ``height``, ``width``, ``image_raw`` (HWC
+    RGB bytes) and ``mask_raw`` (HW class-id bytes), with no channels key.
+
+    Gives ``image`` (``tv_tensors.Image`` uint8 [C, H, W]) and ``mask``
+    (``tv_tensors.Mask`` uint8 [H, W]). ``channels`` is the constant channel
+    count, or the name of an int64 feature holding it.
+    """
+    return {"image": RawImage(image, height=height, width=width, depth=channels),
+            "mask": Mask(mask, height=height, width=width)}
+
+
+def object_detection(*, mode: str = "RGB", text: bool = True) -> dict:
+    """TF Object Detection API records: ``image/encoded``, ``image/height``,
+    ``image/width``, ``image/object/bbox/xmin|ymin|xmax|ymax`` (normalised),
+    ``image/object/class/label`` and ``image/object/class/text``.
+
+    Gives ``image`` (``tv_tensors.Image``), ``boxes`` (``tv_tensors.BoundingBoxes``
+    XYXY in pixels, float32 [N, 4]), ``labels`` (int64 [N]) and, with ``text``,
+    ``text`` (a list of N str). Use :func:`~tfrecord_torch.detection_collate`
+    to batch them for torchvision's detection models.
+    """
+    spec = {"image": Image("image/encoded", mode=mode), "boxes": Boxes("image/object/bbox/"),
+            "labels": Int64("image/object/class/label", shape=None, default=[])}
+    if text:
+        spec["text"] = Text("image/object/class/text", many=True, default=[])
+    return spec

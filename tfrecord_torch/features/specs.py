@@ -44,6 +44,7 @@ class Feature:
     """
 
     kind = ""  # "int64", "float" or "bytes": the list kind the record must hold
+    stacks = False  # batch mode stacks same-sized values (images, masks) into one tensor
 
     def __init__(self, key: str | None = None, *, default: Any = _REQUIRED) -> None:
         self.key = key
@@ -201,6 +202,7 @@ class Image(Feature):
     """
 
     kind = "bytes"
+    stacks = True
 
     def __init__(self, key: str | None = None, *, mode: str = "RGB", frames: str = "first",
                  default: Any = _REQUIRED) -> None:
@@ -223,16 +225,29 @@ class Image(Feature):
 
 
 class RawImage(Feature):
-    """Raw pixel bytes (HWC order, uint8) reshaped to a tensor [C, H, W], with
-    the shape read from other features (the tutorials' ``image_raw`` +
-    ``height``/``width``/``depth`` layout) or given as ``shape=(H, W, C)``."""
+    """Raw pixel bytes (HWC order) reshaped to a ``tv_tensors.Image`` [C, H, W],
+    with the shape read from other features (the tutorials' ``image_raw`` +
+    ``height``/``width``/``depth`` layout) or given as ``shape=(H, W, C)``.
+
+    Args:
+        height, width: int64 features holding the size.
+        depth: the int64 feature holding the channel count, a constant channel
+            count (``depth=3`` where records have no channels feature), or None for 1.
+        shape: a constant (H, W, C) instead of the features.
+        dtype: "uint8" (default) or "uint16" (little-endian, as ``tf.io.decode_raw``).
+    """
 
     kind = "bytes"
+    stacks = True
 
     def __init__(self, key: str | None = None, *, height: str = "height", width: str = "width",
-                 depth: str | None = "depth", shape: tuple | None = None, default: Any = _REQUIRED) -> None:
+                 depth: str | int | None = "depth", shape: tuple | None = None, dtype: str = "uint8",
+                 default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
+        if dtype not in ("uint8", "uint16"):
+            raise ValueError(f"dtype must be one of ('uint8', 'uint16'), got {dtype!r}")
         self.height, self.width, self.depth, self.shape = height, width, depth, shape
+        self.dtype = np.dtype(dtype)
 
     def decode(self, record: dict) -> Any:
         value = self.raw(record)
@@ -243,25 +258,30 @@ class RawImage(Feature):
         if self.shape is not None:
             h, w, c = self.shape
         else:
-            h, w = (self._dim(record, k) for k in (self.height, self.width))
-            c = self._dim(record, self.depth) if self.depth else 1
-        data = value[0]
-        if len(data) != h * w * c:
-            raise FeatureError(self.key, f"holds {len(data)} bytes, but {h}x{w}x{c} needs {h * w * c}")
-        array = np.frombuffer(data, np.uint8).reshape(h, w, c).transpose(2, 0, 1)
-        return torch.from_numpy(np.ascontiguousarray(array))
-
-    def _dim(self, record: dict, key: str) -> int:
-        value = record.get(key)
-        if not isinstance(value, np.ndarray) or value.dtype != np.int64 or value.size != 1:
-            raise FeatureError(key, f"needed for the shape of {self.key!r}: expected one int64 value")
-        dim = int(value[0])
-        if not 0 < dim <= 1 << 16:
-            raise FeatureError(key, f"dimension {dim} is out of range")
-        return dim
+            h, w = (record_dim(record, k, self.key) for k in (self.height, self.width))
+            depth = self.depth
+            c = depth if isinstance(depth, int) else record_dim(record, depth, self.key) if depth else 1
+        data, size = value[0], self.dtype.itemsize
+        if len(data) != h * w * c * size:
+            raise FeatureError(self.key, f"holds {len(data)} bytes, but an image of {h}x{w}x{c} {self.dtype} "
+                                         f"needs {h * w * c * size}")
+        array = np.frombuffer(data, self.dtype.newbyteorder("<")).reshape(h, w, c).transpose(2, 0, 1)
+        return as_image(torch.from_numpy(np.ascontiguousarray(array).astype(self.dtype)))
 
     def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
         return [self.decode(r) for r in records()]
+
+
+def record_dim(record: dict, key: str, for_key: str | None) -> int:
+    """One int64 size from a record: a height, width or channel count that
+    ``for_key``'s raw bytes need (FeatureError naming the key otherwise)."""
+    value = record.get(key)
+    if not isinstance(value, np.ndarray) or value.dtype != np.int64 or value.size != 1:
+        raise FeatureError(key, f"needed for the shape of {for_key!r}: expected one int64 value")
+    dim = int(value[0])
+    if not 0 < dim <= 1 << 16:
+        raise FeatureError(key, f"dimension {dim} is out of range")
+    return dim
 
 
 class RawTensor(Feature):
@@ -340,7 +360,7 @@ def decode_batch(columns: dict, spec: dict, size: int) -> dict:
     for name, feature in spec.items():
         column = columns.get(feature.key, [None] * size)
         values = feature.decode_column(column, records)
-        if isinstance(feature, (Image, RawImage)) and values and \
+        if feature.stacks and values and \
                 len({tuple(v.shape) for v in values if isinstance(v, torch.Tensor)}) == 1 and \
                 all(isinstance(v, torch.Tensor) for v in values):
             values = torch.stack(values)

@@ -1,0 +1,87 @@
+"""Bounding boxes of the TF Object Detection API layout as ``tv_tensors.BoundingBoxes``.
+
+The OD API stores each box as four float lists of coordinates normalised to
+[0, 1] (``image/object/bbox/xmin``, ``ymin``, ``xmax``, ``ymax``). torchvision's
+detection models and v2 transforms want absolute pixels, XYXY, with the
+image's size attached: :class:`Boxes` scales by the record's
+``image/height``/``image/width`` (or, without them, the size in the encoded
+image's header, read without decoding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.limits import read_header
+from tfrecord_torch.features.specs import Feature, record_dim
+from tfrecord_torch.features.wrap import as_boxes
+
+__all__ = ["Boxes", "COORDINATES"]
+
+COORDINATES = ("xmin", "ymin", "xmax", "ymax")
+
+
+class Boxes(Feature):
+    """Boxes [N, 4] as ``tv_tensors.BoundingBoxes`` (XYXY, absolute pixels,
+    float32, ``canvas_size=(H, W)``); a plain float tensor where torchvision
+    cannot be imported. A record without boxes gives N=0.
+
+    Args:
+        prefix: the coordinate keys' prefix (``prefix + "xmin"``, ...).
+        image: the encoded image's key, whose header gives the size when the
+            record has no height/width features.
+        height, width: int64 features with the image's size.
+        normalized: True (the OD API) when coordinates are fractions of the
+            size; False when they are pixels already.
+    """
+
+    kind = "float"
+
+    def __init__(self, prefix: str = "image/object/bbox/", *, image: str = "image/encoded",
+                 height: str = "image/height", width: str = "image/width", normalized: bool = True) -> None:
+        super().__init__(prefix + "xmin")
+        self.prefix, self.image, self.height, self.width = prefix, image, height, width
+        self.normalized = normalized
+
+    def bind(self, name: str) -> Feature:
+        return self  # the keys come from the prefix, not the output name
+
+    def decode(self, record: dict) -> Any:
+        columns = []
+        for name in COORDINATES:
+            key = self.prefix + name
+            value = record.get(key)
+            if value is not None and len(value) and (not isinstance(value, np.ndarray) or value.dtype != np.float32):
+                raise FeatureError(key, "holds non-float values, expected float box coordinates")
+            columns.append(np.zeros(0, np.float32) if value is None else np.asarray(value, np.float32))
+        if len({len(c) for c in columns}) != 1:
+            counts = ", ".join(f"{n}: {len(c)}" for n, c in zip(COORDINATES, columns))
+            raise FeatureError(self.prefix + "xmin", f"box coordinate lists differ in length ({counts})")
+        h, w = self._size(record)
+        boxes = np.stack(columns, axis=1)
+        if self.normalized:
+            boxes = boxes * np.array([w, h, w, h], np.float32)
+        return as_boxes(torch.from_numpy(np.ascontiguousarray(boxes, np.float32)), (h, w))
+
+    def _size(self, record: dict) -> tuple[int, int]:
+        if record.get(self.height) is not None and record.get(self.width) is not None:
+            return record_dim(record, self.height, self.prefix), record_dim(record, self.width, self.prefix)
+        data = record.get(self.image)
+        if not data:
+            raise FeatureError(self.height, f"needed to scale the boxes: the record has neither "
+                                            f"{self.height!r}/{self.width!r} nor an image under {self.image!r}")
+        try:
+            header = read_header(data[0])
+        except ValueError as e:
+            raise FeatureError(self.image, f"needed to scale the boxes: {e}") from e
+        return header.height, header.width
+
+    def decode_column(self, column: Any, records: Any) -> Any:
+        return [self.decode(r) for r in records()]
+
+    def __repr__(self) -> str:
+        return f"Boxes(prefix={self.prefix!r})"
