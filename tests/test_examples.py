@@ -34,3 +34,13 @@ def test_torchrun_ddp(tmp_path):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     out = run([torchrun, "--nproc-per-node", "2", str(EXAMPLES / "torchrun_ddp.py"), "ddp"], tmp_path)
     assert "records per rank [300, 300]" in out
+
+
+def test_train_segmentation_from_tensorflow_records(tmp_path):
+    out = run([sys.executable, str(EXAMPLES / "train_segmentation.py"), "--out", "seg"], tmp_path)
+    assert "masks (4, " in out and "step 1: loss" in out
+
+
+def test_train_detector_from_tensorflow_records(tmp_path):
+    out = run([sys.executable, str(EXAMPLES / "train_detector.py"), "--out", "det"], tmp_path)
+    assert "boxes per image [1, 2, 3, 2]" in out and "step 1: loss" in out
