@@ -36,16 +36,16 @@ def _dims(shape) -> dict:
     return {"dimensions": [str(-1 if d is None else int(d)) for d in shape]}
 
 
-def image_feature(channels: int | None, encoding: str | None, shape=(None, None)) -> dict:
-    body = {"dtype": "uint8", "shape": _dims(tuple(shape) + (channels,))}
+def image_feature(channels: int | None, encoding: str | None, shape=(None, None), dtype: str = "uint8") -> dict:
+    body = {"dtype": dtype, "shape": _dims(tuple(shape) + (channels,))}
     if encoding in ("png", "jpeg"):
         body["encodingFormat"] = encoding
     return {"image": body, "pythonClassName": _IMAGE}
 
 
-def raw_image_feature(shape) -> dict:
+def raw_image_feature(shape, dtype: str = "uint8") -> dict:
     return {"pythonClassName": _TENSOR,
-            "tensor": {"dtype": "uint8", "encoding": "bytes", "shape": _dims(shape)}}
+            "tensor": {"dtype": dtype, "encoding": "bytes", "shape": _dims(shape)}}
 
 
 def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int], num_bytes: int,

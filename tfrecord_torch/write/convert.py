@@ -24,6 +24,8 @@ from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.example.codec import make_example
 from tfrecord_torch.features.images import image_info
 from tfrecord_torch.tfds.metadata import check_dataset_name, image_feature, raw_image_feature, write_metadata
+from tfrecord_torch.write.detection import detection_features, detection_record, is_detection_target
+from tfrecord_torch.write.png16 import encode_png16
 from tfrecord_torch.write.sharded import ShardedWriter
 
 __all__ = ["FORMATS", "encode_sample", "write_dataset"]
@@ -75,8 +77,8 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     files = _file_samples(dataset)
-    options = {"format": image_format, "quality": quality}
     class_names = class_names if class_names is not None else _classes(dataset)
+    options = {"format": image_format, "quality": quality, "class_names": class_names}
     total = len(dataset)
     stats = _Stats()
     check_dataset_name(output_dir, name, storage_options)  # before any shard, not after all of them
@@ -110,20 +112,26 @@ def _file_samples(dataset) -> list | None:
 
 
 class _Stats:
-    """What the metadata needs: channels, shapes and formats seen."""
+    """What the metadata needs: channels, shapes, formats and sample dtypes seen."""
 
     def __init__(self) -> None:
         self.channels: set[int] = set()
         self.shapes: set[tuple] = set()
         self.formats: set[str] = set()
+        self.dtypes: set[str] = set()
         self.max_label = -1
+        self.detection = self.text = False
 
     def add(self, meta) -> None:
-        fmt, h, w, c, label = meta
+        fmt, h, w, c, label, dtype = meta
         self.channels.add(c)
         self.shapes.add((h, w))
         self.formats.add(fmt)
-        self.max_label = max(self.max_label, label)
+        self.dtypes.add(dtype)
+        if isinstance(label, tuple):  # a detection sample: (has class names,)
+            self.detection, self.text = True, label[0]
+        else:
+            self.max_label = max(self.max_label, label)
 
     def features(self, image_format: str | None, class_names: list | None) -> dict:
         classes = len(class_names) if class_names is not None else self.max_label + 1
@@ -131,14 +139,17 @@ class _Stats:
                  "pythonClassName": "tensorflow_datasets.core.features.class_label_feature.ClassLabel"}
         channels = self.channels.pop() if len(self.channels) == 1 else None
         shape = self.shapes.pop() if len(self.shapes) == 1 else (None, None)
+        dtype = "uint16" if "uint16" in self.dtypes else "uint8"
+        fmt = self.formats.pop() if len(self.formats) == 1 else None
+        if self.detection:
+            return detection_features(channels, fmt, self.text)
         if image_format == "raw":
             if channels is None or None in shape:
                 image = None  # TFDS's Tensor needs one shape; our RawImage preset reads it anyway
             else:
-                image = raw_image_feature(tuple(shape) + (channels,))
+                image = raw_image_feature(tuple(shape) + (channels,), dtype)
         else:
-            fmt = self.formats.pop() if len(self.formats) == 1 else None
-            image = image_feature(channels or 3, fmt, shape)
+            image = image_feature(channels or 3, fmt, shape, dtype)
         out = {"label": label}
         if image is not None:
             out["image"] = image
@@ -182,24 +193,29 @@ def _encode_range(bounds: tuple[int, int]) -> list:
 
 
 def encode_sample(i: int, dataset, files, options) -> tuple[bytes, tuple]:
-    """The record payload of sample ``i`` and (format, height, width, channels, label)."""
+    """The record payload of sample ``i`` and (format, height, width, channels, label, dtype)."""
     if files is not None:
         path, label = files[i]
         with open(path, "rb") as f:
             data = f.read()
         fmt, (h, w, c) = _sniff(data, path)
+        dtype = "uint16" if fmt == "png" and data[24:25] == b"\x10" else "uint8"  # IHDR bit depth
     else:
         image, label = _split(dataset[i], i)
         pixels = _pixels(image, i)
         h, w, c = pixels.shape
-        fmt = options["format"]
+        fmt, dtype = options["format"], str(pixels.dtype)
         try:
             data = _encode(pixels, fmt, options["quality"])
         except TypeError as e:
             raise TypeError(f"sample {i}: {e}") from None
+    if is_detection_target(label):  # (image, {"boxes", "labels"}): the OD API's layout
+        names = options.get("class_names")
+        record = detection_record(data, fmt, h, w, label, i, names)
+        return make_example(record), (fmt, h, w, c, (names is not None,), dtype)
     label = -1 if label is None else _label(label, i)
     record = {"image": data, "format": fmt, "height": h, "width": w, "channels": c, "label": label}
-    return make_example(record), (fmt, h, w, c, label)
+    return make_example(record), (fmt, h, w, c, label, dtype)
 
 
 def _split(sample, i: int):
@@ -223,11 +239,13 @@ def _label(label, i: int) -> int:
 
 
 def _pixels(image, i: int) -> np.ndarray:
-    """An image as a uint8 array [H, W, C]."""
+    """An image as a uint8 or uint16 array [H, W, C] (16-bit images stay 16-bit)."""
     from PIL import Image as PILImage
 
     if isinstance(image, PILImage.Image):
-        if image.mode not in ("L", "RGB", "RGBA"):
+        if image.mode.startswith("I;16"):
+            image = np.asarray(image).astype(np.uint16)
+        elif image.mode not in ("L", "RGB", "RGBA"):
             image = image.convert("RGBA" if "A" in image.mode else "RGB")
         array = np.asarray(image)
     elif hasattr(image, "detach") and hasattr(image, "numpy"):
@@ -239,8 +257,8 @@ def _pixels(image, i: int) -> np.ndarray:
     else:
         raise TypeError(f"sample {i}: cannot convert an image of type {type(image).__name__} "
                         "(use a PIL image, a uint8 tensor [C, H, W] or a uint8 array [H, W, C])")
-    if array.dtype != np.uint8:
-        raise TypeError(f"sample {i}: image dtype is {array.dtype}, expected uint8")
+    if array.dtype not in (np.uint8, np.uint16):
+        raise TypeError(f"sample {i}: image dtype is {array.dtype}, expected uint8 or uint16")
     if array.ndim == 2:
         array = array[:, :, None]
     if array.ndim != 3 or array.shape[2] not in (1, 3, 4) or 0 in array.shape:
@@ -250,7 +268,11 @@ def _pixels(image, i: int) -> np.ndarray:
 
 def _encode(pixels: np.ndarray, fmt: str, quality: int) -> bytes:
     if fmt == "raw":
-        return pixels.tobytes()
+        return pixels.astype(pixels.dtype.newbyteorder("<")).tobytes()  # tf.io.decode_raw's order
+    if pixels.dtype == np.uint16:
+        if fmt != "png":
+            raise TypeError("JPEG cannot store 16-bit samples; use image_format='png' or 'raw'")
+        return encode_png16(pixels)
     from PIL import Image as PILImage
 
     image = PILImage.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels)
