@@ -338,6 +338,7 @@ def test_sigkill_mid_conversion_then_rerun(tmp_path):
     time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     visible = [f for f in os.listdir(out) if not f.startswith(".")]
     assert visible == []  # no shard, index or metadata looks finished
     assert any(f.endswith(".staged") for f in os.listdir(out))  # finished shards wait, hidden

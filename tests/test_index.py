@@ -35,7 +35,8 @@ def test_build_and_load(shard):
     assert index.dtype == np.int64 and index.shape == (200, 2)
     assert index[:, 1].tolist() == [len(p) + 16 for p in payloads]
     assert index[0, 0] == 0 and index[1:, 0].tolist() == np.cumsum(index[:-1, 1]).tolist()
-    lines = open(index_path).read().splitlines()
+    with open(index_path) as f:
+        lines = f.read().splitlines()
     assert lines[1] == f"{index[1, 0]} {index[1, 1]}"
     check_index(index, path)
 

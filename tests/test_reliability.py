@@ -70,6 +70,7 @@ def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
             time.sleep(0.02)
         proc.kill()
         proc.wait()
+        proc.stdout.close()
         if out.exists():
             assert_visible_files_complete(out)
     done = subprocess.run([sys.executable, str(script), str(out), "0", str(workers)],
@@ -98,6 +99,7 @@ def test_second_converter_into_the_same_folder_fails_clearly(tmp_path):
     finally:
         first.kill()
         first.wait()
+        first.stdout.close()
 
 
 def settled_fds(proc: psutil.Process, limit, wait: float = 5.0) -> int:

@@ -317,6 +317,7 @@ def http_server():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
+    server.server_close()
     _Files.files, _Files.ranges = {}, True
 
 

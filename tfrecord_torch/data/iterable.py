@@ -13,7 +13,7 @@ from tfrecord_torch._types import CompressionArg, PathLike, Paths
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
-from tfrecord_torch.data.shards import expand_paths, shard_index
+from tfrecord_torch.data.shards import describe_shards, expand_paths, shard_index
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.batch import parse_example_batch
 from tfrecord_torch.features.specs import bind, decode_batch
@@ -118,6 +118,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds shuffling (call before each epoch's iteration)."""
         self.epoch = int(epoch)
+
+    def __repr__(self) -> str:
+        records = "streamed" if self.streamed else f"{sum(self.counts or ()):,} records"
+        parts = [describe_shards(self.paths), records,
+                 f"features={sorted(self.spec) if self.spec is not None else None}"]
+        if self.shuffle:
+            parts.append(f"shuffle=True, seed={self.seed}, epoch={self.epoch}")
+        if self.batch_size is not None:
+            parts.append(f"batch_size={self.batch_size}")
+        if self.world_size > 1:
+            parts.append(f"rank={self.rank}/{self.world_size}")
+        return f"{type(self).__name__}({', '.join(parts)})"
 
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""

@@ -11,7 +11,7 @@ import torch.utils.data
 from tfrecord_torch._types import PathLike, Paths
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import Located, decode_item
-from tfrecord_torch.data.shards import expand_paths, shard_index
+from tfrecord_torch.data.shards import describe_shards, expand_paths, shard_index
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.features.specs import bind
 from tfrecord_torch.io import pool
@@ -68,6 +68,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __repr__(self) -> str:
+        features = sorted(self.spec) if self.spec is not None else None
+        return f"{type(self).__name__}({describe_shards(self.paths)}, {len(self):,} records, features={features})"
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard number, record number in the shard) of item ``i``."""

@@ -12,7 +12,7 @@ from tfrecord_torch.errors import IndexMismatchError, TFRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index, write_index
 
-__all__ = ["expand_paths", "index_cache_dir", "shard_index"]
+__all__ = ["describe_shards", "expand_paths", "index_cache_dir", "shard_index"]
 
 log = logging.getLogger(__name__)
 _SKIP_SUFFIXES = (".index", ".idx", ".json", ".txt", ".partial")
@@ -26,6 +26,15 @@ def expand_paths(paths, storage_options: dict | None = None) -> list[str]:
     metadata files (``.index``, ``.idx``, ``.json``, ``.txt``) and hidden files.
     """
     return fs.expand(paths, storage_options, _SKIP_SUFFIXES)
+
+
+def describe_shards(paths: list[str]) -> str:
+    """A short description of a shard list for a repr: ``'3 shards: a-0, a-1, a-2'``."""
+    names = [os.path.basename(p.rstrip("/")) or p for p in paths]
+    shown = names if len(names) <= 3 else [names[0], "...", names[-1]]
+    folders = {os.path.dirname(p) for p in paths}
+    where = f" in {folders.pop()}" if len(folders) == 1 else ""
+    return f"{len(paths)} shard{'s' if len(paths) != 1 else ''}{where}: {', '.join(shown)}"
 
 
 def index_cache_dir() -> str:

@@ -80,7 +80,12 @@ class Feature:
         return [self.decode({self.key: v} if v is not None else {}) for v in column]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self.key!r})"
+        options = [f"{k}={v!r}" for k, v in vars(self).items()
+                   if not k.startswith("_") and k not in ("key", "default")]
+        if self.default is not _REQUIRED:
+            shown = self.default.tolist() if hasattr(self.default, "tolist") else self.default
+            options.append(f"default={shown!r}")
+        return f"{type(self).__name__}({', '.join([repr(self.key), *options])})"
 
 
 def _kind(value) -> str:

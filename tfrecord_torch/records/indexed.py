@@ -53,6 +53,9 @@ class IndexedReader:
     def __len__(self) -> int:
         return len(self.index)
 
+    def __repr__(self) -> str:
+        return f"IndexedReader({self.path!r}, {len(self):,} records, verify={self.verify})"
+
     def __getitem__(self, i: int) -> bytes:
         n = len(self.index)
         if not -n <= i < n:

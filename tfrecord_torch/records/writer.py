@@ -77,6 +77,12 @@ class RecordWriter:
             self._zip = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, WBITS[self.compression])
         self._closed = False
 
+    def __repr__(self) -> str:
+        target = self._final if self._final is not None else getattr(self._file, "name", "<file object>")
+        state = "closed" if self._closed else "open"
+        return (f"RecordWriter({target!r}, compression={self.compression!r}, records={self.records}, "
+                f"{state})")
+
     @property
     def path(self) -> str | None:
         """The final path (None when writing to a file object)."""

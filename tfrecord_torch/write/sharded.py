@@ -86,6 +86,13 @@ class ShardedWriter:
             for path in glob.glob(os.path.join(glob.escape(self._staging), pattern)):
                 os.unlink(path)
 
+    def __repr__(self) -> str:
+        shards = len(self.shard_lengths) + (self._writer is not None)
+        records = sum(self.shard_lengths) + (self._writer.records if self._writer is not None else 0)
+        state = "closed" if self._closed else "open"
+        return (f"ShardedWriter({self.output_dir!r}, name={self.name!r}, split={self.split!r}, "
+                f"shards={shards}, records={records}, {state})")
+
     def write(self, payload: Bytes) -> None:
         """Append one record, starting a new shard when the current one is full."""
         if self._closed:
