@@ -35,6 +35,15 @@ def _expected(paths):
     return out
 
 
+def _in_threads(work, n: int = 8) -> None:
+    """Run ``work(seed)`` in ``n`` threads at once and wait for them."""
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def _check_reads(pool, jobs, errors):
     for path, offset, size, want in jobs:
         payload = parse_frame(pool.read(path, offset, size), name=path, offset=offset, record=0)
@@ -116,11 +125,7 @@ def test_map_style_dataset_from_8_threads(shards):
             if got != i:
                 errors.append((i, got))
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work)
     assert errors == []
 
 
@@ -136,9 +141,5 @@ def test_indexed_reader_from_8_threads(shards):
             if got != first + i:
                 errors.append((i, got))
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work)
     assert errors == []
