@@ -81,8 +81,10 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
     for array in arrays:
         if want is not None:
             array = to_uint8(convert_channels(array, want))
-        chw = np.ascontiguousarray(array.transpose(2, 0, 1))
-        out.append(torch.from_numpy(chw if chw.flags.writeable else chw.copy()))  # Pillow's are read-only
+        if not array.flags.writeable:  # Pillow's arrays are read-only
+            array = array.copy()
+        # [C, H, W] over the [H, W, C] buffer, no copy: the strides torchvision's decoders give too
+        out.append(torch.from_numpy(array).permute(2, 0, 1))
     if frames == "all" and fmt in _ANIMATED:
         return torch.stack(out)
     return out[0]
