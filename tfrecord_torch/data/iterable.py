@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
@@ -13,13 +12,12 @@ from tfrecord_torch._types import CompressionArg, PathLike, Paths
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
-from tfrecord_torch.data.shards import describe_shards, expand_paths, shard_index
+from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.batch import parse_example_batch
 from tfrecord_torch.features.specs import bind, decode_batch
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
-from tfrecord_torch.records.compression import is_compressed
 
 __all__ = ["TFRecordDataset"]
 
@@ -70,7 +68,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                  verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None) -> None:
         super().__init__()
         self.storage_options = storage_options
-        self.paths = expand_paths(paths, storage_options)
+        listing = find_shards(paths, storage_options)
+        self.paths = listing.files
         self.spec = bind(features) if features is not None else None
         self.rank, self.world_size = sharding.resolve_rank(rank, world_size)
         if even not in sharding.EVEN_MODES:
@@ -83,7 +82,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
         self.compression, self.verify = compression, verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
-        self.indexes = self._indexes(index)
+        self.indexes = self._indexes(index, listing)
         self.streamed = any(i is None for i in self.indexes)
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
@@ -93,17 +92,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self._resume: dict | None = None
         self._position = 0
 
-    def _indexes(self, index) -> list:
+    def _indexes(self, index, listing) -> list:
         if index is False:
             return [None] * len(self.paths)
-        so = self.storage_options
-        if index is None:
-            return [None if is_compressed(p, self.compression, so) else shard_index(p, storage_options=so)
-                    for p in self.paths]
-        index = list(index)
-        if len(index) != len(self.paths):
-            raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        return [shard_index(p, os.fspath(i), storage_options=so) for p, i in zip(self.paths, index)]
+        if index is not None:
+            index = list(index)
+            if len(index) != len(self.paths):
+                raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
+        return shard_indexes(listing, compression=self.compression, index=index,
+                             storage_options=self.storage_options)
 
     @property
     def counts(self) -> list[int] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -11,7 +10,7 @@ import torch.utils.data
 from tfrecord_torch._types import PathLike, Paths
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import Located, decode_item
-from tfrecord_torch.data.shards import describe_shards, expand_paths, shard_index
+from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.features.specs import bind
 from tfrecord_torch.io import pool
@@ -48,19 +47,21 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def __init__(self, paths: Paths, *, features: dict | None = None, index: Sequence[PathLike] | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
-        self.paths = expand_paths(paths, storage_options)
+        listing = find_shards(paths, storage_options)
+        self.paths = listing.files
         self.policy = SharedErrorPolicy(on_error, self.paths)
-        for p in self.paths:
-            if is_compressed(p, "auto", storage_options):
-                raise TFRecordError(f"{p}: compressed shards cannot be read by index; use "
-                                    "TFRecordDataset to stream them, or `tfrecord-torch decompress`")
         if index is not None:
+            for p in self.paths:
+                if is_compressed(p, "auto", storage_options):
+                    raise _compressed(p)
             index = list(index)
             if len(index) != len(self.paths):
                 raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        self.indexes = [shard_index(p, None if index is None else os.fspath(index[i]),
-                                    storage_options=storage_options)
-                        for i, p in enumerate(self.paths)]
+        indexes = shard_indexes(listing, index=index, storage_options=storage_options)
+        for p, i in zip(self.paths, indexes):
+            if i is None:
+                raise _compressed(p)
+        self.indexes: list[np.ndarray] = [i for i in indexes if i is not None]
         self._readers = pool.ReaderPool(storage_options)
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
         self.spec = bind(features) if features is not None else None
@@ -109,3 +110,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""
         self._readers.close()
+
+
+def _compressed(path: str) -> TFRecordError:
+    return TFRecordError(f"{path}: compressed shards cannot be read by index; use "
+                         "TFRecordDataset to stream them, or `tfrecord-torch decompress`")

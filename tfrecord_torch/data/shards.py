@@ -1,18 +1,37 @@
-"""Finding shards and their indexes for the datasets."""
+"""Finding shards and their indexes for the datasets.
+
+Opening remote shards costs few round trips: the shards are listed once (a glob, a
+folder, or the folders of explicit URLs), which gives every object's size and version and
+often tells whether an index object sits beside a shard; then each shard's facts (its
+index, or a 12-byte header sniff when it has none) are fetched for all shards at once on
+a bounded thread pool. With index files that is one request per shard.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from tfrecord_torch.errors import IndexMismatchError, TFRecordError
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index, write_index
+from tfrecord_torch.records.compression import check_compression, detect_compression, is_compressed
+from tfrecord_torch.records.index import (
+    check_index,
+    default_index_path,
+    load_index,
+    parse_index,
+    scan_index,
+    write_index,
+)
 
-__all__ = ["describe_shards", "expand_paths", "index_cache_dir", "shard_index"]
+__all__ = ["OPEN_THREADS", "describe_shards", "expand_paths", "find_shards", "index_cache_dir", "shard_index",
+           "shard_indexes"]
+
+OPEN_THREADS = 16  # remote shards opened at once
 
 log = logging.getLogger(__name__)
 _SKIP_SUFFIXES = (".index", ".idx", ".json", ".txt", ".partial")
@@ -25,7 +44,13 @@ def expand_paths(paths, storage_options: dict | None = None) -> list[str]:
     A directory gives the files directly inside it, sorted, minus index and
     metadata files (``.index``, ``.idx``, ``.json``, ``.txt``) and hidden files.
     """
-    return fs.expand(paths, storage_options, _SKIP_SUFFIXES)
+    return find_shards(paths, storage_options).files
+
+
+def find_shards(paths, storage_options: dict | None = None) -> fs.Listing:
+    """Like :func:`expand_paths`, with what the listing learned: each remote shard's size
+    and version, and which index objects exist (for :func:`shard_indexes`)."""
+    return fs.list_files(paths, storage_options, _SKIP_SUFFIXES)
 
 
 def describe_shards(paths: list[str]) -> str:
@@ -44,8 +69,8 @@ def index_cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "tfrecord_torch", "index")
 
 
-def _cached_index_path(path: str, storage_options: dict | None) -> str:
-    size, version = fs.size_and_version(path, storage_options)
+def _cached_index_path(path: str, storage_options: dict | None, stat: tuple[int, str] | None = None) -> str:
+    size, version = fs.size_and_version(path, storage_options) if stat is None else stat
     key = f"{path if fs.is_url(path) else os.path.abspath(path)}\0{size}\0{version}".encode()
     name = os.path.basename(path.rstrip("/"))[:60]
     return os.path.join(index_cache_dir(), f"{name}.{hashlib.sha256(key).hexdigest()[:20]}.index")
@@ -88,4 +113,80 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
             break
         except OSError as e:
             log.debug("cannot write index %s: %s", candidate, e)
+    return index
+
+
+def shard_indexes(listing: fs.Listing, *, compression="auto", index: list | None = None, build: bool = True,
+                  storage_options: dict | None = None) -> list[np.ndarray | None]:
+    """Each shard's checked index, or None for a compressed shard (streamed, not indexed).
+
+    ``index``: one index path per shard (used as given, see :func:`shard_index`). Remote
+    shards are opened concurrently (:data:`OPEN_THREADS` at a time), each from what
+    ``listing`` knows plus, when it has an index object, one request for it. A remote
+    index is checked against the shard's listed size (its records must tile the object);
+    the record headers are checked as the records are read, so an index of another object
+    is reported then, as a corrupt record naming the file and offset.
+    """
+    so = storage_options
+    paths = listing.files
+
+    def one(i: int) -> np.ndarray | None:
+        path = paths[i]
+        if index is not None:
+            return shard_index(path, os.fspath(index[i]), build=build, storage_options=so)
+        if fs.is_url(path):
+            return _remote_index(path, listing, compression, build, so)
+        if is_compressed(path, compression, so):
+            return None
+        return shard_index(path, build=build, storage_options=so)
+
+    if len(paths) < 2 or not any(fs.is_url(p) for p in paths):
+        return [one(i) for i in range(len(paths))]
+    with ThreadPoolExecutor(min(OPEN_THREADS, len(paths)), thread_name_prefix="open-shards") as pool:
+        return list(pool.map(one, range(len(paths))))
+
+
+def _remote_index(path: str, listing: fs.Listing, compression, build: bool,
+                  so: dict | None) -> np.ndarray | None:
+    """A remote shard's index: the index object beside it (one request), or a cached one
+    (none), or after a 12-byte sniff (one) a scan of the shard; None if compressed."""
+    compression = check_compression(compression, allow_auto=True)
+    if compression not in ("auto", None):
+        return None
+    stat = listing.stats.get(path) or fs.size_and_version(path, so)
+    if stat[0] == 0:  # an empty object holds no records (and has no bytes to sniff)
+        return np.zeros((0, 2), np.int64)
+    beside = default_index_path(path)
+    if listing.knows(beside) is not False:
+        known = listing.stats.get(beside)
+        try:  # one request when the listing saw it, two when it could not tell
+            text = fs.read_bytes(beside, so, size=None if known is None else known[0])
+        except FileNotFoundError:
+            text = None
+        if text is not None:
+            try:
+                index = parse_index(text, beside)
+                check_index(index, path, index_path=beside, size=stat[0], samples=0)
+                return index
+            except IndexMismatchError as e:
+                log.warning("rebuilding a stale index: %s", e)
+    cached = _cached_index_path(path, so, stat)
+    if os.path.exists(cached):
+        try:
+            index = load_index(cached)
+            check_index(index, path, index_path=cached, size=stat[0], samples=0)
+            return index
+        except IndexMismatchError as e:
+            log.warning("rebuilding a stale index: %s", e)
+    if compression == "auto" and detect_compression(fs.read_range(path, 0, min(12, stat[0]), so), path) is not None:
+        return None
+    if not build:
+        raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
+    index = scan_index(path, so)
+    try:
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        write_index(index, cached)
+        log.info("built index %s", cached)
+    except OSError as e:
+        log.debug("cannot write index %s: %s", cached, e)
     return index
