@@ -5,13 +5,14 @@ from hypothesis import strategies as st
 
 from tfrecord_torch import ExampleDecodeError, RecordWriter, make_example, parse_example
 from tfrecord_torch.example.batch import Layout, parse_example_batch
+from tfrecord_torch.example.codec import parse_example_protobuf
 from tfrecord_torch.records.framing import iter_chunks
 from tfrecord_torch.records.streams import open_stream
 
 
 def reference(payloads):
     """What parse_example_batch must equal: protobuf, record by record."""
-    parsed = [parse_example(p) for p in payloads]
+    parsed = [parse_example_protobuf(p) for p in payloads]
     return parsed, sorted({k for p in parsed for k in p})
 
 

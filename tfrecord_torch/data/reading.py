@@ -102,7 +102,7 @@ def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:
 
         stream = open_bytes(reader.read(start, size), path)
         done = first - 1
-        for chunk in iter_chunks(stream, verify=verify, offset=start, record=first,
+        for chunk in iter_chunks(stream, verify=verify, offset=start, record=first, payloads=True,
                                  block_size=max(size, 1), report=note if report else None):
             done = int(chunk.numbers[-1])
             yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
@@ -116,7 +116,7 @@ def stream_shard(path: str, *, compression="auto", verify: bool = True, report=N
                  storage_options: dict | None = None) -> Iterator[Located]:
     """Every record of a shard, streamed (compressed shards need this)."""
     with open_stream(path, compression, storage_options) as stream:
-        for chunk in iter_chunks(stream, verify=verify, report=report):
+        for chunk in iter_chunks(stream, verify=verify, report=report, payloads=True):
             for i, payload in enumerate(chunk.payloads()):
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from tfrecord_torch._types import Bytes
 from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.example.wire import Reject, Walker
 from tfrecord_torch.records.framing import Chunk
 
 __all__ = ["parse_example_batch"]
@@ -151,10 +152,6 @@ class _Rows:
         return self.buf[s:s + int(self.lengths[i])].tobytes()
 
 
-class _Reject(Exception):
-    """The template uses a construct the fast path does not model."""
-
-
 @dataclass
 class Layout:
     """The byte layout of one serialized Example, as a template for others."""
@@ -166,9 +163,10 @@ class Layout:
     @classmethod
     def compile(cls, payload: bytes) -> Layout | None:
         try:
-            return _Walker(payload).layout()
-        except _Reject:
+            walker = Walker(payload).walk()
+        except Reject:
             return None
+        return cls(np.frombuffer(payload, np.uint8).copy(), walker.mask, walker.features)
 
     def matches(self, rows: np.ndarray) -> np.ndarray:
         """Boolean [N]: which rows share this layout."""
@@ -200,110 +198,3 @@ class Layout:
             else:
                 out[key] = [[] for _ in range(n)]
         return out
-
-
-class _Walker:
-    """Walk one Example's wire bytes, strictly: only the canonical shapes."""
-
-    def __init__(self, payload: bytes) -> None:
-        self.p = payload
-        self.mask = np.full(len(payload), 0xFF, np.uint8)
-        self.features: dict = {}
-
-    def varint(self, pos: int, end: int) -> tuple[int, int]:
-        value = shift = 0
-        for i in range(pos, min(end, pos + 10)):
-            b = self.p[i]
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value, i + 1
-            shift += 7
-        raise _Reject
-
-    def length_field(self, pos: int, end: int, tag: int) -> tuple[int, int]:
-        if pos >= end or self.p[pos] != tag:
-            raise _Reject
-        n, pos = self.varint(pos + 1, end)
-        if pos + n > end:
-            raise _Reject
-        return pos, pos + n
-
-    def layout(self) -> Layout:
-        size = len(self.p)
-        if size:
-            pos, end = self.length_field(0, size, 0x0A)  # Example.features
-            if end != size:
-                raise _Reject
-            while pos < end:
-                pos = self.entry(*self.length_field(pos, end, 0x0A))
-        return Layout(np.frombuffer(self.p, np.uint8).copy(), self.mask, self.features)
-
-    def entry(self, pos: int, end: int) -> int:
-        k0, k1 = self.length_field(pos, end, 0x0A)
-        try:
-            key = self.p[k0:k1].decode("utf-8")
-        except UnicodeDecodeError:
-            raise _Reject from None
-        if key in self.features:
-            raise _Reject  # duplicate keys: leave "last one wins" to protobuf
-        f0, f1 = self.length_field(k1, end, 0x12)
-        if f1 != end:
-            raise _Reject
-        if f0 == f1:
-            self.features[key] = ("empty", None)
-            return end
-        tag = self.p[f0]
-        kind = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}.get(tag)
-        if kind is None:
-            raise _Reject
-        l0, l1 = self.length_field(f0, f1, tag)
-        if l1 != f1:
-            raise _Reject
-        self.features[key] = (kind, getattr(self, kind)(l0, l1))
-        return end
-
-    def float(self, pos: int, end: int) -> list[int]:
-        cols: list[int] = []
-        while pos < end:
-            if self.p[pos] == 0x0D:  # unpacked fixed32
-                a, b = pos + 1, pos + 5
-            else:
-                a, b = self.length_field(pos, end, 0x0A)
-                if (b - a) % 4:
-                    raise _Reject
-            if b > end:
-                raise _Reject
-            cols.extend(range(a, b))
-            self.mask[a:b] = 0
-            pos = b
-        return cols
-
-    def int64(self, pos: int, end: int):
-        cols: list[int] = []
-        firsts: list[int] = []
-        shifts: list[int] = []
-        while pos < end:
-            if self.p[pos] == 0x08:  # unpacked varint
-                a, b = pos + 1, self.varint(pos + 1, end)[1]
-            else:
-                a, b = self.length_field(pos, end, 0x0A)
-            i = a
-            while i < b:
-                j = self.varint(i, b)[1]
-                firsts.append(len(cols))
-                cols.extend(range(i, j))
-                shifts.extend(range(0, 7 * (j - i), 7))
-                self.mask[i:j] = 0x80
-                i = j
-            pos = b
-        return (np.asarray(cols, np.int64), np.asarray(firsts, np.int64),
-                np.asarray(shifts, np.uint64))
-
-    def bytes(self, pos: int, end: int) -> list[tuple[int, int]]:
-        spans = []
-        while pos < end:
-            a, b = self.length_field(pos, end, 0x0A)
-            spans.append((a, b))
-            self.mask[a:b] = 0
-            pos = b
-        return spans

@@ -3,6 +3,10 @@
 Decoded values are plain and exact: an int64 list becomes an int64 numpy
 array, a float list a float32 array, a bytes list a list of bytes. A feature
 with no kind set (TensorFlow writes these for empty values) decodes to ``[]``.
+Keys come out sorted, whichever path decoded the record.
+
+:func:`parse_example` first tries the layouts learned from earlier records
+of the same length (:mod:`tfrecord_torch.example.layouts`), then protobuf.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 from tfrecord_torch._types import Bytes
 from tfrecord_torch.errors import ExampleDecodeError
+from tfrecord_torch.example.layouts import _layouts, learn
 from tfrecord_torch.example.protos import Example, SequenceExample
 
 __all__ = ["make_example", "make_sequence_example", "parse_example", "parse_sequence_example"]
@@ -27,12 +32,26 @@ def parse_example(payload: Bytes) -> dict[str, Value]:
     """Decode a serialized tf.train.Example.
 
     Returns:
-        A dict from feature key to its values: int64 array [N], float32 array
-        [N], or list of bytes.
+        A dict from feature key (in sorted order) to its values: int64 array
+        [N], float32 array [N], or list of bytes.
 
     Raises:
         ExampleDecodeError: the payload is not a valid Example.
     """
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)
+    for layout in _layouts.get(len(payload), ()):
+        out = layout.decode(payload)
+        if out is not None:
+            return out
+    out = parse_example_protobuf(payload)
+    learn(payload)
+    return out
+
+
+def parse_example_protobuf(payload) -> dict[str, Value]:
+    """:func:`parse_example` by protobuf alone (no layout cache): the fallback,
+    and the oracle the tests compare the fast path with."""
     message = _decode(Example, payload)
     return features_to_dict(message.features)
 
@@ -98,8 +117,8 @@ def _decode(cls, payload):
 
 
 def features_to_dict(features) -> dict[str, Value]:
-    """A Features message as a dict of numpy arrays / lists of bytes."""
-    return {key: feature_value(f) for key, f in features.feature.items()}
+    """A Features message as a dict of numpy arrays / lists of bytes, keys sorted."""
+    return {key: feature_value(f) for key, f in sorted(features.feature.items())}
 
 
 def feature_value(feature) -> Value:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import numpy as np
@@ -52,6 +52,7 @@ class Chunk:
     lengths: np.ndarray
     offsets: np.ndarray
     numbers: np.ndarray  # each record's number in the file (skipped records leave gaps)
+    sliced: list | None = field(default=None, repr=False, compare=False)  # the payloads, if cut already
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -62,6 +63,8 @@ class Chunk:
 
     def payloads(self) -> list[bytes]:
         """Each record's payload as bytes."""
+        if self.sliced is not None:
+            return self.sliced
         buf = self.buf
         if len(self.starts) == 1 and self.lengths[0] == len(buf):
             return [buf]
@@ -96,30 +99,34 @@ def read_records(source: PathLike | BinaryIO, *, compression: CompressionArg = "
 
 def _payloads(stream: Stream, verify: bool, report) -> Iterator[bytes]:
     with stream:
-        for chunk in iter_chunks(stream, verify=verify, report=report):
+        for chunk in iter_chunks(stream, verify=verify, report=report, payloads=True):
             yield from chunk.payloads()
 
 
 def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record: int = 0,
-                block_size: int = BLOCK_SIZE, report=None) -> Iterator[Chunk]:
+                block_size: int = BLOCK_SIZE, report=None, payloads: bool = False) -> Iterator[Chunk]:
     """Yield the records of ``stream`` a buffer at a time.
 
     ``offset`` and ``record`` say where in the file the stream starts, for
-    error messages and :attr:`Chunk.offsets`. Without ``report`` a bad record
+    error messages and :attr:`Chunk.offsets`. With ``payloads``, the chunks
+    come with their payloads already cut (each CRC is checked on the very
+    bytes handed out), for callers that call :meth:`Chunk.payloads`; without,
+    nothing is copied. Without ``report`` a bad record
     raises CorruptRecordError; with it, ``report(error)`` is called instead and
     a record with a bad payload is skipped, while anything that makes the
     rest untrustworthy (a bad length, truncation, bad compressed data) ends
     the stream.
     """
     try:
-        yield from _chunks(stream, verify, offset, record, block_size, report)
+        yield from _chunks(stream, verify, offset, record, block_size, report, payloads)
     except CorruptRecordError as e:
         if report is None:
             raise
         report(e)
 
 
-def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: int, report):
+def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: int, report,
+            payloads: bool = False):
     limit = None if stream.size is None else offset + stream.size
     read = _checked_reader(stream)
     data = b""
@@ -134,9 +141,10 @@ def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: 
         want = block_size
         if not data:
             return
-        scan = find_records(data, base, record, verify, stream.name, limit, report)
+        scan = find_records(data, base, record, verify, stream.name, limit, report, payloads)
         if len(scan.starts):
-            yield Chunk(data, scan.starts, scan.lengths, scan.starts - HEADER_SIZE + base, scan.numbers)
+            yield Chunk(data, scan.starts, scan.lengths, scan.starts - HEADER_SIZE + base, scan.numbers,
+                        scan.payloads)
         if scan.error is not None:  # raised after the good records before it, as TensorFlow does
             raise scan.error
         if scan.stopped:  # a bad length ended the stream (reported)
