@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -139,7 +140,8 @@ class RecordLayout:
             walker = Walker(payload).walk()
         except Reject:
             return None
-        fields, many = [], []
+        fields: list[tuple[str, Callable[[bytes, int, int], object], int, int]] = []
+        many: list[tuple[str, tuple]] = []
         for key in sorted(walker.spans):
             kind, runs, packed = walker.spans[key]
             if kind == "bytes" and len(runs) != 1:
