@@ -107,3 +107,18 @@ def test_rgba_from_jpeg_names_the_key_and_cause():
     with pytest.raises(FeatureError) as info:
         Image("image/encoded", mode="RGBA").decode({"image/encoded": [encoded("JPEG")]})
     assert info.value.key == "image/encoded" and "JPEG has no alpha channel" in str(info.value)
+
+
+def test_rgba_from_jpeg_in_a_dataset_names_file_record_and_key(tmp_path):
+    from tfrecord_torch import RecordWriter, TFRecordDataset, make_example
+
+    path = tmp_path / "j.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_example({"image/encoded": encoded("PNG")}))
+        w.write(make_example({"image/encoded": encoded("JPEG")}))
+    ds = TFRecordDataset(path, features={"image": Image("image/encoded", mode="RGBA")})
+    with pytest.raises(FeatureError) as info:
+        list(ds)
+    message = str(info.value)
+    assert info.value.record == 1 and str(path) in message and "image/encoded" in message
+    assert "JPEG has no alpha channel" in message and "mode='RGB'" in message

@@ -145,3 +145,46 @@ def test_bmp_equals_tensorflow(mode):
     data = pil(rng.integers(0, 256, (7, 9, 3), dtype=np.uint8), "BMP")
     want = tf.io.decode_image(data, channels=MODES[mode]).numpy()
     assert np.array_equal(hwc(decode_image(data, mode)), want)
+
+
+def adam7_png16(a):
+    """An interlaced (Adam7) 16-bit PNG, which neither Pillow nor TF writes."""
+    import struct
+    import zlib
+
+    h, w, c = a.shape
+    rows = []
+    for xs, ys, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+                           (0, 1, 1, 2)]:
+        sub = a[ys::dy, xs::dx]
+        if sub.size:
+            rows.extend(b"\x00" + row.astype(">u2").tobytes() for row in sub)
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 16, {1: 0, 2: 4, 3: 2, 4: 6}[c], 0, 0, 1)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"".join(rows))) + \
+        chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_interlaced_16_bit_png_equals_tensorflow(channels):
+    data = adam7_png16(rng.integers(0, 65536, (11, 13, channels), dtype=np.uint16))
+    want = tf.io.decode_png(data, dtype=tf.uint16).numpy()
+    assert np.array_equal(hwc(decode_image(data, "unchanged")), want)
+    assert np.array_equal(hwc(decode_image(data, "RGB")), tf.io.decode_png(data, channels=3).numpy())
+
+
+def test_gif_frames_smaller_than_the_canvas_differ_from_tensorflow_as_documented(decoder):
+    """TF sizes the output by the first frame when it is smaller than the GIF's
+    logical screen; here the output is the screen (the GIF spec, Pillow and
+    torchvision), the frame at its place on it. The README says so."""
+    import test_image_limits
+
+    data = test_image_limits.gif_bomb(frames=5, size=20)  # 1x1 frames at (0, 0) on a 20x20 screen
+    theirs = tf.io.decode_image(data, expand_animations=False).numpy()
+    ours = hwc(decode_image(data))
+    assert theirs.shape == (1, 1, 3) and ours.shape == (20, 20, 3)
+    assert np.array_equal(ours[:1, :1], theirs)
+    assert decode_image(data, frames="all").shape == (5, 3, 20, 20)
