@@ -11,8 +11,7 @@ import torchvision
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
-from tfrecord_torch import RawImage, TFRecordDataset, presets, write_dataset
-from tfrecord_torch.features.specs import Image
+from tfrecord_torch import Image, RawImage, TFRecordDataset, presets, write_dataset
 from tfrecord_torch.write.png16 import encode_png16
 
 rng = np.random.default_rng(16)

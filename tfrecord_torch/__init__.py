@@ -24,14 +24,14 @@ _EXPORTS = {
     "Feature": "tfrecord_torch.features.specs",
     "FeatureError": "tfrecord_torch.errors",
     "Float": "tfrecord_torch.features.specs",
-    "Image": "tfrecord_torch.features.specs",
+    "Image": "tfrecord_torch.features.image_specs",
     "IndexMismatchError": "tfrecord_torch.errors",
     "IndexedReader": "tfrecord_torch.records.indexed",
     "IndexedTFRecordDataset": "tfrecord_torch.data.mapstyle",
     "Int64": "tfrecord_torch.features.specs",
     "Mask": "tfrecord_torch.features.masks",
     "OnError": "tfrecord_torch.policy",
-    "RawImage": "tfrecord_torch.features.specs",
+    "RawImage": "tfrecord_torch.features.image_specs",
     "RawTensor": "tfrecord_torch.features.specs",
     "ReaderPool": "tfrecord_torch.io.pool",
     "RecordWriter": "tfrecord_torch.records.writer",
@@ -95,8 +95,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features import presets
     from tfrecord_torch.features.boxes import Boxes
     from tfrecord_torch.features.collate import detection_collate, pad_collate
+    from tfrecord_torch.features.image_specs import Image, RawImage
     from tfrecord_torch.features.masks import Mask
-    from tfrecord_torch.features.specs import Bytes, Feature, Float, Image, Int64, RawImage, RawTensor, Text
+    from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError
     from tfrecord_torch.records.compression import Compression

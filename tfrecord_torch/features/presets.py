@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tfrecord_torch.features.boxes import Boxes
+from tfrecord_torch.features.image_specs import Image, RawImage
 from tfrecord_torch.features.masks import Mask
-from tfrecord_torch.features.specs import Image, Int64, RawImage, Text
+from tfrecord_torch.features.specs import Int64, Text
 
 __all__ = ["converted", "object_detection", "raw", "segmentation_raw", "slim", "tfds"]
 

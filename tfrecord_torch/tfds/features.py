@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.features.specs import Bytes, Float, Image, Int64, RawTensor, Text
+from tfrecord_torch.features.image_specs import Image
+from tfrecord_torch.features.specs import Bytes, Float, Int64, RawTensor, Text
 from tfrecord_torch.tfds.metadata import _DICT, _IMAGE, _LABEL, _NUMERIC, _SCALAR, _TENSOR, _TEXT, _load_json
 
 __all__ = ["tfds_features"]

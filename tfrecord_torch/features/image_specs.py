@@ -1,0 +1,100 @@
+"""Image features: encoded images (:class:`Image`) and raw pixel bytes (:class:`RawImage`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.images import FRAMES, IMAGE_MODES, decode_image, preload
+from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
+from tfrecord_torch.features.wrap import as_image
+
+__all__ = ["Image", "RawImage"]
+
+
+class Image(Feature):
+    """Encoded image bytes (PNG, JPEG, GIF, WebP, BMP, TIFF, ...), detected from
+    the bytes and decoded as ``tf.io.decode_image`` decodes them, to a
+    ``tv_tensors.Image`` uint8 [C, H, W] (a plain tensor when torchvision
+    cannot be imported, see :mod:`tfrecord_torch.features.wrap`).
+
+    Args:
+        mode: "RGB" (C=3), "L" (gray, C=1), "RGBA" (C=4) or "unchanged" (the
+            stored channels; 16-bit PNGs give uint16).
+        frames: "first" (default: the first frame of an animated GIF/WebP) or
+            "all" (GIF and WebP give [N, C, H, W]).
+    """
+
+    kind = "bytes"
+    stacks = True
+
+    def __init__(self, key: str | None = None, *, mode: str = "RGB", frames: str = "first",
+                 default: Any = _REQUIRED) -> None:
+        super().__init__(key, default=default)
+        if mode not in IMAGE_MODES:
+            raise ValueError(f"mode must be one of {IMAGE_MODES}, got {mode!r}")
+        if frames not in FRAMES:
+            raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
+        self.mode, self.frames = mode, frames
+        preload()  # here, in the process that makes the dataset, not in every worker
+
+    def convert(self, value: Any) -> torch.Tensor:
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
+        try:
+            return as_image(decode_image(value[0], self.mode, frames=self.frames))
+        except Exception as e:  # decoders raise many types (Pillow's DecompressionBombError, ...)
+            raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): "
+                                         f"{type(e).__name__}: {e}") from e
+
+
+class RawImage(Feature):
+    """Raw pixel bytes (HWC order) reshaped to a ``tv_tensors.Image`` [C, H, W],
+    with the shape read from other features (the tutorials' ``image_raw`` +
+    ``height``/``width``/``depth`` layout) or given as ``shape=(H, W, C)``.
+
+    Args:
+        height, width: int64 features holding the size.
+        depth: the int64 feature holding the channel count, a constant channel
+            count (``depth=3`` where records have no channels feature), or None for 1.
+        shape: a constant (H, W, C) instead of the features.
+        dtype: "uint8" (default) or "uint16" (little-endian, as ``tf.io.decode_raw``).
+    """
+
+    kind = "bytes"
+    stacks = True
+
+    def __init__(self, key: str | None = None, *, height: str = "height", width: str = "width",
+                 depth: str | int | None = "depth", shape: tuple | None = None, dtype: str = "uint8",
+                 default: Any = _REQUIRED) -> None:
+        super().__init__(key, default=default)
+        if dtype not in ("uint8", "uint16"):
+            raise ValueError(f"dtype must be one of ('uint8', 'uint16'), got {dtype!r}")
+        self.height, self.width, self.depth, self.shape = height, width, depth, shape
+        self.dtype = np.dtype(dtype)
+
+    def decode(self, record: dict) -> Any:
+        value = self.raw(record)
+        if value is None:
+            return self.default
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} values, expected 1")
+        if self.shape is not None:
+            h, w, c = self.shape
+        else:
+            h, w = (record_dim(record, k, self.key) for k in (self.height, self.width))
+            depth = self.depth
+            c = depth if isinstance(depth, int) else record_dim(record, depth, self.key) if depth else 1
+        data, size = value[0], self.dtype.itemsize
+        if len(data) != h * w * c * size:
+            raise FeatureError(self.key, f"holds {len(data)} bytes, but an image of {h}x{w}x{c} {self.dtype} "
+                                         f"needs {h * w * c * size}")
+        array = np.frombuffer(data, self.dtype.newbyteorder("<")).reshape(h, w, c).transpose(2, 0, 1)
+        return as_image(torch.from_numpy(np.ascontiguousarray(array).astype(self.dtype)))
+
+    def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
+        return [self.decode(r) for r in records()]
