@@ -11,7 +11,7 @@ import torchvision
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
-from tfrecord_torch import Image, RawImage, TFRecordDataset, presets, write_dataset
+from tfrecord_torch import Image, TFRecordDataset, presets, write_dataset
 from tfrecord_torch.write.png16 import encode_png16
 
 rng = np.random.default_rng(16)
@@ -52,7 +52,7 @@ def test_16_bit_images_stay_16_bit(tmp_path):
 def test_16_bit_raw_and_jpeg(tmp_path):
     arrays = [rng.integers(0, 65536, (4, 5, 3), dtype=np.uint16) for _ in range(2)]
     write_dataset([(a, 0) for a in arrays], tmp_path, name="r", image_format="raw", progress=False)
-    spec = {"image": RawImage("image", depth="channels", dtype="uint16")}
+    spec = presets.converted(raw=True, dtype="uint16")
     ours = list(TFRecordDataset(tmp_path, features=spec))
     desc = {"image": tf.io.FixedLenFeature([], tf.string)}
     for item, raw, a in zip(ours, tf.data.TFRecordDataset(shards(tmp_path)), arrays):

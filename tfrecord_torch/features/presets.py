@@ -27,11 +27,12 @@ def raw() -> dict:
             "label": Int64("label")}
 
 
-def converted(*, raw: bool = False, mode: str = "RGB") -> dict:
+def converted(*, raw: bool = False, mode: str = "RGB", dtype: str = "uint8") -> dict:
     """Shards written by :func:`~tfrecord_torch.convert.write_dataset`: ``image``
-    (encoded, or raw pixels with ``raw=True``), ``label``."""
+    (encoded, or raw pixels with ``raw=True``; ``dtype="uint16"`` for raw
+    16-bit images), ``label``."""
     if raw:
-        return {"image": RawImage("image", height="height", width="width", depth="channels"),
+        return {"image": RawImage("image", height="height", width="width", depth="channels", dtype=dtype),
                 "label": Int64("label")}
     return tfds(mode=mode)
 
