@@ -115,3 +115,28 @@ def test_detection_dataset_writes_the_od_api_layout(tmp_path):
         assert np.allclose(item["boxes"].numpy(), want, atol=1e-3) and item["text"] == [o[0] for o in objs]
     features = json.loads((tmp_path / "out" / "features.json").read_text())["featuresDict"]["features"]
     assert set(features["image"]["featuresDict"]["features"]) == {"encoded", "height", "width", "object"}
+
+
+@pytest.mark.parametrize("sizes", [[(5, 4), (5, 4)], [(5, 4), (7, 3), (2, 9)]])
+def test_raw_conversion_describes_the_image_for_any_sizes(tmp_path, sizes):
+    """Fixed or variable sizes: features.json keeps the image and its size
+    features; TFDS loads it and reshapes by height/width/channels to the source."""
+    import tensorflow_datasets as tfds
+
+    from tfrecord_torch import tfds_dataset
+
+    arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
+    write_dataset([(a, i) for i, a in enumerate(arrays)], tmp_path, name="r", image_format="raw", progress=False)
+    features = json.loads((tmp_path / "features.json").read_text())["featuresDict"]["features"]
+    assert {"image", "height", "width", "channels", "label"} <= set(features)
+    builder = tfds.builder_from_directory(str(tmp_path))
+    loaded = list(builder.as_dataset(split="train", shuffle_files=False).as_numpy_iterator())
+    assert len(loaded) == len(arrays)
+    for item, a in zip(loaded, arrays):
+        shape = (int(item["height"]), int(item["width"]), int(item["channels"]))
+        assert np.array_equal(item["image"].reshape(shape), a)
+    ours = list(tfds_dataset(tmp_path, "train"))
+    assert [tuple(int(o[k]) for k in ("height", "width", "channels")) for o in ours] == [a.shape for a in arrays]
+    assert all(np.array_equal(o["image"].numpy().reshape(a.shape), a) for o, a in zip(ours, arrays))
+    shaped = list(TFRecordDataset(tmp_path, features=presets.converted(raw=True)))
+    assert all(np.array_equal(s["image"].permute(1, 2, 0).numpy(), a) for s, a in zip(shaped, arrays))

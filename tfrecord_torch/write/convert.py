@@ -24,7 +24,12 @@ from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.example.codec import make_example
 from tfrecord_torch.features.images import image_info
 from tfrecord_torch.tfds.metadata import check_dataset_name, image_feature, raw_image_feature, write_metadata
-from tfrecord_torch.write.detection import detection_features, detection_record, is_detection_target
+from tfrecord_torch.write.detection import (
+    detection_features,
+    detection_record,
+    is_detection_target,
+    tensor_feature,
+)
 from tfrecord_torch.write.png16 import encode_png16
 from tfrecord_torch.write.sharded import ShardedWriter
 
@@ -143,16 +148,15 @@ class _Stats:
         fmt = self.formats.pop() if len(self.formats) == 1 else None
         if self.detection:
             return detection_features(channels, fmt, self.text)
-        if image_format == "raw":
-            if channels is None or None in shape:
-                image = None  # TFDS's Tensor needs one shape; our RawImage preset reads it anyway
-            else:
-                image = raw_image_feature(tuple(shape) + (channels,), dtype)
-        else:
-            image = image_feature(channels or 3, fmt, shape, dtype)
         out = {"label": label}
-        if image is not None:
-            out["image"] = image
+        if image_format == "raw":
+            # Variable sizes: a flat vector (TFDS's Tensor takes one unknown dimension without
+            # a layout of its own), with the size features every record holds to reshape it.
+            fixed = channels is not None and None not in shape
+            out["image"] = raw_image_feature(tuple(shape) + (channels,) if fixed else (None,), dtype)
+            out.update({k: tensor_feature("int64", []) for k in ("height", "width", "channels")})
+        else:
+            out["image"] = image_feature(channels or 3, fmt, shape, dtype)
         return out
 
 

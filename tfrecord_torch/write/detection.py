@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["detection_features", "detection_record", "is_detection_target"]
+__all__ = ["detection_features", "detection_record", "is_detection_target", "tensor_feature"]
 
 _TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
 _DICT = "tensorflow_datasets.core.features.features_dict.FeaturesDict"
@@ -59,20 +59,22 @@ def detection_features(channels: int | None, fmt: str | None, with_text: bool) -
     """``features.json`` entries (nested as TFDS flattens them with '/') for the layout above."""
     from tfrecord_torch.tfds.metadata import image_feature
 
-    def tensor(dtype: str, shape: list[str]) -> dict:
-        return {"pythonClassName": _TENSOR, "tensor": {"dtype": dtype, "shape": {"dimensions": shape}}}
-
     def nested(features: dict) -> dict:
         return {"pythonClassName": _DICT, "featuresDict": {"features": features}}
 
-    objects = {"bbox": nested({k: tensor("float32", ["-1"]) for k in ("xmin", "ymin", "xmax", "ymax")}),
-               "class": nested({"label": tensor("int64", ["-1"]),
+    objects = {"bbox": nested({k: tensor_feature("float32", ["-1"]) for k in ("xmin", "ymin", "xmax", "ymax")}),
+               "class": nested({"label": tensor_feature("int64", ["-1"]),
                                 **({"text": {"pythonClassName": _TENSOR,
                                              "tensor": {"dtype": "string", "shape": {"dimensions": ["-1"]}}}}
                                    if with_text else {})})}
-    image = {"encoded": image_feature(channels or 3, fmt), "height": tensor("int64", []),
-             "width": tensor("int64", []), "object": nested(objects)}
+    image = {"encoded": image_feature(channels or 3, fmt), "height": tensor_feature("int64", []),
+             "width": tensor_feature("int64", []), "object": nested(objects)}
     return {"image": nested(image)}
+
+
+def tensor_feature(dtype: str, shape: list[str]) -> dict:
+    """A TFDS ``Tensor`` entry of ``features.json`` (dimensions as strings, -1 unknown)."""
+    return {"pythonClassName": _TENSOR, "tensor": {"dtype": dtype, "shape": {"dimensions": shape}}}
 
 
 def _numpy(value: Any) -> Any:
