@@ -10,14 +10,15 @@ import sys
 import numpy as np
 
 from tfrecord_torch.data.shards import expand_paths
-from tfrecord_torch.errors import ExampleDecodeError, TFRecordError
+from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, TFRecordError
 from tfrecord_torch.example.codec import parse_example, parse_sequence_example
 from tfrecord_torch.example.schema import SchemaReport
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.policy import ErrorPolicy
 from tfrecord_torch.records.compression import compression_of
-from tfrecord_torch.records.framing import read_records
+from tfrecord_torch.records.framing import iter_chunks, read_records
 from tfrecord_torch.records.index import build_index, check_index, default_index_path, load_index
+from tfrecord_torch.records.streams import open_stream
 from tfrecord_torch.records.writer import RecordWriter
 
 __all__ = ["expand"]
@@ -25,7 +26,9 @@ __all__ = ["expand"]
 
 def expand(args) -> list[str]:
     """Record files from the paths, glob patterns and folders in ``args.files``
-    (globs and folders skip index and metadata files)."""
+    (globs and folders skip index and metadata files); ``-`` is standard input."""
+    if list(args.files) == ["-"]:
+        return ["/dev/stdin"]
     return expand_paths(args.files, args.storage_options)
 
 
@@ -134,20 +137,33 @@ def _cmd_inspect(args) -> int:
 def _cmd_print(args) -> int:
     limit = args.records if args.limit_arg else None
     for path in expand(args):
-        records = read_records(path, compression=_compression(args), storage_options=args.storage_options)
-        for number, payload in enumerate(records):
-            if limit is not None and number >= limit:
-                break
-            if args.sequence:
-                context, lists = parse_sequence_example(payload)
-                obj = {"context": _jsonable(context, args.bytes),
-                       "feature_lists": {k: [_value(v, args.bytes) for v in steps]
-                                         for k, steps in lists.items()}}
-            else:
-                obj = _jsonable(parse_example(payload), args.bytes)
-            sys.stdout.write(json.dumps(obj) + "\n")
+        with open_stream(path, _compression(args), args.storage_options) as stream:
+            for number, offset, payload in _located(stream, limit):
+                try:
+                    _print_one(payload, args)
+                except ExampleDecodeError as e:  # name the record, as a reader error does
+                    raise CorruptRecordError(path, offset, number, f"not a tf.train.Example: {e}") from e
     sys.stdout.flush()
     return 0
+
+
+def _located(stream, limit: int | None):
+    """(record number, byte offset, payload) of the first ``limit`` records."""
+    for chunk in iter_chunks(stream):
+        for payload, offset, number in zip(chunk.payloads(), chunk.offsets.tolist(), chunk.numbers.tolist()):
+            if limit is not None and number >= limit:
+                return
+            yield number, offset, payload
+
+
+def _print_one(payload: bytes, args) -> None:
+    if args.sequence:
+        context, lists = parse_sequence_example(payload)
+        obj = {"context": _jsonable(context, args.bytes),
+               "feature_lists": {k: [_value(v, args.bytes) for v in steps] for k, steps in lists.items()}}
+    else:
+        obj = _jsonable(parse_example(payload), args.bytes)
+    sys.stdout.write(json.dumps(obj) + "\n")
 
 
 def _jsonable(features: dict, mode: str) -> dict:

@@ -100,7 +100,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             if len(index) != len(self.paths):
                 raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
         return shard_indexes(listing, compression=self.compression, index=index,
-                             storage_options=self.storage_options)
+                             report=self.policy.reporter(), storage_options=self.storage_options)
 
     @property
     def counts(self) -> list[int] | None:

@@ -40,7 +40,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             or fails to decode is logged and counted (:meth:`errors`), and the
             next readable record stands in for it, so every index still gives an
             item and a sampler's batches stay full (that record then appears
-            twice in the epoch). Failures to reach storage always raise.
+            twice in the epoch). Each bad record is reported once per process;
+            later requests for it go straight to its stand-in, so a run of k
+            bad records costs O(k) reads, not O(k^2). Failures to reach
+            storage always raise.
         storage_options: fsspec options for URLs (each record is one range request).
     """
 
@@ -57,12 +60,14 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             index = list(index)
             if len(index) != len(self.paths):
                 raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        indexes = shard_indexes(listing, index=index, storage_options=storage_options)
+        indexes = shard_indexes(listing, index=index, report=self.policy.reporter(),
+                                storage_options=storage_options)
         for p, i in zip(self.paths, indexes):
             if i is None:
                 raise _compressed(p)
         self.indexes: list[np.ndarray] = [i for i in indexes if i is not None]
         self._readers = pool.ReaderPool(storage_options)
+        self._stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
         self.spec = bind(features) if features is not None else None
         self.transform, self.verify = transform, verify
@@ -86,12 +91,21 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         shard, r = self.locate(int(i))
         n = len(self)
-        for step in range(n):
+        j = int(i) % n
+        passed = []  # unreadable items passed over on the way to a readable one
+        for _ in range(n):
+            j = self._stand_in.get(j, j)  # a run of bad items found before: jump past it
+            shard, r = self.locate(j)
             try:
-                return self._read(shard, r)
+                item = self._read(shard, r)
             except (CorruptRecordError, FeatureError) as e:
                 self.policy.report(e)  # raises under on_error="raise"
-            shard, r = self.locate((int(i) + step + 1) % n)
+                passed.append(j)
+                j = (j + 1) % n
+                continue
+            for k in passed:  # later requests for these jump straight here: linear, not quadratic
+                self._stand_in[k] = j
+            return item
         raise TFRecordError(f"none of the {n} records of {len(self.paths)} shard(s) is readable")
 
     def errors(self) -> dict:

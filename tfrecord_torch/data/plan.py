@@ -36,11 +36,14 @@ class Segment(NamedTuple):
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """The (rank, world_size) to use: the arguments, else torch.distributed
-    when initialized, else the RANK / WORLD_SIZE environment, else (0, 1)."""
+    when initialized, else the RANK / WORLD_SIZE environment, else (0, 1).
+    One of ``rank`` and ``world_size`` without the other is an error: mixing
+    a given value with a detected one would read another process's share."""
+    if (rank is None) != (world_size is None):
+        raise ValueError(f"rank={rank!r} and world_size={world_size!r}: pass both or neither "
+                         "(neither detects them from torch.distributed or RANK/WORLD_SIZE)")
     if rank is None or world_size is None:
-        detected = _detect_rank()
-        rank = detected[0] if rank is None else rank
-        world_size = detected[1] if world_size is None else world_size
+        rank, world_size = _detect_rank()
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:

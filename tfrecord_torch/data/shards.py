@@ -77,7 +77,7 @@ def _cached_index_path(path: str, storage_options: dict | None, stat: tuple[int,
 
 
 def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
-                storage_options: dict | None = None) -> np.ndarray:
+                storage_options: dict | None = None, report=None) -> np.ndarray:
     """The checked index of an uncompressed shard.
 
     Uses ``index_path`` if given (it must match: a mismatch is an error), else
@@ -86,6 +86,10 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
     folder when its folder is read-only or the shard is remote. The cache key
     includes the file's size and modification time (an object's ETag), so an
     index of a changed file is never reused.
+
+    With ``report`` (an ``on_error`` policy's reporter) a corrupt shard is
+    indexed as far as it can be (see :func:`scan_index`); an index that stops
+    short of the end of the file is used but never saved.
     """
     so = storage_options
     if index_path is not None:
@@ -104,7 +108,10 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
                 log.warning("rebuilding a stale index: %s", e)
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, so)
+    index = scan_index(path, so, report=report)
+    end = int(index[-1].sum()) if len(index) else 0
+    if end != fs.size_and_version(path, so)[0]:
+        return index  # cut short by a bad length: kept for this run only
     for candidate in ([cached] if fs.is_url(path) else candidates):
         try:
             os.makedirs(os.path.dirname(candidate), exist_ok=True)
@@ -117,7 +124,7 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
 
 
 def shard_indexes(listing: fs.Listing, *, compression="auto", index: list | None = None, build: bool = True,
-                  storage_options: dict | None = None) -> list[np.ndarray | None]:
+                  storage_options: dict | None = None, report=None) -> list[np.ndarray | None]:
     """Each shard's checked index, or None for a compressed shard (streamed, not indexed).
 
     ``index``: one index path per shard (used as given, see :func:`shard_index`). Remote
@@ -135,10 +142,10 @@ def shard_indexes(listing: fs.Listing, *, compression="auto", index: list | None
         if index is not None:
             return shard_index(path, os.fspath(index[i]), build=build, storage_options=so)
         if fs.is_url(path):
-            return _remote_index(path, listing, compression, build, so)
+            return _remote_index(path, listing, compression, build, so, report)
         if is_compressed(path, compression, so):
             return None
-        return shard_index(path, build=build, storage_options=so)
+        return shard_index(path, build=build, storage_options=so, report=report)
 
     if len(paths) < 2 or not any(fs.is_url(p) for p in paths):
         return [one(i) for i in range(len(paths))]
@@ -147,7 +154,7 @@ def shard_indexes(listing: fs.Listing, *, compression="auto", index: list | None
 
 
 def _remote_index(path: str, listing: fs.Listing, compression, build: bool,
-                  so: dict | None) -> np.ndarray | None:
+                  so: dict | None, report=None) -> np.ndarray | None:
     """A remote shard's index: the index object beside it (one request), or a cached one
     (none), or after a 12-byte sniff (one) a scan of the shard; None if compressed."""
     compression = check_compression(compression, allow_auto=True)
@@ -182,7 +189,9 @@ def _remote_index(path: str, listing: fs.Listing, compression, build: bool,
         return None
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, so)
+    index = scan_index(path, so, report=report)
+    if (int(index[-1].sum()) if len(index) else 0) != stat[0]:
+        return index  # cut short by a bad length: kept for this run only
     try:
         os.makedirs(os.path.dirname(cached), exist_ok=True)
         write_index(index, cached)

@@ -8,7 +8,7 @@ import os
 from tfrecord_torch.io.files import filesystem, is_url, local
 from tfrecord_torch.io.retry import retrying
 
-__all__ = ["create_temp", "lock_file", "remove", "upload", "write_bytes"]
+__all__ = ["create_temp", "lock_file", "remove", "remove_orphans", "upload", "write_bytes"]
 
 
 def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
@@ -51,9 +51,12 @@ def remove(url: str, storage_options: dict | None = None) -> None:
     retrying("delete", url, lambda: fs.rm_file(p))
 
 
-def create_temp(folder: str | None, base: str) -> tuple[int, str]:
+def create_temp(folder: str | None, base: str, *, lock: bool = False) -> tuple[int, str]:
     """A new hidden ``.<base>.<random>.partial`` file, opened for writing, with
-    the permissions ``open()`` gives (the kernel applies the umask)."""
+    the permissions ``open()`` gives (the kernel applies the umask).
+
+    With ``lock``, the file is flocked while its descriptor is open, so
+    :func:`remove_orphans` can tell a live writer's file from a killed one's."""
     import secrets
     import tempfile
 
@@ -61,9 +64,55 @@ def create_temp(folder: str | None, base: str) -> tuple[int, str]:
     while True:
         temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.partial")
         try:
-            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
+        if lock:
+            _flock(fd, wait=True)
+        return fd, temp
+
+
+def _flock(fd: int, *, wait: bool) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): orphans are left alone
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def remove_orphans(folder: str, base: str) -> list[str]:
+    """Remove ``.<base>.<random>.partial`` files that no live writer holds
+    (a killed writer's); returns their paths. Files of writers still running
+    are locked by them and left alone."""
+    import re
+
+    pattern = re.compile(rf"\.{re.escape(base)}\.[0-9a-f]{{8}}\.partial")
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not pattern.fullmatch(name):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if _flock(fd, wait=False):  # nobody holds it: its writer is gone
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 def upload(local_path: str, url: str, storage_options: dict | None = None) -> None:

@@ -12,9 +12,11 @@ DataLoader workers open connections of their own.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
+import stat
 from typing import Any, NamedTuple
 
 from tfrecord_torch.errors import TFRecordError
@@ -155,9 +157,13 @@ def open_read(path, storage_options: dict | None = None, start: int = 0, end: in
         size, _ = size_and_version(path, storage_options)
         end = size if end is None else min(end, size)
         return RemoteFile(path, storage_options, start, end), end - start
-    f = open(local(path), "rb", buffering=0)
-    size = os.fstat(f.fileno()).st_size
-    end = size if end is None else min(end, size)
+    f = _open_local(local(path))
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):  # a pipe, FIFO or device: its size is unknown
+        if start:
+            raise ValueError(f"{path}: cannot start a read at byte {start} of a pipe or device")
+        return f, None
+    end = st.st_size if end is None else min(end, st.st_size)
     if start:
         f.seek(start)
     return f, end - start
@@ -185,6 +191,45 @@ def _version(info: dict) -> str:
 
 def _is_file(info: dict) -> bool:
     return info.get("type", "file") == "file"
+
+
+def pipe_timeout() -> float:
+    """Seconds to wait for the first byte of a FIFO: ``$TFRECORD_TORCH_PIPE_TIMEOUT``, default 60."""
+    return float(os.environ.get("TFRECORD_TORCH_PIPE_TIMEOUT", "60"))
+
+
+def _open_local(path: str):
+    """Open a local file for unbuffered reads. A FIFO is opened without
+    blocking and waited on for at most :func:`pipe_timeout` seconds, so a FIFO
+    nobody writes to is an error, not a hang."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise _os_error(path, e) from e
+    if not stat.S_ISFIFO(mode):
+        return open(path, "rb", buffering=0)
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        timeout = pipe_timeout()
+        if not poller.poll(int(timeout * 1000)):
+            raise TFRecordError(f"{path}: a FIFO with no data after {timeout:g} s (no writer; "
+                                "set TFRECORD_TORCH_PIPE_TIMEOUT to wait longer)")
+        os.set_blocking(fd, True)
+        return open(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _os_error(path: str, e: OSError) -> OSError:
+    """``e`` with a plain-words reason for the cases whose errno text is cryptic."""
+    if e.errno == errno.ELOOP:
+        return OSError(e.errno, f"{path}: a symbolic link loop (too many levels of symbolic links)", path)
+    return e
 
 
 def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
@@ -220,11 +265,17 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
                 found = sorted(os.path.join(item, f) for f in os.listdir(item)
                                if not f.startswith(".") and not f.endswith(skip)
                                and os.path.isfile(os.path.join(item, f)))
+            elif os.path.exists(item):  # a real file, even one whose name has glob characters
+                found = [item]
             elif globlib.has_magic(item):
                 found = sorted(f for f in globlib.glob(item) if not f.endswith(skip) and os.path.isfile(f))
                 if not found:
                     raise FileNotFoundError(f"no files match {item!r}")
-            elif os.path.exists(item):
+            elif os.path.lexists(item):  # a dangling link or a loop
+                try:
+                    os.stat(item)
+                except OSError as e:
+                    raise _os_error(item, e) from e
                 found = [item]
             else:
                 raise FileNotFoundError(f"no such file or directory: {item!r}")

@@ -128,6 +128,9 @@ def iter_chunks(stream: Stream, *, verify: bool = True, offset: int = 0, record:
 def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: int, report,
             payloads: bool = False):
     limit = None if stream.size is None else offset + stream.size
+    bound = stream.size is None and stream.bound is not None
+    if stream.size is None and stream.bound is not None:
+        limit = offset + stream.bound  # a compressed stream: no more than deflate can expand to
     read = _checked_reader(stream)
     data = b""
     base = offset  # stream offset of data[0]
@@ -141,7 +144,7 @@ def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: 
         want = block_size
         if not data:
             return
-        scan = find_records(data, base, record, verify, stream.name, limit, report, payloads)
+        scan = find_records(data, base, record, verify, stream.name, limit, report, payloads, bound=bound)
         if len(scan.starts):
             yield Chunk(data, scan.starts, scan.lengths, scan.starts - HEADER_SIZE + base, scan.numbers,
                         scan.payloads)

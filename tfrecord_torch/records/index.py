@@ -14,11 +14,13 @@ import os
 import numpy as np
 
 from tfrecord_torch._types import PathLike
-from tfrecord_torch.errors import IndexMismatchError, TFRecordError
-from tfrecord_torch.io import atomic, pool
+from tfrecord_torch.errors import CorruptRecordError, IndexMismatchError, TFRecordError
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import pool
+from tfrecord_torch.policy import OnError, as_policy
 from tfrecord_torch.records.crc import masked_crc32c
 from tfrecord_torch.records.framing import HEADER, OVERHEAD, iter_chunks
+from tfrecord_torch.records.indexfile import parse_index_text, read_index_file, write_index_file
 from tfrecord_torch.records.streams import open_stream
 
 __all__ = ["build_index", "check_index", "default_index_path", "load_index", "parse_index", "scan_index"]
@@ -31,40 +33,85 @@ def default_index_path(path) -> str:
     return os.fspath(path) + ".index"
 
 
-def scan_index(path, storage_options: dict | None = None, progress=None) -> np.ndarray:
+def scan_index(path, storage_options: dict | None = None, progress=None, report=None) -> np.ndarray:
     """Read a record file once and return its index (int64 array [N, 2]) in memory.
 
     ``progress``, if given, is called with the number of bytes read after each block.
+    Without ``report`` a corrupt record raises :class:`CorruptRecordError`. With it
+    (an ``on_error`` policy's reporter), a record whose payload CRC fails stays
+    in the index (its frame is sound; the reader reports it when it reads it),
+    and a bad length or a truncation ends the index there: the records before
+    it are kept and ``report`` is told how many bytes after it are lost.
     """
     stream = open_stream(path, "auto", storage_options)
+    rows = _Rows()
     with stream:
         if stream.compression is not None:
             raise TFRecordError(
                 f"{stream.name}: cannot index a {stream.compression}-compressed file: offsets in "
                 "a compressed stream cannot be seeked to. Stream it with read_records(), or "
                 "decompress it once (tfrecord-torch decompress IN OUT) and index the result.")
-        parts = []
-        for c in iter_chunks(stream, verify=True):
-            parts.append(np.stack([c.offsets, c.lengths + OVERHEAD], axis=1))
+        errors: list[CorruptRecordError] = []
+        for c in iter_chunks(stream, verify=True, report=None if report is None else errors.append):
+            rows.add(c.offsets, c.lengths + OVERHEAD)
             if progress is not None:
                 progress(int(c.lengths.sum()) + OVERHEAD * len(c))
-    return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+        size = stream.size
+    if not errors:
+        return rows.finish()
+    # Bad payloads were skipped by the scan: put their frames back (records
+    # tile the file up to where the scan stopped, if it stopped).
+    bad = [e for e in errors if str(e.reason).startswith("payload CRC")]
+    stops = [e for e in errors if not str(e.reason).startswith("payload CRC")]
+    index = rows.finish()
+    end = stops[0].offset if stops else (size or 0)
+    if bad:
+        offsets = np.sort(np.concatenate([index[:, 0], np.array([e.offset for e in bad], np.int64)]))
+        index = np.stack([offsets, np.diff(np.append(offsets, end))], axis=1)
+    for e in stops:
+        lost = "" if size is None else f"; the {size - e.offset} bytes after it are lost"
+        report(CorruptRecordError(e.path, e.offset, e.record,
+                                  f"{e.reason}: the index ends before it{lost} (records lost)"))
+    return index
+
+
+class _Rows:
+    """Index rows gathered a chunk at a time into one growing int64 array."""
+
+    def __init__(self) -> None:
+        self.flat = np.empty(1 << 17, np.int64)  # owns its data, so it can grow by realloc
+        self.n = 0
+
+    def add(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        need = self.n + len(offsets)
+        if 2 * need > len(self.flat):  # realloc: large blocks grow in place, no double peak
+            self.flat.resize(max(2 * need, 2 * len(self.flat)), refcheck=False)
+        self.flat[2 * self.n:2 * need:2] = offsets
+        self.flat[2 * self.n + 1:2 * need:2] = sizes
+        self.n = need
+
+    def finish(self) -> np.ndarray:
+        self.flat.resize(2 * self.n, refcheck=False)
+        return self.flat.reshape(-1, 2)
 
 
 def build_index(path: PathLike, index_path: PathLike | None = None, *, storage_options: dict | None = None,
-                progress: bool | None = None) -> str:
+                progress=None, on_error: OnError = "raise") -> str:
     """Write the index file of a record file, checking every CRC on the way.
 
     Args:
         path: an uncompressed TFRecord file.
         index_path: where to write; defaults to ``<path>.index``.
         progress: called with the number of bytes read after each block (a progress bar's update).
+        on_error: "raise", or "skip"/"warn"/a policy: a record with a bad payload
+            is indexed (readers report it), and a bad length ends the index, its
+            loss reported (see :func:`scan_index`).
 
     Returns:
         The index file's path. It is written under a temporary name and renamed
         when complete.
     """
-    index = scan_index(path, storage_options, progress)
+    index = scan_index(path, storage_options, progress, as_policy(on_error).reporter())
     index_path = default_index_path(path) if index_path is None else os.fspath(index_path)
     write_index(index, index_path, storage_options=storage_options)
     return index_path
@@ -72,12 +119,11 @@ def build_index(path: PathLike, index_path: PathLike | None = None, *, storage_o
 
 def write_index(index: np.ndarray, index_path, *, storage_options: dict | None = None) -> None:
     """Write an index array [N, 2] as an index file (atomically; a URL is uploaded whole)."""
-    text = "".join(f"{o} {s}\n" for o, s in index.tolist())
-    atomic.write_bytes(os.fspath(index_path), text.encode("ascii"), storage_options)
+    write_index_file(index, os.fspath(index_path), storage_options=storage_options)
 
 
 def load_index(index_path: PathLike, *, storage_options: dict | None = None) -> np.ndarray:
-    """Load an index file.
+    """Load an index file (any whitespace between numbers: see :mod:`~tfrecord_torch.records.indexfile`).
 
     Returns:
         int64 array [N, 2]: each record's byte offset and framed size.
@@ -85,8 +131,7 @@ def load_index(index_path: PathLike, *, storage_options: dict | None = None) -> 
     Raises:
         IndexMismatchError: the file is not a well-formed index.
     """
-    index_path = os.fspath(index_path)
-    return parse_index(fs.read_bytes(index_path, storage_options), index_path)
+    return read_index_file(os.fspath(index_path), storage_options)
 
 
 def parse_index(text: bytes, index_path: str = "<index>") -> np.ndarray:
@@ -95,24 +140,7 @@ def parse_index(text: bytes, index_path: str = "<index>") -> np.ndarray:
     Raises:
         IndexMismatchError: ``text`` is not a well-formed index.
     """
-    lines = text.split(b"\n")
-    if lines and lines[-1].strip() == b"":
-        lines.pop()
-    tokens = text.split()
-    if len(tokens) != 2 * len(lines):
-        for number, line in enumerate(lines, start=1):
-            if len(line.split()) != 2:
-                raise IndexMismatchError(index_path, None,
-                                         f"line {number} is {line[:60]!r}, not 'offset size'")
-    try:
-        values = np.array([int(t) for t in tokens], dtype=np.int64)
-    except (ValueError, OverflowError) as e:
-        raise IndexMismatchError(index_path, None, f"not a list of integers: {e}") from e
-    index = values.reshape(-1, 2)
-    if (index < 0).any():
-        bad = int(np.flatnonzero((index < 0).any(axis=1))[0]) + 1
-        raise IndexMismatchError(index_path, None, f"line {bad} holds a negative number")
-    return index
+    return parse_index_text(text, index_path)
 
 
 def check_index(index: np.ndarray, path: PathLike, *, index_path: PathLike = "<index>", size: int | None = None,

@@ -39,13 +39,15 @@ class Scan(NamedTuple):
 
 
 def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: int | None,
-         report=None, payloads: bool = False) -> Scan:
+         report=None, payloads: bool = False, *, bound: bool = False) -> Scan:
     """Find the complete records at the start of ``data``.
 
     Walks the lengths first (a lean loop, or one numpy step over each run of
     equal headers), then checks every CRC of the batch at once, so a bad
     length is reported as such before anything acts on it. With ``payloads``
     the good records' payloads come back as bytes in :attr:`Scan.payloads`.
+    ``limit`` is where the data ends (with ``bound``, the most it can hold:
+    a compressed stream).
     """
     n = len(data)
     heads, pos = _walk(data)
@@ -72,9 +74,10 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
         if verify and masked_crc32c(data[pos:pos + 8]) != length_crc:
             error = CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
         elif limit is not None and base + pos + length + OVERHEAD > limit:
-            error = CorruptRecordError(name, base + pos, number,
-                                       f"truncated record: its length {length} runs past "
-                                       f"the end of the data at byte {limit}")
+            error = CorruptRecordError(name, base + pos, number, (
+                f"truncated record: its length {length} runs past the end of the data: the compressed file "
+                f"decompresses to at most {limit} bytes") if bound else (
+                f"truncated record: its length {length} runs past the end of the data at byte {limit}"))
         if error is not None:
             if report is not None:
                 report(error)

@@ -15,6 +15,8 @@ from typing import BinaryIO
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.compression import WBITS, check_compression, detect_compression
 
+MAX_INFLATE = 1032  # deflate's largest expansion ratio (258-byte matches of 2 bits each)
+
 
 class Stream:
     """A readable byte stream with a display name and, if known, a size.
@@ -34,6 +36,7 @@ class Stream:
         self.size = size
         self.compression = compression
         self._owned = owned
+        self.bound: int | None = None  # most bytes the stream can hold, when its size is unknown
 
     def read(self, n: int) -> bytes:
         if n <= 0:
@@ -161,7 +164,10 @@ def open_stream(source, compression="auto", storage_options: dict | None = None)
         plain = Stream(raw, name, size, prefix=head, owned=owned)
         if compression is None:
             return plain
-        return Stream(_Inflater(plain, compression), name, None, compression=compression, owned=True)
+        inflated = Stream(_Inflater(plain, compression), name, None, compression=compression, owned=True)
+        if size is not None:  # deflate expands at most 1032:1, so no record can be longer than this
+            inflated.bound = size * MAX_INFLATE + (1 << 16)
+        return inflated
     except BaseException:
         if owned:
             raw.close()

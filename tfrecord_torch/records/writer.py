@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import array
+import logging
 import os
 import struct
+import warnings
 import zlib
 from typing import BinaryIO, cast
 
@@ -16,6 +19,8 @@ from tfrecord_torch.records.compression import WBITS, check_compression
 from tfrecord_torch.records.crc import masked_crc32c
 
 __all__ = ["RecordWriter", "frame"]
+
+log = logging.getLogger(__name__)
 
 
 def frame(payload) -> bytes:
@@ -30,7 +35,9 @@ class RecordWriter:
 
     The file is written under a temporary name in the same folder and renamed
     to ``path`` only when the writer closes without error, so an interrupted
-    write never leaves a file that looks complete (a failed one leaves nothing).
+    write never leaves a file that looks complete (a failed one leaves nothing;
+    a writer dropped unclosed warns ResourceWarning and leaves nothing; a killed
+    one's hidden ``.partial`` file is removed by the next writer of the same path).
     For a URL (``s3://...``) the file is written to a local temporary file and
     uploaded when closed: no object appears under the name before that.
 
@@ -54,7 +61,7 @@ class RecordWriter:
             raise ValueError("index=True needs an uncompressed file written by path")
         self.records = 0
         self.offset = 0  # bytes of framed records written (before compression)
-        self._index: list[int] | None = [] if index else None
+        self._index: array.array | None = array.array("q") if index else None
         self._final: str | None = None
         self._storage_options = storage_options
         if not isinstance(path, (str, os.PathLike)):  # a binary file object
@@ -69,7 +76,10 @@ class RecordWriter:
             else:
                 self._final = fs.local(self._final)
                 folder, base = os.path.split(os.path.abspath(self._final))
-            fd, self._temp = atomic.create_temp(folder, base)
+            if folder is not None:  # a killed earlier run's file of the same output
+                for orphan in atomic.remove_orphans(folder, base):
+                    log.info("removed %s, left by a writer that was killed", orphan)
+            fd, self._temp = atomic.create_temp(folder, base, lock=True)
             self._file = os.fdopen(fd, "wb")
             self._owned = True
         self._zip = None
@@ -116,7 +126,7 @@ class RecordWriter:
                 if self._index is not None:
                     from tfrecord_torch.records.index import default_index_path, write_index
 
-                    sizes = np.array(self._index, np.int64)
+                    sizes = np.frombuffer(self._index, np.int64)
                     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
                     write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),
                                 default_index_path(self._final), storage_options=self._storage_options)
@@ -152,4 +162,6 @@ class RecordWriter:
     def __del__(self) -> None:
         # Dropped without close(): never promote a possibly partial file.
         if getattr(self, "_owned", False) and not getattr(self, "_closed", True):
+            warnings.warn(f"RecordWriter({self._final!r}) was dropped without close(): "
+                          "its partial file is removed, nothing is published", ResourceWarning, stacklevel=2)
             self.abort()

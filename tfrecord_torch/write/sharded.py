@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from typing import cast
 
 from tfrecord_torch._types import Bytes, CompressionArg, PathLike
@@ -207,6 +208,17 @@ class ShardedWriter:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+
+    def __del__(self) -> None:
+        # Dropped without close(): nothing is published; staged files go.
+        if not getattr(self, "_closed", True):
+            warnings.warn(f"ShardedWriter({self.output_dir!r}, name={self.name!r}) was dropped without "
+                          "close(): its staged shards are removed, nothing is published",
+                          ResourceWarning, stacklevel=2)
+            try:
+                self.abort()
+            except Exception:  # interpreter shutdown
+                pass
 
     def __enter__(self) -> ShardedWriter:
         return self
