@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
@@ -10,9 +11,19 @@ import torch.utils.data
 
 from tfrecord_torch._types import CompressionArg, PathLike, Paths
 from tfrecord_torch.data import plan as sharding
+from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch, fetch_runs, stream_shard
+from tfrecord_torch.data.epochs import EpochCounter
+from tfrecord_torch.data.reading import (
+    SKIPPED,
+    Located,
+    decode_or_skip,
+    fetch_scattered,
+    interleave,
+    stream_shard,
+)
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
+from tfrecord_torch.data.state import FORMAT, check_state, describe_shards_for_state
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.batch import parse_example_batch
 from tfrecord_torch.features.specs import bind, decode_batch
@@ -31,12 +42,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             or a preset); None yields the dicts :func:`parse_example` returns.
         index: None to use (or build and cache) each uncompressed shard's index;
             a list of index paths, one per shard; False to stream every shard.
-        shuffle: shuffle shard order and, through the index, the records in
-            each shard; deterministic in ``seed`` and the epoch (:meth:`set_epoch`).
+        shuffle: a global shuffle: indexed shards are read in a permutation
+            of all (shard, record) pairs, new every epoch; streamed shards are
+            dealt in a shuffled order, ``cycle_length`` of them interleaved,
+            through ``shuffle_buffer``. Deterministic in ``seed`` and the epoch:
+            each iteration starts the next epoch (also with
+            ``persistent_workers=True``) unless :meth:`set_epoch` names one.
         seed: the shuffle seed (same on every rank).
+        shuffle_block: 1 (default) for a true permutation; k > 1 permutes runs
+            of k consecutive records (fewer, longer reads, for remote
+            storage) and mixes the records of 256 runs at a time.
         shuffle_buffer: size of a buffer that further mixes the record stream
             (per record mode only). Default: 0 for indexed shards (already a
             true permutation), 10,000 for streamed (compressed) shards.
+        cycle_length: streamed shards a reader interleaves at once (as
+            tf.data's ``interleave``), default 4.
         transform: a callable applied to each item (or batch).
         rank, world_size: this process's rank; default torch.distributed, then
             the RANK / WORLD_SIZE environment, then (0, 1).
@@ -61,8 +81,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, paths: Paths, *, features: dict | None = None, index: Sequence[PathLike] | None = None,
-                 shuffle: bool = False,
-                 seed: int = 0, shuffle_buffer: int | None = None, transform: Callable | None = None,
+                 shuffle: bool = False, seed: int = 0, shuffle_block: int = 1,
+                 shuffle_buffer: int | None = None, cycle_length: int = 4, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
                  batch_size: int | None = None, drop_last: bool = False, compression: CompressionArg = "auto",
                  verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None) -> None:
@@ -78,7 +98,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 0):
             raise ValueError(f"shuffle_buffer must be an int >= 0 or None, got {shuffle_buffer!r}")
+        for name, value in (("shuffle_block", shuffle_block), ("cycle_length", cycle_length)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.shuffle, self.seed, self.even = shuffle, seed, even
+        self.shuffle_block, self.cycle_length = shuffle_block, cycle_length
         self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
         self.compression, self.verify = compression, verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
@@ -88,7 +112,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
-        self.epoch = 0
+        self._epochs = EpochCounter()
+        self.epoch = 0  # the epoch of this reader's current (or next) iteration
         self._resume: dict | None = None
         self._position = 0
 
@@ -113,7 +138,12 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return self.policy.summary()
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch that seeds shuffling (call before each epoch's iteration)."""
+        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
+
+        Not needed to reshuffle: each iteration already starts the next epoch.
+        Call it before ``iter(loader)``; it reaches persistent workers too.
+        """
+        self._epochs.set(epoch)
         self.epoch = int(epoch)
 
     def __repr__(self) -> str:
@@ -140,25 +170,41 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     # --- resuming ------------------------------------------------------------
 
+    def _settings(self) -> dict:
+        info = torch.utils.data.get_worker_info()
+        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                "worker": [0, 1] if info is None else [info.id, info.num_workers],
+                "shards": describe_shards_for_state(self.paths, self.counts),
+                "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
+                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
+                "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
+
     def state_dict(self) -> dict:
-        """Where iteration stands: the epoch and this reader's position in it.
+        """Where iteration stands: the epoch, this reader's position in it, and
+        the settings that give the position its meaning (format version, seed,
+        shards with record counts, rank, world size, worker, shuffle, mode).
 
         The position counts the units (records, or batches in batch mode) this
         reader has finished, delivered or skipped by the error policy. Inside a
         DataLoader worker this is the worker's own state, which is what
         torchdata's StatefulDataLoader saves and restores per worker.
         """
-        return {"epoch": self.epoch, "seed": self.seed, "position": self._position,
-                "rank": self.rank, "world_size": self.world_size}
+        return {"format": FORMAT, "epoch": self.epoch, "position": self._position, **self._settings()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration continues the saved epoch after the saved
-        position; nothing is repeated or skipped, and what came before is not
-        read again (streamed shards are re-read but not decoded)."""
-        if state.get("seed", self.seed) != self.seed or \
-                state.get("world_size", self.world_size) != self.world_size:
-            raise ValueError("state_dict comes from a dataset with another seed or world_size")
+        """Resume: the next iteration reads the saved epoch from after the saved
+        position (no :meth:`set_epoch` needed); nothing is repeated or skipped,
+        and what came before is not read again (streamed shards are re-read but
+        not decoded). Later iterations go on with the following epochs.
+
+        Raises:
+            ValueError: the state comes from another seed, shard list, rank,
+                world size, worker split, shuffle setting or mode (named), or
+                another format version.
+        """
+        state = check_state(state, self._settings(), what=type(self).__name__)
         self.epoch = int(state["epoch"])
+        self._epochs.restore(self.epoch)
         self._resume = dict(state)
 
     # --- iteration -----------------------------------------------------------
@@ -166,9 +212,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator:
         info = torch.utils.data.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        self.epoch = self._epochs.start()
         skip = 0
         if self._resume is not None:
-            skip, self._resume = int(self._resume.get("position", 0)), None
+            skip, self._resume = int(self._resume["position"]), None
         self._position = skip
         if self.streamed:
             units = self._streamed(worker, workers, skip)
@@ -176,6 +223,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             units = self._batches(worker, workers, skip)
         else:
             units = self._records(worker, workers, skip)
+        return self._deliver(units)
+
+    def _deliver(self, units) -> Iterator:
         for position, value in units:  # (units finished so far, the value or SKIPPED)
             self._position = position
             if value is not SKIPPED:
@@ -186,46 +236,40 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _mixed(self, items, worker: int, workers: int):
         """Apply the shuffle buffer (on references or undecoded payloads)."""
-        if not self.shuffle or self.shuffle_buffer <= 1:
-            yield from items
-            return
-        rng, buffer = self._rng(worker, workers), cast(list, [])
-        for item in items:
-            if len(buffer) < self.shuffle_buffer:
-                buffer.append(item)
-                continue
-            i = int(rng.integers(len(buffer)))
-            buffer[i], item = item, buffer[i]
-            yield item
-        rng.shuffle(buffer)
-        yield from buffer
+        return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
+
+    def _planner(self) -> sharding.RangePlanner:
+        return sharding.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                                     block=self.shuffle_block)
 
     def _records(self, worker: int, workers: int, skip: int):
-        """Record mode over indexed shards: the plan's records, fetched by index."""
-        segments = sharding.plan_records(
-            self.counts, rank=self.rank, world_size=self.world_size, worker=worker, num_workers=workers,
-            shuffle=self.shuffle, seed=self.seed, epoch=self.epoch, even=self.even)
-        if self.shuffle and self.shuffle_buffer > 1:
-            refs = ((s.shard, np.array([r])) for s in segments for r in s.records.tolist())
-            segments = self._mixed(refs, worker, workers)
+        """Record mode over indexed shards: this reader's range of the epoch's
+        sequence, read a group at a time (shard by shard, ascending offsets)."""
+        planner = self._planner()
+        lo, hi = sharding.rank_positions(planner.total, self.rank, self.world_size, self.even)
+        lo, hi = sharding.split_range(lo, hi, worker, workers)
+        if not self.shuffle:  # in order: long sequential windows
+            groups = ((s.shard * np.ones(len(s.records), np.int64), s.records) for s in planner.segments(lo, hi))
+        else:
+            size = self.shuffle_block * sharding.SHUFFLE_WINDOW
+            groups = (planner.pairs(a, b) for a, b in sharding.read_groups(lo, hi, size))
+            if self.shuffle_buffer > 1:
+                refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
+                groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
         readers = pool.ReaderPool(self.storage_options)
-        done = 0  # units (records) of the plan finished before this segment
+        done = 0  # units (records) of the plan finished before this group
         try:
-            for shard, records in segments:
-                if done + len(records) <= skip:
-                    done += len(records)
+            for shards, records in groups:
+                if done + len(shards) <= skip:
+                    done += len(shards)
                     continue
-                records = records[max(skip - done, 0):]
-                done = max(done, skip)
-                contiguous = len(records) > 1 and (np.diff(records) == 1).all()
-                pieces = [records] if contiguous else [records[j:j + 1] for j in range(len(records))]
-                for piece in pieces:
-                    first = int(piece[0])
-                    for item in fetch(self.paths[shard], self.indexes[shard], piece, verify=self.verify,
-                                      readers=readers, report=self.policy.reporter(),
-                                      storage_options=self.storage_options):
-                        yield done + item.record - first + 1, self._decode(item)
-                    done += len(piece)
+                start = max(skip - done, 0)
+                done += start
+                for item in fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
+                                            verify=self.verify, readers=readers, report=self.policy.reporter(),
+                                            storage_options=self.storage_options):
+                    done += 1
+                    yield done, SKIPPED if item is None else self._decode(item)
         finally:
             readers.close()
 
@@ -236,13 +280,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
         report = self.policy.reporter()
-        located = (item for s in shards
-                   for item in stream_shard(self.paths[s], compression=self.compression,
-                                            verify=self.verify, report=report,
-                                            storage_options=self.storage_options))
+        opener = functools.partial(stream_shard, compression=self.compression, verify=self.verify,
+                                   report=report, storage_options=self.storage_options)
+        located = interleave([functools.partial(opener, self.paths[s]) for s in shards],
+                             self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
-            units = _chunked(units, self.batch_size, self.drop_last)
+            units = chunked(units, self.batch_size, self.drop_last)
         decode = self._decode if self.batch_size is None else self._decode_streamed_batch
         for position, unit in enumerate(units, start=1):
             if position > skip:
@@ -260,18 +304,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         count = n if n is not None else -(-(hi - lo) // size)
         readers = pool.ReaderPool(self.storage_options)
-        plan = sharding.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        plan = self._planner()
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
-                segments = plan.segments(a, min(a + size, hi))
-                runs = [run for shard, records in segments
-                        for run in fetch_runs(self.paths[shard], self.indexes[shard], records,
-                                              verify=self.verify, readers=readers,
-                                              report=self.policy.reporter(),
-                                              storage_options=self.storage_options)]
-                payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
-                yield position, self._decode_batch(payloads, lambda: [i for r in runs for i in r.items()])
+                found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, min(a + size, hi)),
+                                        verify=self.verify, readers=readers, report=self.policy.reporter(),
+                                        storage_options=self.storage_options)
+                items = [i for i in found if i is not None]
+                yield position, self._decode_batch([i.payload for i in items], lambda: items)
         finally:
             readers.close()
 
@@ -292,15 +333,3 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     is not SKIPPED]  # raises under "raise", naming the record
             return self._decode_streamed_batch(good)
         return self.transform(batch) if self.transform is not None else batch
-
-
-def _chunked(items, size: int, drop_last: bool):
-    """Lists of ``size`` consecutive items (the last one shorter unless dropped)."""
-    batch: list = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch and not drop_last:
-        yield batch

@@ -5,12 +5,14 @@ records of which shards it reads in an epoch, in order. Over all
 ``world_size x num_workers`` readers, the plans cover every record exactly
 once (or, with ``even="pad"`` / ``"drop"``, give every rank the same count).
 
-With record counts known (indexed shards), the shards are laid end to end
-(in a shuffled order when shuffling), that sequence is cut into one
-contiguous range per rank and then per worker, and each shard's records are
-visited in a permuted order when shuffling. So any number of readers works
-with any number of shards, including fewer shards than readers. Without
-counts (compressed shards), whole shards are dealt round-robin.
+With record counts known (indexed shards), the shards are laid end to end;
+when shuffling, that sequence of (shard, record) pairs is permuted as a
+whole (:func:`global_order`: a true permutation, or a block shuffle with
+``block > 1``). The epoch's sequence is then cut into one contiguous range
+per rank and then per worker. So any number of readers works with any number
+of shards, including fewer shards than readers, and records of all shards
+mix in every batch. Without counts (compressed shards), whole shards are
+dealt round-robin.
 
 Randomness comes only from ``np.random.default_rng([seed, epoch, ...])``.
 """
@@ -22,7 +24,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["EVEN_MODES", "RangePlanner", "Segment", "plan_records", "plan_shards", "resolve_rank", "split_range"]
+__all__ = ["EVEN_MODES", "RangePlanner", "Segment", "global_order", "plan_records", "plan_shards", "read_groups",
+           "resolve_rank", "split_range"]
+
+SHUFFLE_WINDOW = 256  # blocks whose records a block shuffle permutes together
 
 EVEN_MODES = (None, "pad", "drop")
 
@@ -90,7 +95,7 @@ def rank_positions(total: int, rank: int, world_size: int, even: str | None) -> 
 
 
 def plan_records(counts, *, rank: int, world_size: int, worker: int, num_workers: int,
-                 shuffle: bool, seed: int, epoch: int, even: str | None = None) -> list[Segment]:
+                 shuffle: bool, seed: int, epoch: int, even: str | None = None, block: int = 1) -> list[Segment]:
     """The records one reader visits in one epoch, shards with known counts.
 
     Args:
@@ -102,49 +107,72 @@ def plan_records(counts, *, rank: int, world_size: int, worker: int, num_workers
     """
     if even not in EVEN_MODES:
         raise ValueError(f"even must be one of {EVEN_MODES}, got {even!r}")
-    planner = RangePlanner(counts, shuffle=shuffle, seed=seed, epoch=epoch)
+    planner = RangePlanner(counts, shuffle=shuffle, seed=seed, epoch=epoch, block=block)
     if planner.total == 0:
         return []
     lo, hi = rank_positions(planner.total, rank, world_size, even)
     return planner.segments(*split_range(lo, hi, worker, num_workers))
 
 
-class RangePlanner:
-    """Maps positions of an epoch's record sequence to (shard, records) segments.
+def global_order(total: int, *, seed: int, epoch: int, block: int = 1,
+                 window: int = SHUFFLE_WINDOW) -> np.ndarray:
+    """The epoch's permutation of the global record numbers 0..total-1.
 
-    The sequence is the shards end to end in the epoch's shard order, each
-    shard's records in the epoch's permutation of it when shuffling; positions
-    past the end wrap around (for padding).
+    ``block=1`` gives a true uniform permutation. With ``block > 1`` runs of
+    ``block`` consecutive records are permuted as units, then the records of
+    every ``window`` consecutive blocks are permuted together: reads cover
+    whole blocks (fewer, longer reads), and mixing approaches a true
+    permutation's as ``window`` grows (README: "Shuffling").
+    """
+    rng = np.random.default_rng([seed, epoch, 2])
+    if block <= 1 or total <= 1:
+        return rng.permutation(total).astype(np.int64)
+    starts = rng.permutation(-(-total // block)).astype(np.int64) * block
+    sizes = np.minimum(block, total - starts)
+    firsts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    order = np.repeat(starts, sizes) + (np.arange(total, dtype=np.int64) - firsts)
+    keys = rng.random(total)
+    chunks = np.arange(total, dtype=np.int64) // (block * window)
+    return order[np.lexsort((keys, chunks))]
+
+
+def read_groups(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
+    """[lo, hi) cut at the multiples of ``size`` (read groups aligned on the
+    epoch's sequence, so every reader groups a position alike)."""
+    cuts = [lo, *range((lo // size + 1) * size, hi, size), hi]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+
+
+class RangePlanner:
+    """Maps positions of an epoch's record sequence to (shard, record) pairs.
+
+    The sequence is the shards end to end, or, when shuffling, the epoch's
+    :func:`global_order` of it; positions past the end wrap around (for padding).
     """
 
-    def __init__(self, counts, *, shuffle: bool, seed: int, epoch: int) -> None:
+    def __init__(self, counts, *, shuffle: bool, seed: int, epoch: int, block: int = 1) -> None:
         self.counts = np.asarray(counts, np.int64)
-        self.order = shard_order(len(self.counts), shuffle=shuffle, seed=seed, epoch=epoch)
-        self.ordered = self.counts[self.order]
-        self.ends = np.cumsum(self.ordered)
+        self.ends = np.cumsum(self.counts)
         self.total = int(self.ends[-1]) if len(self.ends) else 0
-        self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
-        self._perms: dict[int, np.ndarray] = {}
+        self.shuffle = shuffle
+        self.order = global_order(self.total, seed=seed, epoch=epoch, block=block) if shuffle else None
+
+    def pairs(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shards, records): int64 arrays for positions [lo, hi), in order."""
+        if self.total == 0 or hi <= lo:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        positions = np.arange(lo, hi, dtype=np.int64) % self.total
+        ids = positions if self.order is None else self.order[positions]
+        shards = np.searchsorted(self.ends, ids, side="right").astype(np.int64)
+        return shards, ids - (self.ends[shards] - self.counts[shards])
 
     def segments(self, lo: int, hi: int) -> list[Segment]:
-        out: list[Segment] = []
-        pos = lo
-        while pos < hi:
-            wrapped = pos % self.total
-            slot = int(np.searchsorted(self.ends, wrapped, side="right"))
-            shard = int(self.order[slot])
-            a = wrapped - int(self.ends[slot] - self.ordered[slot])
-            b = min(int(self.ordered[slot]), a + (hi - pos))
-            out.append(Segment(shard, self._records(shard)[a:b]))
-            pos += b - a
-        return out
-
-    def _records(self, shard: int) -> np.ndarray:
-        if shard not in self._perms:
-            n = int(self.counts[shard])
-            self._perms[shard] = (np.random.default_rng([self.seed, self.epoch, shard]).permutation(n)
-                                  if self.shuffle else np.arange(n, dtype=np.int64))
-        return self._perms[shard]
+        """Positions [lo, hi) as segments: runs of one shard, in order."""
+        shards, records = self.pairs(lo, hi)
+        if not len(shards):
+            return []
+        cuts = np.flatnonzero(np.diff(shards)) + 1
+        return [Segment(int(s[0]), r) for s, r in zip(np.split(shards, cuts), np.split(records, cuts))]
 
 
 def plan_shards(num_shards: int, *, rank: int, world_size: int, worker: int, num_workers: int,

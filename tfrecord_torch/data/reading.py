@@ -3,7 +3,7 @@ or by streaming whole shards, each payload with where it came from."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -15,8 +15,8 @@ from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "fetch", "fetch_runs", "locate",
-           "parse_located", "stream_shard"]
+__all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "fetch", "fetch_runs", "fetch_scattered",
+           "interleave", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 16 << 20
 
@@ -85,6 +85,29 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
         yield Run(payloads, path, index[found, 0], found)
 
 
+def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records: np.ndarray, *,
+                    verify: bool = True, readers: pool.ReaderPool | None = None, report=None,
+                    storage_options: dict | None = None) -> list[Located | None]:
+    """Records from many shards, in the given order, read shard by shard in
+    ascending offsets (runs of consecutive records in one read each): a
+    shuffled group costs about one positioned read per record, never a seek
+    back. Item ``i`` is record ``records[i]`` of shard ``shards[i]``, or None
+    where ``report`` skipped a bad record."""
+    found: dict[tuple[int, int], Located] = {}
+    for shard in np.unique(shards).tolist():
+        wanted = np.unique(records[shards == shard])
+        cuts = np.flatnonzero(np.diff(wanted) != 1) + 1
+        runs = np.split(wanted, cuts)
+        singles = [r for r in runs if len(r) == 1]
+        pieces = [r for r in runs if len(r) > 1] + ([np.concatenate(singles)] if singles else [])
+        for piece in pieces:
+            for run in fetch_runs(paths[shard], indexes[shard], piece, verify=verify, readers=readers,
+                                  report=report, storage_options=storage_options):
+                for item in run.items():
+                    found[(shard, item.record)] = item
+    return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
+
+
 def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
@@ -119,6 +142,32 @@ def stream_shard(path: str, *, compression="auto", verify: bool = True, report=N
         for chunk in iter_chunks(stream, verify=verify, report=report, payloads=True):
             for i, payload in enumerate(chunk.payloads()):
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
+
+
+def interleave(sources: Iterable[Callable[[], Iterator]], cycle_length: int) -> Iterator:
+    """Items of several sources at once, as tf.data's ``interleave(cycle_length=...,
+    block_length=1)``: ``cycle_length`` sources are open, one item is taken
+    from each in turn, and a finished source is replaced in its slot by the
+    next one. Sources are opened only when their slot comes up."""
+    pending = iter(sources)
+    slots: list[Iterator | None] = []
+    for _ in range(max(cycle_length, 1)):
+        opener = next(pending, None)
+        if opener is None:
+            break
+        slots.append(opener())
+    while any(s is not None for s in slots):
+        for i, source in enumerate(slots):
+            while source is not None:
+                item = next(source, _DONE)
+                if item is not _DONE:
+                    yield item
+                    break
+                opener = next(pending, None)
+                source = slots[i] = None if opener is None else opener()
+
+
+_DONE = object()
 
 
 def locate(error: Exception, item: Located) -> Exception:
