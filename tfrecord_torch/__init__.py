@@ -46,6 +46,7 @@ _EXPORTS = {
     "load_index": "tfrecord_torch.records.index",
     "make_example": "tfrecord_torch.example.codec",
     "make_sequence_example": "tfrecord_torch.example.codec",
+    "mix": "tfrecord_torch.data.mix",
     "pad_collate": "tfrecord_torch.features.collate",
     "parse_example": "tfrecord_torch.example.codec",
     "parse_example_batch": "tfrecord_torch.example.batch",
@@ -77,6 +78,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.data.iterable import TFRecordDataset
     from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
+    from tfrecord_torch.data.mix import mix
     from tfrecord_torch.errors import (
         CorruptRecordError,
         ExampleDecodeError,

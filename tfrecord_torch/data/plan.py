@@ -20,11 +20,12 @@ Randomness comes only from ``np.random.default_rng([seed, epoch, ...])``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["EVEN_MODES", "RangePlanner", "Segment", "global_order", "plan_records", "plan_shards", "read_groups",
+__all__ = ["EVEN_MODES", "RangePlanner", "Segment", "global_order", "mix_choices", "plan_records", "plan_shards", "read_groups",
            "resolve_rank", "split_range"]
 
 SHUFFLE_WINDOW = 256  # blocks whose records a block shuffle permutes together
@@ -182,3 +183,26 @@ def plan_shards(num_shards: int, *, rank: int, world_size: int, worker: int, num
     order = shard_order(num_shards, shuffle=shuffle, seed=seed, epoch=epoch)
     reader = rank * num_workers + worker
     return [int(s) for s in order[reader::world_size * num_workers]]
+
+
+def mix_choices(weights, *, seed: int, epoch: int, reader: int, block: int = 16) -> Iterator[int]:
+    """Which dataset each step of a weighted mix reads, endlessly.
+
+    Smooth weighted round-robin fixes how many steps of each ``block`` go to
+    each dataset (after every block, dataset i has had ``weights[i] x steps``
+    of them, within one), then the steps inside a block are permuted at random
+    (``default_rng([seed, epoch, reader, 3])``). So the weights hold exactly,
+    not only on average, for every reader (rank x DataLoader worker).
+    """
+    w = np.asarray(weights, np.float64)
+    w = w / w.sum()
+    current = np.zeros(len(w))
+    rng = np.random.default_rng([seed, epoch, reader, 3])
+    while True:
+        picks = np.empty(block, np.int64)
+        for j in range(block):
+            current += w
+            i = int(np.argmax(current))
+            current[i] -= 1.0
+            picks[j] = i
+        yield from rng.permutation(picks).tolist()

@@ -1,0 +1,123 @@
+"""tfrecord_torch.mix: exact weights over workers and ranks, stop rules, len(), resume."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, mix
+from tfrecord_torch.data.plan import mix_choices
+
+
+def write(folder, name, n, shards=2):
+    folder.mkdir(exist_ok=True)
+    bounds = np.linspace(0, n, shards + 1).astype(int)
+    for s in range(shards):
+        with RecordWriter(folder / f"{name}-{s}.tfrecord") as w:
+            for i in range(bounds[s], bounds[s + 1]):
+                w.write(make_example({"src": name, "id": i}))
+    return folder
+
+
+def keys(items):
+    return [(item["src"][0].decode(), int(item["id"][0])) for item in items]
+
+
+@pytest.mark.parametrize("weights", [[1, 1], [0.7, 0.2, 0.1], [3, 0, 1]])
+def test_mix_choices_hold_weights_exactly(weights):
+    w = np.asarray(weights, float) / sum(weights)
+    choices = mix_choices(weights, seed=0, epoch=0, reader=0)
+    counts = np.zeros(len(w))
+    for step in range(1, 1601):
+        counts[next(choices)] += 1
+        if step % 16 == 0:
+            assert np.abs(counts - w * step).max() < 1
+    assert counts[w == 0].sum() == 0
+
+
+def _datasets(tmp_path, sizes, **kw):
+    return [TFRecordDataset(write(tmp_path / name, name, n), shuffle=True, seed=1, **kw)
+            for name, n in zip("abc", sizes)]
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+@pytest.mark.parametrize("world", [1, 2])
+def test_weights_exact_under_workers_and_ranks(tmp_path, workers, world):
+    got = []
+    for rank in range(world):
+        sets = [TFRecordDataset(write(tmp_path / n, n, 400), shuffle=True, rank=rank, world_size=world)
+                for n in "ab"]
+        ds = mix(sets, weights=[0.75, 0.25], seed=3, stop_on_first_exhausted=True)
+        got += keys(DataLoader(ds, num_workers=workers, batch_size=None))
+    counts = Counter(src for src, _ in got)
+    readers = world * max(workers, 1)
+    assert abs(counts["a"] - 3 * counts["b"]) <= 4 * readers  # exact within a block per reader
+    assert counts["a"] >= 400 - 16 * readers  # ran until a (the heavy one) ran out
+    assert len(set(got)) == len(got)
+
+
+def test_cycling_oversamples_until_every_dataset_is_read(tmp_path):
+    a, b = _datasets(tmp_path, [10, 60])
+    ds = mix([a, b], weights=[0.5, 0.5], seed=0)
+    n = len(ds)  # of the next iteration's epoch
+    got = keys(ds)
+    assert len(got) == n
+    assert {i for s, i in got if s == "b"} == set(range(60))
+    assert sum(s == "a" for s, _ in got) >= 55  # a restarted (its next epochs) to keep 50/50
+    n = len(ds)
+    assert len(keys(ds)) == n  # the next epoch
+
+
+def test_stop_on_first_exhausted_and_len(tmp_path):
+    a, b = _datasets(tmp_path, [10, 60])
+    ds = mix([a, b], weights=[0.5, 0.5], seed=0, stop_on_first_exhausted=True)
+    n = len(ds)
+    got = keys(ds)
+    assert len(got) == n
+    assert sum(s == "a" for s, _ in got) == 10 and 8 <= sum(s == "b" for s, _ in got) <= 12
+
+
+def test_epochs_and_determinism(tmp_path):
+    ds = mix(_datasets(tmp_path, [20, 20]), seed=5)
+    first, second = keys(ds), keys(ds)
+    assert first != second and set(first) == set(second) == {(s, i) for s in "ab" for i in range(20)}
+    again = mix(_datasets(tmp_path, [20, 20]), seed=5)
+    assert keys(again) == first
+    again.set_epoch(0)
+    assert keys(again) == first
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop", [False, True])
+def test_resume_mid_epoch(tmp_path, workers, stop):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        return mix(_datasets(tmp_path, [13, 30]), weights=[2, 1], seed=4, stop_on_first_exhausted=stop)
+
+    kw = dict(num_workers=workers, batch_size=None)
+    full = keys(StatefulDataLoader(make(), **kw))
+    loader = StatefulDataLoader(make(), **kw)
+    it = iter(loader)
+    head = keys([next(it) for _ in range(17)])
+    state = loader.state_dict()
+    del it, loader
+    resumed = StatefulDataLoader(make(), **kw)
+    resumed.load_state_dict(state)
+    assert head + keys(resumed) == full
+
+
+def test_bad_arguments_and_states(tmp_path):
+    a, b = _datasets(tmp_path, [5, 5])
+    with pytest.raises(ValueError, match="weights"):
+        mix([a, b], weights=[1])
+    with pytest.raises(ValueError, match="weights"):
+        mix([a, b], weights=[-1, 2])
+    with pytest.raises(ValueError, match="at least one"):
+        mix([])
+    state = mix([a, b], seed=1).state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        mix([a, b], seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="weights"):
+        mix([a, b], seed=1, weights=[2, 1]).load_state_dict(state)

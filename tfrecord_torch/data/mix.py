@@ -1,0 +1,207 @@
+"""Mixing several datasets with exact weights (tf.data's ``sample_from_datasets``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from tfrecord_torch.data import plan
+from tfrecord_torch.data.epochs import EpochCounter
+from tfrecord_torch.data.state import FORMAT, check_state
+
+__all__ = ["MixedDataset", "mix"]
+
+_END = object()
+
+
+def mix(datasets: Sequence[Any], *, weights: Sequence[float] | None = None, seed: int = 0,
+        stop_on_first_exhausted: bool = False) -> MixedDataset:
+    """A weighted, deterministic interleave of several datasets.
+
+    Each step takes the next item of one dataset; over every 16 steps each
+    dataset gets ``weights[i]`` of them (within one), in a random order that
+    depends on ``seed`` and the epoch. The weights hold exactly for every
+    reader: in a DataLoader worker each dataset yields that worker's share
+    (as :class:`~tfrecord_torch.TFRecordDataset` does), and the worker mixes
+    its own shares; ranks likewise.
+
+    Args:
+        datasets: iterable datasets that split themselves over ranks and
+            DataLoader workers (TFRecordDataset, or another mix).
+        weights: one non-negative number per dataset (normalized); default equal.
+        seed: the mixing seed.
+        stop_on_first_exhausted: True ends the epoch when the first dataset
+            runs out (tf.data's ``stop_on_empty_dataset``); False (default)
+            starts a finished dataset again (its next epoch) until every
+            dataset has been read through at least once, so small datasets
+            are oversampled as the weights say.
+
+    Returns:
+        A :class:`MixedDataset` (an IterableDataset) with ``set_epoch``,
+        ``state_dict``/``load_state_dict`` and ``len()`` when every dataset
+        has a length.
+    """
+    return MixedDataset(datasets, weights=weights, seed=seed, stop_on_first_exhausted=stop_on_first_exhausted)
+
+
+class MixedDataset(torch.utils.data.IterableDataset):
+    """The dataset :func:`mix` returns (see there)."""
+
+    def __init__(self, datasets: Sequence[Any], *, weights: Sequence[float] | None = None, seed: int = 0,
+                 stop_on_first_exhausted: bool = False) -> None:
+        super().__init__()
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("mix: datasets must hold at least one dataset")
+        for i, ds in enumerate(self.datasets):
+            if not hasattr(ds, "__iter__"):
+                raise ValueError(f"mix: datasets[{i}] is not iterable: {ds!r:.100}")
+        weights = [1.0] * len(self.datasets) if weights is None else list(weights)
+        if len(weights) != len(self.datasets):
+            raise ValueError(f"mix: got {len(weights)} weights for {len(self.datasets)} datasets")
+        try:
+            w = np.asarray(weights, np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"mix: weights must be numbers, got {weights!r}") from None
+        if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"mix: weights must be finite, >= 0 and not all 0, got {weights!r}")
+        self.weights = (w / w.sum()).tolist()
+        self.seed, self.stop_on_first_exhausted = int(seed), bool(stop_on_first_exhausted)
+        self._epochs = EpochCounter()
+        self.epoch = 0
+        self._position = 0
+        self._exhausted = [False] * len(self.datasets)
+        self._resume: dict | None = None
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{w:.3g}: {type(d).__name__}" for w, d in zip(self.weights, self.datasets))
+        how = "stop_on_first_exhausted" if self.stop_on_first_exhausted else "cycling"
+        return f"MixedDataset({{{parts}}}, seed={self.seed}, {how})"
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration read ``epoch``, for the mix and every dataset
+        that has ``set_epoch`` (by default each iteration starts the next epoch)."""
+        self._epochs.set(epoch)
+        self.epoch = int(epoch)
+        for ds in self.datasets:
+            if hasattr(ds, "set_epoch"):
+                ds.set_epoch(epoch)
+
+    def _choices(self, reader: int) -> Iterator[int]:
+        return plan.mix_choices(self.weights, seed=self.seed, epoch=self.epoch, reader=reader)
+
+    def _reader(self) -> int:
+        from tfrecord_torch.data.plan import resolve_rank
+
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        rank = getattr(self.datasets[0], "rank", None)
+        rank = resolve_rank(rank, getattr(self.datasets[0], "world_size", None))[0] if rank is None else rank
+        return rank * workers + worker
+
+    def __len__(self) -> int:
+        """Items of the next iteration's epoch read in one process: the steps until the first
+        dataset runs out, or (cycling) until each has been read through once.
+        With DataLoader workers each worker mixes its own shares, so the total
+        can differ by a few items per worker."""
+        try:
+            lengths = [len(ds) for ds in self.datasets]
+        except TypeError:
+            raise TypeError("len() is unknown: some mixed dataset has no len()") from None
+        taken = [0] * len(lengths)
+        exhausted = [False] * len(lengths)
+        live = [w > 0 for w in self.weights]
+        steps = 0
+        for i in plan.mix_choices(self.weights, seed=self.seed, epoch=self._epochs.peek(), reader=self._reader()):
+            if not self.stop_on_first_exhausted and all(e or not ok for e, ok in zip(exhausted, live)):
+                return steps
+            if taken[i] == lengths[i]:  # the step that finds dataset i finished (as _mixed does)
+                if self.stop_on_first_exhausted:
+                    return steps
+                exhausted[i], taken[i] = True, 0
+                if all(e or not ok for e, ok in zip(exhausted, live)):
+                    return steps
+                if lengths[i] == 0:
+                    live[i] = False
+                    if not any(live):
+                        return steps
+                    continue
+            taken[i] += 1
+            steps += 1
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- resuming ------------------------------------------------------------
+
+    def _settings(self) -> dict:
+        return {"seed": self.seed, "weights": self.weights, "stop_on_first_exhausted": self.stop_on_first_exhausted,
+                "datasets": len(self.datasets)}
+
+    def state_dict(self) -> dict:
+        """The epoch, the steps taken in it, which datasets have run out, each
+        dataset's own state and the settings (refused if they differ on load)."""
+        children = [ds.state_dict() if hasattr(ds, "state_dict") else None for ds in self.datasets]
+        return {"format": FORMAT, "epoch": self.epoch, "position": self._position,
+                "exhausted": list(self._exhausted), "states": children, **self._settings()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume after the saved step of the saved epoch; each dataset resumes
+        from its own saved state.
+
+        Raises:
+            ValueError: the state comes from another seed, weights, stop rule
+                or number of datasets, or a dataset refuses its state.
+        """
+        state = check_state(state, self._settings(), what=type(self).__name__)
+        for ds, child in zip(self.datasets, state["states"]):
+            if child is not None:
+                if not hasattr(ds, "load_state_dict"):
+                    raise ValueError(f"MixedDataset.load_state_dict: {type(ds).__name__} cannot load a state")
+                ds.load_state_dict(child)
+        self.epoch = int(state["epoch"])
+        self._epochs.restore(self.epoch)
+        self._resume = dict(state)
+
+    # --- iteration -----------------------------------------------------------
+
+    def __iter__(self) -> Iterator:
+        self.epoch = self._epochs.start()
+        skip, exhausted = 0, [False] * len(self.datasets)
+        if self._resume is not None:
+            skip, exhausted = int(self._resume["position"]), list(self._resume["exhausted"])
+            self._resume = None
+        self._position, self._exhausted = skip, exhausted
+        return self._mixed(skip)
+
+    def _mixed(self, skip: int) -> Iterator:
+        iterators: list[Iterator | None] = [None] * len(self.datasets)
+        live = [w > 0 for w in self.weights]
+        for step, i in enumerate(self._choices(self._reader())):
+            if step < skip:
+                continue  # each dataset resumes from its own state
+            if not self.stop_on_first_exhausted and all(e or not ok for e, ok in zip(self._exhausted, live)):
+                return
+            item = _END
+            for _attempt in range(2):  # a finished dataset starts again once (its next epoch)
+                if iterators[i] is None:
+                    iterators[i] = iter(self.datasets[i])
+                item = next(iterators[i], _END)  # type: ignore[arg-type]
+                if item is not _END:
+                    break
+                iterators[i] = None
+                if self.stop_on_first_exhausted:
+                    return
+                if not self._exhausted[i]:
+                    self._exhausted[i] = True
+                    if all(e or not ok for e, ok in zip(self._exhausted, live)):
+                        return
+            if item is _END:  # empty even when started again: it cannot give its share
+                live[i] = False
+                self._exhausted[i] = True
+                if not any(live):
+                    return
+                continue
+            self._position = step + 1
+            yield item
