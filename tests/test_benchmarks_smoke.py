@@ -44,6 +44,7 @@ REQUIRED = {
     ("convert", "tf writer png"),
     ("convert", "ours ImageFolder copy"),
     ("convert", "cp -r"),
+    ("remote_open", "ours, index files"),
 }
 THROUGHPUT_UNITS = ("GB/s", "MB/s", "records/s", "images/s")
 # Rows that import neither TensorFlow nor torch: a fresh process each costs well under a second.
@@ -95,6 +96,10 @@ def _check_report(out, proc, expected: set[tuple[str, str]], skipped=frozenset()
         if row["unit"] == "% RSS growth":  # a measured value: may be 0 or negative
             assert math.isfinite(row["throughput"]), key
             assert len(row["samples"]["total_rss"]) >= 2 and min(row["samples"]["total_rss"]) > 0, key
+            assert row.get("ours_is") is None, key
+            continue
+        if row["unit"] == "s":  # a measured time, with the requests it made
+            assert row["throughput"] > 0 and row["metrics"]["requests_per_shard"] > 0, key
             assert row.get("ours_is") is None, key
             continue
         assert row["throughput"] > 0 and row["best"] > 0, key

@@ -64,7 +64,8 @@ def write_chart(results: list[dict], path: str) -> bool:
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
         if c.measure:
-            target = next((t.below for t in TARGETS if t.case == name and t.below is not None), None)
+            target = next((t.below for t in TARGETS if t.case == name and t.below is not None
+                           and t.metric is None), None)
             if target is not None:
                 ax.axvline(target, color="red", linestyle="--", linewidth=1)
                 ax.set_xlim(min(lo * 1.15, -1), max(top, target) * 1.45)

@@ -6,7 +6,8 @@ case with :func:`case`, its contenders with :func:`worker` and its targets with
 set-up and returns ``run()``: one full pass over the data returning a tally dict
 (``records`` and ``checksum``, optionally ``bytes``, ``pixels``), each checked against the
 data set's; a pass that times itself adds ``seconds`` (and ``cpu_seconds``). A measure
-case's ``run()`` returns ``value`` (and optionally ``detail``, ``samples``) instead.
+case's ``run()`` returns ``value`` (and optionally ``detail``, ``samples``, and ``metrics``,
+named numbers a target may check) instead.
 
 Module level imports: the standard library only (workers may run in other interpreters).
 """
@@ -28,7 +29,7 @@ UNITS = {
     "records/s": ("records", "{:,.0f}"),
     "images/s": ("records", "{:,.0f}"),
     "% RSS growth": (None, "{:+.1f}"),
-    "s": (None, "{:.2f}"),
+    "s": (None, "{:.2f}"),  # a measured time (lower is better)
 }
 
 
@@ -83,6 +84,7 @@ class Target:
     other: str | None = None  # row / other >= at_least (throughputs); None: the row's own value
     at_least: float | None = None  # ... is >= at_least
     below: float | None = None  # ... or < below
+    metric: str | None = None  # compare this metric of the row (run()'s "metrics") instead
 
 
 DATASETS: dict[str, Dataset] = {}
@@ -128,10 +130,11 @@ def worker(case_name: str, impl: str, *, note: str, ref: str | None = None, pyth
 
 
 def target(case_name: str, text: str, row: str, other: str | None = None, *,
-           at_least: float | None = None, below: float | None = None) -> None:
+           at_least: float | None = None, below: float | None = None, metric: str | None = None) -> None:
     """Register a reported (not asserted) target: ``row / other >= at_least``, or the row's own
-    value ``>= at_least`` or ``< below``."""
-    TARGETS.append(Target(case_name, text, row, other, at_least, below))
+    value (or its ``metric``, one of the ``metrics`` a measure case's run() returns)
+    ``>= at_least`` or ``< below``."""
+    TARGETS.append(Target(case_name, text, row, other, at_least, below, metric))
 
 
 def time_ratio(case_name: str, row: str, other: str) -> None:

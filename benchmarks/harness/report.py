@@ -174,7 +174,13 @@ def check_targets(results: list[dict]) -> list[dict]:
         row = rows.get((t.case, t.row))
         if row is None or (t.other is not None and (t.case, t.other) not in rows):
             continue
-        if t.other is not None:
+        if t.metric is not None:
+            if t.metric not in (row.get("metrics") or {}):
+                continue
+            value = row["metrics"][t.metric]
+            met = value >= t.at_least if t.at_least is not None else value < t.below
+            shown = f"{value:,.3g} {t.metric.replace('_', ' ')}"
+        elif t.other is not None:
             value = row["throughput"] / rows[(t.case, t.other)]["throughput"]
             met, shown = value >= t.at_least, f"{value:.2f}x"
         else:

@@ -92,7 +92,8 @@ def run_worker(name: str, spec: dict) -> dict:
         w0, c0 = time.perf_counter(), cpu_total()
         out = run()
         walls, cpus = [time.perf_counter() - w0], [cpu_total() - c0]
-        extra = {"value": out["value"], "detail": out.get("detail", ""), "samples": out.get("samples")}
+        extra = {"value": out["value"], "detail": out.get("detail", ""), "samples": out.get("samples"),
+                 "metrics": out.get("metrics", {})}
         mid = 0
     else:
         if not spec.get("quick"):  # --quick is a smoke test: no warm-up pass

@@ -18,6 +18,7 @@ import numpy as np
 
 from tfrecord_torch.errors import IndexMismatchError, TFRecordError
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import listing as lister
 from tfrecord_torch.records.compression import check_compression, detect_compression, is_compressed
 from tfrecord_torch.records.index import (
     check_index,
@@ -47,10 +48,10 @@ def expand_paths(paths, storage_options: dict | None = None) -> list[str]:
     return find_shards(paths, storage_options).files
 
 
-def find_shards(paths, storage_options: dict | None = None) -> fs.Listing:
+def find_shards(paths, storage_options: dict | None = None) -> lister.Listing:
     """Like :func:`expand_paths`, with what the listing learned: each remote shard's size
     and version, and which index objects exist (for :func:`shard_indexes`)."""
-    return fs.list_files(paths, storage_options, _SKIP_SUFFIXES)
+    return lister.list_files(paths, storage_options, _SKIP_SUFFIXES)
 
 
 def describe_shards(paths: list[str]) -> str:
@@ -123,7 +124,7 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
     return index
 
 
-def shard_indexes(listing: fs.Listing, *, compression="auto", index: list | None = None, build: bool = True,
+def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | None = None, build: bool = True,
                   storage_options: dict | None = None, report=None) -> list[np.ndarray | None]:
     """Each shard's checked index, or None for a compressed shard (streamed, not indexed).
 
@@ -153,7 +154,7 @@ def shard_indexes(listing: fs.Listing, *, compression="auto", index: list | None
         return list(pool.map(one, range(len(paths))))
 
 
-def _remote_index(path: str, listing: fs.Listing, compression, build: bool,
+def _remote_index(path: str, listing: lister.Listing, compression, build: bool,
                   so: dict | None, report=None) -> np.ndarray | None:
     """A remote shard's index: the index object beside it (one request), or a cached one
     (none), or after a 12-byte sniff (one) a scan of the shard; None if compressed."""

@@ -12,7 +12,7 @@ from typing import cast
 
 from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.io import atomic
+from tfrecord_torch.io import atomic, listing
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.index import default_index_path
 from tfrecord_torch.records.writer import RecordWriter
@@ -166,7 +166,7 @@ class ShardedWriter:
         pattern = f"{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*"
         keep = set(self.paths) | {default_index_path(p) for p in self.paths}
         if self.remote:
-            found = fs.expand(f"{self.output_dir.rstrip('/')}/{pattern}", self.storage_options, ())
+            found = listing.expand(f"{self.output_dir.rstrip('/')}/{pattern}", self.storage_options, ())
         else:
             found = glob.glob(os.path.join(glob.escape(self.output_dir), pattern))
         return [p for p in found if p not in keep]

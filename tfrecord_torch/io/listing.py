@@ -1,0 +1,167 @@
+"""Listing shards: paths, globs and folders, local or remote, expanded to files in one
+pass that keeps what the listing saw of each remote object (size, version), so opening the
+shards need not ask again."""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from tfrecord_torch.io.files import _os_error, filesystem, is_url, local, unstrip, version_of
+from tfrecord_torch.io.retry import retrying
+
+__all__ = ["Listing", "expand", "list_files"]
+
+
+class Listing(NamedTuple):
+    """What one pass of listing found: the matched ``files`` in order, and the size and
+    version of every remote object it saw (index files included), so that opening the
+    shards need not ask again."""
+
+    files: list[str]
+    stats: dict[str, tuple[int, str]]  # URL -> (size, version)
+    folders: frozenset[str]  # remote folders listed whole ("s3://bucket/dir")
+    globs: tuple[str, ...] = ()  # remote glob patterns listed (URLs)
+
+    def knows(self, url: str) -> bool | None:
+        """True if ``url`` was listed, False if a folder listed whole or a glob that would
+        match it lacks it, None if unknown."""
+        import fnmatch
+
+        if url in self.stats:
+            return True
+        if url.rsplit("/", 1)[0] in self.folders or any(fnmatch.fnmatchcase(url, g) for g in self.globs):
+            return False
+        return None
+
+
+def _is_file(info: dict) -> bool:
+    return info.get("type", "file") == "file"
+
+
+def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
+    """Files matching paths, globs and folders, local or remote (see shards.expand_paths)."""
+    return list_files(patterns, storage_options, skip).files
+
+
+# Stores whose folder listings are real listings (one request per 1,000 objects on S3/GCS).
+_LISTABLE = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory")
+
+
+def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
+    """Files matching paths, globs and folders, local or remote, with what the listing
+    learned about each remote object. A glob or a folder is one listing; explicit remote
+    files in one folder are checked by one listing of that folder, not one request each."""
+    import glob as globlib
+
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [patterns]
+    items = [os.fspath(item) for item in patterns]
+    stats: dict[str, tuple[int, str]] = {}
+    folders: set[str] = set()
+    globs = tuple(item for item in items if is_url(item) and globlib.has_magic(item))
+    explicit = _list_explicit(items, storage_options, stats, folders)
+    out: dict[str, None] = {}  # ordered, without repeats
+    for item in items:
+        if item in explicit:
+            found = [item]
+        elif is_url(item):
+            found = _list_remote(item, storage_options, skip, stats, folders)
+        else:
+            item = local(item)
+            if os.path.isdir(item):
+                found = sorted(os.path.join(item, f) for f in os.listdir(item)
+                               if not f.startswith(".") and not f.endswith(skip)
+                               and os.path.isfile(os.path.join(item, f)))
+            elif os.path.exists(item):  # a real file, even one whose name has glob characters
+                found = [item]
+            elif globlib.has_magic(item):
+                found = sorted(f for f in globlib.glob(item) if not f.endswith(skip) and os.path.isfile(f))
+                if not found:
+                    raise FileNotFoundError(f"no files match {item!r}")
+            elif os.path.lexists(item):  # a dangling link or a loop
+                try:
+                    os.stat(item)
+                except OSError as e:
+                    raise _os_error(item, e) from e
+                found = [item]
+            else:
+                raise FileNotFoundError(f"no such file or directory: {item!r}")
+        out.update(dict.fromkeys(found))
+    return Listing(list(out), stats, frozenset(folders), globs)
+
+
+def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, folders: set) -> set[str]:
+    """The explicit remote files among ``items`` (no glob magic) found by listing their folders,
+    when a folder holds several of them; the rest are left to :func:`_list_remote`."""
+    import glob as globlib
+
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        protocol = item.split("://", 1)[0] if is_url(item) else ""
+        if protocol in _LISTABLE and not globlib.has_magic(item) and not item.endswith("/"):
+            groups.setdefault(item.rsplit("/", 1)[0], []).append(item)
+    found: set[str] = set()
+    for parent, members in groups.items():
+        if len(members) < 2:
+            continue
+        fs, p = filesystem(parent, storage_options)
+        protocol = parent.split("://", 1)[0]
+        try:
+            entries = retrying("list", parent, lambda: fs.ls(p, detail=True))
+        except FileNotFoundError:
+            continue
+        listed = {unstrip(fs, protocol, e["name"]): e for e in entries}
+        stats.update((url, (int(e.get("size") or 0), version_of(e))) for url, e in listed.items() if _is_file(e))
+        folders.add(parent)
+        found.update(m for m in members if m in listed and _is_file(listed[m]))
+    return found
+
+
+SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
+
+
+def _list_siblings(fs, protocol: str, pattern: str, infos: dict, stats: dict, folders: set) -> None:
+    """When a glob could not have matched its files' index objects (``*.tfrecord``), list the
+    matches' folders (a few at most), so their index objects are known without asking for
+    each one."""
+    import fnmatch
+
+    parents = {f.rsplit("/", 1)[0] for f, info in infos.items()
+               if _is_file(info) and not fnmatch.fnmatchcase(f + ".index", pattern)}
+    if not parents or len(parents) > SIBLING_FOLDERS:
+        return
+    for parent in sorted(parents):
+        url = unstrip(fs, protocol, parent)
+        entries = retrying("list", url, lambda: fs.ls(parent, detail=True))
+        stats.update((unstrip(fs, protocol, e["name"]), (int(e.get("size") or 0), version_of(e)))
+                     for e in entries if _is_file(e))
+        folders.add(url)
+
+
+def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: dict, folders: set) -> list[str]:
+    import glob as globlib
+
+    fs, p = filesystem(item, storage_options)
+    protocol = item.split("://", 1)[0]
+    if globlib.has_magic(p):
+        infos = retrying("glob", item, lambda: fs.glob(p, detail=True))
+        _list_siblings(fs, protocol, p, infos, stats, folders)
+    else:
+        try:
+            info = retrying("stat", item, lambda: fs.info(p))  # a file, or a folder (prefix)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file or prefix: {item!r}") from None
+        if _is_file(info):
+            infos = {p: info}
+        else:
+            infos = retrying("list", item, lambda: fs.find(p, maxdepth=1, detail=True))
+            folders.add(item.rstrip("/"))
+    urls = {(f if "://" in f else unstrip(fs, protocol, f)): info for f, info in infos.items()
+            if _is_file(info)}
+    stats.update((url, (int(info.get("size") or 0), version_of(info))) for url, info in urls.items())
+    found = sorted(url for url in urls
+                   if not os.path.basename(url).startswith(".") and not url.endswith(skip))
+    if not found and globlib.has_magic(p):
+        raise FileNotFoundError(f"no files match {item!r}")
+    return found
