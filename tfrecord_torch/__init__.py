@@ -25,6 +25,7 @@ _EXPORTS = {
     "FeatureError": "tfrecord_torch.errors",
     "Float": "tfrecord_torch.features.specs",
     "Image": "tfrecord_torch.features.image_specs",
+    "ImageBatching": "tfrecord_torch.features.engine",
     "IndexMismatchError": "tfrecord_torch.errors",
     "IndexedReader": "tfrecord_torch.records.indexed",
     "IndexedTFRecordDataset": "tfrecord_torch.data.mapstyle",
@@ -97,6 +98,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features import presets
     from tfrecord_torch.features.boxes import Boxes
     from tfrecord_torch.features.collate import detection_collate, pad_collate
+    from tfrecord_torch.features.engine import ImageBatching
     from tfrecord_torch.features.image_specs import Image, RawImage
     from tfrecord_torch.features.masks import Mask
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text

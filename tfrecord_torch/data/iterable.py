@@ -14,6 +14,7 @@ from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.epochs import EpochCounter
+from tfrecord_torch.data.imagebatch import ImageBatches, drop_rows
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -26,7 +27,8 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, shard_index
 from tfrecord_torch.data.state import FORMAT, check_state, describe_shards_for_state
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.batch import parse_example_batch
-from tfrecord_torch.features.specs import bind, decode_batch
+from tfrecord_torch.features.engine import ImageBatching
+from tfrecord_torch.features.specs import bind
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
 
@@ -57,7 +59,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             true permutation), 10,000 for streamed (compressed) shards.
         cycle_length: streamed shards a reader interleaves at once (as
             tf.data's ``interleave``), default 4.
-        transform: a callable applied to each item (or batch).
+        transform: a callable applied to each item; in batch mode, to each
+            batch -- except a torchvision v2 transform, which is applied to
+            each record (each image its own random crop and flip).
         rank, world_size: this process's rank; default torch.distributed, then
             the RANK / WORLD_SIZE environment, then (0, 1).
         even: None (ranks may get one record more or less), "pad" (every rank
@@ -69,6 +73,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             batches are dealt to workers in turn, so their order does not depend
             on ``num_workers``; streamed shards are batched per worker.
         drop_last: in batch mode, drop each epoch's final short batch.
+        images: batch mode's image fast path: True (default options), an
+            :class:`ImageBatching` (threads, layout, JPEG decoder, fused crop,
+            normalisation, fixed size, padding), or False to decode and
+            transform each image as the per-sample path does, then stack.
         compression: of the shards: "auto", None, "gzip" or "zlib".
         verify: check record CRCs.
         on_error: "raise", "skip", "warn" or a callable (see :mod:`tfrecord_torch.policy`): what a corrupt record or a feature
@@ -84,7 +92,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                  shuffle: bool = False, seed: int = 0, shuffle_block: int = 1,
                  shuffle_buffer: int | None = None, cycle_length: int = 4, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
-                 batch_size: int | None = None, drop_last: bool = False, compression: CompressionArg = "auto",
+                 batch_size: int | None = None, drop_last: bool = False,
+                 images: ImageBatching | bool = True, compression: CompressionArg = "auto",
                  verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None) -> None:
         super().__init__()
         self.storage_options = storage_options
@@ -104,6 +113,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.shuffle, self.seed, self.even = shuffle, seed, even
         self.shuffle_block, self.cycle_length = shuffle_block, cycle_length
         self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
+        if not isinstance(images, (bool, ImageBatching)):
+            raise ValueError(f"images must be True, False or an ImageBatching, got {images!r}")
+        self.images = ImageBatching() if images is True else images or None
         self.compression, self.verify = compression, verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
         self.indexes = self._indexes(index, listing)
@@ -287,10 +299,14 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
             units = chunked(units, self.batch_size, self.drop_last)
-        decode = self._decode if self.batch_size is None else self._decode_streamed_batch
-        for position, unit in enumerate(units, start=1):
-            if position > skip:
-                yield position, decode(unit)
+        batches = self._image_batches((worker,))
+        try:
+            for position, unit in enumerate(units, start=1):
+                if position > skip:
+                    yield position, (self._decode(unit) if self.batch_size is None else
+                                     self._decode_streamed_batch(unit, batches, position))
+        finally:
+            batches.close()
 
     def _decode(self, item: Located):
         return decode_or_skip(item, self.spec, self.transform, self.policy.reporter())
@@ -305,6 +321,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         count = n if n is not None else -(-(hi - lo) // size)
         readers = pool.ReaderPool(self.storage_options)
         plan = self._planner()
+        batches = self._image_batches(())
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
@@ -312,14 +329,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                         verify=self.verify, readers=readers, report=self.policy.reporter(),
                                         storage_options=self.storage_options)
                 items = [i for i in found if i is not None]
-                yield position, self._decode_batch([i.payload for i in items], lambda: items)
+                yield position, self._decode_batch([i.payload for i in items], lambda: items, batches, b)
         finally:
+            batches.close()
             readers.close()
 
-    def _decode_streamed_batch(self, items: list[Located]):
-        return self._decode_batch([i.payload for i in items], lambda: items)
+    def _image_batches(self, where: tuple[int, ...]) -> ImageBatches:
+        """The batch decoder of one iterator; ``where`` adds to the crop seed."""
+        return ImageBatches(self.spec or {}, self.transform, self.images,
+                            (self.seed, self.epoch, self.rank, *where))
 
-    def _decode_batch(self, payloads: list[bytes], items: Callable[[], list[Located]]):
+    def _decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
+        return self._decode_batch([i.payload for i in items], lambda: items, batches, number)
+
+    def _decode_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
+                      batches: ImageBatches, number: int):
         """One decoded batch of ``payloads``; a bad record is found (among
         ``items()``, the same records with their locations) and named, and when
         the policy skips, left out of the batch."""
@@ -327,9 +351,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             if not payloads:
                 return SKIPPED
             columns = parse_example_batch(payloads)
-            batch = columns if self.spec is None else decode_batch(columns, self.spec, len(payloads))
+            failures: dict = {}
+            if self.spec is None:
+                batch = columns
+            else:
+                batch, failures = batches.decode(columns, len(payloads), number)
         except (ExampleDecodeError, FeatureError):
             good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
                     is not SKIPPED]  # raises under "raise", naming the record
-            return self._decode_streamed_batch(good)
-        return self.transform(batch) if self.transform is not None else batch
+            return self._decode_streamed_batch(good, batches, number)
+        if failures:  # images that did not decode: reported (or raised), their rows dropped
+            located = items()
+            for i, error in sorted(failures.items()):
+                self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
+            if len(failures) == len(payloads):
+                return SKIPPED
+            batch = drop_rows(batch, set(failures), len(payloads))
+        return batches.finish(batch) if self.spec is not None else \
+            (self.transform(batch) if self.transform is not None else batch)

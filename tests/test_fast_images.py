@@ -1,0 +1,240 @@
+"""The batch image fast path: pixels, fused crops, bad images, threads and workers."""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+from helpers import png_bytes
+from torch.utils.data import DataLoader
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as F
+
+from tfrecord_torch import (
+    FeatureError,
+    Image,
+    ImageBatching,
+    Int64,
+    RecordWriter,
+    TFRecordDataset,
+    make_example,
+)
+from tfrecord_torch.features.crop import CropPlan, crop_params, plan_transform
+from tfrecord_torch.features.engine import DecodeEngine
+
+SPEC = {"image": Image(), "label": Int64()}
+CROP = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip()])
+
+
+def photo(i, h, w):
+    """A smooth image with some texture (JPEG's IDCT choices show on it)."""
+    rng = np.random.default_rng(i)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([xx * 255 / w, yy * 255 / h, (xx + yy) * 127 / (h + w)], -1)
+    return np.clip(base + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def jpeg(i, h=40, w=56, **kw):
+    return png_bytes(photo(i, h, w), "JPEG", quality=90, **kw)
+
+
+def write(path, images):
+    with RecordWriter(path) as w:
+        for i, data in enumerate(images):
+            w.write(make_example({"image": data, "label": i}))
+    return path
+
+
+def test_pixels_equal_tensorflow_default_and_accurate(tmp_path):
+    images = [jpeg(i) for i in range(6)] + [jpeg(9, subsampling=0), png_bytes(photo(3, 40, 56))]
+    images.append(png_bytes(photo(4, 40, 56)[..., 0], "JPEG", quality=90))  # gray JPEG -> RGB
+    path = write(tmp_path / "a.tfrecord", images)
+    fast, = TFRecordDataset(path, features=SPEC, batch_size=16)
+    accurate, = TFRecordDataset(path, features=SPEC, batch_size=16, images=ImageBatching(decoder="accurate"))
+    assert fast["image"].shape == (9, 3, 40, 56) and fast["image"].is_contiguous(memory_format=torch.channels_last)
+    for i, data in enumerate(images):
+        tf_fast = tf.io.decode_image(data, channels=3).numpy()  # decode_jpeg's default: the fast IDCT
+        tf_accurate = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE").numpy() \
+            if data[:2] == b"\xff\xd8" else tf_fast
+        assert np.array_equal(fast["image"][i].permute(1, 2, 0).numpy(), tf_fast), i
+        assert np.array_equal(accurate["image"][i].permute(1, 2, 0).numpy(), tf_accurate), i
+    assert fast["label"].tolist() == list(range(9))
+
+
+def test_nhwc_and_normalize(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(i) for i in range(4)])
+    plain, = TFRecordDataset(path, features=SPEC, batch_size=4)
+    nhwc, = TFRecordDataset(path, features=SPEC, batch_size=4, images=ImageBatching(layout="NHWC"))
+    assert nhwc["image"].shape == (4, 40, 56, 3) and nhwc["image"].is_contiguous()
+    assert torch.equal(nhwc["image"].permute(0, 3, 1, 2), plain["image"])
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    normed, = TFRecordDataset(path, features=SPEC, batch_size=4, images=ImageBatching(normalize=(mean, std)))
+    expected = F.normalize(plain["image"].float() / 255, mean, std)
+    assert normed["image"].dtype == torch.float32
+    torch.testing.assert_close(normed["image"], expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_crop_parameters_are_torchvisions(seed):
+    """The same calls on a generator seeded as torch's global one: the same crops."""
+    rrc, flip = v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()
+    plan, rest = plan_transform(v2.Compose([rrc, flip]))
+    assert plan is not None and rest == []
+    height, width = [(375, 500), (500, 375), (100, 1000), (230, 230)][seed % 4]
+    torch.manual_seed(seed)
+    p = rrc.make_params([torch.zeros(3, height, width)])
+    flipped = bool(torch.rand(1) < 0.5)
+    ours = crop_params(plan, height, width, torch.Generator().manual_seed(seed))
+    assert ours == (p["top"], p["left"], p["height"], p["width"], flipped)
+
+
+def test_crop_distribution_matches_torchvision():
+    """Area fraction and aspect ratio of 2,000 crops: same distribution (two-sample KS)."""
+    rrc = v2.RandomResizedCrop(224)
+    plan, _ = plan_transform(rrc)
+    gen, torch_crops = torch.Generator().manual_seed(1), []
+    torch.manual_seed(2)
+    ours = np.array([crop_params(plan, 375, 500, gen)[2:4] for _ in range(2000)], float)
+    for _ in range(2000):
+        p = rrc.make_params([torch.zeros(3, 375, 500)])
+        torch_crops.append((p["height"], p["width"]))
+    theirs = np.array(torch_crops, float)
+    for stat in (lambda a: a[:, 0] * a[:, 1], lambda a: a[:, 1] / a[:, 0]):
+        a, b = np.sort(stat(ours)), np.sort(stat(theirs))
+        grid = np.concatenate([a, b])
+        d = np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b)).max()
+        assert d < 1.95 * np.sqrt(2 / 2000)  # the KS critical value at alpha = 0.001
+
+
+def test_fused_crop_matches_decode_crop_resize(tmp_path):
+    """Per pixel: fused output vs torchvision resized_crop of the full decode."""
+    images = [jpeg(i, 120, 90) for i in range(8)]
+    path = write(tmp_path / "a.tfrecord", images)
+    transform = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip()])
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=8, transform=transform, seed=5)
+    plan, _ = plan_transform(transform)
+    assert batch["image"].shape == (8, 3, 48, 48)
+    gen = _batch_generator((5, 0, 0), 0)
+    diffs = []
+    for i, data in enumerate(images):
+        top, left, h, w, flip = crop_params(plan, 120, 90, gen)
+        full = torch.from_numpy(tf.io.decode_jpeg(data, channels=3).numpy()).permute(2, 0, 1)
+        expected = F.resized_crop(full, top, left, h, w, [48, 48], antialias=True)
+        if flip:
+            expected = F.horizontal_flip(expected)
+        diffs.append((batch["image"][i].int() - expected.int()).abs())
+    diff = torch.stack(diffs)
+    assert diff.max() <= 3 and diff.float().mean() < 0.3  # the documented tolerance
+
+
+def _batch_generator(seed, number):
+    return torch.Generator().manual_seed(int(np.random.SeedSequence([*seed, number]).generate_state(1)[0]))
+
+
+def test_each_image_gets_its_own_crop_and_flip(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(0, 120, 90)] * 16)  # one picture 16 times
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=16, transform=CROP)
+    distinct = {batch["image"][i].numpy().tobytes() for i in range(16)}
+    assert len(distinct) == 16
+
+
+def test_resize_head_gives_fixed_size_from_mixed_sizes(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(0, 40, 56), jpeg(1, 64, 30), png_bytes(photo(2, 20, 20))])
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=3, transform=v2.Resize((32, 32)))
+    assert batch["image"].shape == (3, 3, 32, 32)
+
+
+def test_size_mismatch_is_a_clear_error_unless_padding(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(0, 40, 56), jpeg(1, 30, 56), jpeg(2, 40, 56)])
+    mixed, = TFRecordDataset(path, features=SPEC, batch_size=3)  # no fixed size: a list
+    assert [tuple(i.shape) for i in mixed["image"]] == [(3, 40, 56), (3, 30, 56), (3, 40, 56)]
+    with pytest.raises(FeatureError, match=r"record 1 .*30x56, but the batch's size is 40x56"):
+        list(TFRecordDataset(path, features=SPEC, batch_size=3, images=ImageBatching(size=(40, 56))))
+    padded, = TFRecordDataset(path, features=SPEC, batch_size=3, images=ImageBatching(pad=True))
+    assert padded["image"].shape == (3, 3, 40, 56)
+    assert padded["image_size"].tolist() == [[40, 56], [30, 56], [40, 56]]
+    assert padded["image"][1, :, 30:].eq(0).all()
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xd8\xff\xe0 not a jpeg", "truncated"])
+def test_corrupt_image_in_a_batch_follows_on_error(tmp_path, bad):
+    good = [jpeg(i) for i in range(5)]
+    bad = good[0][:len(good[0]) // 2] if bad == "truncated" else bad
+    path = write(tmp_path / "a.tfrecord", good[:2] + [bad] + good[2:])
+    with pytest.raises(FeatureError, match=r"record 2 at byte offset \d+: feature 'image'"):
+        list(TFRecordDataset(path, features=SPEC, batch_size=6))
+    ds = TFRecordDataset(path, features=SPEC, batch_size=6, on_error="skip")
+    batch, = ds
+    assert batch["label"].tolist() == [0, 1, 3, 4, 5]
+    whole, = TFRecordDataset(write(tmp_path / "g.tfrecord", good), features=SPEC, batch_size=5)
+    assert torch.equal(batch["image"], whole["image"])  # the rest kept, no stray pixels
+    assert ds.errors()["total"] == 1
+
+
+def test_decode_pool_is_thread_safe():
+    images = [jpeg(i) for i in range(12)]
+    plan = CropPlan((24, 24), (0.08, 1.0), (3 / 4, 4 / 3), 0.5, 2)
+    engine = DecodeEngine(ImageBatching(threads=2))
+    expected = engine.decode(images, plan=plan, generator=torch.Generator().manual_seed(0))[0].clone()
+    results, errors = [], []
+
+    def run():
+        try:
+            for _ in range(3):
+                out = engine.decode(images, plan=plan, generator=torch.Generator().manual_seed(0))[0]
+                results.append(torch.equal(out, expected))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine.close()
+    assert not errors and len(results) == 24 and all(results)
+
+
+def test_forked_workers_give_the_same_batches(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(i, 60, 70) for i in range(20)])
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4, transform=CROP, seed=3)
+    alone = list(DataLoader(ds, batch_size=None, num_workers=0))
+    workers = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert len(alone) == len(workers) == 5
+    for a, b in zip(alone, workers):
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+
+
+def test_decode_threads_stop_when_the_iterator_is_dropped(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(i) for i in range(8)])
+    it = iter(TFRecordDataset(path, features=SPEC, batch_size=2))
+    next(it)
+    assert any(t.name.startswith("tfrecord-decode") for t in threading.enumerate())
+    del it
+    assert not any(t.name.startswith("tfrecord-decode") for t in threading.enumerate())
+
+
+def test_switches_turn_the_fused_path_off(tmp_path):
+    """images=False and fused=False apply the transform per image, as torchvision does."""
+    images = [jpeg(i, 60, 70) for i in range(6)]
+    path = write(tmp_path / "a.tfrecord", images)
+    for options in (False, ImageBatching(fused=False)):
+        torch.manual_seed(7)
+        batch, = TFRecordDataset(path, features=SPEC, batch_size=6, transform=CROP, images=options)
+        torch.manual_seed(7)
+        expected = [CROP(x["image"]) for x in TFRecordDataset(path, features=SPEC)]
+        assert batch["image"].shape == (6, 3, 48, 48)
+        if options is False:  # decoded with the per-sample decoder too: exactly equal
+            assert torch.equal(batch["image"], torch.stack(expected))
+        else:  # the fast path's decoder (TF's default IDCT) differs from the accurate one by a little
+            assert (batch["image"].int() - torch.stack(expected).int()).abs().float().mean() < 2
+
+
+def test_bad_options_are_refused():
+    for bad in ({"layout": "CHW"}, {"decoder": "islow"}, {"threads": 0}, {"normalize": ((0,), (1,))},
+                {"size": (0, 5)}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ImageBatching(**bad)
+    with pytest.raises(ValueError, match="images must be"):
+        TFRecordDataset([], images="yes")

@@ -1,0 +1,147 @@
+"""Fusing the head of a torchvision v2 transform into image decoding.
+
+When an image transform starts with ``v2.RandomResizedCrop`` (or a fixed
+``v2.Resize((h, w))``), optionally followed by ``v2.RandomHorizontalFlip``,
+the batch fast path does that work itself while the image is still a NumPy
+array on a decode thread: crop parameters drawn exactly as torchvision draws
+them (the same calls, on a generator seeded from the dataset's seed), then
+Pillow's antialiased resize of the crop window (GIL released) and the flip,
+written straight into the image's slot of the batch buffer.
+
+Pillow's resize and torchvision's antialiased uint8 resize are two
+implementations of the same filter; they differ by rounding (at most a few
+levels on a pixel, well under one level on average; tests/test_fast_images.py
+measures it), which is the fused path's documented tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["CropPlan", "crop_params", "plan_transform", "resize_into"]
+
+
+@dataclass(frozen=True)
+class CropPlan:
+    """What the fused head of a transform does to each image.
+
+    Attributes:
+        size: the output (height, width).
+        scale, ratio: RandomResizedCrop's ranges; None for a plain resize.
+        flip: probability of a horizontal flip after the crop (0: none).
+        resample: Pillow's resampling filter.
+    """
+
+    size: tuple[int, int]
+    scale: tuple[float, float] | None
+    ratio: tuple[float, float] | None
+    flip: float
+    resample: int
+
+
+def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
+    """Split a v2 transform into a fusable head and the transforms left over.
+
+    Returns:
+        (plan, rest): ``plan`` None when nothing can be fused; ``rest`` the
+        transforms still to apply to each image, in order.
+    """
+    from torchvision.transforms import v2
+
+    steps = list(transform.transforms) if isinstance(transform, v2.Compose) else [transform]
+    if not steps:
+        return None, steps
+    head = steps[0]
+    resample = _resample(head)
+    if resample is None:
+        return None, steps
+    if type(head) is v2.RandomResizedCrop:
+        plan = CropPlan((head.size[0], head.size[1]), (float(head.scale[0]), float(head.scale[1])),
+                        (float(head.ratio[0]), float(head.ratio[1])), 0.0, resample)
+    elif type(head) is v2.Resize and isinstance(head.size, (list, tuple)) and len(head.size) == 2 \
+            and head.max_size is None:
+        plan = CropPlan((head.size[0], head.size[1]), None, None, 0.0, resample)
+    else:
+        return None, steps
+    rest = steps[1:]
+    if rest and type(rest[0]) is v2.RandomHorizontalFlip:
+        plan = CropPlan(plan.size, plan.scale, plan.ratio, float(rest[0].p), plan.resample)
+        rest = rest[1:]
+    return plan, rest
+
+
+def _resample(step: Any) -> int | None:
+    """Pillow's filter for a resizing step, or None if it cannot be matched
+    (no antialiasing, or an interpolation Pillow does not share)."""
+    from PIL import Image
+
+    if getattr(step, "antialias", True) is False or not hasattr(step, "interpolation"):
+        return None
+    mode = step.interpolation  # an InterpolationMode, its value ("bilinear") or a PIL code
+    bilinear, bicubic = Image.Resampling.BILINEAR, Image.Resampling.BICUBIC
+    mode = {int(bilinear): "bilinear", int(bicubic): "bicubic"}.get(mode, mode) if isinstance(mode, int) \
+        else getattr(mode, "value", mode)
+    return {"bilinear": int(bilinear), "bicubic": int(bicubic)}.get(mode)
+
+
+def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Generator
+                ) -> tuple[int, int, int, int, bool]:
+    """(top, left, h, w, flip) for one image of ``height`` x ``width``.
+
+    The crop is drawn with the same calls, in the same order, as
+    ``v2.RandomResizedCrop.make_params`` (then ``RandomHorizontalFlip``'s
+    ``torch.rand(1)``), but from ``generator``: with a generator seeded like
+    torch's global one, the parameters are torchvision's exactly.
+    """
+    if plan.scale is None or plan.ratio is None:
+        top, left, h, w = 0, 0, height, width
+    else:
+        top, left, h, w = _random_resized_crop(plan.scale, plan.ratio, height, width, generator)
+    flip = plan.flip > 0 and bool(torch.rand(1, generator=generator) < plan.flip)
+    return top, left, h, w, flip
+
+
+def _random_resized_crop(scale, ratio, height, width, generator) -> tuple[int, int, int, int]:
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
+        aspect_ratio = torch.exp(torch.empty(1).uniform_(float(log_ratio[0]), float(log_ratio[1]),
+                                                         generator=generator)).item()
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            i = int(torch.randint(0, height - h + 1, size=(1,), generator=generator).item())
+            j = int(torch.randint(0, width - w + 1, size=(1,), generator=generator).item())
+            return i, j, h, w
+    in_ratio = float(width) / float(height)  # torchvision's fallback: a central crop
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, resample: int,
+                out: np.ndarray) -> None:
+    """Crop ``box`` = (top, left, h, w) of an RGB uint8 [H, W, 3] image, resize
+    it to ``out``'s size and write it (flipped if asked) into ``out``."""
+    from PIL import Image
+
+    top, left, h, w = box
+    size = (out.shape[1], out.shape[0])
+    window = image[top:top + h, left:left + w]
+    if (h, w) == out.shape[:2]:
+        resized = window
+    else:
+        resized = np.asarray(Image.fromarray(np.ascontiguousarray(window)).resize(size, resample))
+    out[...] = resized[:, ::-1] if flip else resized

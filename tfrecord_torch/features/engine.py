@@ -1,0 +1,240 @@
+"""The batch image engine: a small thread pool decoding a batch's images
+straight into one preallocated uint8 buffer.
+
+libjpeg-turbo (through simplejpeg), Pillow's resize and NumPy's copies all
+release the GIL, so the threads of one process use every core it has; no
+torch operator runs on the way (torch's own thread pool would fight the
+decode threads). Each image is decoded into its slot of a [B, H, W, 3]
+buffer -- or decoded whole, then cropped, resized and flipped into the slot
+when a transform's head is fused (:mod:`.crop`). The buffer is returned as
+[B, 3, H, W] in ``torch.channels_last`` memory format (a view, no copy), or
+as [B, H, W, 3]; inside a DataLoader worker it is allocated in shared
+memory so the batch crosses to the main process without a copy.
+
+An image that fails to decode leaves its slot zero-filled and is reported
+to the caller, which drops it under ``on_error`` (or raises).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tfrecord_torch.features.crop import CropPlan, crop_params, resize_into
+from tfrecord_torch.features.images import decode_image
+from tfrecord_torch.features.jpeg import JPEG_DECODERS, decode_jpeg, fast_jpeg
+from tfrecord_torch.features.limits import Header, check_pixels, read_header
+
+__all__ = ["LAYOUTS", "DecodeEngine", "ImageBatching", "MixedSizes", "default_threads"]
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+@dataclass(frozen=True)
+class ImageBatching:
+    """Options of the batch image fast path (``TFRecordDataset(images=...)``).
+
+    Attributes:
+        threads: decode threads per process; None: the cores this process may
+            use (``os.sched_getaffinity``) divided by the DataLoader's workers.
+        layout: "NCHW" (uint8 [B, 3, H, W] in channels_last memory) or "NHWC"
+            ([B, H, W, 3], contiguous).
+        decoder: JPEG IDCT: "fast" (``tf.io.decode_jpeg``'s default, bit for
+            bit) or "accurate" (``dct_method="INTEGER_ACCURATE"``, torchvision's).
+        fused: fuse a leading RandomResizedCrop / Resize((h, w)) (+ flip) of the
+            transform into decoding; False applies the transform per image.
+        normalize: None, or (mean, std) per channel on the 0-1 scale: images
+            come out float32, ``(x / 255 - mean) / std``, computed on the threads.
+        size: the batch's fixed (height, width): an image of another size is
+            refused (a FeatureError, under ``on_error``) unless padding. None:
+            a batch of mixed sizes comes out as a list of [3, H, W] tensors.
+        pad: smaller images are padded (bottom, right, zeros) to ``size``, or
+            to the batch's largest; the batch then holds "<name>_size" (int64
+            [B, 2], each image's own size).
+    """
+
+    threads: int | None = None
+    layout: str = "NCHW"
+    decoder: str = "fast"
+    fused: bool = True
+    normalize: tuple[Sequence[float], Sequence[float]] | None = None
+    size: tuple[int, int] | None = None
+    pad: bool = False
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.decoder not in JPEG_DECODERS:
+            raise ValueError(f"decoder must be one of {JPEG_DECODERS}, got {self.decoder!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads must be a positive int or None, got {self.threads!r}")
+        if self.size is not None and (len(self.size) != 2 or any(int(v) < 1 for v in self.size)):
+            raise ValueError(f"size must be (height, width), got {self.size!r}")
+        if self.normalize is not None and (len(self.normalize) != 2 or
+                                           any(len(v) != 3 for v in self.normalize)):
+            raise ValueError("normalize must be (mean, std), each three floats (R, G, B)")
+
+
+class MixedSizes(Exception):
+    """A batch's images differ in size and no fixed size was asked for."""
+
+
+def default_threads() -> int:
+    """Decode threads for this process: its cores over the DataLoader's workers."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    info = torch.utils.data.get_worker_info()
+    workers = 1 if info is None else info.num_workers
+    return max(1, cores // workers)
+
+
+class DecodeEngine:
+    """Decodes batches of encoded images with a thread pool it owns.
+
+    Safe to call from several threads (each call has its own buffers; the
+    pool is shared). The pool starts at the first batch, in the process that
+    decodes -- so a DataLoader worker forked from a parent never inherits
+    the parent's threads -- and stops at :meth:`close`.
+    """
+
+    def __init__(self, options: ImageBatching, *, mode: str = "RGB") -> None:
+        self.options, self.mode = options, mode
+        self._pool: ThreadPoolExecutor | None = None
+        self._owner = -1
+        self._lock = threading.Lock()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None or self._owner != os.getpid():
+                threads = self.options.threads or default_threads()
+                self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tfrecord-decode")
+                self._owner = os.getpid()
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the decode threads (a later batch starts them again)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._owner == os.getpid():
+            pool.shutdown(wait=True)
+
+    def __enter__(self) -> DecodeEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def decode(self, images: Sequence[bytes], *, plan: CropPlan | None = None,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                  dict[int, Exception]]:
+        """Decode one batch.
+
+        Args:
+            images: the encoded images, one per record.
+            plan: a fused crop/resize (+ flip) applied to each image, or None.
+            generator: draws each image's crop and flip, in batch order.
+
+        Returns:
+            (batch, sizes, failures): ``batch`` uint8 (float32 with
+            ``normalize``) [B, 3, H, W] channels_last or [B, H, W, 3];
+            ``sizes`` int64 [B, 2] of the images' own sizes when padding,
+            else None; ``failures`` maps the position of each image that
+            could not be decoded (its slot zero-filled) to its error.
+        """
+        failures: dict[int, Exception] = {}
+        headers: list[Header | None] = []
+        for i, data in enumerate(images):
+            try:
+                header = read_header(data)
+                check_pixels(header)
+            except Exception as e:  # noqa: BLE001 - every decoder error is the image's
+                failures[i], header = e, None
+            headers.append(header)
+        jobs: list[tuple[int, int, int, int, bool] | None] = [None] * len(images)
+        if plan is not None:
+            gen = generator or torch.Generator().manual_seed(0)
+            for i, h in enumerate(headers):
+                if h is not None:
+                    jobs[i] = crop_params(plan, h.height, h.width, gen)
+            height, width = plan.size
+        else:
+            height, width = self._batch_size(headers, failures)
+        sizes = None
+        if self.options.pad and plan is None:
+            sizes = torch.tensor([[h.height, h.width] if h else [0, 0] for h in headers], dtype=torch.int64)
+        dtype = torch.uint8 if self.options.normalize is None else torch.float32
+        zero = bool(failures) or sizes is not None
+        buffer = (torch.zeros if zero else torch.empty)((len(images), height, width, 3), dtype=dtype)
+        if torch.utils.data.get_worker_info() is not None:
+            buffer.share_memory_()  # sent to the main process without a copy
+        slots = buffer.numpy()
+        work = [i for i in range(len(images)) if i not in failures]
+        pool = self._executor()
+        # a few images per task: fewer hand-offs between threads (each one a GIL round trip)
+        step = max(1, len(work) // (4 * pool._max_workers))
+        chunks = [work[k:k + step] for k in range(0, len(work), step)]
+        results = pool.map(lambda chunk: [self._one(images[i], headers[i], jobs[i], plan, slots[i])
+                                          for i in chunk], chunks)
+        for chunk, errors in zip(chunks, results):
+            for i, error in zip(chunk, errors):
+                if error is not None:
+                    failures[i] = error
+                    slots[i] = 0
+        batch = buffer.permute(0, 3, 1, 2) if self.options.layout == "NCHW" else buffer
+        return batch, sizes, failures
+
+    def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:
+        """The batch's (H, W): the fixed size, else the largest image's. An
+        image that does not fit fails; without a fixed size and padding, mixed
+        sizes raise MixedSizes."""
+        known = [(i, (h.height, h.width)) for i, h in enumerate(headers) if h is not None]
+        if self.options.size is not None:
+            size = (int(self.options.size[0]), int(self.options.size[1]))
+        elif not known:
+            return 1, 1
+        elif self.options.pad:
+            return max(s[0] for _, s in known), max(s[1] for _, s in known)
+        elif len({s for _, s in known}) > 1:
+            raise MixedSizes
+        else:
+            return known[0][1]
+        for i, other in known:
+            fits = other[0] <= size[0] and other[1] <= size[1] if self.options.pad else other == size
+            if not fits:
+                failures[i] = ValueError(
+                    f"image is {other[0]}x{other[1]}, but the batch's size is {size[0]}x{size[1]}: pass "
+                    f"ImageBatching(pad=True), or a transform starting with v2.Resize((h, w)) or "
+                    f"v2.RandomResizedCrop")
+                headers[i] = None
+        return size
+
+    def _one(self, data: bytes, header: Header | None, job, plan: CropPlan | None, slot: np.ndarray
+             ) -> Exception | None:
+        """Decode one image into ``slot``; its error, or None."""
+        try:
+            direct = plan is None and self.options.normalize is None and not self.options.pad
+            if header is not None and fast_jpeg(header) and self.mode == "RGB":
+                image = decode_jpeg(data, decoder=self.options.decoder, out=slot if direct else None)
+            else:
+                image = decode_image(data, self.mode).permute(1, 2, 0).numpy()
+                if direct:
+                    slot[...] = image
+            if plan is not None:
+                target = slot if self.options.normalize is None else np.empty(slot.shape, np.uint8)
+                resize_into(image, job[:4], job[4], plan.resample, target)
+                image = target
+            if self.options.normalize is not None:
+                mean, std = (np.asarray(v, np.float32) for v in self.options.normalize)
+                h, w = image.shape[:2]
+                np.multiply(image, 1 / (255 * std), out=slot[:h, :w], casting="unsafe")
+                slot[:h, :w] -= mean / std
+            elif not direct and plan is None:
+                slot[:image.shape[0], :image.shape[1]] = image
+        except Exception as e:  # noqa: BLE001 - reported per image, the batch goes on
+            return e
+        return None

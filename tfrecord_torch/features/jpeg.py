@@ -1,0 +1,62 @@
+"""JPEG decoding for the batch fast path: libjpeg-turbo through simplejpeg,
+straight into a caller's buffer, with the GIL released.
+
+``decoder="fast"`` (the default of the fast path) is libjpeg's fast integer
+IDCT with fancy upsampling: the pixels ``tf.io.decode_jpeg(channels=3)``
+gives with its default ``dct_method=""``, bit for bit. ``decoder="accurate"``
+is the accurate integer IDCT: ``dct_method="INTEGER_ACCURATE"``, and what
+torchvision's ``decode_jpeg`` and the per-sample :class:`Image` give.
+
+Only what libjpeg converts to RGB itself takes this path (gray, YCbCr, RGB);
+CMYK/YCCK JPEGs and every other format go through :func:`.images.decode_image`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfrecord_torch.features.limits import Header
+
+__all__ = ["JPEG_DECODERS", "decode_jpeg", "fast_jpeg", "simplejpeg_available"]
+
+JPEG_DECODERS = ("fast", "accurate")
+
+
+def simplejpeg_available() -> bool:
+    """True when simplejpeg can be imported (a core dependency; checked anyway)."""
+    try:
+        import simplejpeg  # noqa: F401
+    except ImportError:  # pragma: no cover - installed with the package
+        return False
+    return True
+
+
+def fast_jpeg(header: Header) -> bool:
+    """Whether this header's image can take the simplejpeg path to RGB."""
+    return header.format == "jpeg" and header.channels in (1, 3) and header.bit_depth == 8
+
+
+def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = None,
+                min_size: tuple[int, int] = (0, 0)) -> np.ndarray:
+    """Decode a JPEG to RGB uint8 [H, W, 3].
+
+    Args:
+        data: the JPEG bytes (check :func:`fast_jpeg` on its header first).
+        decoder: "fast" (TF's default IDCT) or "accurate" (INTEGER_ACCURATE).
+        out: a C-contiguous uint8 [H, W, 3] array of the image's size to decode
+            into (no copy); None allocates.
+        min_size: (height, width) the output must reach at least: libjpeg's DCT
+            scaling decodes at 1/2, 1/4 or 1/8 size when that still fits.
+
+    Returns:
+        ``out`` (or a new array) holding the pixels.
+
+    Raises:
+        ValueError: corrupt or truncated data (libjpeg's message).
+    """
+    import simplejpeg
+
+    if min_size != (0, 0):
+        return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False,
+                                      min_height=min_size[0], min_width=min_size[1], min_factor=1.0)
+    return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False, buffer=out)
