@@ -172,3 +172,21 @@ def test_boxes_size_from_the_image_header_and_bad_lists():
     record["image/object/bbox/xmax"] = np.array([1.0, 1.0], np.float32)
     with pytest.raises(FeatureError, match="differ in length"):
         Boxes().decode(record)
+
+
+def test_plain_tensors_where_torchvision_cannot_be_imported(tmp_path, monkeypatch):
+    """With TensorFlow imported first (simulated), no tv_tensors: plain tensors, same values."""
+    from tfrecord_torch.features import images
+
+    segmentation_records(tmp_path / "seg.tfrecord")
+    od_records(tmp_path / "od.tfrecord")
+    wrapped = list(TFRecordDataset(tmp_path / "seg.tfrecord", features=presets.segmentation_raw()))
+    boxes = [i["boxes"] for i in TFRecordDataset(tmp_path / "od.tfrecord", features=presets.object_detection())]
+    monkeypatch.setattr(images, "_torchvision_usable", lambda: False)
+    plain = list(TFRecordDataset(tmp_path / "seg.tfrecord", features=presets.segmentation_raw()))
+    plain_boxes = [i["boxes"] for i in TFRecordDataset(tmp_path / "od.tfrecord", features=presets.object_detection())]
+    for p, w in zip(plain, wrapped):
+        assert type(p["image"]) is torch.Tensor and type(p["mask"]) is torch.Tensor
+        assert torch.equal(p["image"], w["image"].as_subclass(torch.Tensor))
+    assert all(type(b) is torch.Tensor and torch.equal(b, w.as_subclass(torch.Tensor))
+               for b, w in zip(plain_boxes, boxes))

@@ -64,8 +64,9 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
             the format cannot honour (RGBA from a JPEG).
     """
     header = read_header(data)
-    check_pixels(header, header.frames if frames == "all" else 1)
     fmt = header.format
+    animation = frames == "all" and fmt in _ANIMATED  # other formats give their first frame (page)
+    check_pixels(header, header.frames if animation else 1)
     if fmt == "jpeg" and mode == "RGBA":
         raise ValueError("a JPEG has no alpha channel, so mode='RGBA' cannot be honoured (TensorFlow "
                          "refuses channels=4 for JPEG too); use mode='RGB'")
@@ -75,7 +76,7 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
     if torchvision_reads and _torchvision_usable():
         arrays = _torchvision(data, header, mode)
     else:
-        arrays = pillow_frames(data, all_frames=frames == "all", gray_jpeg=mode == "L")
+        arrays = pillow_frames(data, all_frames=animation, gray_jpeg=mode == "L")
     want = None if mode == "unchanged" else MODE_CHANNELS[mode]
     out = []
     for array in arrays:
@@ -85,7 +86,7 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
             array = array.copy()
         # [C, H, W] over the [H, W, C] buffer, no copy: the strides torchvision's decoders give too
         out.append(torch.from_numpy(array).permute(2, 0, 1))
-    if frames == "all" and fmt in _ANIMATED:
+    if animation:
         return torch.stack(out)
     return out[0]
 

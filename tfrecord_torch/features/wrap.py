@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from tfrecord_torch.features.images import _torchvision_usable
+from tfrecord_torch.features import images as _images
 
 __all__ = ["as_boxes", "as_image", "as_mask"]
 
 
 def as_image(tensor: torch.Tensor) -> torch.Tensor:
     """``tv_tensors.Image`` of a tensor [..., C, H, W], or the tensor itself."""
-    if not _torchvision_usable():
+    if not _images._torchvision_usable():  # looked up on the module: one switch for all features
         return tensor
     from torchvision import tv_tensors
 
@@ -28,7 +28,7 @@ def as_image(tensor: torch.Tensor) -> torch.Tensor:
 
 def as_mask(tensor: torch.Tensor) -> torch.Tensor:
     """``tv_tensors.Mask`` of a tensor [H, W], or the tensor itself."""
-    if not _torchvision_usable():
+    if not _images._torchvision_usable():  # looked up on the module: one switch for all features
         return tensor
     from torchvision import tv_tensors
 
@@ -38,7 +38,7 @@ def as_mask(tensor: torch.Tensor) -> torch.Tensor:
 def as_boxes(tensor: torch.Tensor, canvas_size: tuple[int, int]) -> torch.Tensor:
     """``tv_tensors.BoundingBoxes`` (XYXY, absolute pixels) of a float tensor
     [N, 4] on an image of ``canvas_size`` (H, W), or the tensor itself."""
-    if not _torchvision_usable():
+    if not _images._torchvision_usable():  # looked up on the module: one switch for all features
         return tensor
     from torchvision import tv_tensors
 
