@@ -56,7 +56,9 @@ def main(out: str = "demo-output") -> int:
 
     indexed = tt.tfds_dataset(out, "train", map_style=True)
     item = indexed[777]
-    print(f"random access: record 777 has label {int(item['label'])} (source says {source[777][1]})")
+    k = int(tt.write_order(len(source))[777])  # the converter wrote the samples in this seeded order
+    print(f"random access: record 777 (source sample {k}) has label {int(item['label'])} "
+          f"(source says {source[k][1]})")
     return 0
 
 

@@ -31,6 +31,7 @@ from tfrecord_torch import (
     read_records,
     tfds_dataset,
     write_dataset,
+    write_order,
 )
 from tfrecord_torch.cli import main
 
@@ -60,8 +61,9 @@ def test_tf_data_reads_png_shards_exactly(tmp_path):
     assert [os.path.basename(p) for p in paths] == [f"fake-train.tfrecord-0000{i}-of-00003" for i in range(3)]
     records = tf_records(tmp_path)
     assert len(records) == 40
+    order = write_order(40)  # written in a seeded random order by default
     for i, r in enumerate(records):
-        image, label = source[i]
+        image, label = source[order[i]]
         pixels = tf.io.decode_png(r["image"], channels=3).numpy()
         assert np.array_equal(pixels, np.asarray(image))
         assert int(r["label"]) == label
@@ -81,7 +83,7 @@ def test_tfds_builder_from_directory_loads_output(tmp_path):
     assert builder.info.splits["test"].num_examples == 6
     train = list(builder.as_dataset(split="train", shuffle_files=False).as_numpy_iterator())
     for i, example in enumerate(train):
-        image, label = source[i]
+        image, label = source[write_order(20)[i]]
         assert np.array_equal(example["image"], np.asarray(image)) and example["label"] == label
 
 
@@ -91,10 +93,11 @@ def test_our_reader_of_our_output_and_len_without_scanning(tmp_path):
     assert (tmp_path / "label.labels.txt").read_text().split() == list("abcde")
     ds = tfds_dataset(tmp_path, "train")
     assert len(ds) == 25
+    order = write_order(25)
     first = next(iter(ds))
-    assert torch.equal(first["image"], torch.from_numpy(np.array(source[0][0])).permute(2, 0, 1))
+    assert torch.equal(first["image"], torch.from_numpy(np.array(source[order[0]][0])).permute(2, 0, 1))
     mapped = tfds_dataset(tmp_path, "train", map_style=True)
-    assert int(mapped[24]["label"]) == source[24][1]
+    assert int(mapped[24]["label"]) == source[order[24]][1]
 
 
 @pytest.mark.parametrize("fmt", ["jpeg", "raw"])
@@ -102,8 +105,9 @@ def test_jpeg_and_raw_formats(tmp_path, fmt):
     source = fake(n=8)
     write_dataset(source, tmp_path, name="fake", image_format=fmt, quality=90, progress=False)
     records = tf_records(tmp_path)
+    order = write_order(8)
     for i, r in enumerate(records):
-        expected = np.asarray(source[i][0])
+        expected = np.asarray(source[order[i]][0])
         assert r["format"].numpy().decode() == fmt
         if fmt == "raw":
             pixels = tf.reshape(tf.io.decode_raw(r["image"], tf.uint8), (12, 10, 3)).numpy()
@@ -119,7 +123,7 @@ def test_jpeg_and_raw_formats(tmp_path, fmt):
         import tensorflow_datasets as tfds
 
         example = next(iter(tfds.builder_from_directory(str(tmp_path)).as_dataset(split="train")))
-        assert np.array_equal(example["image"].numpy(), np.asarray(source[0][0]))
+        assert np.array_equal(example["image"].numpy(), np.asarray(source[order[0]][0]))
 
 
 def test_gzip_output(tmp_path):
@@ -165,7 +169,7 @@ def test_image_folder_copies_original_bytes(tmp_path):
     write_dataset(folder, tmp_path / "out", name="pets", progress=False)
     records = tf_records(tmp_path / "out", "pets-train.tfrecord-*")
     assert len(records) == 6
-    for r, (path, label) in zip(records, files):
+    for r, (path, label) in zip(records, [files[k] for k in write_order(6)]):
         assert r["image"].numpy() == path.read_bytes()
         assert int(r["label"]) == label
         assert r["format"].numpy() == (b"jpeg" if path.suffix == ".jpeg" else b"png")
@@ -205,7 +209,7 @@ def test_cli_convert_cifar10(tmp_path, capsys, monkeypatch):
     records = tf_records(tmp_path / "out", "cifar10-test.tfrecord-*")
     batch = data["test_batch"]
     assert len(records) == 20
-    for i, r in enumerate(records):
+    for i, r in zip(write_order(20), records):
         expected = batch["data"][i].reshape(3, 32, 32).transpose(1, 2, 0)
         assert np.array_equal(tf.io.decode_png(r["image"]).numpy(), expected)
         assert int(r["label"]) == batch["labels"][i]
@@ -233,7 +237,8 @@ def test_cli_convert_mnist_grayscale(tmp_path):
     assert ds.spec["image"].mode == "L"
     items = list(ds)
     assert len(items) == 12
-    for item, image, label in zip(items, images, labels):
+    order = write_order(12)
+    for item, image, label in zip(items, images[order], labels[order]):
         assert torch.equal(item["image"][0], torch.from_numpy(image)) and int(item["label"]) == label
 
 
@@ -280,7 +285,7 @@ def test_dict_samples_tensors_and_pil(tmp_path):
                     {"image": torch.from_numpy(array).permute(2, 0, 1), "label": torch.tensor(i)},
                     {"image": array}][i]
 
-    write_dataset(Mixed(), tmp_path, name="mixed", progress=False)
+    write_dataset(Mixed(), tmp_path, name="mixed", progress=False, shuffle=False)  # in the source's order
     records = tf_records(tmp_path, "mixed-train.tfrecord-*")
     assert [int(r["label"]) for r in records] == [0, 1, -1]
     for i, r in enumerate(records):
@@ -339,16 +344,24 @@ def test_sigkill_mid_conversion_then_rerun(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
-    visible = [f for f in os.listdir(out) if not f.startswith(".")]
-    assert visible == []  # no shard, index or metadata looks finished
-    assert any(f.endswith(".staged") for f in os.listdir(out))  # finished shards wait, hidden
+    visible = sorted(f for f in os.listdir(out) if not f.startswith("."))
+    assert visible and "dataset_info.json" not in visible  # finished shards, but no metadata yet
+    shards = [f for f in visible if not f.endswith(".index")]
+    assert len(shards) < 20
+    for name in shards:  # every file that looks finished is: complete and indexed
+        check_index(load_index(out / f"{name}.index"), out / name)
+        assert len(list(read_records(out / name))) == 10
+    assert any(f.endswith(".partial") for f in os.listdir(out))  # the killed shard: hidden
+    before = {name: os.stat(out / name).st_ino for name in shards}
     done = subprocess.run([sys.executable, str(script), str(out), "fast"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert not any(".staged" in f for f in os.listdir(out))
+    assert not any(".partial" in f for f in os.listdir(out))
+    assert {name: os.stat(out / name).st_ino for name in shards} == before  # kept, not written again
     ds = tfds_dataset(out, "train", features=presets.tfds())
     assert len(ds) == 200
-    assert [int(item["label"]) for item in ds] == [i % 3 for i in range(200)]
-    assert int(IndexedTFRecordDataset(str(out / "slow-train.tfrecord-*"))[199]["label"][0]) == 199 % 3
+    order = write_order(200)
+    assert [int(item["label"]) for item in ds] == [int(i) % 3 for i in order]
+    assert int(IndexedTFRecordDataset(str(out / "slow-train.tfrecord-*"))[199]["label"][0]) == order[199] % 3
 
 
 def test_tfds_prepared_directory_reads_without_tensorflow(tmp_path):

@@ -11,7 +11,7 @@ import torchvision
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
-from tfrecord_torch import Image, TFRecordDataset, presets, write_dataset
+from tfrecord_torch import Image, TFRecordDataset, presets, write_dataset, write_order
 from tfrecord_torch.write.png16 import encode_png16
 
 rng = np.random.default_rng(16)
@@ -37,6 +37,7 @@ def test_16_bit_images_stay_16_bit(tmp_path):
     write_dataset([(torch.from_numpy(a).permute(2, 0, 1), 1) for a in rgb], tmp_path / "c", name="c",
                   progress=False)
     for folder, arrays in (("g", gray + [gray[0]]), ("c", rgb)):
+        arrays = [arrays[k] for k in write_order(len(arrays))]  # the seeded write order
         ours = list(TFRecordDataset(tmp_path / folder, features={"image": Image(mode="unchanged")}))
         raws = list(tf.data.TFRecordDataset(shards(tmp_path / folder)))
         assert len(ours) == len(raws) == len(arrays)
@@ -55,7 +56,8 @@ def test_16_bit_raw_and_jpeg(tmp_path):
     spec = presets.converted(raw=True, dtype="uint16")
     ours = list(TFRecordDataset(tmp_path, features=spec))
     desc = {"image": tf.io.FixedLenFeature([], tf.string)}
-    for item, raw, a in zip(ours, tf.data.TFRecordDataset(shards(tmp_path)), arrays):
+    written = [arrays[k] for k in write_order(2)]
+    for item, raw, a in zip(ours, tf.data.TFRecordDataset(shards(tmp_path)), written):
         theirs = tf.io.decode_raw(tf.io.parse_single_example(raw, desc)["image"], tf.uint16).numpy()
         assert np.array_equal(theirs.reshape(a.shape), a)
         assert np.array_equal(item["image"].permute(1, 2, 0).numpy(), a)
@@ -102,7 +104,7 @@ def test_detection_dataset_writes_the_od_api_layout(tmp_path):
     parsed = [tf.io.parse_single_example(r, keys) for r in records]
     ours = list(TFRecordDataset(tmp_path / "out", features=presets.object_detection()))
     assert len(parsed) == len(ours) == 2
-    for p, item, objs in zip(parsed, ours, objects):
+    for p, item, objs in zip(parsed, ours, [objects[k] for k in write_order(2)]):
         h, w = int(p["image/height"]), int(p["image/width"])
         assert tf.io.decode_jpeg(p["image/encoded"]).shape == (h, w, 3) and p["image/format"] == b"jpeg"
         dense = {k: tf.sparse.to_dense(v).numpy() for k, v in p.items() if isinstance(v, tf.SparseTensor)}
@@ -127,6 +129,7 @@ def test_raw_conversion_describes_the_image_for_any_sizes(tmp_path, sizes):
 
     arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
     write_dataset([(a, i) for i, a in enumerate(arrays)], tmp_path, name="r", image_format="raw", progress=False)
+    arrays = [arrays[k] for k in write_order(len(arrays))]  # as written: in the seeded order
     features = json.loads((tmp_path / "features.json").read_text())["featuresDict"]["features"]
     assert {"image", "height", "width", "channels", "label"} <= set(features)
     builder = tfds.builder_from_directory(str(tmp_path))

@@ -13,7 +13,7 @@ import pytest
 from helpers import ids_of, write_shards
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import TFRecordDataset, read_records, tfds_dataset
+from tfrecord_torch import TFRecordDataset, read_records, tfds_dataset, write_order
 from tfrecord_torch.cli import main as cli
 
 CONVERT = textwrap.dedent("""
@@ -79,7 +79,7 @@ def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
     assert not [f for f in os.listdir(out) if f.endswith((".staged", ".partial"))]
     assert_visible_files_complete(out)
     labels = [int(d["label"]) for d in tfds_dataset(out, "train")]
-    assert labels == [i % 7 for i in range(400)]
+    assert labels == [int(i) % 7 for i in write_order(400)]
     capsys.readouterr()
 
 
@@ -87,11 +87,13 @@ def test_second_converter_into_the_same_folder_fails_clearly(tmp_path):
     script = tmp_path / "convert.py"
     script.write_text(CONVERT)
     out = tmp_path / "out"
-    first = subprocess.Popen([sys.executable, str(script), str(out), "0.01", "0"], stdout=subprocess.PIPE,
-                             text=True)
+    first = subprocess.Popen([sys.executable, str(script), str(out), "0.5", "0"], stdout=subprocess.PIPE,
+                             text=True)  # 200 s of writing: killed below, long before
     try:
         assert first.stdout.readline().strip() == "start"
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while not (out / ".crash-train.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # it holds the lock from here on
         second = subprocess.run([sys.executable, str(script), str(out), "0", "0"], capture_output=True,
                                 text=True)
         assert second.returncode != 0

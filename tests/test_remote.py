@@ -25,6 +25,7 @@ from tfrecord_torch import (
     read_records,
     tfds_dataset,
     write_dataset,
+    write_order,
 )
 from tfrecord_torch.data.shards import expand_paths
 from tfrecord_torch.errors import RemoteError
@@ -204,7 +205,7 @@ def test_converter_to_bucket_and_tfds_reader(s3, cache):
                   storage_options=s3.options)
     ds = tfds_dataset("s3://bucket/conv", "train", storage_options=s3.options)
     assert len(ds) == 12
-    assert [int(d["label"]) for d in ds] == [source[i][1] for i in range(12)]
+    assert [int(d["label"]) for d in ds] == [source[i][1] for i in write_order(12)]
 
 
 def test_transient_500_is_retried(s3, cache, only_our_retries, caplog):

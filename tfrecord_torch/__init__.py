@@ -19,6 +19,7 @@ _EXPORTS = {
     "Bytes": "tfrecord_torch.features.specs",
     "Compression": "tfrecord_torch.records.compression",
     "CorruptRecordError": "tfrecord_torch.errors",
+    "DatasetSource": "tfrecord_torch.write.source",
     "ErrorPolicy": "tfrecord_torch.policy",
     "ExampleDecodeError": "tfrecord_torch.errors",
     "Feature": "tfrecord_torch.features.specs",
@@ -55,6 +56,7 @@ _EXPORTS = {
     "read_records": "tfrecord_torch.records.framing",
     "tfds_dataset": "tfrecord_torch.tfds.dataset",
     "write_dataset": "tfrecord_torch.write.convert",
+    "write_order": "tfrecord_torch.write.plan",
 }
 _MODULES = {"presets": "tfrecord_torch.features.presets"}  # exported as modules
 
@@ -111,4 +113,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.records.writer import RecordWriter
     from tfrecord_torch.tfds.dataset import tfds_dataset
     from tfrecord_torch.write.convert import write_dataset
+    from tfrecord_torch.write.plan import write_order
     from tfrecord_torch.write.sharded import ShardedWriter
+    from tfrecord_torch.write.source import DatasetSource
