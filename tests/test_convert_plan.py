@@ -6,6 +6,7 @@ import filecmp
 import multiprocessing
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,7 +179,7 @@ class Flaky(torch.utils.data.Dataset):
     def __getitem__(self, i):
         self.calls += 1
         if i == self.bad and os.path.exists(self.counter):
-            left = int(open(self.counter).read())
+            left = int(Path(self.counter).read_text())
             if left > 0:
                 with open(self.counter, "w") as f:
                     f.write(str(left - 1))
