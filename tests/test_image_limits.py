@@ -122,3 +122,59 @@ def test_rgba_from_jpeg_in_a_dataset_names_file_record_and_key(tmp_path):
     message = str(info.value)
     assert info.value.record == 1 and str(path) in message and "image/encoded" in message
     assert "JPEG has no alpha channel" in message and "mode='RGB'" in message
+
+
+@pytest.mark.slow  # 1,800 decodes of mutated images in a child process
+def test_mutated_images_never_crash_or_balloon():
+    """Bit flips, byte overwrites and truncations of every format, decoded in every
+    mode in a child capped at 1 GiB over torch's import: each gives a tensor or a
+    Python exception (which Image turns into a FeatureError), never a crash."""
+    code = textwrap.dedent(f"""
+        import io, os, resource, sys
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import numpy as np, torch, torchvision.io
+        from PIL import Image as PILImage
+        from test_image_limits import gif_bomb
+        from tfrecord_torch.features.images import decode_image
+        from tfrecord_torch.features.masks import decode_mask
+        status = open(f"/proc/{{os.getpid()}}/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+        rng = np.random.default_rng(14)
+        def save(a, fmt, **kw):
+            buf = io.BytesIO(); PILImage.fromarray(a).save(buf, format=fmt, **kw); return buf.getvalue()
+        a = rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)
+        frames = [PILImage.fromarray(np.roll(a, k, 0)) for k in range(3)]
+        buf = io.BytesIO(); frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:])
+        seeds = [save(a, "PNG"), save(a, "JPEG"), save(a, "JPEG", progressive=True), buf.getvalue(),
+                 save(a, "WEBP"), save(a, "WEBP", lossless=True), save(a, "BMP"), gif_bomb(4, 30),
+                 save(a[:, :, 0], "PNG"), save((a.astype(np.uint16) * 257)[:, :, 0], "PNG")]
+        outcomes = {{"ok": 0, "error": 0}}
+        for seed in seeds:
+            for trial in range(60):
+                data = bytearray(seed)
+                kind = trial % 3
+                if kind == 0:
+                    for _ in range(1 + trial % 4):
+                        data[int(rng.integers(0, len(data)))] ^= 1 << int(rng.integers(0, 8))
+                elif kind == 1:
+                    pos = int(rng.integers(0, len(data)))
+                    data[pos:pos + 4] = rng.integers(0, 256, 4, dtype=np.uint8).tobytes()
+                else:
+                    data = data[:int(rng.integers(0, len(data)))]
+                for mode, frames in (("RGB", "first"), ("unchanged", "all"), ("L", "first")):
+                    try:
+                        decode_image(bytes(data), mode, frames=frames)
+                        outcomes["ok"] += 1
+                    except Exception:
+                        outcomes["error"] += 1
+                try:
+                    decode_mask(bytes(data))
+                except Exception:
+                    pass
+        print(outcomes)
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert "'ok'" in out.stdout and "'error'" in out.stdout
