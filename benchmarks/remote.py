@@ -56,6 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("TFRECORD_TORCH_CACHE", os.path.join(args.out, "index-cache"))
     import tfrecord_torch as tt
+    from tfrecord_torch.data.shards import expand_paths
 
     shards, per_shard, size = (2, 500, 10_000) if args.quick else (4, 2_500, 10_000)
     random_reads = 200 if args.quick else 2_000
@@ -72,7 +73,7 @@ def main() -> None:
     rows = []
     for label, paths, options in (("local disk", os.path.join(local_dir, "bench-train.tfrecord-*"), None),
                                   ("S3 (moto, loopback)", "s3://bench/shards/bench-train.tfrecord-*", so)):
-        files = tt.shards.expand_paths(paths, options)
+        files = expand_paths(paths, options)
 
         def stream():
             n = sum(len(p) for f in files for p in tt.read_records(f, storage_options=options))

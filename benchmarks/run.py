@@ -15,7 +15,8 @@ Cases, one module each in ``benchmarks/cases/``: ``framing_1mib`` (1 MiB records
 uint8 tensors through a DataLoader, against tf.data and the decoder's own limit),
 ``small_loader`` (small Examples to batched tensors through a DataLoader), ``memory``
 (RSS growth over epochs), ``convert`` (write_dataset against a TensorFlow writer loop
-and ``cp -r``). Targets are reported under the table, not asserted.
+and ``cp -r``), ``remote_open`` (seconds to the first record over 1,000 shards on a local
+S3 server, and requests per shard). Targets are reported under the table, not asserted.
 
 How it measures
 ---------------
