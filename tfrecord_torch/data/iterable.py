@@ -27,8 +27,9 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, shard_index
 from tfrecord_torch.data.state import FORMAT, check_state, describe_shards_for_state
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.batch import parse_example_batch
+from tfrecord_torch.features.collate import pad_collate
 from tfrecord_torch.features.engine import ImageBatching
-from tfrecord_torch.features.specs import bind
+from tfrecord_torch.features.sequence import SequenceSpec, make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
 
@@ -41,7 +42,12 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     Args:
         paths: a path, a glob pattern, a directory, or a list of these.
         features: a feature spec (``{"image": Image(), "label": Int64()}``,
-            or a preset); None yields the dicts :func:`parse_example` returns.
+            or a preset, or a TF ``feature_description``); None yields the
+            dicts :func:`parse_example` returns. With ``sequence_features``,
+            the spec of the SequenceExamples' context (may be None).
+        sequence_features: read SequenceExamples: a spec of their feature
+            lists, each feature's shape being one step's (``Int64("tokens")``
+            gives int64 [T], ``Float("frames", shape=(3,))`` float32 [T, 3]).
         index: None to use (or build and cache) each uncompressed shard's index;
             a list of index paths, one per shard; False to stream every shard.
         shuffle: a global shuffle: indexed shards are read in a permutation
@@ -88,7 +94,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
     """
 
-    def __init__(self, paths: Paths, *, features: dict | None = None, index: Sequence[PathLike] | None = None,
+    def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
+                 index: Sequence[PathLike] | None = None,
                  shuffle: bool = False, seed: int = 0, shuffle_block: int = 1,
                  shuffle_buffer: int | None = None, cycle_length: int = 4, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
@@ -99,7 +106,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
-        self.spec = bind(features) if features is not None else None
+        self.spec = make_spec(features, sequence_features)
         self.rank, self.world_size = sharding.resolve_rank(rank, world_size)
         if even not in sharding.EVEN_MODES:
             raise ValueError(f"even must be one of {sharding.EVEN_MODES}, got {even!r}")
@@ -336,7 +343,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _image_batches(self, where: tuple[int, ...]) -> ImageBatches:
         """The batch decoder of one iterator; ``where`` adds to the crop seed."""
-        return ImageBatches(self.spec or {}, self.transform, self.images,
+        return ImageBatches(self.spec if isinstance(self.spec, dict) else {}, self.transform, self.images,
                             (self.seed, self.epoch, self.rank, *where))
 
     def _decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
@@ -347,6 +354,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """One decoded batch of ``payloads``; a bad record is found (among
         ``items()``, the same records with their locations) and named, and when
         the policy skips, left out of the batch."""
+        if isinstance(self.spec, SequenceSpec):  # per record, then T padded (pad_collate)
+            decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())
+                       if r is not SKIPPED]
+            if not decoded:
+                return SKIPPED
+            batch = pad_collate(decoded, keys=(), sequences=tuple(self.spec.sequence))
+            return self.transform(batch) if self.transform is not None else batch
         try:
             if not payloads:
                 return SKIPPED

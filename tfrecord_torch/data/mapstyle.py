@@ -12,7 +12,7 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import Located, decode_item
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
-from tfrecord_torch.features.specs import bind
+from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
@@ -31,7 +31,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     Args:
         paths: a path, a glob pattern, a directory, or a list of these
             (uncompressed shards; compressed ones cannot be seeked).
-        features: a feature spec; None gives :func:`parse_example` dicts.
+        features: a feature spec (or TF ``feature_description``); None gives
+            :func:`parse_example` dicts; with ``sequence_features``, the context's spec.
+        sequence_features: read SequenceExamples (see :class:`TFRecordDataset`).
         index: None (each shard's index, built and cached if missing) or a
             list of index paths, one per shard.
         transform: a callable applied to each item.
@@ -47,7 +49,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         storage_options: fsspec options for URLs (each record is one range request).
     """
 
-    def __init__(self, paths: Paths, *, features: dict | None = None, index: Sequence[PathLike] | None = None,
+    def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
+                 index: Sequence[PathLike] | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
         listing = find_shards(paths, storage_options)
@@ -69,7 +72,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._readers = pool.ReaderPool(storage_options)
         self._stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
-        self.spec = bind(features) if features is not None else None
+        self.spec = make_spec(features, sequence_features)
         self.transform, self.verify = transform, verify
 
     def __len__(self) -> int:

@@ -10,6 +10,7 @@ import numpy as np
 
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError
 from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
@@ -186,22 +187,28 @@ def parse_located(item: Located) -> dict:
         raise locate(e, item) from e
 
 
-def decode_item(item: Located, spec: dict | None, transform) -> object:
+def decode_item(item: Located, spec: dict | SequenceSpec | None, transform) -> object:
     """Parse a record, decode it with ``spec`` (if any), apply ``transform``
     (if any); errors name the record's location."""
+    if isinstance(spec, SequenceSpec):
+        try:
+            record = spec.decode_payload(item.payload)
+        except (ExampleDecodeError, FeatureError) as e:
+            raise locate(e, item) from e
+        return transform(record) if transform is not None else record
     record = parse_located(item)
     if spec is not None:
         try:
             record = decode(record, spec)
         except FeatureError as e:
-            raise locate(e, item) from e
+            raise locate(hint_sequence_example(e, item.payload), item) from e
     return transform(record) if transform is not None else record
 
 
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped
 
 
-def decode_or_skip(item: Located, spec: dict | None, transform, report) -> object:
+def decode_or_skip(item: Located, spec: dict | SequenceSpec | None, transform, report) -> object:
     """decode_item, but with ``report`` a bad record is reported and SKIPPED."""
     if report is None:
         return decode_item(item, spec, transform)

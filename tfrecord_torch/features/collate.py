@@ -12,7 +12,7 @@ __all__ = ["detection_collate", "pad_collate"]
 
 
 def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: int = 0,
-                mask_value: int = 255) -> Any:
+                mask_value: int = 255, sequences: Sequence[str] | None = None) -> Any:
     """Collate dicts whose images differ in size, like tf.data's padded_batch.
 
     Each tensor [C, H, W] under ``keys`` is padded at the bottom and right to
@@ -23,6 +23,14 @@ def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: 
     are padded with ``mask_value`` instead -- 255 by default, the ignore index
     segmentation losses expect (``CrossEntropyLoss(ignore_index=255)``). Other
     keys use default_collate.
+
+    Sequences -- a SequenceExample's feature lists ([T, ...]) and variable
+    length values (``Int64(shape=None)``, TF's VarLen and Ragged features) --
+    are padded at the end to the longest T in the batch with ``value``, and
+    ``k + "_length"`` (int64 [B]) holds each T. ``sequences`` names them;
+    by default every tensor key (of at least 1 dimension) whose lengths
+    differ in this batch is padded (name them to get ``_length`` in every batch).
+    Bytes values of a sequence stay lists, beside their ``_length``.
 
     Use with ``functools.partial(pad_collate, keys=(...), mask_value=...)``.
     """
@@ -35,6 +43,8 @@ def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: 
             out[key] = _pad_masks(values, mask_value)
         elif key in keys:
             out.update(_pad(key, values, value))
+        elif (key in sequences) if sequences is not None else _ragged(values):
+            out.update(_pad_sequences(key, values, value))
         else:
             out[key] = default_collate(values)
     return out
@@ -76,3 +86,23 @@ def _pad(key: str, images: list, value: int) -> dict:
         mask[i, :img.shape[1], :img.shape[2]] = True
     sizes = torch.tensor([[img.shape[1], img.shape[2]] for img in images], dtype=torch.int64)
     return {key: padded, f"{key}_size": sizes, f"{key}_mask": mask}
+
+
+def _ragged(values: list) -> bool:
+    if all(isinstance(v, list) for v in values):  # bytes values of sequences, Bytes(many=True)
+        return len({len(v) for v in values}) > 1
+    return all(isinstance(v, torch.Tensor) and v.dim() >= 1 for v in values) and \
+        len({v.shape[1:] for v in values}) == 1 and len({v.shape[0] for v in values}) > 1
+
+
+def _pad_sequences(key: str, values: list, value: int) -> dict:
+    lengths = torch.tensor([len(v) for v in values], dtype=torch.int64)
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return {key: list(values), f"{key}_length": lengths}
+    if len({v.shape[1:] for v in values}) != 1:
+        raise ValueError(f"pad_collate: the steps of {key!r} differ in shape: {sorted({tuple(v.shape) for v in values})}")
+    longest = int(lengths.max()) if len(values) else 0
+    padded = values[0].new_full((len(values), longest, *values[0].shape[1:]), value)
+    for i, v in enumerate(values):
+        padded[i, :len(v)] = v
+    return {key: padded, f"{key}_length": lengths}

@@ -62,6 +62,8 @@ class Feature:
                 raise FeatureError(self.key, "required feature is missing")
             return None
         got = _kind(value)
+        if got == "empty" and self.default is not _REQUIRED:
+            return None  # an empty Feature() (no kind set) takes the default, as in TensorFlow
         if got != self.kind and got != "empty":
             raise FeatureError(self.key, f"holds {got} values, expected {self.kind}")
         return value

@@ -1,0 +1,113 @@
+"""SequenceExample specs: context features plus feature lists of steps.
+
+A sequence feature is a :class:`~tfrecord_torch.features.specs.Feature` whose
+shape is the shape of one step, as in TensorFlow's
+``FixedLenSequenceFeature``: ``Int64("tokens")`` gives int64 [T],
+``Float("frames", shape=(3,))`` float32 [T, 3]; ``Bytes``/``Text`` give a
+list of T values. A missing feature list is an error unless the feature has a
+``default`` (any value: the list is then empty, [0, ...], as TF's
+``allow_missing=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.example.codec import parse_sequence_example
+from tfrecord_torch.features.specs import _REQUIRED, Feature, _Numeric, bind
+
+__all__ = ["SequenceSpec", "decode_steps", "hint_sequence_example", "make_spec"]
+
+
+class SequenceSpec:
+    """A bound context spec (may be empty) and a bound sequence spec."""
+
+    def __init__(self, context: dict | None, sequence: dict) -> None:
+        self.context = bind(context) if context else {}
+        self.sequence = bind(sequence)
+        for name, feature in self.sequence.items():
+            if not isinstance(feature, (_Numeric,)) and feature.kind != "bytes":
+                raise ValueError(f"sequence_features[{name!r}]: {type(feature).__name__} cannot be a "
+                                 "sequence feature (use Int64, Float, Bytes or Text)")
+            if isinstance(feature, _Numeric) and feature.shape is None:
+                raise ValueError(f"sequence_features[{name!r}]: give the per-step shape (shape=() for one "
+                                 "value per step)")
+        clash = set(self.context) & set(self.sequence)
+        if clash:
+            raise ValueError(f"names in both features and sequence_features: {sorted(clash)}")
+
+    def __iter__(self):
+        yield from self.context
+        yield from self.sequence
+
+    def keys(self) -> list[str]:
+        return [*self.context, *self.sequence]
+
+    def decode_payload(self, payload: bytes) -> dict:
+        """Decode a serialized SequenceExample with this spec."""
+        context, lists = parse_sequence_example(payload)
+        out = {name: feature.decode(context) for name, feature in self.context.items()}
+        for name, feature in self.sequence.items():
+            out[name] = decode_steps(feature, lists, has_lists=bool(lists))
+        return out
+
+
+def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
+    """One feature list as a tensor [T, *shape] (numeric) or a list of T values."""
+    key = feature.key
+    steps = lists.get(key)
+    if steps is None:
+        if feature.default is _REQUIRED:
+            where = "the record's feature lists" if has_lists else \
+                "the record, which holds no feature lists (a tf.train.Example? read its keys with features=)"
+            raise FeatureError(key, f"required feature list is missing from {where}")
+        steps = []
+    if isinstance(feature, _Numeric):
+        shape = feature.shape or ()
+        size = math.prod(shape)
+        for t, step in enumerate(steps):
+            if not isinstance(step, np.ndarray) or step.dtype != feature.dtype:
+                got = ("int64" if step.dtype == np.int64 else "float") if isinstance(step, np.ndarray) else \
+                    "bytes" if step else "no"
+                raise FeatureError(key, f"step {t} holds {got} values, expected {feature.kind}")
+            if step.size != size:
+                raise FeatureError(key, f"step {t} holds {step.size} values, expected {size} (shape {shape})")
+        flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)
+        return torch.from_numpy(flat.reshape((len(steps), *shape)).copy())
+    out = []
+    for t, step in enumerate(steps):
+        if isinstance(step, np.ndarray):
+            raise FeatureError(key, f"step {t} holds numbers, expected bytes")
+        out.append(feature.convert(step))
+    return out
+
+
+def make_spec(features: dict | None, sequence_features: dict | None = None) -> dict | SequenceSpec | None:
+    """The bound spec a dataset decodes with: a dict for Examples, a
+    :class:`SequenceSpec` when ``sequence_features`` is given, or None."""
+    if sequence_features is not None:
+        return SequenceSpec(features, sequence_features)
+    return bind(features) if features is not None else None
+
+
+def hint_sequence_example(error: FeatureError, payload: bytes) -> FeatureError:
+    """A missing-key error, told that the record is a SequenceExample when it has feature lists."""
+    if "required feature is missing" not in (error.reason or ""):
+        return error
+    try:
+        _, lists = parse_sequence_example(payload)
+    except Exception:  # not a SequenceExample either: the plain message stands
+        return error
+    if not lists:
+        return error
+    shown = sorted(lists)[:5]
+    return FeatureError(error.key, f"required feature is missing; the record is a tf.train.SequenceExample "
+                                   f"with feature lists {shown}: read them with "
+                                   f"TFRecordDataset(..., features=<context spec>, sequence_features="
+                                   f"{{{shown[0]!r}: Int64()}}) (or parse_sequence_example)",
+                        error.path, error.offset, error.record)
