@@ -120,3 +120,19 @@ def test_compressed_and_empty_remote_shards(s3, so, cache):  # noqa: F811
     sniffs = [r for r in requests if r[0] == "GET" and r[1].endswith("b.tfrecord")]
     assert [r[2] for r in sniffs] == ["bytes=0-11"]
     assert sorted(ids_of(ds)) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_damaged_remote_shards_counted_once_each_when_opened_together(cache):  # noqa: F811
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    for i in range(8):
+        url = f"memory://damaged/s{i}.tfrecord"
+        with RecordWriter(url) as w:
+            for j in range(3):
+                w.write(make_example({"id": 3 * i + j}))
+        mem.pipe(f"/damaged/s{i}.tfrecord", mem.cat_file(f"/damaged/s{i}.tfrecord") + b"\xff" * 20)  # a bad tail
+    ds = TFRecordDataset("memory://damaged", on_error="skip")
+    assert sorted(ids_of(ds)) == list(range(24))
+    assert ds.errors()["total"] == 8
+    assert set(ds.errors()["per_shard"]) == {f"memory://damaged/s{i}.tfrecord" for i in range(8)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -150,8 +151,19 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
 
     if len(paths) < 2 or not any(fs.is_url(p) for p in paths):
         return [one(i) for i in range(len(paths))]
+    if report is not None:  # the policy's counts are read-modify-writes: one thread at a time
+        report = _serialized(report)
     with ThreadPoolExecutor(min(OPEN_THREADS, len(paths)), thread_name_prefix="open-shards") as pool:
         return list(pool.map(one, range(len(paths))))
+
+
+def _serialized(call):
+    lock = threading.Lock()
+
+    def serialized(error: Exception) -> None:
+        with lock:
+            call(error)
+    return serialized
 
 
 def _remote_index(path: str, listing: lister.Listing, compression, build: bool,
