@@ -27,9 +27,18 @@ def add_convert_parser(sub, parents=()) -> None:
     p.add_argument("--format", default="png", choices=["png", "jpeg", "raw"],
                    help="encoding for decoded pixels (default png, lossless)")
     p.add_argument("--quality", type=int, default=95, help="JPEG quality (default 95)")
-    p.add_argument("--shard-size", type=int, default=10_000, help="records per shard (default 10000)")
+    p.add_argument("--shard-size", type=int, default=10_000, help="records per shard, at most (default 10000)")
+    p.add_argument("--num-shards", type=int, default=None, help="the number of shards (instead of --shard-size)")
     p.add_argument("--compression", choices=["none", "gzip"], default="none")
-    p.add_argument("--workers", type=int, default=0, help="encoding processes (default 0: this one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the write order (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_false",
+                   help="keep the source order (default: a seeded random order, so shards mix classes)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=None,
+                       help="processes writing shards (0: this one; default: one per core from 5000 images)")
+    where.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
+                       help="write the shards on a Dask cluster (tcp://host:8786; needs tfrecord_torch[dask]); "
+                            "its workers must see the source at the same path")
     p.add_argument("--size", type=int, default=1000, help="FakeData: number of images")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_convert)
@@ -38,26 +47,39 @@ def add_convert_parser(sub, parents=()) -> None:
 def _cmd_convert(args) -> int:
     from tfrecord_torch.write.convert import write_dataset
 
-    dataset, default_name = _source_dataset(args)
+    source, default_name = _source_dataset(args)
+    dataset = source.build()  # once per process: write_dataset reuses it
     split = args.split or ("test" if args.train is False else "train")
     name = args.name or default_name
-    paths = write_dataset(dataset, args.output, name=name, split=split, image_format=args.format,
-                          quality=args.quality, shard_size=args.shard_size, num_workers=args.workers,
-                          compression=None if args.compression == "none" else args.compression,
-                          progress=not args.quiet, storage_options=args.storage_options)
+    options = dict(name=name, split=split, image_format=args.format, quality=args.quality,
+                   shard_size=args.shard_size, num_shards=args.num_shards, seed=args.seed, shuffle=args.shuffle,
+                   compression=None if args.compression == "none" else args.compression,
+                   progress=not args.quiet, storage_options=args.storage_options)
+    if args.dask_scheduler:
+        try:
+            from distributed import Client
+        except ImportError as e:
+            raise ValueError("--dask-scheduler needs Dask: pip install 'tfrecord_torch[dask]'") from e
+        with Client(args.dask_scheduler) as client:
+            paths = write_dataset(source, args.output, executor=client.get_executor(), **options)
+    else:
+        paths = write_dataset(source, args.output, num_workers=args.workers, **options)
     print(f"{len(dataset)} records in {len(paths)} shards -> {args.output} ({name}-{split})")
     return 0
 
 
 def _source_dataset(args):
+    """A DatasetSource recipe for the source (tasks on other processes rebuild it) and a default name."""
     import inspect
 
     import torchvision.datasets as tvd
 
+    from tfrecord_torch.write.source import DatasetSource
+
     if os.path.isdir(args.source):
-        dataset = tvd.ImageFolder(args.source)
+        source = DatasetSource(tvd.ImageFolder, os.path.abspath(args.source))
         base = os.path.basename(os.path.normpath(args.source)) or "images"
-        return dataset, "".join(c if c.isalnum() or c == "_" else "_" for c in base.lower())
+        return source, "".join(c if c.isalnum() or c == "_" else "_" for c in base.lower())
     cls = getattr(tvd, args.source, None)
     if not (inspect.isclass(cls) and hasattr(cls, "__getitem__")):
         names = sorted(n for n in dir(tvd) if n[:1].isupper() and inspect.isclass(getattr(tvd, n)))
@@ -68,14 +90,16 @@ def _source_dataset(args):
     if cls is tvd.FakeData:
         kwargs["size"] = args.size
     else:
-        kwargs["root"] = args.root
+        kwargs["root"] = os.path.abspath(args.root)
     if "train" in params and args.train is not None:
         kwargs["train"] = args.train
     if "split" in params and args.split:
         kwargs["split"] = args.split
     if "download" in params:
         kwargs["download"] = False
+    source = DatasetSource(cls, **kwargs)
     try:
-        return cls(**kwargs), args.source.lower()
+        source.build()
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted..."
         raise ValueError(f"{args.source} at {args.root!r}: {e}") from e
+    return source, args.source.lower()
