@@ -10,6 +10,7 @@ compressed file, decompress it once (``tfrecord-torch decompress``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -96,7 +97,7 @@ class _Rows:
 
 
 def build_index(path: PathLike, index_path: PathLike | None = None, *, storage_options: dict | None = None,
-                progress=None, on_error: OnError = "raise") -> str:
+                progress: Callable[[int], object] | None = None, on_error: OnError = "raise") -> str:
     """Write the index file of a record file, checking every CRC on the way.
 
     Args:
