@@ -90,9 +90,10 @@ def test_inspect(shards, capsys):
     assert f["opt"]["present"] == 10 and not f["opt"]["fixed"]
     assert main(["inspect", *map(str, shards)]) == 0
     text = capsys.readouterr().out
-    assert "'label': tf.io.FixedLenFeature([1], tf.int64)" in text
+    assert "'label': tf.io.FixedLenFeature([], tf.int64)" in text
     assert "'opt': tf.io.VarLenFeature(tf.int64)" in text
-    assert "'name': tf.io.FixedLenFeature([1], tf.string)" in text
+    assert "'name': tf.io.FixedLenFeature([], tf.string)" in text
+    assert "'label': Int64()," in text and "'opt': Int64(shape=None)," in text and "'name': Bytes()," in text
 
 
 def test_head_and_cat(shards, capsys):

@@ -58,7 +58,7 @@ _EXPORTS = {
     "write_dataset": "tfrecord_torch.write.convert",
     "write_order": "tfrecord_torch.write.plan",
 }
-_MODULES = {"presets": "tfrecord_torch.features.presets"}  # exported as modules
+_MODULES = {"presets": "tfrecord_torch.features.presets", "tfspec": "tfrecord_torch.features.tfspec"}  # exported as modules
 
 __all__ = sorted([*_EXPORTS, *_MODULES])
 
@@ -97,7 +97,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         parse_example,
         parse_sequence_example,
     )
-    from tfrecord_torch.features import presets
+    from tfrecord_torch.features import presets, tfspec
     from tfrecord_torch.features.boxes import Boxes
     from tfrecord_torch.features.collate import detection_collate, pad_collate
     from tfrecord_torch.features.engine import ImageBatching

@@ -129,8 +129,10 @@ def _cmd_inspect(args) -> int:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         for r in rows:
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-        print("schema (tf.io feature_description):")
+        print("schema (tf.io feature_description, which TFRecordDataset(features=...) also takes):")
         print(report.feature_description())
+        print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes):")
+        print(report.torch_spec())
     return 0
 
 

@@ -69,9 +69,29 @@ class SchemaReport:
             if dtype is None:
                 lines.append(f"    # {key!r}: {s.kind} kind, no single dtype")
             elif self.fixed(key):
-                lines.append(f"    {key!r}: tf.io.FixedLenFeature([{s.max_len}], {dtype}),")
+                shape = "" if s.max_len == 1 else str(s.max_len)  # a scalar is [] (TF's [1] gives shape [1])
+                lines.append(f"    {key!r}: tf.io.FixedLenFeature([{shape}], {dtype}),")
             else:
                 lines.append(f"    {key!r}: tf.io.VarLenFeature({dtype}),")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def torch_spec(self) -> str:
+        """The matching ``tfrecord_torch`` spec (Python source)."""
+        classes = {"int64": "Int64", "float": "Float"}
+        lines = ["{"]
+        for key in sorted(self.features):
+            s = self.features[key]
+            if s.kind not in ("int64", "float", "bytes"):
+                lines.append(f"    # {key!r}: {s.kind} kind, no single dtype")
+            elif s.kind == "bytes":
+                many = "" if self.fixed(key) and s.max_len == 1 else "many=True"
+                lines.append(f"    {key!r}: Bytes({many}),")
+            elif self.fixed(key):
+                shape = "" if s.max_len == 1 else f"shape=({s.max_len},)"
+                lines.append(f"    {key!r}: {classes[s.kind]}({shape}),")
+            else:
+                lines.append(f"    {key!r}: {classes[s.kind]}(shape=None),")
         lines.append("}")
         return "\n".join(lines)
 

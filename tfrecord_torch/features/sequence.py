@@ -89,7 +89,14 @@ def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
 
 def make_spec(features: dict | None, sequence_features: dict | None = None) -> dict | SequenceSpec | None:
     """The bound spec a dataset decodes with: a dict for Examples, a
-    :class:`SequenceSpec` when ``sequence_features`` is given, or None."""
+    :class:`SequenceSpec` when ``sequence_features`` is given, or None. TF
+    feature descriptions are converted (:mod:`tfrecord_torch.features.tfspec`)."""
+    from tfrecord_torch.features.tfspec import convert, is_description
+
+    if isinstance(features, dict) and any(is_description(v) for v in features.values()):
+        features = convert(features)
+    if isinstance(sequence_features, dict) and any(is_description(v) for v in sequence_features.values()):
+        sequence_features = convert(sequence_features, sequence=True)
     if sequence_features is not None:
         return SequenceSpec(features, sequence_features)
     return bind(features) if features is not None else None

@@ -1,0 +1,244 @@
+"""TensorFlow feature descriptions, as written by a TF team, read without TensorFlow.
+
+``features=`` accepts a ``feature_description`` dict as given to
+``tf.io.parse_single_example`` (and ``sequence_features=`` the sequence dict of
+``tf.io.parse_single_sequence_example``): ``tf.io.FixedLenFeature``,
+``VarLenFeature``, ``FixedLenSequenceFeature``, ``RaggedFeature`` (without
+partitions) and ``SparseFeature`` objects are recognised by their class
+name and fields, so TensorFlow is never imported. The classes here are the
+same, spelled for teams without TF (``tfspec.FixedLenFeature([], "int64")``).
+Values equal TF's: defaults applied, shapes checked; VarLen and Ragged give
+1-D tensors (lists of bytes for strings), which ``pad_collate`` pads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.specs import _REQUIRED, Bytes, Feature, Float, Int64
+
+__all__ = ["FixedLenFeature", "FixedLenSequenceFeature", "RaggedFeature", "SparseFeature", "VarLenFeature",
+           "convert", "is_description"]
+
+
+class FixedLenFeature(NamedTuple):
+    """As ``tf.io.FixedLenFeature``: ``dtype`` "int64", "float32" or "string"."""
+
+    shape: Any
+    dtype: Any
+    default_value: Any = None
+
+
+class VarLenFeature(NamedTuple):
+    """As ``tf.io.VarLenFeature``: any number of values, a 1-D tensor."""
+
+    dtype: Any
+
+
+class FixedLenSequenceFeature(NamedTuple):
+    """As ``tf.io.FixedLenSequenceFeature``: steps of ``shape`` (a feature list, or in an Example a flat list)."""
+
+    shape: Any
+    dtype: Any
+    allow_missing: bool = False
+    default_value: Any = None
+
+
+class RaggedFeature(NamedTuple):
+    """As ``tf.io.RaggedFeature`` without partitions: a 1-D tensor of ``value_key``'s values."""
+
+    dtype: Any
+    value_key: str | None = None
+    partitions: tuple = ()
+    row_splits_dtype: Any = "int32"
+    validate: bool = False
+
+
+class SparseFeature(NamedTuple):
+    """As ``tf.io.SparseFeature`` (1-D): a dense tensor [size] with ``value_key``'s
+    values at ``index_key``'s positions, zeros elsewhere (TF gives a SparseTensor)."""
+
+    index_key: Any
+    value_key: str
+    dtype: Any
+    size: Any
+    already_sorted: bool = False
+
+
+_KINDS = {"FixedLenFeature", "VarLenFeature", "FixedLenSequenceFeature", "RaggedFeature", "SparseFeature"}
+
+
+def is_description(value: Any) -> bool:
+    """True for a TF (or this module's) feature description object."""
+    return type(value).__name__ in _KINDS and hasattr(value, "dtype")
+
+
+def _dtype(name: str, dtype: Any) -> str:
+    text = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
+    text = {"tf.int64": "int64", "tf.float32": "float32", "tf.string": "string", "float": "float32",
+            "bytes": "string", "str": "string", "object": "string"}.get(text, text)
+    if text not in ("int64", "float32", "string"):
+        raise ValueError(f"features[{name!r}]: dtype {dtype!r} is not one of int64, float32, string "
+                         "(the kinds a tf.train.Example holds)")
+    return text
+
+
+def _shape(name: str, shape: Any) -> tuple:
+    try:
+        dims = tuple(int(d) for d in (getattr(shape, "as_list", lambda: shape)() or ()))
+    except (TypeError, ValueError):
+        raise ValueError(f"features[{name!r}]: shape {shape!r} must be a list of ints") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"features[{name!r}]: shape {shape!r} must be fully defined")
+    return dims
+
+
+def _default(name: str, value: Any) -> Any:
+    if value is None:
+        return _REQUIRED
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def _numeric(dtype: str):
+    return Int64 if dtype == "int64" else Float
+
+
+def convert(description: dict, *, sequence: bool = False) -> dict:
+    """A spec of this package's features from a TF ``feature_description``.
+
+    Args:
+        description: name -> TF feature object (or one of this module's).
+        sequence: the dict is the sequence part of a SequenceExample description.
+
+    Raises:
+        ValueError: an unknown or unsupported description, a bad dtype, shape or
+            default (named).
+    """
+    out: dict = {}
+    for name, desc in description.items():
+        if isinstance(desc, Feature):
+            out[name] = desc
+            continue
+        if not is_description(desc):
+            raise ValueError(f"features[{name!r}] must be a Feature or a TF feature description, got {desc!r:.100}")
+        kind = type(desc).__name__
+        dtype = _dtype(name, desc.dtype)
+        try:
+            out[name] = _one(name, kind, desc, dtype, sequence)
+        except ValueError as e:
+            raise ValueError(f"features[{name!r}] ({kind}): {e}") from None
+    return out
+
+
+def _one(name: str, kind: str, desc: Any, dtype: str, sequence: bool) -> Feature:
+    if sequence:
+        if kind != "FixedLenSequenceFeature":
+            raise ValueError("sequence features must be FixedLenSequenceFeature (as in TF)")
+        shape = _shape(name, desc.shape)
+        default = None if desc.allow_missing else _REQUIRED
+        if dtype == "string":
+            if shape:
+                raise ValueError("string sequence features take one value per step (shape [])")
+            return Bytes(name, default=default)
+        return _numeric(dtype)(name, shape=shape, default=default)
+    if kind == "FixedLenFeature":
+        shape = _shape(name, desc.shape)
+        default = _default(name, desc.default_value)
+        if dtype == "string":
+            return FixedBytes(name, shape=shape, default=default)
+        return _numeric(dtype)(name, shape=shape, default=default)
+    if kind in ("VarLenFeature", "RaggedFeature"):
+        key = getattr(desc, "value_key", None) or name
+        if getattr(desc, "partitions", ()):
+            raise ValueError("RaggedFeature partitions are not supported (read the values and row lengths as "
+                             "VarLenFeatures)")
+        if dtype == "string":
+            return Bytes(key, many=True, default=[])
+        return _numeric(dtype)(key, shape=None, default=np.zeros(0, np.int64 if dtype == "int64" else np.float32))
+    if kind == "FixedLenSequenceFeature":  # in an Example: a flat list of steps
+        if not desc.allow_missing:
+            raise ValueError("in features= (an Example) TF requires allow_missing=True")
+        shape = _shape(name, desc.shape)
+        if dtype == "string":
+            return Bytes(name, many=True, default=[])
+        return Steps(name, step_shape=shape, dtype=dtype)
+    index_key = desc.index_key
+    if not isinstance(index_key, str):
+        if len(index_key) != 1:
+            raise ValueError("only 1-D SparseFeatures are supported")
+        index_key = index_key[0]
+    size = desc.size if isinstance(desc.size, int) else _shape(name, desc.size)[0]
+    return Sparse(name, index_key=index_key, value_key=desc.value_key, dtype=dtype, size=size)
+
+
+class FixedBytes(Bytes):
+    """A string FixedLenFeature: bytes for shape [], a list of prod(shape) bytes otherwise."""
+
+    def __init__(self, key: str | None = None, *, shape: tuple = (), default: Any = _REQUIRED) -> None:
+        super().__init__(key, many=bool(shape), default=default)
+        self.shape = tuple(shape)
+        if default is not _REQUIRED:
+            values = default if isinstance(default, (list, tuple)) else [default]
+            if shape and len(values) == 1:
+                values = list(values) * math.prod(shape)
+            if len(values) != max(math.prod(shape), 1) or not all(isinstance(v, (bytes, str)) for v in values):
+                raise ValueError(f"default {default!r} does not give {math.prod(shape)} string values")
+            values = [v.encode() if isinstance(v, str) else v for v in values]
+            self.default = values if shape else values[0]
+
+    def convert(self, value: Any) -> Any:
+        want = math.prod(self.shape)
+        if len(value) != want:
+            raise FeatureError(self.key, f"holds {len(value)} values, expected {want} (shape {self.shape})")
+        return list(value) if self.shape else value[0]
+
+
+class Steps(Feature):
+    """An Example's FixedLenSequenceFeature: a flat list as [N, *step_shape] (N may be 0)."""
+
+    def __init__(self, key: str | None = None, *, step_shape: tuple = (), dtype: str = "int64") -> None:
+        super().__init__(key, default=None)
+        self.step_shape, self.kind = tuple(step_shape), "int64" if dtype == "int64" else "float"
+        self.dtype = np.dtype(np.int64 if dtype == "int64" else np.float32)
+
+    def decode(self, record: dict) -> Any:
+        value = self.raw(record)
+        array = np.zeros(0, self.dtype) if value is None or not len(value) else np.asarray(value, self.dtype)
+        size = math.prod(self.step_shape)
+        if array.size % size:
+            raise FeatureError(self.key, f"holds {array.size} values, not a whole number of steps of "
+                                         f"shape {self.step_shape}")
+        return torch.from_numpy(array.reshape((-1, *self.step_shape)).copy())
+
+
+class Sparse(Feature):
+    """A 1-D SparseFeature as a dense tensor [size]."""
+
+    def __init__(self, key: str | None = None, *, index_key: str, value_key: str, dtype: str, size: int) -> None:
+        super().__init__(key, default=None)
+        self.index_key, self.value_key, self.size = index_key, value_key, int(size)
+        self.dtype = np.dtype(np.int64 if dtype == "int64" else np.float32) if dtype != "string" else None
+        if self.dtype is None:
+            raise ValueError("string SparseFeatures are not supported")
+
+    def decode(self, record: dict) -> Any:
+        index = record.get(self.index_key, np.zeros(0, np.int64))
+        values = record.get(self.value_key, np.zeros(0, self.dtype))
+        if not isinstance(index, np.ndarray) or (len(index) and index.dtype != np.int64):
+            raise FeatureError(self.index_key, "SparseFeature indices must be int64 values")
+        if not isinstance(values, np.ndarray) and values:
+            raise FeatureError(self.value_key, "holds bytes, expected numbers")
+        values = np.asarray(values, self.dtype)
+        if len(index) != len(values):
+            raise FeatureError(self.value_key, f"holds {len(values)} values for {len(index)} indices "
+                                               f"({self.index_key!r})")
+        if len(index) and (index.min() < 0 or index.max() >= self.size):
+            raise FeatureError(self.index_key, f"index {int(index.max())} is out of range for size {self.size}")
+        dense = np.zeros(self.size, self.dtype)
+        dense[index] = values
+        return torch.from_numpy(dense)
