@@ -176,6 +176,7 @@ def _remote_index(path: str, listing: lister.Listing, compression, build: bool,
     stat = listing.stats.get(path) or fs.size_and_version(path, so)
     if stat[0] == 0:  # an empty object holds no records (and has no bytes to sniff)
         return np.zeros((0, 2), np.int64)
+    fs.require_ranges(path, so, stat[0])  # records are read by range: say so now if they cannot be
     beside = default_index_path(path)
     if listing.knows(beside) is not False:
         known = listing.stats.get(beside)

@@ -19,11 +19,12 @@ import os
 import stat
 from typing import Any
 
-from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.io.retry import retrying
+from tfrecord_torch.errors import RemoteError, TFRecordError
+from tfrecord_torch.io import http
+from tfrecord_torch.io.retry import retrying, status_of
 
-__all__ = ["RemoteFile", "exists", "filesystem", "is_url", "local", "open_read", "read_bytes", "read_range",
-           "size_and_version", "unstrip", "version_of"]
+__all__ = ["RemoteFile", "exists", "filesystem", "is_url", "local", "open_read", "ranged", "read_bytes",
+           "read_range", "require_ranges", "size_and_version", "unstrip", "version_of"]
 
 log = logging.getLogger(__name__)
 READ_AHEAD = 16 << 20  # block size of streaming remote reads
@@ -60,7 +61,11 @@ def exists(path, storage_options: dict | None = None) -> bool:
     if not is_url(path):
         return os.path.exists(local(path))
     fs, p = filesystem(path, storage_options)
-    return bool(retrying("exists", path, lambda: fs.exists(p)))
+    try:  # fs.exists() says False for any failure; a 503 must be retried, not taken for absence
+        retrying("stat", path, lambda: fs.info(p))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_bytes(path, storage_options: dict | None = None, limit: int = 256 << 20, *,
@@ -88,7 +93,29 @@ def read_range(path, start: int, end: int, storage_options: dict | None = None) 
         with open(local(path), "rb", buffering=0) as f:
             return os.pread(f.fileno(), end - start, start)
     fs, p = filesystem(path, storage_options)
-    return retrying(f"read of bytes {start}-{end}", path, lambda: fs.cat_file(p, start=start, end=end))
+    return ranged(path, start, end, lambda: http.read_range(fs, p, path, start, end) if http.is_http(path)
+                  else fs.cat_file(p, start=start, end=end))
+
+
+def require_ranges(url: str, storage_options: dict | None = None, size: int | None = None) -> None:
+    """For an HTTP(S) URL, raise :class:`RemoteError` unless its server honours range
+    requests (random access needs them); one small request, nothing downloaded."""
+    if not (is_url(url) and http.is_http(url)):
+        return
+    fs, p = filesystem(url, storage_options)
+    size = size_and_version(url, storage_options)[0] if size is None else size
+    retrying("range check", url, lambda: http.supports_ranges(fs, p, url, size))
+
+
+def ranged(url: str, start: int, end: int, call) -> bytes:
+    """``call()`` reading bytes ``[start, end)`` of ``url``, retried; a range past the end of
+    the object (HTTP 416, as an empty object answers) is no bytes, not an error."""
+    try:
+        return retrying(f"read of bytes {start}-{end}", url, call)
+    except (RemoteError, OSError) as e:
+        if status_of(e) == 416 or "InvalidRange" in str(e):
+            return b""
+        raise
 
 
 class RemoteFile(io.RawIOBase):
@@ -106,6 +133,8 @@ class RemoteFile(io.RawIOBase):
         return True
 
     def _open(self):
+        if http.is_http(self.url):  # one streamed GET: works when the server ignores Range
+            return http.open_get(self._fs, self._path, self.url, self._pos)
         f = self._fs.open(self._path, "rb", block_size=READ_AHEAD, cache_type="readahead")
         f.seek(self._pos)
         return f

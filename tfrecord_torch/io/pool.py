@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfrecord_torch.errors import RemoteError
-from tfrecord_torch.io.files import filesystem, is_url, local
-from tfrecord_torch.io.retry import retrying
+from tfrecord_torch.io import http
+from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 
 __all__ = ["Reader", "ReaderPool", "read_at"]
 
@@ -36,7 +36,10 @@ class Reader:
             return os.pread(self._handle, size, offset)
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
-        data = retrying(what, self.path, lambda: fs.cat_file(p, start=offset, end=offset + size))
+        if http.is_http(self.path):
+            return ranged(self.path, offset, offset + size,
+                          lambda: http.read_range(fs, p, self.path, offset, offset + size))
+        data = ranged(self.path, offset, offset + size, lambda: fs.cat_file(p, start=offset, end=offset + size))
         if len(data) > size:  # the server ignored the Range header and sent more
             raise RemoteError(self.path, f"{what}: the server answered {len(data)} bytes; it does "
                                          "not support range requests, so random access cannot work")

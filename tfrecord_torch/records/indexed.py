@@ -37,6 +37,7 @@ class IndexedReader:
         self.path = os.fspath(path)
         self.verify = verify
         self._pool = pool.ReaderPool(storage_options, limit=4)
+        fs.require_ranges(self.path, storage_options)  # a server ignoring Range: fail now, not per record
         if index is None:
             candidate = default_index_path(self.path)
             index = candidate if fs.exists(candidate, storage_options) else None
