@@ -97,13 +97,14 @@ def _convert_png(path, workers: int):
     from tfrecord_torch import write_dataset
 
     data = ArrayImages(np.load(os.path.join(path, "arrays.npy")), SPEC["params"]["classes"])
-    return _timed_conversion(lambda dst: write_dataset(data, dst, name="bench", image_format="png",
+    # two shards: a shard is one task, so two processes need two
+    return _timed_conversion(lambda dst: write_dataset(data, dst, name="bench", image_format="png", num_shards=2,
                                                        num_workers=workers, progress=False))
 
 
 @worker("convert", "ours png",
-        note="write_dataset(arrays, image_format='png', num_workers=2, progress=False): PNG-encode "
-             "(Pillow, level 6), one shard + index + TFDS metadata")
+        note="write_dataset(arrays, image_format='png', num_shards=2, num_workers=2, progress=False): "
+             "PNG-encode (Pillow, level 6), two shards + indexes + TFDS metadata")
 def convert_ours_png(path):
     return _convert_png(path, 2)
 
@@ -178,6 +179,70 @@ def convert_cp(path):
     return run
 
 
+
+
+case("convert_scale", dataset="convert_src", unit="images/s", repeats=3, quick_repeats=1, probe=False,
+     ref="serial",
+     title="Scaling conversion out: the same PNG conversion into 8 shards in this process, in 2 processes "
+           "and on a 2-worker Dask cluster (ratios to the serial run; the output is byte-identical)",
+     short="convert: serial / processes / Dask")
+
+
+class NpyImages:
+    """(uint8 array [H, W, 3], label) from an .npy file, memory-mapped: a dataset a
+    DatasetSource rebuilds cheaply on each Dask worker (benchmarks.cases.convert.NpyImages)."""
+
+    def __init__(self, path: str, num_classes: int) -> None:
+        import numpy as np
+
+        self.arrays, self.num_classes = np.load(path, mmap_mode="r"), num_classes
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __getitem__(self, i: int):
+        import numpy as np
+
+        return np.asarray(self.arrays[i]), i % self.num_classes
+
+
+def _scaled(path: str, **where):
+    from tfrecord_torch import DatasetSource, write_dataset
+
+    source = DatasetSource(NpyImages, os.path.join(path, "arrays.npy"), SPEC["params"]["classes"])
+    shards = min(8, SPEC["params"]["records"])
+    return _timed_conversion(lambda dst: write_dataset(source, dst, name="bench", num_shards=shards,
+                                                       progress=False, **where))
+
+
+@worker("convert_scale", "serial", note="write_dataset(DatasetSource(NpyImages, 'arrays.npy'), num_shards=8, "
+                                        "num_workers=0): PNG-encode in this process")
+def scale_serial(path):
+    return _scaled(path, num_workers=0)
+
+
+@worker("convert_scale", "2 processes", note="the same with num_workers=2: a ProcessPoolExecutor of 2 forked "
+                                             "processes (started within the timing), one task per shard")
+def scale_processes(path):
+    return _scaled(path, num_workers=2)
+
+
+@worker("convert_scale", "dask 2 workers",
+        note="the same with executor=Client(LocalCluster(n_workers=2, threads_per_worker=1)).get_executor(): "
+             "the cluster is started and its workers import torch before the timing, as a running cluster "
+             "would have; each task rebuilds the source from its DatasetSource and writes one shard; point "
+             "TFRECORD_BENCH_DASK=tcp://host:8786 at a real cluster (sharing the scratch folder) to time it")
+def scale_dask(path):
+    from distributed import Client, LocalCluster
+
+    address = os.environ.get("TFRECORD_BENCH_DASK")
+    if address:
+        client = Client(address)
+    else:
+        cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+        client = Client(cluster)
+    client.run(lambda: __import__("tfrecord_torch.write.task") and __import__("torchvision"))  # warm workers
+    return _scaled(path, executor=client.get_executor())
 
 
 time_ratio("convert", "ours ImageFolder copy", "cp -r")
