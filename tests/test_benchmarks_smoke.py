@@ -44,6 +44,9 @@ REQUIRED = {
     ("convert", "tf writer png"),
     ("convert", "ours ImageFolder copy"),
     ("convert", "cp -r"),
+    ("convert_scale", "serial"),
+    ("convert_scale", "2 processes"),
+    ("convert_scale", "dask 2 workers"),
     ("remote_open", "ours, index files"),
 }
 THROUGHPUT_UNITS = ("GB/s", "MB/s", "records/s", "images/s")
