@@ -24,7 +24,7 @@ from tfrecord_torch.data.reading import (
     stream_shard,
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
-from tfrecord_torch.data.state import FORMAT, check_state, describe_shards_for_state
+from tfrecord_torch.data.state import ResumableReader
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.batch import parse_example_batch
 from tfrecord_torch.features.collate import pad_collate
@@ -36,7 +36,7 @@ from tfrecord_torch.policy import OnError
 __all__ = ["TFRecordDataset"]
 
 
-class TFRecordDataset(torch.utils.data.IterableDataset):
+class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
     """Records from TFRecord shards, split over DataLoader workers and ranks.
 
     Args:
@@ -156,15 +156,6 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         worker processes: ``{"total": n, "per_shard": {path: n}}``."""
         return self.policy.summary()
 
-    def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
-
-        Not needed to reshuffle: each iteration already starts the next epoch.
-        Call it before ``iter(loader)``; it reaches persistent workers too.
-        """
-        self._epochs.set(epoch)
-        self.epoch = int(epoch)
-
     def __repr__(self) -> str:
         records = "streamed" if self.streamed else f"{sum(self.counts or ()):,} records"
         parts = [describe_shards(self.paths), records,
@@ -186,45 +177,6 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
-    # --- resuming ------------------------------------------------------------
-
-    def _settings(self) -> dict:
-        info = torch.utils.data.get_worker_info()
-        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                "worker": [0, 1] if info is None else [info.id, info.num_workers],
-                "shards": describe_shards_for_state(self.paths, self.counts),
-                "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
-                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
-                "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
-
-    def state_dict(self) -> dict:
-        """Where iteration stands: the epoch, this reader's position in it, and
-        the settings that give the position its meaning (format version, seed,
-        shards with record counts, rank, world size, worker, shuffle, mode).
-
-        The position counts the units (records, or batches in batch mode) this
-        reader has finished, delivered or skipped by the error policy. Inside a
-        DataLoader worker this is the worker's own state, which is what
-        torchdata's StatefulDataLoader saves and restores per worker.
-        """
-        return {"format": FORMAT, "epoch": self.epoch, "position": self._position, **self._settings()}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration reads the saved epoch from after the saved
-        position (no :meth:`set_epoch` needed); nothing is repeated or skipped,
-        and what came before is not read again (streamed shards are re-read but
-        not decoded). Later iterations go on with the following epochs.
-
-        Raises:
-            ValueError: the state comes from another seed, shard list, rank,
-                world size, worker split, shuffle setting or mode (named), or
-                another format version.
-        """
-        state = check_state(state, self._settings(), what=type(self).__name__)
-        self.epoch = int(state["epoch"])
-        self._epochs.restore(self.epoch)
-        self._resume = dict(state)
 
     # --- iteration -----------------------------------------------------------
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["FORMAT", "check_state", "describe_shards_for_state"]
+import torch.utils.data
+
+__all__ = ["FORMAT", "ResumableReader", "check_state", "describe_shards_for_state"]
 
 FORMAT = 1  # bump when the meaning of a position changes
 
@@ -81,3 +83,74 @@ def _shard_difference(theirs: Any, mine: list) -> str:
         if _normal(a) != _normal(b):
             return f"shards[{i}]: state has {a!r} (name, records), dataset has {b!r}"
     return "shards differ"
+
+
+class ResumableReader:
+    """Epochs and resume states of :class:`~tfrecord_torch.TFRecordDataset`
+    (its attributes: ``_epochs``, ``epoch``, ``_position``, ``_resume`` and the
+    settings listed in :meth:`_settings`)."""
+
+    _epochs: Any
+    epoch: int
+    _position: int
+    _resume: dict | None
+    paths: list[str]
+    seed: int
+    rank: int
+    world_size: int
+    shuffle: bool
+    shuffle_block: int
+    shuffle_buffer: int
+    cycle_length: int
+    batch_size: int | None
+    drop_last: bool
+    even: str | None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
+
+        Not needed to reshuffle: each iteration already starts the next epoch.
+        Call it before ``iter(loader)``; it reaches persistent workers too.
+        """
+        self._epochs.set(epoch)
+        self.epoch = int(epoch)
+
+    def _settings(self) -> dict:
+        info = torch.utils.data.get_worker_info()
+        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                "worker": [0, 1] if info is None else [info.id, info.num_workers],
+                "shards": describe_shards_for_state(self.paths, self._counts()),
+                "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
+                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
+                "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
+
+    def _counts(self) -> list[int] | None:
+        return getattr(self, "counts", None)
+
+    def state_dict(self) -> dict:
+        """Where iteration stands: the epoch, this reader's position in it, and
+        the settings that give the position its meaning (format version, seed,
+        shards with record counts, rank, world size, worker, shuffle, mode).
+
+        The position counts the units (records, or batches in batch mode) this
+        reader has finished, delivered or skipped by the error policy. Inside a
+        DataLoader worker this is the worker's own state, which is what
+        torchdata's StatefulDataLoader saves and restores per worker.
+        """
+        return {"format": FORMAT, "epoch": self.epoch, "position": self._position, **self._settings()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the next iteration reads the saved epoch from after the saved
+        position (no :meth:`set_epoch` needed); nothing is repeated or skipped,
+        and what came before is not read again (streamed shards are re-read but
+        not decoded). Later iterations go on with the following epochs.
+
+        Raises:
+            ValueError: the state comes from another seed, shard list, rank,
+                world size, worker split, shuffle setting or mode (named), or
+                another format version.
+        """
+        state = check_state(state, self._settings(), what=type(self).__name__)
+        self.epoch = int(state["epoch"])
+        self._epochs.restore(self.epoch)
+        self._resume = dict(state)
