@@ -349,3 +349,33 @@ def test_workers_forked_after_the_parent_used_the_filesystem(s3, cache):
     for index in (None, False):
         ds = TFRecordDataset(pattern, storage_options=cached, index=index)
         assert sorted(ids_of(DataLoader(ds, batch_size=None, num_workers=2))) == list(range(12))
+
+
+@pytest.mark.slow  # moto round trips: about 25 s on this loaded machine
+def test_converter_to_bucket_fails_then_reruns_only_missing_shards(s3, tmp_path):
+    """A task that keeps failing stops the run with complete shards uploaded and no
+    metadata; nothing partial is visible; the rerun writes only the missing shards
+    and the bucket then equals a local serial conversion byte for byte."""
+    from test_convert_plan import Flaky
+
+    counter = tmp_path / "fails"
+    counter.write_text("9")
+    url, fs = "s3://bucket/resume", s3.fs()
+    last = int(write_order(20)[-1])  # a sample of the last shard: the first three get uploaded
+    with pytest.raises(OSError, match="injected failure"):
+        write_dataset(Flaky(counter, bad=last), url, name="k", num_shards=4, retries=1, progress=False,
+                      storage_options=s3.options)
+    first = {os.path.basename(p) for p in fs.ls("bucket/resume")}
+    assert "dataset_info.json" not in first
+    shards = sorted(n for n in first if n.startswith("k-train") and not n.endswith(".index"))
+    assert all(f"{n}.index" in first for n in shards) and len(shards) == 3
+    counter.write_text("0")
+    again = Flaky(counter, bad=last)
+    write_dataset(again, url, name="k", num_shards=4, progress=False, storage_options=s3.options)
+    assert again.calls == 5 * (4 - len(shards))  # the uploaded shards were kept
+    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", num_shards=4, progress=False)
+    remote = {os.path.basename(p): p for p in fs.ls("bucket/resume", refresh=True)
+              if not os.path.basename(p).startswith(".")}
+    assert sorted(remote) == sorted(f for f in os.listdir(tmp_path / "ref") if not f.startswith("."))
+    for name, key in remote.items():
+        assert fs.cat_file(key) == (tmp_path / "ref" / name).read_bytes(), name
