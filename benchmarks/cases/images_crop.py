@@ -1,0 +1,230 @@
+"""Case B, the ImageNet training idiom: ~500x375 JPEGs, RandomResizedCrop(224) + flip, batches of 64."""
+
+from __future__ import annotations
+
+from benchmarks.cases.images import IMAGE_BATCH, _image_tally
+from benchmarks.harness.registry import case, dataset, target, worker
+
+CROP = 224
+
+
+def _crop_jpeg(job) -> bytes:
+    import io
+
+    from PIL import Image
+
+    from benchmarks.cases.synth import synth_image
+
+    seed, i, quality = job
+    array = synth_image(seed, i, 500)[:375] if i % 2 else synth_image(seed, i, 500)[:, :375]  # 500x375, 375x500
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+@dataset("images_crop_jpeg", full={"records": 2000, "quality": 90, "seed": 1},
+         quick={"records": 256, "quality": 90, "seed": 1},
+         tiny={"records": 16, "quality": 90, "seed": 1},
+         describe=lambda p: (f"{p['records']:,} tf.train.Examples: 'image' = a 500x375 or 375x500 RGB JPEG "
+                             f"(quality {p['quality']}, synthetic photo-like) + int64 'label' (i % 1000)"))
+def build_crop_images(path: str, p: dict) -> dict:
+    import multiprocessing
+
+    from tfrecord_torch import RecordWriter, make_example
+
+    n, jpeg_bytes = p["records"], 0
+    with multiprocessing.get_context("fork").Pool(2) as pool, RecordWriter(path) as w:
+        for i, data in enumerate(pool.imap(_crop_jpeg, ((p["seed"], i, p["quality"]) for i in range(n)),
+                                           chunksize=8)):
+            w.write(make_example({"image": data, "label": i % 1000}))
+            jpeg_bytes += len(data)
+        payload = w.offset - 16 * n
+    return {"records": n, "bytes": payload, "checksum": sum(i % 1000 for i in range(n)),
+            "pixels": n * 3 * CROP * CROP, "about": f"mean JPEG {jpeg_bytes / n / 1e3:.1f} KB"}
+
+
+case("images_crop", dataset="images_crop_jpeg", unit="images/s", repeats=3, quick_repeats=1, probe=False,
+     ref="tf.data",
+     title="ImageNet training idiom: ~500x375 JPEG records, RandomResizedCrop(224) + flip, batches of 64, "
+           "on 2 cores",
+     short="images_crop: RandomResizedCrop(224) + flip -> [64, 3, 224, 224]")
+
+
+def _transform():
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.RandomResizedCrop(CROP), v2.RandomHorizontalFlip()])
+
+
+def _ours_batched(path, workers: int, **options):
+    import torch.utils.data
+
+    from tfrecord_torch import ImageBatching, TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH, transform=_transform(),
+                         images=ImageBatching(**options))
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+
+
+@worker("images_crop", "ours batch mode",
+        note=f"TFRecordDataset(path, features=presets.tfds(), batch_size={IMAGE_BATCH}, transform=v2.Compose("
+             "[v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()])) through DataLoader(batch_size=None, "
+             "num_workers=2): the crop is fused (full decode with simplejpeg, Pillow resize of the window, "
+             "flip) on each worker's decode threads into one uint8 [64, 3, 224, 224] buffer")
+def crop_ours_batched(path):
+    return _ours_batched(path, 2)
+
+
+@worker("images_crop", "ours batch mode, workers=0",
+        note="the same with num_workers=0 (decode threads in the main process)")
+def crop_ours_batched0(path):
+    return _ours_batched(path, 0)
+
+
+@worker("images_crop", "ours per sample",
+        note=f"as users write it: TFRecordDataset(path, features=presets.tfds(), transform=v2.Compose(...)) "
+             f"through DataLoader(batch_size={IMAGE_BATCH}, num_workers=2); torchvision decode + v2 ops")
+def crop_ours_per_sample(path):
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    transform = _transform()
+    ds = TFRecordDataset(path, features=presets.tfds(),
+                         transform=lambda r: {"image": transform(r["image"]), "label": r["label"]})
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2))
+
+
+def _tf_pipeline(path, fused: bool):
+    import tensorflow as tf
+
+    desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):  # the standard ResNet preprocessing (tensorflow/models preprocessing.py)
+        ex = tf.io.parse_single_example(record, desc)
+        shape = tf.io.extract_jpeg_shape(ex["image"])
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]), min_object_covered=0.1,
+            aspect_ratio_range=[3 / 4, 4 / 3], area_range=[0.08, 1.0], max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        y, x, _ = tf.unstack(begin)
+        h, w, _ = tf.unstack(size)
+        if fused:
+            image = tf.io.decode_and_crop_jpeg(ex["image"], tf.stack([y, x, h, w]), channels=3)
+        else:
+            image = tf.image.crop_to_bounding_box(tf.io.decode_jpeg(ex["image"], channels=3), y, x, h, w)
+        image = tf.image.random_flip_left_right(tf.image.resize(image, [CROP, CROP]))
+        return {"image": tf.cast(tf.clip_by_value(image + 0.5, 0, 255), tf.uint8), "label": ex["label"]}
+
+    def run():
+        ds = (tf.data.Dataset.from_tensor_slices([path])
+              .interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+              .map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(IMAGE_BATCH).prefetch(tf.data.AUTOTUNE))
+        return _image_tally(ds.as_numpy_iterator())
+    return run
+
+
+@worker("images_crop", "tf.data",
+        note="tf.data's ResNet preprocessing: interleave(TFRecordDataset), map(parse_single_example, "
+             "sample_distorted_bounding_box, decode_and_crop_jpeg, resize 224, random_flip_left_right, "
+             f"uint8; AUTOTUNE), batch({IMAGE_BATCH}), prefetch(AUTOTUNE); CRCs checked")
+def crop_tf(path):
+    return _tf_pipeline(path, fused=True)
+
+
+@worker("images_crop", "tf.data, full decode",
+        note="the same with decode_jpeg then crop_to_bounding_box (no crop-window decoding)")
+def crop_tf_full(path):
+    return _tf_pipeline(path, fused=False)
+
+
+@worker("images_crop", "decode-only limit, simplejpeg threads", yardstick=True,
+        note="ceiling, not a peer: full simplejpeg decodes (fastdct) of the JPEGs in memory on a thread per "
+             "core, no crop, resize or batching")
+def crop_decode_limit(path):
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import simplejpeg
+
+    from tfrecord_torch import parse_example, read_records
+
+    records = [parse_example(p) for p in read_records(path)]
+    jpegs = [r["image"][0] for r in records]
+    labels = sum(int(r["label"][0]) for r in records)
+    threads = len(os.sched_getaffinity(0))
+    pool = ThreadPoolExecutor(threads)
+
+    def share(k):
+        for i in range(k, len(jpegs), threads):
+            simplejpeg.decode_jpeg(jpegs[i], fastdct=True)
+        return 0
+
+    def run():
+        list(pool.map(share, range(threads)))
+        return {"records": len(jpegs), "pixels": len(jpegs) * 3 * CROP * CROP, "checksum": labels}
+    return run
+
+
+target("images_crop", "ours batch mode >= 1.15x tf.data", "ours batch mode", "tf.data", at_least=1.15)
+
+
+def _dali_index(path: str) -> str:
+    """DALI's index file (``offset framed_size`` per record), by walking the frames."""
+    import os
+    import struct
+    import tempfile
+
+    lines, offset, end = [], 0, os.path.getsize(path)
+    with open(path, "rb") as f:
+        while offset < end:
+            f.seek(offset)
+            (length,) = struct.unpack("<Q", f.read(8))
+            lines.append(f"{offset} {length + 16}\n")
+            offset += length + 16
+    index = os.path.join(tempfile.mkdtemp(), "dali.idx")
+    with open(index, "w") as f:
+        f.writelines(lines)
+    return index
+
+
+@worker("images_crop", "DALI CPU", python="dali",
+        note="NVIDIA DALI 2.4 (nvidia-dali-cuda120 wheel) on the CPU only (device_id=None, num_threads=2): "
+             "readers.tfrecord, decoders.image_random_crop (crop-window decoding, libjpeg-turbo), "
+             f"resize {CROP}x{CROP}, flip(horizontal=coin_flip); batch {IMAGE_BATCH}; needs its own venv "
+             "benchmarks/venvs/dali (pip install nvidia-dali-cuda120 numpy); no GPU needed")
+def crop_dali(path):
+    import numpy as np
+    from nvidia import dali
+    from nvidia.dali import fn, pipeline_def
+
+    index = _dali_index(path)
+    n = sum(1 for _ in open(index))
+
+    @pipeline_def(batch_size=IMAGE_BATCH, num_threads=2, device_id=None, seed=0, prefetch_queue_depth=2)
+    def pipe():
+        inputs = fn.readers.tfrecord(
+            path=path, index_path=index, name="reader",
+            features={"image": dali.tfrecord.FixedLenFeature((), dali.tfrecord.string, ""),
+                      "label": dali.tfrecord.FixedLenFeature([1], dali.tfrecord.int64, -1)})
+        images = fn.decoders.image_random_crop(inputs["image"], device="cpu", output_type=dali.types.RGB,
+                                               random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        images = fn.resize(images, resize_x=CROP, resize_y=CROP)
+        images = fn.flip(images, horizontal=fn.random.coin_flip())
+        return images, inputs["label"]
+
+    p = pipe()
+    p.build()
+
+    def run():
+        records = checksum = pixels = 0
+        while records < n:
+            images, labels = p.run()
+            take = min(IMAGE_BATCH, n - records)  # the reader wraps around; count one epoch
+            lab = labels.as_array().reshape(-1)[:take]
+            records += take
+            checksum += int(lab.sum())
+            pixels += take * 3 * CROP * CROP
+            assert np.asarray(images.as_tensor()).shape[1:] == (CROP, CROP, 3)
+        return {"records": records, "checksum": checksum, "pixels": pixels}
+    return run
