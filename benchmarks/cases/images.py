@@ -88,14 +88,14 @@ def images_ours_batched(path):
     return _batched(path, 2)
 
 
-@worker("images", "ours batch mode, workers=0",
+@worker("images", "ours batch mode (workers=0)",
         note="the same with num_workers=0: the main process reads, and its decode threads "
              "(one per core) decode")
 def images_ours_batched0(path):
     return _batched(path, 0)
 
 
-@worker("images", "ours, workers=0",
+@worker("images", "ours (workers=0)",
         note=f"per-sample: DataLoader(TFRecordDataset(path, features=presets.tfds()), batch_size={IMAGE_BATCH}, "
              "num_workers=0): one image at a time in the main process (torchvision decoder)")
 def images_ours0(path):
@@ -214,7 +214,7 @@ def images_decode_limit(path):
 
 
 
-@worker("images", "decode-only limit, simplejpeg threads", yardstick=True,
+@worker("images", "decode-only limit (simplejpeg threads)", yardstick=True,
         note="ceiling, not a peer: simplejpeg.decode_jpeg(fastdct=True) -- the fast path's decoder -- on a "
              "thread per core over the JPEGs already in memory, into one preallocated [N, 256, 256, 3] "
              "buffer; no reading, parsing or batching")
@@ -250,7 +250,7 @@ def images_decode_limit_simplejpeg(path):
 
 target("images", "ours batch mode >= 1.3x tf.data", "ours batch mode", "tf.data", at_least=1.3)
 target("images", "ours batch mode >= 0.8x its decoder's limit (simplejpeg threads)", "ours batch mode",
-       "decode-only limit, simplejpeg threads", at_least=0.8)
+       "decode-only limit (simplejpeg threads)", at_least=0.8)
 target("images", "ours >= 1.3x tf.data", "ours", "tf.data", at_least=1.3)
 target("images", "ours >= 0.9x the decode-only limit", "ours", "decode-only limit", at_least=0.9)
 target("images", "(workaround) ours, torchvision imported first >= 1.3x tf.data",

@@ -75,7 +75,7 @@ def crop_ours_batched(path):
     return _ours_batched(path, 2)
 
 
-@worker("images_crop", "ours batch mode, workers=0",
+@worker("images_crop", "ours batch mode (workers=0)",
         note="the same with num_workers=0 (decode threads in the main process)")
 def crop_ours_batched0(path):
     return _ours_batched(path, 0)
@@ -132,13 +132,13 @@ def crop_tf(path):
     return _tf_pipeline(path, fused=True)
 
 
-@worker("images_crop", "tf.data, full decode",
+@worker("images_crop", "tf.data (full decode)",
         note="the same with decode_jpeg then crop_to_bounding_box (no crop-window decoding)")
 def crop_tf_full(path):
     return _tf_pipeline(path, fused=False)
 
 
-@worker("images_crop", "decode-only limit, simplejpeg threads", yardstick=True,
+@worker("images_crop", "decode-only limit (simplejpeg threads)", yardstick=True,
         note="ceiling, not a peer: full simplejpeg decodes (fastdct) of the JPEGs in memory on a thread per "
              "core, no crop, resize or batching")
 def crop_decode_limit(path):
