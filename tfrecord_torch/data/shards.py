@@ -29,6 +29,7 @@ from tfrecord_torch.records.index import (
     scan_index,
     write_index,
 )
+from tfrecord_torch.records.stamp import stamp_matches, write_stamp
 
 __all__ = ["OPEN_THREADS", "describe_shards", "expand_paths", "find_shards", "index_cache_dir", "shard_index",
            "shard_indexes"]
@@ -105,12 +106,27 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
             try:
                 index = load_index(candidate, storage_options=so if candidate != cached else None)
                 check_index(index, path, index_path=candidate, storage_options=so)
-                return index
             except IndexMismatchError as e:
                 log.warning("rebuilding a stale index: %s", e)
-    if not build:
-        raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, so, report=report)
+                continue
+            if candidate == cached or stamp_matches(path, candidate, len(index)):
+                return index
+            # No stamp (another tool's index) or the shard changed since: check it in full, once.
+            # A shard damaged since it was indexed keeps its index (the reader reports the damage).
+            damage: list = []
+            fresh = scan_index(path, so, report=damage.append)
+            if damage:
+                return index
+            if np.array_equal(fresh, index):
+                write_stamp(path, candidate, len(index))
+                return index
+            log.warning("rebuilding a stale index: %s does not describe %s as it is now", candidate, path)
+            index = fresh
+            break
+    else:
+        if not build:
+            raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
+        index = scan_index(path, so, report=report)
     end = int(index[-1].sum()) if len(index) else 0
     if end != fs.size_and_version(path, so)[0]:
         return index  # cut short by a bad length: kept for this run only
@@ -118,6 +134,8 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
         try:
             os.makedirs(os.path.dirname(candidate), exist_ok=True)
             write_index(index, candidate)
+            if candidate != cached:
+                write_stamp(path, candidate, len(index))
             log.info("built index %s", candidate)
             break
         except OSError as e:

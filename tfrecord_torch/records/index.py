@@ -22,6 +22,7 @@ from tfrecord_torch.policy import OnError, as_policy
 from tfrecord_torch.records.crc import masked_crc32c
 from tfrecord_torch.records.framing import HEADER, OVERHEAD, iter_chunks
 from tfrecord_torch.records.indexfile import parse_index_text, read_index_file, write_index_file
+from tfrecord_torch.records.stamp import write_stamp
 from tfrecord_torch.records.streams import open_stream
 
 __all__ = ["build_index", "check_index", "default_index_path", "load_index", "parse_index", "scan_index"]
@@ -115,6 +116,7 @@ def build_index(path: PathLike, index_path: PathLike | None = None, *, storage_o
     index = scan_index(path, storage_options, progress, as_policy(on_error).reporter())
     index_path = default_index_path(path) if index_path is None else os.fspath(index_path)
     write_index(index, index_path, storage_options=storage_options)
+    write_stamp(os.fspath(path), index_path, len(index))
     return index_path
 
 

@@ -135,7 +135,11 @@ class RecordWriter:
                     atomic.upload(self._temp, final, self._storage_options)
                     os.unlink(self._temp)
                 else:
-                    os.replace(self._temp, final)
+                    os.replace(self._temp, final)  # keeps the mtime the stamp records
+                    if self._index is not None:
+                        from tfrecord_torch.records.stamp import write_stamp
+
+                        write_stamp(final, default_index_path(final), len(self._index))
         except BaseException:
             self.abort()
             raise

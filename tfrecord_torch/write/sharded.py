@@ -15,6 +15,7 @@ from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic, listing
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.index import default_index_path
+from tfrecord_torch.records.stamp import stamp_path
 from tfrecord_torch.records.writer import RecordWriter
 from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
 
@@ -153,6 +154,8 @@ class ShardedWriter:
                                                                      self.compression))
                     if os.path.exists(default_index_path(staged)):
                         os.replace(default_index_path(staged), default_index_path(final))
+                    if os.path.exists(stamp_path(default_index_path(staged))):
+                        os.replace(stamp_path(default_index_path(staged)), stamp_path(default_index_path(final)))
                     os.replace(staged, final)
                     self.paths.append(final)
                 _fsync_dir(self.output_dir)
@@ -164,7 +167,8 @@ class ShardedWriter:
     def _stale(self) -> list[str]:
         """Shards and indexes of this name/split from an earlier run."""
         pattern = f"{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*"
-        keep = set(self.paths) | {default_index_path(p) for p in self.paths}
+        keep = set(self.paths) | {default_index_path(p) for p in self.paths} | \
+            {stamp_path(default_index_path(p)) for p in self.paths}
         if self.remote:
             found = listing.expand(f"{self.output_dir.rstrip('/')}/{pattern}", self.storage_options, ())
         else:
