@@ -67,7 +67,7 @@ def test_pool_from_8_threads_reads_every_record_right(shards):
     for t in threads:
         t.join()
     assert errors == []
-    assert len(pool._idle) <= 4
+    assert pool._count <= 4
     pool.close()
 
 
@@ -106,11 +106,11 @@ def test_borrowed_readers_are_not_shared_and_come_back(tmp_path):
     pool = ReaderPool(limit=2)
     with pool.borrow(str(path)) as a, pool.borrow(str(path)) as b:
         assert a is not b  # two borrowers never share one reader
-    assert len(pool._idle) == 2
+    assert pool._count == 2
     with pool.borrow(str(path)) as c:
         assert c in (a, b)  # an idle reader is lent again
     pool.close()
-    assert len(pool._idle) == 0
+    assert pool._count == 0
 
 
 def test_map_style_dataset_from_8_threads(shards):

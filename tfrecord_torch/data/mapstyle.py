@@ -1,18 +1,29 @@
-"""A map-style dataset over indexed shards: random access by record number."""
+"""A map-style dataset over indexed shards: random access by record number.
+
+``ds[i]`` finds the shard by bisecting the shards' cumulative record counts
+(a short Python list), reads the record with one positioned read through the
+thread-safe reader pool and decodes it. ``ds.__getitems__(indices)`` (what
+the DataLoader calls for a batch) reads the records of a batch in file order,
+one read per run of adjacent records, and hands them back in the order asked.
+"""
 
 from __future__ import annotations
 
+import bisect
+import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch.utils.data
 
 from tfrecord_torch._types import PathLike, Paths
+from tfrecord_torch.data.batched import fetch_items
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.reading import Located, decode_item
+from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.features.sequence import make_spec
+from tfrecord_torch.features.specs import reads_once
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
@@ -72,11 +83,15 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._readers = pool.ReaderPool(storage_options)
         self._stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
+        self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call
+        self._starts: list[int] = [0, *self._ends[:-1]]
+        self._len = self._ends[-1] if self._ends else 0
         self.spec = make_spec(features, sequence_features)
+        self._owned = isinstance(self.spec, dict) and reads_once(self.spec)
         self.transform, self.verify = transform, verify
 
     def __len__(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
+        return self._len
 
     def __repr__(self) -> str:
         features = sorted(self.spec) if self.spec is not None else None
@@ -84,27 +99,52 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard number, record number in the shard) of item ``i``."""
-        n = len(self)
+        i = self._check(i)
+        shard = bisect.bisect_right(self._ends, i)
+        return shard, i - self._starts[shard]
+
+    def _check(self, i) -> int:
+        """``i`` as an index in [0, len), negative ones counted from the end."""
+        i = operator.index(i)
+        n = self._len
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for {n} records")
-        i %= n
-        shard = int(np.searchsorted(self.ends, i, side="right"))
-        return shard, i - (int(self.ends[shard - 1]) if shard else 0)
+        return i + n if i < 0 else i
 
     def __getitem__(self, i: int):
-        shard, r = self.locate(int(i))
-        n = len(self)
-        j = int(i) % n
-        passed = []  # unreadable items passed over on the way to a readable one
-        for _ in range(n):
-            j = self._stand_in.get(j, j)  # a run of bad items found before: jump past it
+        """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
+        j = self._check(i)
+        j = self._stand_in.get(j, j)  # a bad item met before: straight to its stand-in
+        shard = bisect.bisect_right(self._ends, j)
+        try:
+            return self._read(shard, j - self._starts[shard])
+        except (CorruptRecordError, FeatureError) as e:
+            return self._substitute(j, e)
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """The decoded records ``indices``, in that order: what ``ds[i]`` gives
+        for each, read in one pass in file order (one positioned read per run
+        of adjacent records) and decoded once per index asked. The DataLoader
+        calls this for a batch. Every index is checked (IndexError) before
+        anything is read; a bad record is replaced as ``ds[i]`` replaces it.
+        """
+        return fetch_items(self, [self._check(i) for i in indices])
+
+    def _substitute(self, j: int, error: TFRecordError):
+        """After item ``j`` failed with ``error``: report it (raises under
+        on_error="raise"), then the next readable item stands in, and is
+        remembered as the stand-in of every bad item passed over."""
+        n = self._len
+        self.policy.report(error)
+        passed = [j]  # unreadable items passed over on the way to a readable one
+        for _ in range(n - 1):
+            j = self._stand_in.get((j + 1) % n, (j + 1) % n)  # a run of bad items found before: jump past it
             shard, r = self.locate(j)
             try:
                 item = self._read(shard, r)
             except (CorruptRecordError, FeatureError) as e:
-                self.policy.report(e)  # raises under on_error="raise"
+                self.policy.report(e)
                 passed.append(j)
-                j = (j + 1) % n
                 continue
             for k in passed:  # later requests for these jump straight here: linear, not quadratic
                 self._stand_in[k] = j
@@ -118,11 +158,14 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def _read(self, shard: int, r: int):
         path = self.paths[shard]
-        offset, size = (int(v) for v in self.indexes[shard][r])
+        index = self.indexes[shard]
+        offset, size = index.item(r, 0), index.item(r, 1)
         data = self._readers.read(path, offset, size)
-        item = Located(parse_frame(data, name=path, offset=offset, record=r, verify=self.verify),
-                       path, offset, r)
-        return decode_item(item, self.spec, self.transform)
+        return self._decode(data, path, offset, r)
+
+    def _decode(self, frame: bytes, path: str, offset: int, r: int):
+        payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
+        return decode_payload(payload, path, offset, r, self.spec, self.transform, self._owned)
 
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""

@@ -11,13 +11,13 @@ import numpy as np
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError
 from tfrecord_torch.example.codec import parse_example
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
-from tfrecord_torch.features.specs import decode
+from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "fetch", "fetch_runs", "fetch_scattered",
-           "interleave", "locate", "parse_located", "stream_shard"]
+__all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "decode_payload", "fetch", "fetch_runs",
+           "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 16 << 20
 
@@ -187,22 +187,33 @@ def parse_located(item: Located) -> dict:
         raise locate(e, item) from e
 
 
-def decode_item(item: Located, spec: dict | SequenceSpec | None, transform) -> object:
+def decode_item(item: Located, spec: dict | SequenceSpec | None, transform, owned: bool = False) -> object:
     """Parse a record, decode it with ``spec`` (if any), apply ``transform``
-    (if any); errors name the record's location."""
-    if isinstance(spec, SequenceSpec):
-        try:
-            record = spec.decode_payload(item.payload)
-        except (ExampleDecodeError, FeatureError) as e:
-            raise locate(e, item) from e
-        return transform(record) if transform is not None else record
-    record = parse_located(item)
-    if spec is not None:
-        try:
-            record = decode(record, spec)
-        except FeatureError as e:
-            raise locate(hint_sequence_example(e, item.payload), item) from e
-    return transform(record) if transform is not None else record
+    (if any); errors name the record's location. ``owned``: the spec is a
+    dict that reads each key once (:func:`~tfrecord_torch.features.specs.reads_once`),
+    so the tensors may take over the freshly parsed arrays instead of copying them."""
+    return decode_payload(item.payload, item.path, item.offset, item.record, spec, transform, owned)
+
+
+def decode_payload(payload: bytes, path: str, offset: int, record: int, spec: dict | SequenceSpec | None,
+                   transform, owned: bool = False) -> object:
+    """:func:`decode_item` of a payload and its location, given apart."""
+    try:
+        if isinstance(spec, SequenceSpec):
+            parsed = spec.decode_payload(payload)
+        else:
+            parsed = parse_example(payload)
+            if spec is not None:
+                try:
+                    parsed = decode_owned(parsed, spec) if owned else decode(parsed, spec)
+                except FeatureError as e:
+                    hinted = hint_sequence_example(e, payload)
+                    if hinted is e:
+                        raise
+                    raise hinted from e
+    except (ExampleDecodeError, FeatureError) as e:
+        raise locate(e, Located(payload, path, offset, record)) from e
+    return transform(parsed) if transform is not None else parsed
 
 
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped

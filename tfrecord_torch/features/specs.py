@@ -29,7 +29,8 @@ from tfrecord_torch.features.images import (  # noqa: F401
     preload,
 )
 
-__all__ = ["Bytes", "Feature", "Float", "Int64", "RawTensor", "Text", "decode", "decode_batch", "record_dim"]
+__all__ = ["Bytes", "Feature", "Float", "Int64", "RawTensor", "Text", "decode", "decode_batch", "decode_owned",
+           "reads_once", "record_dim"]
 
 _REQUIRED = object()
 
@@ -72,6 +73,11 @@ class Feature:
         value = self.raw(record)
         return self.default if value is None else self.convert(value)
 
+    def decode_owned(self, record: dict) -> Any:
+        """:meth:`decode` of a record whose arrays nothing else holds (fresh
+        from :func:`parse_example`): the result may keep them, uncopied."""
+        return self.decode(record)
+
     def convert(self, value: Any) -> Any:
         raise NotImplementedError
 
@@ -101,6 +107,7 @@ class _Numeric(Feature):
     def __init__(self, key: str | None = None, *, shape: tuple | None = (), default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         self.shape = None if shape is None else tuple(shape)
+        self._size = None if self.shape is None else math.prod(self.shape)
         if default is not _REQUIRED and default is not None:
             self.default = self._default_tensor(default)
 
@@ -130,6 +137,15 @@ class _Numeric(Feature):
         if array.size != size:
             raise FeatureError(self.key, f"holds {array.size} values, expected {size} (shape {self.shape})")
         return torch.from_numpy(array.reshape(self.shape).copy())
+
+    def decode_owned(self, record: dict) -> Any:
+        value = record.get(self.key)
+        if type(value) is np.ndarray and value.dtype is self.dtype:  # the common case, checked cheaply
+            if self.shape is None:
+                return torch.from_numpy(value)
+            if value.size == self._size:
+                return torch.from_numpy(value.reshape(self.shape))
+        return self.decode(record)  # anything else: the checks, the errors and the default
 
     def decode(self, record: dict) -> Any:
         value = self.raw(record)
@@ -264,6 +280,20 @@ def bind(spec: dict) -> dict:
 def decode(record: dict, spec: dict) -> dict:
     """Decode one parsed record with a (bound) spec."""
     return {name: feature.decode(record) for name, feature in spec.items()}
+
+
+def decode_owned(record: dict, spec: dict) -> dict:
+    """:func:`decode` of a record fresh from :func:`parse_example`, for a spec
+    that reads each key once (:func:`reads_once`): tensors may take over its
+    arrays instead of copying them."""
+    return {name: feature.decode_owned(record) for name, feature in spec.items()}
+
+
+def reads_once(spec: dict) -> bool:
+    """True if no two features of ``spec`` read the same key (so no two
+    outputs of :func:`decode_owned` can share an array)."""
+    keys = [feature.key for feature in spec.values()]
+    return len(set(keys)) == len(keys)
 
 
 def decode_batch(columns: dict, spec: dict, size: int) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +15,19 @@ from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 
 __all__ = ["Reader", "ReaderPool", "read_at"]
 
+# Bumped in a forked child: readers and pools compare it to notice a fork
+# (and reopen) without an os.getpid() system call on every read.
+_generation = 0
+
+
+def _forked() -> None:
+    global _generation
+    _generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
 
 class Reader:
     """Positioned reads of one file: ``pread`` locally, one range request
@@ -23,16 +35,17 @@ class Reader:
 
     def __init__(self, path: str, storage_options: dict | None = None) -> None:
         self.path, self._so = path, storage_options
+        self._url = is_url(path)
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
-        self._pid: int | None = None
+        self._gen = -1  # the fork generation that opened the handle
 
     def read(self, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` (fewer at the end of the file)."""
-        if self._handle is None or self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._handle = filesystem(self.path, self._so) if is_url(self.path) else \
+        if self._gen != _generation or self._handle is None:
+            self._gen = _generation
+            self._handle = filesystem(self.path, self._so) if self._url else \
                 os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        if not is_url(self.path):
+        if not self._url:
             return os.pread(self._handle, size, offset)
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
@@ -46,12 +59,12 @@ class Reader:
         return data
 
     def close(self) -> None:
-        if self._handle is not None and self._pid == os.getpid() and not is_url(self.path):
+        if self._handle is not None and self._gen == _generation and not self._url:
             os.close(self._handle)
         self._handle = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_handle": None, "_pid": None}
+        return {**self.__dict__, "_handle": None, "_gen": -1}
 
     def __del__(self) -> None:
         try:
@@ -82,31 +95,47 @@ class ReaderPool:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._idle: OrderedDict[int, tuple[str, Reader]] = OrderedDict()
-        self._pid = os.getpid()
-        self._ticket = 0
+        # path -> its idle readers (the most recently returned last); the dict's
+        # order is the order the paths were last returned to, oldest first
+        self._free: dict[str, list[Reader]] = {}
+        self._count = 0  # idle readers
+        self._gen = _generation
 
     def _check_fork(self) -> None:
-        if self._pid != os.getpid():  # forked: the parent's readers (and lock state) are not ours
+        if self._gen != _generation:  # forked: the parent's readers (and lock state) are not ours
             self._reset()
 
     def _take(self, path: str) -> Reader:
-        self._check_fork()
+        if self._gen != _generation:
+            self._reset()
         with self._lock:
-            for key, (p, reader) in reversed(self._idle.items()):
-                if p == path:
-                    del self._idle[key]
-                    return reader
+            free = self._free.get(path)
+            if free:
+                self._count -= 1
+                reader = free.pop()
+                if not free:
+                    del self._free[path]
+                return reader
         return Reader(path, self.storage_options)
 
     def _give_back(self, path: str, reader: Reader) -> None:
-        self._check_fork()
+        if self._gen != _generation:
+            self._reset()
         evicted = []
         with self._lock:
-            self._ticket += 1
-            self._idle[self._ticket] = (path, reader)
-            while len(self._idle) > self.limit:
-                evicted.append(self._idle.popitem(last=False)[1][1])
+            free = self._free.pop(path, None)  # re-inserted: now the most recently returned path
+            if free is None:
+                free = []
+            self._free[path] = free
+            free.append(reader)
+            self._count += 1
+            while self._count > self.limit:  # close the least recently returned first
+                oldest = next(iter(self._free))
+                readers = self._free[oldest]
+                evicted.append(readers.pop(0))
+                self._count -= 1
+                if not readers:
+                    del self._free[oldest]
         for r in evicted:
             r.close()
 
@@ -121,20 +150,24 @@ class ReaderPool:
 
     def read(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes of ``path`` at ``offset`` (fewer at the end of the file)."""
-        with self.borrow(path) as reader:
+        reader = self._take(path)
+        try:
             return reader.read(offset, size)
+        finally:
+            self._give_back(path, reader)
 
     def close(self) -> None:
         """Close the idle readers (lent ones close when returned to a closed pool)."""
         self._check_fork()
         with self._lock:
-            idle = [r for _, r in self._idle.values()]
-            self._idle.clear()
+            idle = [r for readers in self._free.values() for r in readers]
+            self._free.clear()
+            self._count = 0
         for r in idle:
             r.close()
 
     def __repr__(self) -> str:
-        return f"ReaderPool(idle={len(self._idle)}, limit={self.limit})"
+        return f"ReaderPool(idle={self._count}, limit={self.limit})"
 
     def __getstate__(self) -> dict:
         return {"storage_options": self.storage_options, "limit": self.limit}

@@ -15,12 +15,14 @@ after its CRC passes and it fits in what is left of the file.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import numpy as np
+from crc32c import crc32c
 
 from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.errors import CorruptRecordError
@@ -229,13 +231,24 @@ def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: boo
         raise CorruptRecordError(name, offset, record,
                                  f"truncated record: {len(data)} bytes, fewer than the 16 of a frame")
     length, length_crc = HEADER.unpack_from(data, 0)
-    if verify and masked_crc32c(data[:8]) != length_crc:
-        raise CorruptRecordError(name, offset, record, "length CRC mismatch (header corrupted)")
     if length + OVERHEAD != len(data):
+        if verify and masked_crc32c(data[:8]) != length_crc:
+            raise CorruptRecordError(name, offset, record, "length CRC mismatch (header corrupted)")
         raise CorruptRecordError(name, offset, record,
                                  f"record length {length} does not fit its frame of {len(data)} bytes")
+    if verify and _HEADER_CRCS.get(length) != length_crc:
+        if masked_crc32c(data[:8]) != length_crc:
+            raise CorruptRecordError(name, offset, record, "length CRC mismatch (header corrupted)")
+        if len(_HEADER_CRCS) < 4096:  # a length's CRC is always the same: remember a few
+            _HEADER_CRCS[length] = length_crc
     payload = data[HEADER_SIZE:HEADER_SIZE + length]
-    footer = data[HEADER_SIZE + length:]
-    if verify and masked_crc32c(payload) != int.from_bytes(footer, "little"):
-        raise CorruptRecordError(name, offset, record, "payload CRC mismatch (data corrupted)")
+    if verify:
+        crc = crc32c(payload)
+        if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _FOOTER.unpack_from(data, HEADER_SIZE + length)[0]:
+            raise CorruptRecordError(name, offset, record, "payload CRC mismatch (data corrupted)")
     return payload
+
+
+_HEADER_CRCS: dict[int, int] = {}  # record length -> its masked length CRC, for parse_frame
+_FOOTER = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8

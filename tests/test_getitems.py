@@ -1,0 +1,124 @@
+"""IndexedTFRecordDataset.__getitems__: a batch of indices read in one pass, the same items as ds[i]."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from helpers import write_shards
+from torch.utils.data import DataLoader
+
+from tfrecord_torch import CorruptRecordError, Float, IndexedTFRecordDataset, Int64, build_index
+
+SPEC = {"id": Int64(), "x": Float(shape=(3,))}
+
+
+@pytest.fixture
+def shards(tmp_path):
+    paths = write_shards(tmp_path, [7, 0, 11, 5])
+    for p in paths:
+        build_index(p)
+    return paths
+
+
+def same_item(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+        else:
+            assert type(a[key]) is type(b[key]) and np.array_equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("features", [SPEC, None])
+def test_items_in_the_order_asked_with_duplicates_and_negatives(shards, features):
+    ds = IndexedTFRecordDataset(shards, features=features)
+    n = len(ds)
+    indices = [22, 0, 5, 5, 6, 7, -1, 13, 0, 12, 11, 22, -23, 17, 3]
+    got = ds.__getitems__(indices)
+    assert len(got) == len(indices)
+    for i, item in zip(indices, got):
+        same_item(item, ds[i])
+        assert int(np.asarray(item["id"]).reshape(-1)[0]) == i % n
+    if features is not None:  # each item its own tensors: a transform may edit one in place
+        got[2]["x"].add_(1)
+        assert torch.equal(got[3]["x"], ds[5]["x"])
+    assert ds.__getitems__([]) == []
+    assert len(ds.__getitems__(np.arange(n))) == n  # numpy and torch integers are indices too
+    assert int(np.asarray(ds.__getitems__(torch.tensor([4]))[0]["id"]).reshape(-1)[0]) == 4
+
+
+def test_out_of_range_raises_before_reading(shards):
+    ds = IndexedTFRecordDataset(shards, features=SPEC)
+    n = len(ds)
+    for bad in ([0, n], [-n - 1], [3, 10**12]):
+        with pytest.raises(IndexError, match="out of range"):
+            ds.__getitems__(bad)
+    with pytest.raises(TypeError):
+        ds.__getitems__([1.5])
+    with pytest.raises(IndexError):
+        ds[n]
+
+
+def _corrupt(path, record, where):
+    """Flip a byte in record ``record`` of a shard of equal-size records."""
+    raw = bytearray(path.read_bytes())
+    size = len(raw) // {0: 7, 2: 11, 3: 5}[int(path.name.split("-")[1])]
+    raw[record * size + (3 if where == "header" else 20)] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+def test_bad_records_follow_on_error_like_getitem(shards):
+    _corrupt(shards[0], 2, "payload")
+    _corrupt(shards[0], 6, "header")  # last of shard 0: its stand-in is the first of shard 2
+    _corrupt(shards[2], 4, "payload")
+    indices = [6, 2, 11, 2, 0, 22, 9]
+    with pytest.raises(CorruptRecordError) as info:  # the first bad one in the order asked
+        IndexedTFRecordDataset(shards, features=SPEC).__getitems__(indices)
+    assert info.value.record == 6 and info.value.path == str(shards[0])
+    one = IndexedTFRecordDataset(shards, features=SPEC, on_error="skip")
+    batch = IndexedTFRecordDataset(shards, features=SPEC, on_error="skip")
+    want = [one[i] for i in indices]
+    got = batch.__getitems__(indices)
+    for a, b in zip(got, want):
+        same_item(a, b)
+    assert [int(item["id"]) for item in got] == [7, 3, 12, 3, 0, 22, 9]
+    assert batch.errors() == one.errors() == {"total": 4, "per_shard": {str(shards[0]): 3, str(shards[2]): 1}}
+
+
+def test_dataloader_fetches_batches_with_getitems(shards, monkeypatch):
+    ds = IndexedTFRecordDataset(shards, features=SPEC)
+    calls = []
+    real = IndexedTFRecordDataset.__getitems__
+    monkeypatch.setattr(IndexedTFRecordDataset, "__getitems__", lambda self, idx: calls.append(list(idx)) or
+                        real(self, idx))
+    batches = list(DataLoader(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0)))
+    assert sorted(torch.cat([b["id"] for b in batches]).tolist()) == list(range(len(ds)))
+    assert len(calls) == len(batches) and all(len(c) <= 4 for c in calls)
+    for b, c in zip(batches, calls):
+        assert b["id"].tolist() == c and b["x"].shape == (len(c), 3)
+
+
+def test_threads_get_every_record_right(tmp_path):
+    paths = write_shards(tmp_path, [30] * 20)  # more shards than the reader pool keeps open
+    ds = IndexedTFRecordDataset(paths, features=SPEC)
+    n = len(ds)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(40):
+            indices = rng.integers(-n, n, int(rng.integers(1, 40))).tolist()
+            for i, item in zip(indices, ds.__getitems__(indices)):
+                if int(item["id"]) != i % n or item["x"].tolist() != [i % n] * 3:
+                    errors.append((i, item))
+            i = int(rng.integers(0, n))
+            if int(ds[i]["id"]) != i:
+                errors.append((i, "getitem"))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
