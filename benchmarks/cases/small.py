@@ -138,6 +138,25 @@ def parse_tf_single(path):
 
 
 
+@worker("parse_small", "tfrecord-lite", python="tfrecord-lite",
+        note="tfrecord_lite.tf_record_iterator(path) (nanopb, in C): dicts of numpy arrays; "
+             "no CRC check (its docstring says so); own venv")
+def parse_tfrecord_lite(path):
+    import tfrecord_lite
+
+    return lambda: _record_tally(tfrecord_lite.tf_record_iterator(path))
+
+
+@worker("parse_small", "rustfrecord", python="rustfrecord",
+        note='rustfrecord.Reader(path, compressed=False, features=["label", "x"]) (Rust): dicts of '
+             "numpy arrays; no CRC check; own venv (it pins torch 2.2)")
+def parse_rustfrecord(path):
+    import rustfrecord
+
+    return lambda: _record_tally(rustfrecord.Reader(path, compressed=False, features=["label", "x"]))
+
 
 target("parse_small", "ours_batched >= 3x tfrecord", "ours_batched", "tfrecord", at_least=3.0)
 target("parse_small", "(per-record API) ours >= 3x tfrecord", "ours", "tfrecord", at_least=3.0)
+target("parse_small", "(per-record API) ours >= 1.0x tfrecord-lite", "ours", "tfrecord-lite", at_least=1.0)
+target("parse_small", "(per-record API) ours >= 1.0x rustfrecord", "ours", "rustfrecord", at_least=1.0)

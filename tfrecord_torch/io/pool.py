@@ -100,6 +100,8 @@ class ReaderPool:
         self._free: dict[str, list[Reader]] = {}
         self._count = 0  # idle readers
         self._gen = _generation
+        self._epoch = 0  # bumped by close(): a thread's kept reader goes back at its next read
+        self._local = threading.local()  # per thread: (path, reader, epoch) kept by read()
 
     def _check_fork(self) -> None:
         if self._gen != _generation:  # forked: the parent's readers (and lock state) are not ours
@@ -149,17 +151,35 @@ class ReaderPool:
             self._give_back(path, reader)
 
     def read(self, path: str, offset: int, size: int) -> bytes:
-        """``size`` bytes of ``path`` at ``offset`` (fewer at the end of the file)."""
+        """``size`` bytes of ``path`` at ``offset`` (fewer at the end of the file).
+
+        Each thread keeps the reader of the last path it read until it reads
+        another path (then it goes back to the pool): a run of reads of one
+        file, the usual random access, takes no lock. A kept reader is lent,
+        so no other thread uses it and nothing closes it.
+        """
+        if self._gen != _generation:
+            self._reset()
+        kept = getattr(self._local, "kept", None)
+        if kept is not None:
+            if kept[0] == path and kept[2] == self._epoch:
+                return kept[1].read(offset, size)
+            self._local.kept = None
+            self._give_back(kept[0], kept[1])
         reader = self._take(path)
-        try:
-            return reader.read(offset, size)
-        finally:
-            self._give_back(path, reader)
+        self._local.kept = (path, reader, self._epoch)
+        return reader.read(offset, size)
 
     def close(self) -> None:
-        """Close the idle readers (lent ones close when returned to a closed pool)."""
+        """Close the idle readers; a reader a thread keeps (see :meth:`read`)
+        goes back to the pool at that thread's next read, or closes with the thread."""
         self._check_fork()
+        kept = getattr(self._local, "kept", None)
+        if kept is not None:  # this thread's own: not in use now
+            self._local.kept = None
+            self._give_back(kept[0], kept[1])
         with self._lock:
+            self._epoch += 1
             idle = [r for readers in self._free.values() for r in readers]
             self._free.clear()
             self._count = 0
