@@ -141,7 +141,9 @@ def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, r
     size = (out.shape[1], out.shape[0])
     window = image[top:top + h, left:left + w]
     if (h, w) == out.shape[:2]:
-        resized = window
-    else:
-        resized = np.asarray(Image.fromarray(np.ascontiguousarray(window)).resize(size, resample))
-    out[...] = resized[:, ::-1] if flip else resized
+        out[...] = window[:, ::-1] if flip else window
+        return
+    resized = Image.fromarray(np.ascontiguousarray(window)).resize(size, resample)
+    if flip:  # in Pillow: a copy through a negative stride costs more than the resize
+        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    out[...] = np.asarray(resized)
