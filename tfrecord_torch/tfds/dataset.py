@@ -8,14 +8,15 @@ from tfrecord_torch._types import PathLike
 from tfrecord_torch.data.iterable import TFRecordDataset
 from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.tfds.features import tfds_features
-from tfrecord_torch.tfds.metadata import tfds_split
+from tfrecord_torch.tfds.features import ClassLabel, tfds_features
+from tfrecord_torch.tfds.metadata import read_info, supervised_keys, tfds_split
 
 __all__ = ["tfds_dataset"]
 
 
 def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool = False,
-                 features: dict | None = None, **kwargs: Any) -> TFRecordDataset | IndexedTFRecordDataset:
+                 features: dict | None = None, as_supervised: bool = False,
+                 **kwargs: Any) -> TFRecordDataset | IndexedTFRecordDataset:
     """Open one split of a TFDS-prepared directory (or of our converter's output)
     without TensorFlow.
 
@@ -25,17 +26,50 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
         map_style: an :class:`IndexedTFRecordDataset` instead of a
             :class:`TFRecordDataset` (uncompressed shards only).
         features: a spec to use instead of the one derived from ``features.json``.
+        as_supervised: items are ``(input, target)`` tuples of the two features
+            ``supervisedKeys`` names (as ``tfds.load(as_supervised=True)``); a
+            ``transform=`` then receives that tuple.
         kwargs: passed on to the dataset.
 
-    The shard lengths in ``dataset_info.json`` are checked against the shards.
+    The dataset gets ``features`` (the spec; a ClassLabel feature's ``.names``
+    are its class names) and ``classes`` (the class names of the supervised
+    target, or of the only ClassLabel; None if there are none). The shard
+    lengths in ``dataset_info.json`` are checked against the shards.
     """
     so = kwargs.get("storage_options")
     paths, lengths = tfds_split(directory, split, so)
     spec = tfds_features(directory, so) if features is None else features
+    pair = supervised_keys(read_info(directory, so))
+    if as_supervised:
+        if pair is None:
+            raise ValueError(f"as_supervised=True, but {directory}/dataset_info.json has no supervisedKeys")
+        if kwargs.get("batch_size") is not None:
+            raise ValueError("as_supervised=True gives one (input, target) tuple per record; use it "
+                             "without batch_size")
+        missing = [k for k in pair if k not in spec]
+        if missing:
+            raise ValueError(f"supervisedKeys {pair} name features the spec lacks: {missing}")
+        kwargs["transform"] = _Supervised(pair, kwargs.get("transform"))
     cls = IndexedTFRecordDataset if map_style else TFRecordDataset
     dataset = cls(paths, features=spec, **kwargs)
+    labels = [f for f in spec.values() if isinstance(f, ClassLabel)]
+    target = spec.get(pair[1]) if pair is not None else None
+    named = target if isinstance(target, ClassLabel) else labels[0] if len(labels) == 1 else None
+    dataset.features = spec  # type: ignore[union-attr]
+    dataset.classes = named.names if named is not None else None  # type: ignore[union-attr]
     counts = [len(i) for i in dataset.indexes] if not getattr(dataset, "streamed", False) else None
     if counts is not None and counts != lengths:
         raise TFRecordError(f"{directory}: dataset_info.json lists shard lengths {lengths} for "
                             f"{split!r}, but the shards hold {counts}")
     return dataset
+
+
+class _Supervised:
+    """Turns a decoded record into its (input, target) pair, then applies the user's transform."""
+
+    def __init__(self, keys: tuple[str, str], transform: Any = None) -> None:
+        self.keys, self.transform = keys, transform
+
+    def __call__(self, item: dict) -> Any:
+        pair = (item[self.keys[0]], item[self.keys[1]])
+        return pair if self.transform is None else self.transform(pair)

@@ -10,7 +10,7 @@ from tfrecord_torch.records.compression import suffix
 __all__ = ["SAFE_NAME", "TEMPLATE", "shard_name"]
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.]+")  # dataset and split names: no path can hide in them
-TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"  # TFDS's default filepathTemplate
+TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"  # TFDS's default filepathTemplate
 
 
 def shard_name(name: str, split: str, shard: int, num_shards: int, compression=None) -> str:

@@ -15,9 +15,10 @@ import os
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
+from tfrecord_torch.tfds.layout import SAFE_NAME, TEMPLATE, shard_name
 
-__all__ = ["check_dataset_name", "image_feature", "raw_image_feature", "read_info", "tfds_split", "write_metadata"]
+__all__ = ["check_dataset_name", "image_feature", "raw_image_feature", "read_info", "shard_path", "supervised_keys",
+           "tfds_split", "write_metadata"]
 
 _CLASS = "tensorflow_datasets.core.features."
 _IMAGE = _CLASS + "image_feature.Image"
@@ -97,7 +98,7 @@ def _update_info(output_dir: str, *, name: str, split: str, shard_lengths: list[
     so = storage_options
     info = check_dataset_name(output_dir, name, so)
     info_path = os.path.join(output_dir, "dataset_info.json")
-    template = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+    template = TEMPLATE
     if compression == "gzip":
         template += ".gz"
     splits = [s for s in info.get("splits", []) if s.get("name") != split]
@@ -128,10 +129,12 @@ def read_info(directory, storage_options: dict | None = None) -> dict:
     """``dataset_info.json`` of a TFDS directory, checked for what we use."""
     directory = os.fspath(directory)
     info = _load_json(os.path.join(directory, "dataset_info.json"), storage_options)
-    if not isinstance(info.get("name"), str) or not isinstance(info.get("splits", []), list):
-        raise TFRecordError(f"{directory}/dataset_info.json: missing 'name' or 'splits'")
+    if not isinstance(info.get("name", ""), str) or not isinstance(info.get("splits", []), list):
+        raise TFRecordError(f"{directory}/dataset_info.json: bad 'name' or 'splits'")
     info["splits"] = info.get("splits", [])
-    names = [info["name"]] + [s.get("name") if isinstance(s, dict) else None for s in info["splits"]]
+    # the name is needed only where a split's filepathTemplate uses {DATASET}
+    names = ([info["name"]] if "name" in info else []) + \
+        [s.get("name") if isinstance(s, dict) else None for s in info["splits"]]
     for name in names:  # they become file names: nothing may lead outside the folder
         if not isinstance(name, str) or not SAFE_NAME.fullmatch(name) or name in (".", ".."):
             raise TFRecordError(f"{directory}/dataset_info.json: {name!r} is not a plain "
@@ -158,7 +161,49 @@ def tfds_split(directory, split: str, storage_options: dict | None = None) -> tu
             raise ValueError("negative length or too many shards")
     except (TypeError, ValueError) as e:
         raise TFRecordError(f"{directory}/dataset_info.json: bad shardLengths: {e}") from e
-    compression = "gzip" if str(entry.get("filepathTemplate", "")).endswith(".gz") else None
-    paths = [os.path.join(directory, shard_name(info["name"], split, i, len(lengths), compression))
-             for i in range(len(lengths))]
+    template = entry.get("filepathTemplate")
+    if template is None:  # written before TFDS recorded templates (or by an older tfrecord_torch)
+        compression = "gzip" if str(info.get("compression", "")).lower() == "gzip" else None
+        if "name" not in info:
+            raise TFRecordError(f"{directory}/dataset_info.json: no 'name' and no filepathTemplate")
+        paths = [os.path.join(directory, shard_name(info["name"], split, i, len(lengths), compression))
+                 for i in range(len(lengths))]
+    else:
+        paths = [os.path.join(directory, shard_path(template, info, split, i, len(lengths), directory))
+                 for i in range(len(lengths))]
     return paths, lengths
+
+
+def shard_path(template: str, info: dict, split: str, shard: int, num_shards: int, directory: str) -> str:
+    """A shard's path under ``directory`` from a TFDS ``filepathTemplate``
+    (``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}`` and TFDS's other fields)."""
+    digits = max(len(str(num_shards)), 5)
+    fields = {"SPLIT": split, "FILEFORMAT": info.get("fileFormat", "tfrecord"),
+              "SHARD_INDEX": f"{shard:0{digits}d}", "NUM_SHARDS": f"{num_shards:0{digits}d}",
+              "SHARD_X_OF_Y": f"{shard:0{digits}d}-of-{num_shards:0{digits}d}"}
+    if "name" in info:
+        fields["DATASET"] = info["name"]
+    try:
+        path = str(template).format(**fields)
+    except (KeyError, IndexError, ValueError) as e:
+        raise TFRecordError(f"{directory}/dataset_info.json: cannot fill filepathTemplate "
+                            f"{template!r} for {split!r}: {e!r}") from e
+    parts = path.replace("\\", "/").split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):  # stay inside the folder
+        raise TFRecordError(f"{directory}/dataset_info.json: filepathTemplate {template!r} leads outside "
+                            "the dataset folder")
+    return path
+
+
+def supervised_keys(info: dict) -> tuple[str, str] | None:
+    """The (input, target) feature keys of ``supervisedKeys`` in ``dataset_info.json``, if any."""
+    keys = info.get("supervisedKeys")
+    if not isinstance(keys, dict):
+        return None
+    if "input" in keys and "output" in keys:  # the older spelling
+        return str(keys["input"]), str(keys["output"])
+    items = keys.get("tuple", {}).get("items", []) if isinstance(keys.get("tuple"), dict) else []
+    found = [str(i["featureKey"]) for i in items if isinstance(i, dict) and isinstance(i.get("featureKey"), str)]
+    if len(found) == 2:
+        return found[0], found[1]
+    return None
