@@ -3,7 +3,8 @@
 # environment in .venv and installs what it needs, pinned by constraints.txt.
 #
 #   bash dev.sh demo    run the main job on built-in sample data (no download)
-#   bash dev.sh test    run the whole test suite (extra args go to pytest)
+#   bash dev.sh test    run the test suite, slow scenarios aside (extra args go to pytest)
+#   bash dev.sh test --all   the whole suite, slow scenarios too (what CI runs)
 #   bash dev.sh bench   run the benchmarks against tf.data and the tfrecord package
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -36,7 +37,11 @@ case "$cmd" in
         ;;
     test)
         ensure_env test
-        exec "$VENV/bin/python" -m pytest "$@"
+        if [ "${1:-}" = "--all" ]; then
+            shift
+            exec "$VENV/bin/python" -m pytest "$@"
+        fi
+        exec "$VENV/bin/python" -m pytest -m "not slow" "$@"
         ;;
     bench)
         ensure_env test

@@ -347,3 +347,26 @@ def test_an_index_from_another_tool_is_checked_once_then_stamped(tmp_path):
     os.unlink(index + ".json")  # as DALI's tfrecord2idx would leave it
     assert len(TFRecordDataset(path)) == 10
     assert os.path.exists(index + ".json")
+
+
+@pytest.mark.slow  # builds and loads a 25,000,000-record index: a minute or more on 2 cores
+def test_a_25_million_record_shard_indexes_in_bounded_memory(tmp_path):
+    # peak resident memory (VmHWM) of a child that imports torch, builds the index, loads it
+    # and takes len() of a dataset; the address space is capped too, so a runaway
+    # allocation fails instead of swapping
+    import json
+
+    code = f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+        sys.argv = ["index_scale", "--records", "25000000", "--dir", {str(tmp_path)!r}, "--json"]
+        from benchmarks.index_scale import main
+        main()
+    """
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         timeout=1800, env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["records"] == 25_000_000
+    assert result["peak_mb"] < 1300, result
