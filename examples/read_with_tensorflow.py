@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 
 import torchvision  # noqa: F401  (load before TensorFlow; see the README)
@@ -38,7 +39,9 @@ def parse(record):
 
 
 def main(directory: str) -> None:
-    files = sorted(f for f in glob.glob(os.path.join(directory, "*-train.tfrecord-*")) if not f.endswith(".index"))
+    # the shards only: index files and their stamps (.index, .index.json) sit beside them
+    files = sorted(f for f in glob.glob(os.path.join(directory, "*-train.tfrecord-*"))
+                   if re.search(r"-\d{5}-of-\d{5}$", f))
     with_tf = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(64)
     count = sum(int(labels.shape[0]) for _, labels in with_tf)
     print(f"tf.data: {count} records in {len(files)} shards")

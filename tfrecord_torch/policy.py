@@ -19,6 +19,8 @@ returns to skip the record (the skip is counted, not logged)::
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -47,6 +49,20 @@ class ErrorPolicy:
             raise ValueError(f"on_error must be one of {ON_ERROR} or a callable, got {choice!r}")
         self.on_error: str | Callable[[TFRecordError], object] = choice
         self.counts: Counter = Counter()
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
+
+    def _guard(self) -> threading.Lock:
+        """The lock of this process (a forked child gets a fresh one: the parent's may be held)."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_lock_pid")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.on_error!r}, skipped={self.total})"
@@ -66,8 +82,9 @@ class ErrorPolicy:
         if callable(self.on_error):
             self.on_error(error)  # raises to stop
         path = getattr(error, "path", None) or "<unknown>"
-        self.counts[path] += 1
-        self._counted(path)
+        with self._guard():  # counts are read-modify-writes; readers may report from several threads
+            self.counts[path] += 1
+            self._counted(path)
         if callable(self.on_error):
             return
         log.warning("skipped: %s", error)
