@@ -3,12 +3,15 @@ rename (or by a finished upload), and folder locks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from tfrecord_torch.io.files import filesystem, is_url, local
 from tfrecord_torch.io.retry import retrying
 
-__all__ = ["create_temp", "lock_file", "remove", "remove_orphans", "upload", "write_bytes"]
+__all__ = ["create_temp", "fsync_dir", "lock_file", "remove", "remove_orphans", "upload", "write_bytes", "writing"]
 
 
 def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
@@ -17,11 +20,19 @@ def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
         fs, p = filesystem(path, storage_options)
         retrying("write", path, lambda: fs.pipe_file(p, data))
         return
+    with writing(path) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def writing(path) -> Iterator[BinaryIO]:
+    """A local file written under a temporary name beside ``path`` and renamed
+    to it (after fsync) only when the block ends without error."""
     path = local(path)
     fd, temp = create_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)
@@ -29,6 +40,15 @@ def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def fsync_dir(folder: str) -> None:
+    """Make the renames in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def lock_file(path: str, *, wait: bool) -> int | None:

@@ -169,18 +169,8 @@ def write_index_file(index: np.ndarray, index_path: str, *, storage_options: dic
         finally:
             os.unlink(temp)
         return
-    path = fs.local(index_path)
-    fd, temp = atomic.create_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _write_rows(index, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+    with atomic.writing(index_path) as f:
+        _write_rows(index, f)
 
 
 def _write_rows(index: np.ndarray, f) -> None:

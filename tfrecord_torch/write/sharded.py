@@ -158,7 +158,7 @@ class ShardedWriter:
                         os.replace(stamp_path(default_index_path(staged)), stamp_path(default_index_path(final)))
                     os.replace(staged, final)
                     self.paths.append(final)
-                _fsync_dir(self.output_dir)
+                atomic.fsync_dir(self.output_dir)
             self._remove_stale()
         finally:
             self._release()
@@ -241,10 +241,3 @@ def _lock(path: str) -> int:
                             f"{os.path.dirname(path)} (lock {path} is held)")
     return fd
 
-
-def _fsync_dir(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

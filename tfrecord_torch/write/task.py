@@ -196,7 +196,7 @@ def write_shard(task: ShardTask) -> ShardResult:
             os.unlink(temp)
         else:
             os.replace(temp, spec.path)
-            _fsync_dir(os.path.dirname(spec.path))
+            atomic.fsync_dir(os.path.dirname(spec.path))
     except BaseException:
         if os.path.exists(temp):
             os.unlink(temp)
@@ -207,10 +207,3 @@ def write_shard(task: ShardTask) -> ShardResult:
     atomic.write_bytes(marker_path(spec.path), result.marker(task.fingerprint), so)
     return result
 
-
-def _fsync_dir(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
