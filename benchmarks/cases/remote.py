@@ -4,6 +4,7 @@ per shard the opening made, counted in the server's log."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import socket
@@ -91,6 +92,7 @@ def _remote_open(path: str, *, index_files: bool, cached: bool):
     from tfrecord_torch import TFRecordDataset
 
     server = MotoServer(os.path.join(SPEC["scratch"], f"moto-{os.getpid()}.log"))
+    atexit.register(server.close)  # the worker's exit stops it (left running, it took CPU from later rows)
     so = server.options
     urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/bench", method="PUT")).read()
     fs = s3fs.S3FileSystem(**so)

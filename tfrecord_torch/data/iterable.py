@@ -19,6 +19,7 @@ from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
     decode_or_skip,
+    fetch_runs,
     fetch_scattered,
     interleave,
     stream_shard,
@@ -284,14 +285,29 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
-                found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, min(a + size, hi)),
-                                        verify=self.verify, readers=readers, report=self.policy.reporter(),
-                                        storage_options=self.storage_options)
-                items = [i for i in found if i is not None]
-                yield position, self._decode_batch([i.payload for i in items], lambda: items, batches, b)
+                payloads, items = self._batch_records(plan, a, min(a + size, hi), readers)
+                yield position, self._decode_batch(payloads, items, batches, b)
         finally:
             batches.close()
             readers.close()
+
+    def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int,
+                       readers: pool.ReaderPool) -> tuple[list[bytes], Callable[[], list[Located]]]:
+        """The payloads of positions [a, b) of the plan, and a way to their locations.
+        In order, they are runs of consecutive records, read in windows with no
+        per-record objects; shuffled, they are gathered shard by shard."""
+        report = self.policy.reporter()
+        if not self.shuffle:
+            runs = [run for seg in plan.segments(a, b)
+                    for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
+                                          verify=self.verify, readers=readers, report=report,
+                                          storage_options=self.storage_options)]
+            payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
+            return payloads, lambda: [i for r in runs for i in r.items()]
+        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), verify=self.verify,
+                                readers=readers, report=report, storage_options=self.storage_options)
+        items = [i for i in found if i is not None]
+        return [i.payload for i in items], lambda: items
 
     def _image_batches(self, where: tuple[int, ...]) -> ImageBatches:
         """The batch decoder of one iterator; ``where`` adds to the crop seed."""
