@@ -18,7 +18,7 @@ rng = np.random.default_rng(16)
 
 
 def shards(folder):
-    return sorted(str(p) for p in folder.glob("*.tfrecord*") if not p.name.endswith(".index"))
+    return sorted(str(p) for p in folder.glob("*.tfrecord*") if not p.name.endswith((".index", ".index.json")))
 
 
 @pytest.mark.parametrize("channels", [1, 2, 3, 4])

@@ -188,3 +188,17 @@ def test_gif_frames_smaller_than_the_canvas_differ_from_tensorflow_as_documented
     assert theirs.shape == (1, 1, 3) and ours.shape == (20, 20, 3)
     assert np.array_equal(ours[:1, :1], theirs)
     assert decode_image(data, frames="all").shape == (5, 3, 20, 20)
+
+
+@pytest.mark.parametrize("layout", ["L", "RGB"])
+def test_transparent_colour_becomes_alpha_as_in_tensorflow(layout):
+    # a pixel equal to the tRNS colour: TF's channels=4 gives it alpha 0 (the case's
+    # random data above holds such a pixel only sometimes)
+    a = np.arange(99, dtype=np.uint8).reshape(9, 11)
+    pixels = a if layout == "L" else np.stack([a, a, a], axis=2)
+    key = 7 if layout == "L" else (7, 7, 7)
+    data = pil(pixels, "PNG", transparency=key)
+    for mode in MODES:
+        want = tf.io.decode_png(data, channels=MODES[mode]).numpy()
+        assert np.array_equal(hwc(decode_image(data, mode)), want), mode
+    assert hwc(decode_image(data, "RGBA"))[0, 7, 3] == 0

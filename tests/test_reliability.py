@@ -42,7 +42,7 @@ def visible(folder):
 
 def assert_visible_files_complete(folder):
     """Every shard a reader can see verifies, with its index, and matches the metadata."""
-    shards = [f for f in visible(folder) if ".tfrecord-" in f and not f.endswith(".index")]
+    shards = [f for f in visible(folder) if ".tfrecord-" in f and not f.endswith((".index", ".index.json"))]
     for name in shards:
         assert cli(["verify", str(folder / name)]) == 0
     if "dataset_info.json" in visible(folder):

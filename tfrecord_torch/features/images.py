@@ -76,7 +76,7 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
     if torchvision_reads and _torchvision_usable():
         arrays = _torchvision(data, header, mode)
     else:
-        arrays = pillow_frames(data, all_frames=animation, gray_jpeg=mode == "L")
+        arrays = pillow_frames(data, all_frames=animation, gray_jpeg=mode == "L", key_alpha=mode == "RGBA")
     want = None if mode == "unchanged" else MODE_CHANNELS[mode]
     out = []
     for array in arrays:

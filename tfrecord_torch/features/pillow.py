@@ -21,11 +21,14 @@ __all__ = ["pillow_frames"]
 _16BIT = {"RGB;16B": ("RGB", "RGB;16L"), "RGBA;16B": ("RGBA", "RGBA;16L")}
 
 
-def pillow_frames(data: bytes, *, all_frames: bool = False, gray_jpeg: bool = False) -> list[np.ndarray]:
+def pillow_frames(data: bytes, *, all_frames: bool = False, gray_jpeg: bool = False,
+                  key_alpha: bool = False) -> list[np.ndarray]:
     """The first frame (or every frame) of an image as arrays [H, W, C]: uint8,
     or uint16 for 16-bit PNGs. Palettes are expanded to RGB (RGBA with a
     transparent colour), CMYK to RGB; ``gray_jpeg`` asks libjpeg for the luma
-    channel of a colour JPEG, as TensorFlow's ``channels=1`` does."""
+    channel of a colour JPEG, as TensorFlow's ``channels=1`` does; with
+    ``key_alpha`` a gray or RGB PNG's transparent colour (tRNS) becomes an
+    alpha channel, as TensorFlow's ``channels=4`` gives it."""
     from PIL import Image as PILImage
 
     with warnings.catch_warnings():
@@ -36,17 +39,19 @@ def pillow_frames(data: bytes, *, all_frames: bool = False, gray_jpeg: bool = Fa
             sixteen = _sixteen_bit(im, data) if im.format == "PNG" else None
             if sixteen is not None:
                 return [sixteen]
-            frames = [_array(im)]
+            frames = [_array(im, key_alpha)]
             if all_frames:
                 for index in range(1, int(getattr(im, "n_frames", 1))):
                     im.seek(index)
-                    frames.append(_array(im))
+                    frames.append(_array(im, key_alpha))
     return frames
 
 
-def _array(im) -> np.ndarray:
+def _array(im, key_alpha: bool = False) -> np.ndarray:
     mode = im.mode
-    if mode == "P" or mode == "PA":
+    if key_alpha and mode in ("L", "RGB") and "transparency" in im.info:
+        im = im.convert("LA" if mode == "L" else "RGBA")  # the keyed colour gets alpha 0
+    elif mode == "P" or mode == "PA":
         im = im.convert("RGBA" if mode == "PA" or "transparency" in im.info else "RGB")
     elif mode in ("1", "CMYK", "YCbCr"):
         im = im.convert("L" if mode == "1" else "RGB")
