@@ -1,6 +1,8 @@
 """Shared test helpers: small shards with a unique id per record."""
 
+import filecmp
 import io
+import os
 
 import numpy as np
 from PIL import Image as PILImage
@@ -38,3 +40,16 @@ def ids_of(items):
         value = item["id"]
         out.extend(np.asarray(value).reshape(-1).tolist())
     return out
+
+
+def listing(folder):
+    """The names in ``folder`` a reader can see (hidden files aside), sorted."""
+    return sorted(f for f in os.listdir(folder) if not f.startswith("."))
+
+
+def assert_same_files(a, b):
+    """Folders ``a`` and ``b`` hold the same visible files, byte for byte."""
+    names = listing(a)
+    assert names == listing(b)
+    match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+    assert mismatch == [] and errors == [], (mismatch, errors)

@@ -2,7 +2,6 @@
 S3 (moto): TFDS loads it, the files equal a serial run's byte for byte, and a
 worker killed mid-shard leaves no partial shard behind."""
 
-import filecmp
 import json
 import os
 import signal
@@ -11,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torchvision
-from test_remote import S3
+from helpers import assert_same_files
+from helpers import listing as visible
+from test_remote import s3  # noqa: F401  (the moto S3 fixture, shared)
 
 from tfrecord_torch import DatasetSource, tfds_dataset, write_dataset
 from tfrecord_torch.cli import main
@@ -24,32 +25,12 @@ FAKE = dict(size=24, image_size=(3, 8, 6), num_classes=5, random_offset=11)
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")  # any free port: two clusters at once (xdist) must not clash on 8787
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()
 
 
-@pytest.fixture(scope="module")
-def s3():
-    import urllib.request
-
-    server = S3()
-    endpoint = server.options["client_kwargs"]["endpoint_url"]
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
-    yield server
-    server.close()
-
-
-def visible(folder):
-    return sorted(f for f in os.listdir(folder) if not f.startswith("."))
-
-
-def assert_same_files(a, b):
-    names = visible(a)
-    assert names == visible(b)
-    match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
-    assert mismatch == [] and errors == [], (mismatch, errors)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +67,7 @@ def test_dask_conversion_equals_a_serial_one_and_tfds_loads_it(client, serial, t
         assert len(list(builder.as_dataset(split="train"))) == builder.info.splits["train"].num_examples
 
 
-def test_dask_conversion_to_s3_equals_the_serial_files(client, serial, s3):
+def test_dask_conversion_to_s3_equals_the_serial_files(client, serial, s3):  # noqa: F811 (a fixture)
     executor = client.get_executor()
     for name, source in (("fake", DatasetSource(torchvision.datasets.FakeData, **FAKE)),
                          ("folder", torchvision.datasets.ImageFolder(str(serial / "images")))):

@@ -2,7 +2,6 @@
 the same bytes, retries, and reruns that write only what is missing."""
 
 import concurrent.futures as cf
-import filecmp
 import multiprocessing
 import os
 import pickle
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from helpers import assert_same_files, listing
 
 from tfrecord_torch import (
     DatasetSource,
@@ -29,16 +29,6 @@ from tfrecord_torch.write.task import ShardTask, marker_path
 def fake(n=24, classes=4):
     return torchvision.datasets.FakeData(size=n, image_size=(3, 6, 5), num_classes=classes, random_offset=7)
 
-
-def listing(folder):
-    return sorted(f for f in os.listdir(folder) if not f.startswith("."))
-
-
-def assert_same_files(a, b):
-    names = listing(a)
-    assert names == listing(b)
-    match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
-    assert mismatch == [] and errors == [], (mismatch, errors)
 
 
 def test_write_order_is_a_seeded_permutation_fixed_forever():

@@ -239,7 +239,7 @@ def scale_dask(path):
     if address:
         client = Client(address)
     else:
-        cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+        cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")  # any free port: two clusters at once (xdist) must not clash on 8787
         client = Client(cluster)
     client.run(lambda: __import__("tfrecord_torch.write.task") and __import__("torchvision"))  # warm workers
     return _scaled(path, executor=client.get_executor())
