@@ -4,14 +4,14 @@ When an image transform starts with ``v2.RandomResizedCrop`` (or a fixed
 ``v2.Resize((h, w))``), optionally followed by ``v2.RandomHorizontalFlip``,
 the batch fast path does that work itself while the image is still a NumPy
 array on a decode thread: crop parameters drawn exactly as torchvision draws
-them (the same calls, on a generator seeded from the dataset's seed), then
-Pillow's antialiased resize of the crop window (GIL released) and the flip,
-written straight into the image's slot of the batch buffer.
+them (the same calls, on a generator seeded from the dataset's seed), a JPEG
+decoded only inside the crop window (:func:`.jpeg.decode_jpeg_window`), then
+torch's antialiased resize kernel -- the one ``v2.Resize`` runs on uint8
+images -- writing straight into the image's slot of the batch buffer, and the
+flip.
 
-Pillow's resize and torchvision's antialiased uint8 resize are two
-implementations of the same filter; they differ by rounding (at most a few
-levels on a pixel, well under one level on average; tests/test_fast_images.py
-measures it), which is the fused path's documented tolerance.
+The pixels equal torchvision's ``resized_crop`` (and ``horizontal_flip``) of
+the full decode, bit for bit (tests/test_fast_images.py).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ class CropPlan:
         size: the output (height, width).
         scale, ratio: RandomResizedCrop's ranges; None for a plain resize.
         flip: probability of a horizontal flip after the crop (0: none).
-        resample: Pillow's resampling filter.
+        resample: the interpolation, "bilinear" or "bicubic" (antialiased).
     """
 
     size: tuple[int, int]
     scale: tuple[float, float] | None
     ratio: tuple[float, float] | None
     flip: float
-    resample: int
+    resample: str
 
 
 def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
@@ -75,18 +75,15 @@ def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
     return plan, rest
 
 
-def _resample(step: Any) -> int | None:
-    """Pillow's filter for a resizing step, or None if it cannot be matched
-    (no antialiasing, or an interpolation Pillow does not share)."""
-    from PIL import Image
-
+def _resample(step: Any) -> str | None:
+    """The interpolation of a resizing step, or None if it cannot be fused
+    (no antialiasing, or an interpolation other than bilinear or bicubic)."""
     if getattr(step, "antialias", True) is False or not hasattr(step, "interpolation"):
         return None
-    mode = step.interpolation  # an InterpolationMode, its value ("bilinear") or a PIL code
-    bilinear, bicubic = Image.Resampling.BILINEAR, Image.Resampling.BICUBIC
-    mode = {int(bilinear): "bilinear", int(bicubic): "bicubic"}.get(mode, mode) if isinstance(mode, int) \
+    mode = step.interpolation  # an InterpolationMode, its value ("bilinear") or a PIL code (2, 3)
+    mode = {2: "bilinear", 3: "bicubic"}.get(mode, mode) if isinstance(mode, int) \
         else getattr(mode, "value", mode)
-    return {"bilinear": int(bilinear), "bicubic": int(bicubic)}.get(mode)
+    return mode if mode in ("bilinear", "bicubic") else None
 
 
 def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Generator
@@ -131,19 +128,41 @@ def _random_resized_crop(scale, ratio, height, width, generator) -> tuple[int, i
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, resample: int,
+def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, resample: str,
                 out: np.ndarray) -> None:
     """Crop ``box`` = (top, left, h, w) of an RGB uint8 [H, W, 3] image, resize
-    it to ``out``'s size and write it (flipped if asked) into ``out``."""
-    from PIL import Image
+    it to ``out``'s size and write it (flipped if asked) into ``out`` (a
+    C-contiguous uint8 [h', w', 3] array).
 
+    The resize is torch's antialiased uint8 kernel, run on the NHWC memory as
+    a channels_last tensor with ``out`` as its output: no copy, the GIL
+    released, and exactly the pixels ``v2.functional.resize`` gives.
+    """
     top, left, h, w = box
-    size = (out.shape[1], out.shape[0])
     window = image[top:top + h, left:left + w]
     if (h, w) == out.shape[:2]:
-        out[...] = window[:, ::-1] if flip else window
-        return
-    resized = Image.fromarray(np.ascontiguousarray(window)).resize(size, resample)
-    if flip:  # in Pillow: a copy through a negative stride costs more than the resize
-        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    out[...] = np.asarray(resized)
+        out[...] = window
+    else:
+        source = torch.from_numpy(window).permute(2, 0, 1).unsqueeze(0)
+        target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
+        kernel = _KERNELS[resample]
+        kernel(source, [out.shape[0], out.shape[1]], False, None, None, out=target)
+    if flip:
+        out[...] = out[:, ::-1]  # NumPy copies through a buffer where the two overlap
+
+
+def _kernel(mode: str) -> Any:
+    """torch's antialiased resize op for ``mode`` with an ``out=`` argument;
+    where a torch release lacks it, F.interpolate (the same kernel) and a copy."""
+    op = getattr(torch._C._nn, f"_upsample_{mode}2d_aa", None)
+    if op is not None:
+        return op
+
+    def interpolate(source: torch.Tensor, size: list[int], align_corners: bool, scale_h: None,
+                    scale_w: None, *, out: torch.Tensor) -> None:
+        out.copy_(torch.nn.functional.interpolate(source, size=size, mode=mode, antialias=True,
+                                                  align_corners=align_corners))
+    return interpolate
+
+
+_KERNELS = {mode: _kernel(mode) for mode in ("bilinear", "bicubic")}

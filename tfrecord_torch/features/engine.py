@@ -1,14 +1,16 @@
 """The batch image engine: a small thread pool decoding a batch's images
 straight into one preallocated uint8 buffer.
 
-libjpeg-turbo (through simplejpeg), Pillow's resize and NumPy's copies all
-release the GIL, so the threads of one process use every core it has; no
-torch operator runs on the way (torch's own thread pool would fight the
-decode threads). Each image is decoded into its slot of a [B, H, W, 3]
-buffer -- or decoded whole, then cropped, resized and flipped into the slot
-when a transform's head is fused (:mod:`.crop`). The buffer is returned as
-[B, 3, H, W] in ``torch.channels_last`` memory format (a view, no copy), or
-as [B, H, W, 3]; inside a DataLoader worker it is allocated in shared
+libjpeg-turbo (through simplejpeg or the compiled crop helper), torch's
+antialiased resize kernel and NumPy's copies all release the GIL, so the
+threads of one process use every core it has. No multi-threaded torch
+operator runs on the way (torch's own thread pool would fight the decode
+threads): the resize kernel handles one image per call, on the calling
+thread. Each image is decoded into its slot of a [B, H, W, 3] buffer -- or,
+when a transform's head is fused (:mod:`.crop`), decoded only inside its
+crop window, then resized and flipped into the slot. The buffer is returned
+as [B, 3, H, W] in ``torch.channels_last`` memory format (a view, no copy),
+or as [B, H, W, 3]; inside a DataLoader worker it is allocated in shared
 memory so the batch crosses to the main process without a copy.
 
 An image that fails to decode leaves its slot zero-filled and is reported
@@ -28,7 +30,7 @@ import torch
 
 from tfrecord_torch.features.crop import CropPlan, crop_params, resize_into
 from tfrecord_torch.features.images import decode_image
-from tfrecord_torch.features.jpeg import JPEG_DECODERS, decode_jpeg, fast_jpeg
+from tfrecord_torch.features.jpeg import JPEG_DECODERS, decode_jpeg, decode_jpeg_window, fast_jpeg
 from tfrecord_torch.features.limits import Header, check_pixels, read_header
 
 __all__ = ["LAYOUTS", "DecodeEngine", "ImageBatching", "MixedSizes", "default_threads"]
@@ -218,15 +220,20 @@ class DecodeEngine:
         """Decode one image into ``slot``; its error, or None."""
         try:
             direct = plan is None and self.options.normalize is None and not self.options.pad
+            box = job[:4] if plan is not None else None
             if header is not None and fast_jpeg(header) and self.mode == "RGB":
-                image = decode_jpeg(data, decoder=self.options.decoder, out=slot if direct else None)
+                if box is not None:  # only the crop window is decoded
+                    image = decode_jpeg_window(data, box, decoder=self.options.decoder)
+                    box = (0, 0, box[2], box[3])
+                else:
+                    image = decode_jpeg(data, decoder=self.options.decoder, out=slot if direct else None)
             else:
                 image = decode_image(data, self.mode).permute(1, 2, 0).numpy()
                 if direct:
                     slot[...] = image
-            if plan is not None:
+            if plan is not None and box is not None:
                 target = slot if self.options.normalize is None else np.empty(slot.shape, np.uint8)
-                resize_into(image, job[:4], job[4], plan.resample, target)
+                resize_into(image, box, job[4], plan.resample, target)
                 image = target
             if self.options.normalize is not None:
                 mean, std = (np.asarray(v, np.float32) for v in self.options.normalize)

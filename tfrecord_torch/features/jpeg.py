@@ -7,6 +7,12 @@ gives with its default ``dct_method=""``, bit for bit. ``decoder="accurate"``
 is the accurate integer IDCT: ``dct_method="INTEGER_ACCURATE"``, and what
 torchvision's ``decode_jpeg`` and the per-sample :class:`Image` give.
 
+:func:`decode_jpeg_window` decodes only a crop window where the package's
+compiled helper (``_jpegcrop``, built on the system's libjpeg-turbo by the
+set-up command) is present, and otherwise decodes the whole image and
+slices it: the same pixels either way. :func:`crop_decoding_available` tells
+which.
+
 Only what libjpeg converts to RGB itself takes this path (gray, YCbCr, RGB);
 CMYK/YCCK JPEGs and every other format go through :func:`.images.decode_image`.
 """
@@ -17,7 +23,8 @@ import numpy as np
 
 from tfrecord_torch.features.limits import Header
 
-__all__ = ["JPEG_DECODERS", "decode_jpeg", "fast_jpeg", "simplejpeg_available"]
+__all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "fast_jpeg",
+           "simplejpeg_available"]
 
 JPEG_DECODERS = ("fast", "accurate")
 
@@ -60,3 +67,46 @@ def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = 
         return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False,
                                       min_height=min_size[0], min_width=min_size[1], min_factor=1.0)
     return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False, buffer=out)
+
+
+def _crop_helper():  # the compiled helper, or None where it was not built
+    try:
+        from tfrecord_torch.features import _jpegcrop
+    except ImportError:
+        return None
+    return _jpegcrop
+
+
+_CROP = _crop_helper()
+
+
+def crop_decoding_available() -> bool:
+    """True when JPEG windows are decoded alone (the compiled helper was built:
+    it needs libjpeg's headers, Debian's ``libjpeg-dev``, at install time)."""
+    return _CROP is not None
+
+
+def decode_jpeg_window(data: bytes, box: tuple[int, int, int, int], *, decoder: str = "fast") -> np.ndarray:
+    """Decode the window ``box`` = (top, left, height, width) of a JPEG to RGB uint8.
+
+    Rows above the window are skipped, columns beside it and rows below it
+    are never decoded (libjpeg-turbo's ``jpeg_skip_scanlines`` and
+    ``jpeg_crop_scanline``, as ``tf.image.decode_and_crop_jpeg``). The pixels
+    equal :func:`decode_jpeg` of the whole image, sliced.
+
+    Returns:
+        [height, width, 3] (a view of the full decode where the helper is absent).
+
+    Raises:
+        ValueError: corrupt or truncated data, or a window outside the image.
+    """
+    top, left, height, width = box
+    if _CROP is None:
+        image = decode_jpeg(data, decoder=decoder)
+        if top < 0 or left < 0 or height < 1 or width < 1 or top + height > image.shape[0] \
+                or left + width > image.shape[1]:
+            raise ValueError(f"crop window {box} is outside the {image.shape[0]}x{image.shape[1]} image")
+        return image[top:top + height, left:left + width]
+    out = np.empty((height, width, 3), np.uint8)
+    _CROP.decode_crop(data, out, top, left, height, width, decoder == "fast")
+    return out

@@ -1,0 +1,177 @@
+/* Decoding only a window of a JPEG, with libjpeg-turbo's jpeglib API.
+ *
+ * decode_crop(data, out, top, left, height, width, fast) decodes the
+ * (top, left, height, width) window of a baseline or progressive JPEG to RGB
+ * into `out` (a writable C-contiguous buffer of height * width * 3 bytes),
+ * with the GIL released. Rows above the window are skipped
+ * (jpeg_skip_scanlines: entropy-decoded, no IDCT), columns outside it are
+ * not produced (jpeg_crop_scanline) and rows below it are never read: what
+ * tf.image.decode_and_crop_jpeg and DALI's ImageDecoderRandomCrop do.
+ *
+ * The pixels equal a full decode's, cropped: the window asked of libjpeg is
+ * widened by up to 16 pixels on each side (its iMCU boundaries), so the
+ * upsampler never sees an edge the full image does not have.
+ *
+ * Corrupt data raises ValueError with libjpeg's message; libjpeg's
+ * warnings (premature end, extraneous bytes) are errors too, as simplejpeg
+ * makes them. Since the rows below the window are not decoded, a file with
+ * no end-of-image marker after its first scan is refused before decoding,
+ * so a truncated file fails here as it does in a full decode.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} error_mgr;
+
+static void on_error(j_common_ptr cinfo) {
+    error_mgr *err = (error_mgr *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, err->message);
+    longjmp(err->jump, 1);
+}
+
+static void on_message(j_common_ptr cinfo, int level) {
+    if (level < 0) { /* a warning: corrupt data libjpeg would paper over */
+        on_error(cinfo);
+    }
+}
+
+/* Whether an end-of-image marker (FF D9) follows byte `from`. Entropy-coded
+ * data never holds FF D9 (an FF there is followed by 00 or a restart
+ * marker), so its absence means the file was cut short. */
+static int has_eoi(const unsigned char *data, size_t size, size_t from) {
+    size_t i;
+    for (i = size; i >= from + 2; i--) {
+        if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int decode(const unsigned char *data, size_t size, unsigned char *out, unsigned int top,
+                  unsigned int left, unsigned int height, unsigned int width, int fast,
+                  char *message) {
+    struct jpeg_decompress_struct cinfo;
+    error_mgr err;
+    unsigned char *volatile row = NULL;
+    JDIMENSION xoffset, cropped, y;
+    unsigned int margin_left, stride;
+
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    err.message[0] = '\0';
+    if (setjmp(err.jump)) {
+        strncpy(message, err.message, JMSG_LENGTH_MAX);
+        jpeg_destroy_decompress(&cinfo);
+        free(row);
+        return -1;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)size);
+    jpeg_read_header(&cinfo, TRUE);
+    if (top + height > cinfo.image_height || left + width > cinfo.image_width || !height || !width) {
+        snprintf(message, JMSG_LENGTH_MAX, "crop window (%u, %u, %u, %u) is outside the %ux%u image",
+                 top, left, height, width, (unsigned)cinfo.image_height, (unsigned)cinfo.image_width);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    if (!has_eoi(data, size, size - cinfo.src->bytes_in_buffer)) {
+        snprintf(message, JMSG_LENGTH_MAX, "Premature end of JPEG file (no end-of-image marker)");
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    cinfo.out_color_space = JCS_RGB;
+    cinfo.dct_method = fast ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(&cinfo);
+    /* widen by 16 pixels (the largest iMCU) where the image allows */
+    xoffset = left >= 16 ? left - 16 : 0;
+    cropped = (left + width + 16 <= cinfo.output_width ? left + width + 16 : cinfo.output_width) - xoffset;
+    if (xoffset > 0 || cropped < cinfo.output_width) {
+        jpeg_crop_scanline(&cinfo, &xoffset, &cropped);
+    }
+    margin_left = left - (unsigned int)xoffset;
+    stride = (unsigned int)cropped * 3;
+    row = malloc(stride);
+    if (row == NULL) {
+        snprintf(message, JMSG_LENGTH_MAX, "out of memory for a %u-byte row", stride);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    if (top > 0) {
+        jpeg_skip_scanlines(&cinfo, top);
+    }
+    for (y = 0; y < height; y++) {
+        JSAMPROW rows[1] = {row};
+        jpeg_read_scanlines(&cinfo, rows, 1);
+        memcpy(out + (size_t)y * width * 3, row + margin_left * 3, (size_t)width * 3);
+    }
+    if (cinfo.output_scanline < cinfo.output_height) {
+        jpeg_abort_decompress(&cinfo);
+    } else {
+        jpeg_finish_decompress(&cinfo);
+    }
+    jpeg_destroy_decompress(&cinfo);
+    free(row);
+    return 0;
+}
+
+static PyObject *decode_crop(PyObject *self, PyObject *args) {
+    Py_buffer data, out;
+    unsigned int top, left, height, width;
+    int fast, status;
+    char message[JMSG_LENGTH_MAX];
+
+    if (!PyArg_ParseTuple(args, "y*w*IIIIp", &data, &out, &top, &left, &height, &width, &fast)) {
+        return NULL;
+    }
+    if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != (size_t)height * width * 3) {
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %u x %u x 3 bytes",
+                     height, width);
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    message[0] = '\0';
+    Py_BEGIN_ALLOW_THREADS
+    status = decode((const unsigned char *)data.buf, (size_t)data.len, (unsigned char *)out.buf, top, left,
+                    height, width, fast, message);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    if (status != 0) {
+        PyErr_SetString(PyExc_ValueError, message[0] ? message : "cannot decode JPEG");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_crop", decode_crop, METH_VARARGS,
+     "decode_crop(data, out, top, left, height, width, fast): decode a window of a JPEG to RGB "
+     "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegcrop", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__jpegcrop(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
