@@ -1,5 +1,6 @@
-"""Crop-window JPEG decoding: the compiled helper against TensorFlow's full
-decode, cropped, and against the fallback; its errors and its threads."""
+"""The compiled JPEG helper: crop windows against TensorFlow's full decode,
+cropped; whole batches decoded in one call; both against the fallback; its
+errors and its threads."""
 
 import os
 import threading
@@ -10,7 +11,12 @@ import tensorflow as tf
 from helpers import png_bytes
 
 from tfrecord_torch.features import jpeg as jpeg_module
-from tfrecord_torch.features.jpeg import crop_decoding_available, decode_jpeg, decode_jpeg_window
+from tfrecord_torch.features.jpeg import (
+    crop_decoding_available,
+    decode_jpeg,
+    decode_jpeg_window,
+    decode_jpegs_into,
+)
 
 
 def photo(seed, h, w):
@@ -120,3 +126,31 @@ def test_eight_threads_decode_the_same_windows():
     for t in threads:
         t.join()
     assert not failures
+
+
+@pytest.mark.parametrize("helper", [True, False])
+def test_a_batch_decodes_in_one_call_with_errors_per_image(helper, monkeypatch):
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_CROP", None)
+    images = [png_bytes(photo(i, 24, 40), "JPEG", quality=90) for i in range(5)]
+    truncated = images[2][:len(images[2]) // 2]
+    other_size = png_bytes(photo(9, 40, 24), "JPEG", quality=90)
+    batch = [images[0], images[1], truncated, images[3], other_size, images[4]]
+    out = np.full((6, 24, 40, 3), 7, np.uint8)
+    errors = decode_jpegs_into(batch, out)
+    assert [e is None for e in errors] == [True, True, False, True, False, True]
+    assert errors[2] and ("Premature end of JPEG file" in errors[2] or not helper)  # simplejpeg words it otherwise
+    assert errors[4] == "image is 40x24, expected 24x40"
+    assert out[2].max() == 0 and out[4].max() == 0  # no stray pixels in a failed slot
+    for slot, data in zip((0, 1, 3, 5), (images[0], images[1], images[3], images[4])):
+        np.testing.assert_array_equal(out[slot], tf.io.decode_jpeg(data, channels=3).numpy())
+
+
+def test_helper_refuses_what_is_not_bytes():
+    if not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    out = np.empty((1, 4, 4, 3), np.uint8)
+    with pytest.raises(TypeError, match=r"images\[0\] is str, not bytes"):
+        decode_jpegs_into(["not bytes"], out)
+    with pytest.raises(ValueError, match="C-contiguous buffer of 2 x 4 x 4 x 3 bytes"):
+        decode_jpegs_into([b"", b""], out)

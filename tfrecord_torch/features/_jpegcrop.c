@@ -59,8 +59,19 @@ static int has_eoi(const unsigned char *data, size_t size, size_t from) {
     return 0;
 }
 
+/* Ends a decode: rows below the window are never read. */
+static void finish(j_decompress_ptr cinfo) {
+    if (cinfo->output_scanline < cinfo->output_height) {
+        jpeg_abort_decompress(cinfo);
+    } else {
+        jpeg_finish_decompress(cinfo);
+    }
+    jpeg_destroy_decompress(cinfo);
+}
+
+/* Decodes the window (top, left, height, width) into out; 0, or -1 with message set. */
 static int decode(const unsigned char *data, size_t size, unsigned char *out, unsigned int top,
-                  unsigned int left, unsigned int height, unsigned int width, int fast,
+                  unsigned int left, unsigned int height, unsigned int width, int fast, int exact,
                   char *message) {
     struct jpeg_decompress_struct cinfo;
     error_mgr err;
@@ -81,6 +92,12 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, un
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_read_header(&cinfo, TRUE);
+    if (exact && (height != cinfo.image_height || width != cinfo.image_width)) {
+        snprintf(message, JMSG_LENGTH_MAX, "image is %ux%u, expected %ux%u", (unsigned)cinfo.image_height,
+                 (unsigned)cinfo.image_width, height, width);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
     if (top + height > cinfo.image_height || left + width > cinfo.image_width || !height || !width) {
         snprintf(message, JMSG_LENGTH_MAX, "crop window (%u, %u, %u, %u) is outside the %ux%u image",
                  top, left, height, width, (unsigned)cinfo.image_height, (unsigned)cinfo.image_width);
@@ -102,6 +119,17 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, un
     if (xoffset > 0 || cropped < cinfo.output_width) {
         jpeg_crop_scanline(&cinfo, &xoffset, &cropped);
     }
+    if (top > 0) {
+        jpeg_skip_scanlines(&cinfo, top);
+    }
+    if (left == 0 && width == cinfo.output_width && xoffset == 0) { /* whole rows: no copy */
+        while (cinfo.output_scanline < top + height) {
+            JSAMPROW rows[1] = {out + (size_t)(cinfo.output_scanline - top) * width * 3};
+            jpeg_read_scanlines(&cinfo, rows, 1);
+        }
+        finish(&cinfo);
+        return 0;
+    }
     margin_left = left - (unsigned int)xoffset;
     stride = (unsigned int)cropped * 3;
     row = malloc(stride);
@@ -110,20 +138,12 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, un
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
-    if (top > 0) {
-        jpeg_skip_scanlines(&cinfo, top);
-    }
     for (y = 0; y < height; y++) {
         JSAMPROW rows[1] = {row};
         jpeg_read_scanlines(&cinfo, rows, 1);
         memcpy(out + (size_t)y * width * 3, row + margin_left * 3, (size_t)width * 3);
     }
-    if (cinfo.output_scanline < cinfo.output_height) {
-        jpeg_abort_decompress(&cinfo);
-    } else {
-        jpeg_finish_decompress(&cinfo);
-    }
-    jpeg_destroy_decompress(&cinfo);
+    finish(&cinfo);
     free(row);
     return 0;
 }
@@ -147,7 +167,7 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     message[0] = '\0';
     Py_BEGIN_ALLOW_THREADS
     status = decode((const unsigned char *)data.buf, (size_t)data.len, (unsigned char *)out.buf, top, left,
-                    height, width, fast, message);
+                    height, width, fast, 0, message);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
@@ -158,7 +178,88 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *decode_many(PyObject *self, PyObject *args) {
+    PyObject *items, *seq, *errors = NULL;
+    Py_buffer out;
+    unsigned int height, width;
+    int fast;
+    Py_ssize_t n, i;
+    const unsigned char **data = NULL;
+    size_t *sizes = NULL, slot;
+    int *status = NULL;
+    char (*messages)[JMSG_LENGTH_MAX] = NULL;
+
+    if (!PyArg_ParseTuple(args, "Ow*IIp", &items, &out, &height, &width, &fast)) {
+        return NULL;
+    }
+    seq = PySequence_Fast(items, "images must be a sequence of bytes");
+    if (seq == NULL) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    slot = (size_t)height * width * 3;
+    if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != slot * (size_t)n) {
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %u x %u x 3 bytes", n,
+                     height, width);
+        goto done;
+    }
+    data = malloc(sizeof(*data) * (size_t)(n ? n : 1));
+    sizes = malloc(sizeof(*sizes) * (size_t)(n ? n : 1));
+    status = malloc(sizeof(*status) * (size_t)(n ? n : 1));
+    messages = malloc(sizeof(*messages) * (size_t)(n ? n : 1));
+    if (!data || !sizes || !status || !messages) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) { /* the sequence holds its bytes alive while the GIL is away */
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "images[%zd] is %s, not bytes", i, Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        data[i] = (const unsigned char *)PyBytes_AS_STRING(item);
+        sizes[i] = (size_t)PyBytes_GET_SIZE(item);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < n; i++) {
+        unsigned char *target = (unsigned char *)out.buf + slot * (size_t)i;
+        messages[i][0] = '\0';
+        status[i] = decode(data[i], sizes[i], target, 0, 0, height, width, fast, 1, messages[i]);
+        if (status[i] != 0) {
+            memset(target, 0, slot);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    errors = PyList_New(n);
+    for (i = 0; errors != NULL && i < n; i++) {
+        PyObject *value = Py_None;
+        if (status[i] != 0) {
+            value = PyUnicode_FromString(messages[i][0] ? messages[i] : "cannot decode JPEG");
+            if (value == NULL) {
+                Py_CLEAR(errors);
+                break;
+            }
+        } else {
+            Py_INCREF(value);
+        }
+        PyList_SET_ITEM(errors, i, value);
+    }
+done:
+    free(data);
+    free(sizes);
+    free(status);
+    free(messages);
+    Py_DECREF(seq);
+    PyBuffer_Release(&out);
+    return errors;
+}
+
 static PyMethodDef methods[] = {
+    {"decode_many", decode_many, METH_VARARGS,
+     "decode_many(images, out, height, width, fast): decode each JPEG (all height x width) to RGB into its "
+     "slot of out (len(images) * height * width * 3 bytes), GIL released for the whole list; returns one "
+     "error message or None per image (a failed slot is zero-filled)."},
     {"decode_crop", decode_crop, METH_VARARGS,
      "decode_crop(data, out, top, left, height, width, fast): decode a window of a JPEG to RGB "
      "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data."},

@@ -30,7 +30,13 @@ import torch
 
 from tfrecord_torch.features.crop import CropPlan, crop_params, resize_into
 from tfrecord_torch.features.images import decode_image
-from tfrecord_torch.features.jpeg import JPEG_DECODERS, decode_jpeg, decode_jpeg_window, fast_jpeg
+from tfrecord_torch.features.jpeg import (
+    JPEG_DECODERS,
+    decode_jpeg,
+    decode_jpeg_window,
+    decode_jpegs_into,
+    fast_jpeg,
+)
 from tfrecord_torch.features.limits import Header, check_pixels, read_header
 
 __all__ = ["LAYOUTS", "DecodeEngine", "ImageBatching", "MixedSizes", "default_threads"]
@@ -178,10 +184,9 @@ class DecodeEngine:
         work = [i for i in range(len(images)) if i not in failures]
         pool = self._executor()
         # a few images per task: fewer hand-offs between threads (each one a GIL round trip)
-        step = max(1, len(work) // (4 * pool._max_workers))
+        step = max(1, len(work) // (2 * pool._max_workers))
         chunks = [work[k:k + step] for k in range(0, len(work), step)]
-        results = pool.map(lambda chunk: [self._one(images[i], headers[i], jobs[i], plan, slots[i])
-                                          for i in chunk], chunks)
+        results = pool.map(lambda chunk: self._chunk(chunk, images, headers, jobs, plan, slots), chunks)
         for chunk, errors in zip(chunks, results):
             for i, error in zip(chunk, errors):
                 if error is not None:
@@ -214,6 +219,30 @@ class DecodeEngine:
                     f"v2.RandomResizedCrop")
                 headers[i] = None
         return size
+
+    def _chunk(self, chunk: list[int], images: Sequence[bytes], headers: list[Header | None], jobs: list,
+               plan: CropPlan | None, slots: np.ndarray) -> list[Exception | None]:
+        """Decode the images at positions ``chunk``; their errors (None: decoded).
+        Runs of consecutive whole JPEGs go to the decoder in one call."""
+        whole = plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
+        errors: dict[int, Exception | None] = {}
+        run: list[int] = []
+        for i in [*chunk, -1]:
+            header = headers[i] if i >= 0 else None
+            if whole and header is not None and fast_jpeg(header) and (not run or run[-1] == i - 1):
+                run.append(i)
+                continue
+            if run:  # a run ends: one call for all of it
+                found = decode_jpegs_into([bytes(images[k]) for k in run], slots[run[0]:run[-1] + 1],
+                                          decoder=self.options.decoder)
+                errors.update({k: None if e is None else ValueError(e) for k, e in zip(run, found)})
+                run = []
+                if whole and header is not None and fast_jpeg(header):
+                    run.append(i)
+                    continue
+            if i >= 0:
+                errors[i] = self._one(images[i], header, jobs[i], plan, slots[i])
+        return [errors[i] for i in chunk]
 
     def _one(self, data: bytes, header: Header | None, job, plan: CropPlan | None, slot: np.ndarray
              ) -> Exception | None:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfrecord_torch.features.limits import Header
+from tfrecord_torch.features.limits import Header, read_header
 
-__all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "fast_jpeg",
-           "simplejpeg_available"]
+__all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "decode_jpegs_into",
+           "fast_jpeg", "simplejpeg_available"]
 
 JPEG_DECODERS = ("fast", "accurate")
 
@@ -110,3 +110,38 @@ def decode_jpeg_window(data: bytes, box: tuple[int, int, int, int], *, decoder: 
     out = np.empty((height, width, 3), np.uint8)
     _CROP.decode_crop(data, out, top, left, height, width, decoder == "fast")
     return out
+
+
+def decode_jpegs_into(images: list[bytes], out: np.ndarray, *, decoder: str = "fast") -> list[str | None]:
+    """Decode JPEGs of one size into consecutive slots of ``out``.
+
+    With the compiled helper, the whole list is decoded in one call that
+    holds no GIL from the first image to the last (a thread decoding a batch
+    never waits for the GIL between images); without it, image by image
+    with simplejpeg. Same pixels either way.
+
+    Args:
+        images: JPEGs, each exactly ``out.shape[1:3]`` in size (check with
+            :func:`fast_jpeg` on their headers first).
+        out: C-contiguous uint8 [len(images), H, W, 3].
+        decoder: "fast" or "accurate", as :func:`decode_jpeg`.
+
+    Returns:
+        Per image: None, or why it could not be decoded (its slot zero-filled).
+    """
+    height, width = out.shape[1], out.shape[2]
+    if _CROP is not None:
+        return _CROP.decode_many(images, out, height, width, decoder == "fast")
+    errors: list[str | None] = []
+    for data, slot in zip(images, out):
+        try:
+            header = read_header(data)
+            size = (header.height, header.width)
+            if size != (height, width):  # same byte count, other shape: would decode scrambled
+                raise ValueError(f"image is {size[0]}x{size[1]}, expected {height}x{width}")
+            decode_jpeg(data, decoder=decoder, out=slot)
+            errors.append(None)
+        except ValueError as e:
+            slot[...] = 0
+            errors.append(str(e))
+    return errors
