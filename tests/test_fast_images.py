@@ -237,3 +237,39 @@ def test_bad_options_are_refused():
             ImageBatching(**bad)
     with pytest.raises(ValueError, match="images must be"):
         TFRecordDataset([], images="yes")
+
+
+def test_per_sample_fused_crop_equals_unfused(tmp_path):
+    """DataLoader(batch_size=...) as users write it: the fused head gives the
+    unfused transform's pixels and leaves torch's RNG where it would be."""
+    gray = png_bytes(photo(8, 70, 96)[..., 0], "JPEG", quality=90)
+    images = [jpeg(i, 120, 90) for i in range(6)] + [png_bytes(photo(7, 64, 80)), gray]
+    path = write(tmp_path / "a.tfrecord", images)
+    fused = TFRecordDataset(path, features=SPEC, transform=CROP)
+    plain = TFRecordDataset(path, features=SPEC, transform=CROP, images=ImageBatching(fused=False))
+    assert fused._sample_transform is None and plain._sample_transform is CROP
+    out = {}
+    for name, ds in (("fused", fused), ("plain", plain)):
+        torch.manual_seed(3)
+        images_out = [r["image"] for r in ds]
+        out[name] = (images_out, torch.get_rng_state())
+    for a, b in zip(out["fused"][0], out["plain"][0]):
+        assert a.shape == (3, 48, 48) and torch.equal(a, b)
+    assert torch.equal(out["fused"][1], out["plain"][1])
+    loaders = {}
+    for name, ds in (("fused", fused), ("plain", plain)):
+        torch.manual_seed(4)
+        loaders[name] = [b["image"] for b in DataLoader(ds, batch_size=4, num_workers=2)]
+    assert all(torch.equal(a, b) for a, b in zip(loaders["fused"], loaders["plain"]))
+
+
+def test_per_sample_fusion_keeps_the_rest_and_refuses_bad_images(tmp_path):
+    path = write(tmp_path / "a.tfrecord", [jpeg(0, 60, 70), b"\xff\xd8\xff\xe0 not a jpeg", jpeg(2, 60, 70)])
+    transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32,
+                                                                                           scale=True)])
+    ds = TFRecordDataset(path, features=SPEC, transform=transform, on_error="skip")
+    items = list(ds)
+    assert [int(r["label"]) for r in items] == [0, 2] and ds.errors()["total"] == 1
+    assert items[0]["image"].dtype == torch.float32 and items[0]["image"].shape == (3, 32, 32)
+    with pytest.raises(FeatureError, match=r"record 1 .*feature 'image'.*cannot decode image"):
+        list(TFRecordDataset(path, features=SPEC, transform=transform))

@@ -190,3 +190,16 @@ def test_plain_tensors_where_torchvision_cannot_be_imported(tmp_path, monkeypatc
         assert torch.equal(p["image"], w["image"].as_subclass(torch.Tensor))
     assert all(type(b) is torch.Tensor and torch.equal(b, w.as_subclass(torch.Tensor))
                for b, w in zip(plain_boxes, boxes))
+
+
+def test_batch_mode_moves_boxes_with_a_resized_image(tmp_path):
+    """A fusable head (Resize) must not resize the image alone: boxes follow it
+    in batch mode too (the image fast path is not taken with boxes)."""
+    od_records(tmp_path / "od.tfrecord")
+    per_sample = list(TFRecordDataset(tmp_path, features=presets.object_detection(), transform=v2.Resize((20, 20))))
+    batch, = TFRecordDataset(tmp_path, features=presets.object_detection(), batch_size=len(per_sample),
+                             transform=v2.Resize((20, 20)))
+    assert batch["image"].shape == (len(per_sample), 3, 20, 20)
+    for i, record in enumerate(per_sample):
+        assert tuple(batch["boxes"][i].canvas_size) == (20, 20)
+        assert torch.equal(batch["boxes"][i], record["boxes"]) and torch.equal(batch["image"][i], record["image"])

@@ -21,12 +21,12 @@ import torch
 from torch.utils.data import default_collate
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.crop import CropPlan, plan_transform
+from tfrecord_torch.features.crop import CroppedImage, CropPlan, plan_transform
 from tfrecord_torch.features.engine import DecodeEngine, ImageBatching, MixedSizes
 from tfrecord_torch.features.image_specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["ImageBatches", "drop_rows", "is_v2_transform"]
+__all__ = ["ImageBatches", "drop_rows", "fuse_per_sample", "is_v2_transform"]
 
 
 def is_v2_transform(transform: Any) -> bool:
@@ -40,6 +40,34 @@ def is_v2_transform(transform: Any) -> bool:
     from torchvision.transforms import v2
 
     return isinstance(transform, v2.Transform)
+
+
+def _fast_image(spec: dict) -> str | None:
+    """The one RGB first-frame Image of ``spec`` with no other spatial feature
+    (masks, boxes, more images) beside it, or None."""
+    fast = [n for n, f in spec.items() if type(f) is Image and f.mode == "RGB" and f.frames == "first"]
+    spatial = [n for n, f in spec.items() if f.spatial and n not in fast]
+    return fast[0] if len(fast) == 1 and not spatial else None
+
+
+def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatching | None
+                    ) -> tuple[Any, Callable | None]:
+    """The (spec, transform) the per-sample path decodes with: when a v2
+    ``transform`` starts with a fusable head (RandomResizedCrop or Resize((h, w)),
+    + flip) and the spec holds one RGB Image and no other spatial feature,
+    the image decodes through :class:`CroppedImage` and the transform keeps
+    what follows the head -- the same pixels and RNG draws as unfused.
+    ``images=False`` or ``ImageBatching(fused=False)`` keep both as given."""
+    if options is None or not options.fused or not isinstance(spec, dict) or not is_v2_transform(transform):
+        return spec, transform
+    name = _fast_image(spec)
+    plan, rest = plan_transform(transform) if name is not None else (None, [])
+    if name is None or plan is None:
+        return spec, transform
+    from torchvision.transforms import v2
+
+    fused = {n: CroppedImage(f, plan) if n == name else f for n, f in spec.items()}
+    return fused, (v2.Compose(rest) if rest else None)
 
 
 class ImageBatches:
@@ -58,9 +86,7 @@ class ImageBatches:
         self.spec, self.seed = spec, seed
         self.per_record = is_v2_transform(transform)
         self.transform = transform
-        fast = [n for n, f in spec.items() if type(f) is Image and f.mode == "RGB" and f.frames == "first"]
-        spatial = [n for n, f in spec.items() if f.stacks and n not in fast]
-        self.name = fast[0] if options is not None and len(fast) == 1 and not spatial else None
+        self.name = _fast_image(spec) if options is not None else None
         self.plan: CropPlan | None = None
         self.rest: list = []
         if self.name is not None and self.per_record:
@@ -133,9 +159,25 @@ class ImageBatches:
         return self.transform(batch) if self.transform is not None and not self.per_record else batch
 
     def _per_record(self, batch: dict, size: int) -> Any:
-        """Each record's features through the transform, then collated."""
+        """Each record's features through the transform, then collated: what
+        the batch held as a list (boxes, labels of varying count) stays a list
+        of the transformed values; images and masks stack once the transform
+        made them one size; the rest stacks."""
+        if not self.transform:
+            return batch
         records = [{k: v[i] for k, v in batch.items()} for i in range(size)]
-        return default_collate([self.transform(r) for r in records]) if self.transform else batch
+        out = [self.transform(r) for r in records]
+        if not all(isinstance(o, dict) and o.keys() == batch.keys() for o in out):
+            return default_collate(out)
+        collated = {}
+        for key in batch:
+            values = [o[key] for o in out]
+            feature = self.spec.get(key)
+            stack = not isinstance(batch[key], list) or (
+                feature is not None and feature.stacks and all(isinstance(v, torch.Tensor) for v in values)
+                and len({tuple(v.shape) for v in values}) == 1)
+            collated[key] = default_collate(values) if stack else values
+        return collated
 
 
 def drop_rows(batch: Any, bad: set[int], size: int) -> Any:

@@ -14,7 +14,7 @@ from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.epochs import EpochCounter
-from tfrecord_torch.data.imagebatch import ImageBatches, drop_rows
+from tfrecord_torch.data.imagebatch import ImageBatches, drop_rows, fuse_per_sample
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -124,6 +124,8 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         if not isinstance(images, (bool, ImageBatching)):
             raise ValueError(f"images must be True, False or an ImageBatching, got {images!r}")
         self.images = ImageBatching() if images is True else images or None
+        # per sample, a fusable head of the transform is done while decoding
+        self._sample_spec, self._sample_transform = fuse_per_sample(self.spec, transform, self.images)
         self.compression, self.verify = compression, verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
         self.indexes = self._indexes(index, listing)
@@ -269,7 +271,7 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
             batches.close()
 
     def _decode(self, item: Located):
-        return decode_or_skip(item, self.spec, self.transform, self.policy.reporter())
+        return decode_or_skip(item, self._sample_spec, self._sample_transform, self.policy.reporter())
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)

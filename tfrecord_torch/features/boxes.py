@@ -39,6 +39,8 @@ class Boxes(Feature):
             size; False when they are pixels already.
     """
 
+    spatial = True
+
     kind = "float"
 
     def __init__(self, prefix: str = "image/object/bbox/", *, image: str = "image/encoded",

@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CropPlan", "crop_params", "plan_transform", "resize_into"]
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.image_specs import Image
+from tfrecord_torch.features.images import decode_image
+from tfrecord_torch.features.jpeg import decode_jpeg_window, fast_jpeg
+from tfrecord_torch.features.limits import check_pixels, read_header
+from tfrecord_torch.features.wrap import as_image
+
+__all__ = ["CropPlan", "CroppedImage", "crop_params", "plan_transform", "resize_into"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
     else:
         return None, steps
     rest = steps[1:]
-    if rest and type(rest[0]) is v2.RandomHorizontalFlip:
+    if rest and type(rest[0]) is v2.RandomHorizontalFlip and rest[0].p > 0:
         plan = CropPlan(plan.size, plan.scale, plan.ratio, float(rest[0].p), plan.resample)
         rest = rest[1:]
     return plan, rest
@@ -86,14 +93,15 @@ def _resample(step: Any) -> str | None:
     return mode if mode in ("bilinear", "bicubic") else None
 
 
-def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Generator
+def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Generator | None
                 ) -> tuple[int, int, int, int, bool]:
     """(top, left, h, w, flip) for one image of ``height`` x ``width``.
 
     The crop is drawn with the same calls, in the same order, as
     ``v2.RandomResizedCrop.make_params`` (then ``RandomHorizontalFlip``'s
-    ``torch.rand(1)``), but from ``generator``: with a generator seeded like
-    torch's global one, the parameters are torchvision's exactly.
+    ``torch.rand(1)``), but from ``generator`` (None: torch's global RNG, as
+    the transform itself): with a generator seeded like torch's global one,
+    the parameters are torchvision's exactly.
     """
     if plan.scale is None or plan.ratio is None:
         top, left, h, w = 0, 0, height, width
@@ -166,3 +174,37 @@ def _kernel(mode: str) -> Any:
 
 
 _KERNELS = {mode: _kernel(mode) for mode in ("bilinear", "bicubic")}
+
+
+class CroppedImage(Image):
+    """An RGB :class:`Image` whose decoding does a transform's fused head, for
+    the per-sample path (``DataLoader(batch_size=64)``): the crop and flip are
+    drawn from torch's global RNG with the calls the transform makes, the JPEG
+    is decoded only inside the window with the accurate IDCT (the per-sample
+    ``Image()``'s pixels, torchvision's), resized by ``v2.Resize``'s kernel and
+    flipped. The result, and the RNG's state after it, equal the unfused
+    ``Image()`` + transform's, bit for bit.
+    """
+
+    def __init__(self, image: Image, plan: CropPlan) -> None:
+        super().__init__(image.key, mode="RGB", frames="first", default=image.default)
+        self.plan = plan
+
+    def convert(self, value: Any) -> torch.Tensor:
+        if len(value) != 1:
+            raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
+        data = value[0]
+        try:
+            header = read_header(data)
+            check_pixels(header)
+            top, left, h, w, flip = crop_params(self.plan, header.height, header.width, None)
+            if fast_jpeg(header):
+                window, box = decode_jpeg_window(data, (top, left, h, w), decoder="accurate"), (0, 0, h, w)
+            else:
+                window, box = decode_image(data, "RGB").permute(1, 2, 0).numpy(), (top, left, h, w)
+            out = np.empty((*self.plan.size, 3), np.uint8)
+            resize_into(window, box, flip, self.plan.resample, out)
+        except Exception as e:  # decoders raise many types
+            raise FeatureError(self.key, f"cannot decode image ({len(data)} bytes): "
+                                         f"{type(e).__name__}: {e}") from e
+        return as_image(torch.from_numpy(out).permute(2, 0, 1))

@@ -31,6 +31,7 @@ class Image(Feature):
 
     kind = "bytes"
     stacks = True
+    spatial = True
 
     def __init__(self, key: str | None = None, *, mode: str = "RGB", frames: str = "first",
                  default: Any = _REQUIRED) -> None:
@@ -67,6 +68,7 @@ class RawImage(Feature):
 
     kind = "bytes"
     stacks = True
+    spatial = True
 
     def __init__(self, key: str | None = None, *, height: str = "height", width: str = "width",
                  depth: str | int | None = "depth", shape: tuple | None = None, dtype: str = "uint8",

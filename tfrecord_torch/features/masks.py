@@ -40,6 +40,8 @@ class Mask(Feature):
         default: value when the record lacks the key.
     """
 
+    spatial = True
+
     kind = "bytes"
     stacks = True
 

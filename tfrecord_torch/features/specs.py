@@ -45,6 +45,7 @@ class Feature:
 
     kind = ""  # "int64", "float" or "bytes": the list kind the record must hold
     stacks = False  # batch mode stacks same-sized values (images, masks) into one tensor
+    spatial = False  # a v2 transform moves it with the image (images, masks, boxes)
 
     def __init__(self, key: str | None = None, *, default: Any = _REQUIRED) -> None:
         self.key = key
