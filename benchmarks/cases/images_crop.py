@@ -84,7 +84,8 @@ def crop_ours_batched0(path):
 
 @worker("images_crop", "ours per sample",
         note=f"as users write it: TFRecordDataset(path, features=presets.tfds(), transform=v2.Compose(...)) "
-             f"through DataLoader(batch_size={IMAGE_BATCH}, num_workers=2); torchvision decode + v2 ops")
+             f"through DataLoader(batch_size={IMAGE_BATCH}, num_workers=2); the crop head fused per sample "
+             f"(crop-window decode, v2.Resize's kernel), then v2 ops")
 def crop_ours_per_sample(path):
     import torch.utils.data
 
