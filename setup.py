@@ -1,12 +1,20 @@
-"""The one compiled part: crop-window JPEG decoding on the system's libjpeg-turbo.
+"""The compiled parts, both optional (the package falls back to Python with the same results):
 
-Optional: where libjpeg's headers are missing (no ``libjpeg-dev``) the build
-skips it and the package decodes the whole image, then crops, with the same
-pixels (``tfrecord_torch.features.jpeg.crop_decoding_available()`` tells).
+- ``features/_jpegcrop``: crop-window and whole-batch JPEG decoding on the
+  system's libjpeg-turbo; without libjpeg's headers (no ``libjpeg-dev``) the
+  package decodes whole images with simplejpeg, then crops
+  (``tfrecord_torch.features.jpeg.crop_decoding_available()`` tells).
+- ``example/_fastwire``: tf.train.Example decoding for the common case; without
+  it, learned layouts and protobuf decode.
+
 Everything else about the package is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tfrecord_torch.features._jpegcrop", ["tfrecord_torch/features/_jpegcrop.c"],
-                             libraries=["jpeg"], extra_compile_args=["-O2"], optional=True)])
+setup(ext_modules=[
+    Extension("tfrecord_torch.features._jpegcrop", ["tfrecord_torch/features/_jpegcrop.c"], libraries=["jpeg"],
+              extra_compile_args=["-O2"], optional=True),
+    Extension("tfrecord_torch.example._fastwire", ["tfrecord_torch/example/_fastwire.c"],
+              extra_compile_args=["-O2"], optional=True),
+])

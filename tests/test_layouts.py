@@ -1,4 +1,4 @@
-"""parse_example's per-record fast path (learned byte layouts) against protobuf."""
+"""parse_example's per-record path without the compiled decoder (learned byte layouts) against protobuf."""
 
 import threading
 
@@ -8,13 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrecord_torch import ExampleDecodeError, make_example, parse_example
-from tfrecord_torch.example import layouts
+from tfrecord_torch.example import codec, layouts
 from tfrecord_torch.example.codec import parse_example_protobuf
 from tfrecord_torch.example.layouts import RecordLayout
 
 
 @pytest.fixture(autouse=True)
-def fresh_cache():
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(codec, "_FAST", None)  # the layouts are the path without the compiled decoder
     layouts.clear()
     yield
     layouts.clear()

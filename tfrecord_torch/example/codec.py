@@ -5,12 +5,15 @@ array, a float list a float32 array, a bytes list a list of bytes. A feature
 with no kind set (TensorFlow writes these for empty values) decodes to ``[]``.
 Keys come out sorted, whichever path decoded the record.
 
-:func:`parse_example` first tries the layouts learned from earlier records
-of the same length (:mod:`tfrecord_torch.example.layouts`), then protobuf.
+:func:`parse_example` first tries the compiled decoder (``_fastwire``, where
+it was built), else the layouts learned from earlier records of the same
+length (:mod:`tfrecord_torch.example.layouts`), then protobuf, which has the
+last word on anything unusual.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
@@ -25,6 +28,20 @@ from tfrecord_torch.example.protos import Example, SequenceExample
 __all__ = ["make_example", "make_sequence_example", "parse_example", "parse_sequence_example"]
 
 Value = Union[np.ndarray, list]
+
+
+def _fast_decoder():  # the compiled decoder, or None (not built, or a big-endian machine)
+    if sys.byteorder != "little":
+        return None
+    try:
+        from tfrecord_torch.example import _fastwire
+    except ImportError:
+        return None
+    _fastwire.setup(np.frombuffer, np.dtype("<f4"), np.dtype("<i8"))
+    return _fastwire
+
+
+_FAST = _fast_decoder()
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -40,6 +57,10 @@ def parse_example(payload: Bytes) -> dict[str, Value]:
     """
     if not isinstance(payload, bytes):
         payload = bytes(payload)
+    if _FAST is not None:
+        fast = _FAST.parse_example(payload)
+        if fast is not None:
+            return fast
     for layout in _layouts.get(len(payload), ()):
         out = layout.decode(payload)
         if out is not None:

@@ -1,0 +1,122 @@
+"""The compiled Example decoder (example/_fastwire.c) against protobuf: values,
+keys, dtypes and errors equal, on generated Examples and on every kind of
+mutation; the shapes it leaves to protobuf; threads."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_layouts import assert_same as assert_bits
+from test_layouts import outcome
+
+from tfrecord_torch import make_example, parse_example
+from tfrecord_torch.example import codec
+from tfrecord_torch.example.codec import parse_example_protobuf
+
+pytestmark = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
+
+
+def assert_same(have, want):
+    """Bit for bit, except a signalling NaN: Python's protobuf passes floats
+    through doubles and sets the quiet bit; the compiled decoder keeps the
+    stored bits, as TensorFlow's C++ parser does."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        have, want = dict(have), dict(want)
+        for key, w in want.items():
+            h = have.get(key)
+            if isinstance(w, np.ndarray) and w.dtype == np.float32 and isinstance(h, np.ndarray) \
+                    and h.shape == w.shape and h.dtype == w.dtype and np.isnan(w).any():
+                assert np.array_equal(np.isnan(h), np.isnan(w)), key
+                keep = ~np.isnan(w)
+                have[key], want[key] = h[keep], w[keep]
+    assert_bits(have, want)
+
+
+def ld(number, body):
+    return bytes([number << 3 | 2, len(body)]) + body
+
+
+def fast(payload):
+    return codec._FAST.parse_example(payload)
+
+
+def test_helper_is_built():
+    """setup.py builds it wherever a C compiler is (this machine has one)."""
+    assert codec._FAST is not None
+
+
+def test_common_records_take_the_compiled_path():
+    payload = make_example({"label": 3, "x": np.arange(4, dtype=np.float32), "key": b"abc",
+                            "ids": np.array([-1, 2**63 - 1, -(2**63)], np.int64), "none": np.zeros(0, np.int64)})
+    got = fast(payload)
+    assert got is not None
+    assert_same(got, parse_example_protobuf(payload))
+    assert_same(parse_example(payload), parse_example_protobuf(payload))
+    got["x"][0] = 9  # fresh, writable arrays
+    assert fast(payload)["x"][0] == 0
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.dictionaries(st.text(max_size=5),
+                       st.one_of(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20).map(
+                                     lambda v: np.array(v, np.int64)),
+                                 st.lists(st.floats(width=32, allow_nan=True), max_size=5).map(
+                                     lambda v: np.array(v, np.float32)),
+                                 st.lists(st.binary(max_size=6), min_size=1, max_size=3),
+                                 st.just(np.zeros(0, np.float32))),
+                       max_size=5),
+       st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=12))
+def test_generated_and_mutated_records_match_protobuf(mapping, flips):
+    payload = make_example(mapping)
+    assert_same(fast(payload), parse_example_protobuf(payload))
+    for pos, xor in flips:  # any byte changed, same length: structure or value
+        if not payload:
+            break
+        mutated = bytearray(payload)
+        mutated[pos % len(payload)] ^= xor
+        mutated = bytes(mutated)
+        assert_same(outcome(parse_example, mutated), outcome(parse_example_protobuf, mutated))
+        have = fast(mutated)
+        if have is not None:  # where it answers, it is protobuf's answer
+            assert_same(have, outcome(parse_example_protobuf, mutated))
+    for cut in range(len(payload)):  # every truncation
+        assert_same(outcome(parse_example, payload[:cut]), outcome(parse_example_protobuf, payload[:cut]))
+
+
+def test_unusual_shapes_are_left_to_protobuf():
+    unpacked = ld(1, ld(1, ld(1, b"i") + ld(2, ld(3, b"\x08\x05\x08\x07"))))
+    assert fast(unpacked)["i"].tolist() == [5, 7]  # unpacked int64: handled
+    floats = ld(1, ld(1, ld(1, b"f") + ld(2, ld(2, b"\x0d\x00\x00\x80\x3f"))))
+    assert fast(floats)["f"].tolist() == [1.0]  # unpacked float: handled
+    duplicate = ld(1, ld(1, ld(1, b"k") + ld(2, ld(3, ld(1, b"\x01")))) + ld(1, ld(1, b"k") + ld(2, ld(3, ld(1, b"\x02")))))
+    no_kind = ld(1, ld(1, ld(1, b"k") + ld(2, b"")))
+    unknown = ld(1, ld(1, ld(1, b"k") + ld(2, ld(3, ld(1, b"\x01"))))) + b"\x10\x01"
+    bad_utf8 = ld(1, ld(1, ld(1, b"\xff") + ld(2, ld(3, ld(1, b"\x01")))))
+    no_key = ld(1, ld(1, ld(2, ld(3, ld(1, b"\x01")))))
+    for payload in (duplicate, no_kind, unknown, bad_utf8, no_key):
+        assert fast(payload) is None
+        assert_same(outcome(parse_example, payload), outcome(parse_example_protobuf, payload))
+    assert parse_example(duplicate)["k"].tolist() == [2]  # last one wins, as in protobuf
+    assert fast(b"") == {} == parse_example_protobuf(b"")
+
+
+def test_eight_threads_decode_alike():
+    payloads = [make_example({"i": np.arange(n, dtype=np.int64), "b": [b"x" * n]}) for n in range(50)]
+    expected = [parse_example_protobuf(p) for p in payloads]
+    errors = []
+
+    def run():
+        for _ in range(20):
+            for p, want in zip(payloads, expected):
+                have = fast(p)
+                if have["i"].tolist() != want["i"].tolist() or have["b"] != want["b"]:
+                    errors.append(p)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
