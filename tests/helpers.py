@@ -53,3 +53,23 @@ def assert_same_files(a, b):
     assert names == listing(b)
     match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
     assert mismatch == [] and errors == [], (mismatch, errors)
+
+
+def in_threads(work, n=8):
+    """Run ``work()`` on ``n`` threads at once; the exceptions they raised."""
+    import threading
+
+    errors = []
+
+    def run():
+        try:
+            work()
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

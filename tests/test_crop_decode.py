@@ -3,12 +3,11 @@ cropped; whole batches decoded in one call; both against the fallback; its
 errors and its threads."""
 
 import os
-import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import png_bytes
+from helpers import in_threads, png_bytes
 
 from tfrecord_torch.features import jpeg as jpeg_module
 from tfrecord_torch.features.jpeg import (
@@ -120,11 +119,7 @@ def test_eight_threads_decode_the_same_windows():
             if not np.array_equal(decode_jpeg_window(data, box), want):
                 failures.append(box)
 
-    threads = [threading.Thread(target=run) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert not in_threads(run)
     assert not failures
 
 

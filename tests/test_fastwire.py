@@ -2,14 +2,12 @@
 keys, dtypes and errors equal, on generated Examples and on every kind of
 mutation; the shapes it leaves to protobuf; threads."""
 
-import threading
-
 import numpy as np
 import pytest
+from helpers import in_threads
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from test_layouts import FLIPS, examples, mutations, outcome
 from test_layouts import assert_same as assert_bits
-from test_layouts import outcome
 
 from tfrecord_torch import make_example, parse_example
 from tfrecord_torch.example import codec
@@ -59,24 +57,12 @@ def test_common_records_take_the_compiled_path():
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
-@given(st.dictionaries(st.text(max_size=5),
-                       st.one_of(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20).map(
-                                     lambda v: np.array(v, np.int64)),
-                                 st.lists(st.floats(width=32, allow_nan=True), max_size=5).map(
-                                     lambda v: np.array(v, np.float32)),
-                                 st.lists(st.binary(max_size=6), min_size=1, max_size=3),
-                                 st.just(np.zeros(0, np.float32))),
-                       max_size=5),
-       st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=12))
+@given(examples(empty_floats=True),
+       FLIPS)
 def test_generated_and_mutated_records_match_protobuf(mapping, flips):
     payload = make_example(mapping)
     assert_same(fast(payload), parse_example_protobuf(payload))
-    for pos, xor in flips:  # any byte changed, same length: structure or value
-        if not payload:
-            break
-        mutated = bytearray(payload)
-        mutated[pos % len(payload)] ^= xor
-        mutated = bytes(mutated)
+    for mutated in mutations(payload, flips):
         assert_same(outcome(parse_example, mutated), outcome(parse_example_protobuf, mutated))
         have = fast(mutated)
         if have is not None:  # where it answers, it is protobuf's answer
@@ -114,9 +100,4 @@ def test_eight_threads_decode_alike():
                 if have["i"].tolist() != want["i"].tolist() or have["b"] != want["b"]:
                     errors.append(p)
 
-    threads = [threading.Thread(target=run) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not in_threads(run) and not errors

@@ -44,6 +44,29 @@ def assert_same(have, want):
             assert h == w, key
 
 
+def examples(empty_floats=False):
+    """Mappings make_example takes: int64 and float32 arrays, bytes lists
+    (and empty float arrays if asked)."""
+    kinds = [st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20).map(lambda v: np.array(v, np.int64)),
+             st.lists(st.floats(width=32, allow_nan=True), max_size=5).map(lambda v: np.array(v, np.float32)),
+             st.lists(st.binary(max_size=6), min_size=1, max_size=3)]
+    if empty_floats:
+        kinds.append(st.just(np.zeros(0, np.float32)))
+    return st.dictionaries(st.text(max_size=5), st.one_of(*kinds), max_size=5 if empty_floats else 4)
+
+
+FLIPS = st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=12)
+
+
+def mutations(payload, flips):
+    """``payload`` with one byte changed per (position, xor) of ``flips``: same
+    length, structure or value."""
+    for pos, xor in flips if payload else ():
+        mutated = bytearray(payload)
+        mutated[pos % len(payload)] ^= xor
+        yield bytes(mutated)
+
+
 def learned(payload):
     """parse_example of ``payload`` after its length has a layout."""
     for _ in range(3):
@@ -121,23 +144,12 @@ def test_unusual_shapes_are_left_to_protobuf():
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(st.dictionaries(st.text(max_size=5),
-                       st.one_of(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20).map(
-                                     lambda v: np.array(v, np.int64)),
-                                 st.lists(st.floats(width=32, allow_nan=True), max_size=5).map(
-                                     lambda v: np.array(v, np.float32)),
-                                 st.lists(st.binary(max_size=6), min_size=1, max_size=3)),
-                       max_size=4),
-       st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=12))
+@given(examples(),
+       FLIPS)
 def test_same_length_mutations_match_protobuf(mapping, flips):
     payload = make_example(mapping)
     assert_same(learned(payload), parse_example_protobuf(payload))
-    for pos, xor in flips:  # same length, any byte changed: structure or value
-        if not payload:
-            break
-        mutated = bytearray(payload)
-        mutated[pos % len(payload)] ^= xor
-        mutated = bytes(mutated)
+    for mutated in mutations(payload, flips):
         assert_same(outcome(parse_example, mutated), outcome(parse_example_protobuf, mutated))
 
 
