@@ -273,3 +273,18 @@ def test_per_sample_fusion_keeps_the_rest_and_refuses_bad_images(tmp_path):
     assert items[0]["image"].dtype == torch.float32 and items[0]["image"].shape == (3, 32, 32)
     with pytest.raises(FeatureError, match=r"record 1 .*feature 'image'.*cannot decode image"):
         list(TFRecordDataset(path, features=SPEC, transform=transform))
+
+
+def test_batch_buffers_are_reused_only_once_let_go(tmp_path):
+    """In this process the engine hands a batch's buffer out again only when
+    nothing refers to it: batches kept by the caller are never overwritten."""
+    path = write(tmp_path / "a.tfrecord", [jpeg(i) for i in range(40)])
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4)
+    kept = list(ds)  # every batch held
+    assert len({b["image"].data_ptr() for b in kept}) == 10
+    again = list(ds)
+    assert all(torch.equal(a["image"], b["image"]) for a, b in zip(kept, again))
+    views = [b["image"][1:].numpy() for b in ds]  # only a NumPy view of part of each batch survives
+    assert all(np.array_equal(v, b["image"][1:].numpy()) for v, b in zip(views, kept))
+    pointers = [b["image"].data_ptr() for b in ds]  # each batch let go before the next but one
+    assert len(set(pointers)) <= 3

@@ -38,6 +38,7 @@ from tfrecord_torch.features.jpeg import (
     fast_jpeg,
 )
 from tfrecord_torch.features.limits import Header, check_pixels, read_header
+from tfrecord_torch.features.reuse import BufferPool
 
 __all__ = ["LAYOUTS", "DecodeEngine", "ImageBatching", "MixedSizes", "default_threads"]
 
@@ -113,6 +114,7 @@ class DecodeEngine:
     def __init__(self, options: ImageBatching, *, mode: str = "RGB") -> None:
         self.options, self.mode = options, mode
         self._pool: ThreadPoolExecutor | None = None
+        self._buffers = BufferPool()
         self._owner = -1
         self._lock = threading.Lock()
 
@@ -175,11 +177,16 @@ class DecodeEngine:
         sizes = None
         if self.options.pad and plan is None:
             sizes = torch.tensor([[h.height, h.width] if h else [0, 0] for h in headers], dtype=torch.int64)
-        dtype = torch.uint8 if self.options.normalize is None else torch.float32
+        dtype = np.uint8 if self.options.normalize is None else np.float32
         zero = bool(failures) or sizes is not None
-        buffer = (torch.zeros if zero else torch.empty)((len(images), height, width, 3), dtype=dtype)
-        if torch.utils.data.get_worker_info() is not None:
-            buffer.share_memory_()  # sent to the main process without a copy
+        shape = (len(images), height, width, 3)
+        if torch.utils.data.get_worker_info() is not None:  # sent to the main process without a copy
+            buffer = torch.from_numpy(np.zeros(shape, dtype) if zero else np.empty(shape, dtype)).share_memory_()
+        else:  # in this process: a buffer the caller has let go of, its pages already mapped
+            slots = self._buffers.take(shape, dtype)
+            if zero:
+                slots.fill(0)
+            buffer = torch.from_numpy(slots)
         slots = buffer.numpy()
         work = [i for i in range(len(images)) if i not in failures]
         pool = self._executor()
