@@ -12,12 +12,14 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from tfrecord_torch import (
+    CorruptRecordError,
     FeatureError,
     Image,
     ImageBatching,
     Int64,
     RecordWriter,
     TFRecordDataset,
+    build_index,
     make_example,
 )
 from tfrecord_torch.features.crop import CropPlan, crop_params, plan_transform
@@ -288,3 +290,34 @@ def test_batch_buffers_are_reused_only_once_let_go(tmp_path):
     assert all(np.array_equal(v, b["image"][1:].numpy()) for v, b in zip(views, kept))
     pointers = [b["image"].data_ptr() for b in ds]  # each batch let go before the next but one
     assert len(set(pointers)) <= 3
+
+
+def test_batch_read_ahead_keeps_order_and_errors_in_place(tmp_path):
+    """The next batch is read while one decodes: a corrupt record in batch 2
+    still comes out as an error after batch 1, and every batch in order."""
+    path = write(tmp_path / "a.tfrecord", [jpeg(i) for i in range(12)])
+    data = bytearray(path.read_bytes())
+    offsets = [o for o, _ in _frames(bytes(data))]
+    data[offsets[5] + 20] ^= 0xFF  # inside record 5's payload: a CRC error in batch 2 of 4
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(bytes(data))
+    build_index(bad, on_error="skip")  # the lengths are intact: an index, so batches are read by position
+    seen = []
+    with pytest.raises(CorruptRecordError, match="record 5"):
+        for batch in TFRecordDataset(bad, features=SPEC, batch_size=4):
+            seen.append(batch["label"].tolist())
+    assert seen == [[0, 1, 2, 3]]
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4)
+    assert [b["label"].tolist() for b in ds] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+def _frames(data):
+    """(offset, length) of each record in a TFRecord file's bytes."""
+    import struct
+
+    out, at = [], 0
+    while at < len(data):
+        (length,) = struct.unpack_from("<Q", data, at)
+        out.append((at, length))
+        at += 16 + length
+    return out

@@ -108,9 +108,16 @@ class ImageBatches:
             to the FeatureError of its image; their rows are still in ``batch``
             (zero-filled) for the caller to drop or refuse before :meth:`finish`.
         """
+        return self.begin(columns, size, number)()
+
+    def begin(self, columns: dict, size: int, number: int) -> Callable[[], tuple[dict, dict[int, FeatureError]]]:
+        """:meth:`decode`, started: the images decode on the engine's threads
+        while the caller goes on; call the result for (batch, failures)."""
         if self.engine is None or self.name is None:
             batch = decode_batch(columns, self.spec, size)
-            return (self._per_record(batch, size) if self.per_record else batch), {}
+            done: tuple[dict, dict[int, FeatureError]] = \
+                (self._per_record(batch, size) if self.per_record else batch), {}
+            return lambda: done
         feature = self.spec[self.name]
         others = {n: f for n, f in self.spec.items() if n != self.name}
         batch = decode_batch(columns, others, size) if others else {}
@@ -127,19 +134,24 @@ class ImageBatches:
         generator = torch.Generator().manual_seed(
             int(np.random.SeedSequence([*self.seed, number]).generate_state(1)[0]))
         try:
-            pixels, sizes, errors = self.engine.decode(images, plan=self.plan, generator=generator)
+            pending = self.engine.start(images, plan=self.plan, generator=generator)
         except MixedSizes:  # no fixed size: a list, as the per-sample decode gives
             batch.update(decode_batch(columns, {self.name: feature}, size))
-            return batch, {}
-        for i, e in errors.items():
-            failures.setdefault(i, FeatureError(feature.key, f"cannot decode image ({len(images[i])} bytes): "
-                                                             f"{type(e).__name__}: {e}"))
-        batch[self.name] = pixels
-        if sizes is not None:
-            batch[f"{self.name}_size"] = sizes
-        if self.rest:
-            batch[self.name] = self._rest(pixels)
-        return batch, failures
+            return lambda: (batch, {})
+        name = self.name
+
+        def finish() -> tuple[dict, dict[int, FeatureError]]:
+            pixels, sizes, errors = pending()
+            for i, e in errors.items():
+                failures.setdefault(i, FeatureError(feature.key, f"cannot decode image ({len(images[i])} "
+                                                                 f"bytes): {type(e).__name__}: {e}"))
+            batch[name] = pixels
+            if sizes is not None:
+                batch[f"{name}_size"] = sizes
+            if self.rest:
+                batch[name] = self._rest(pixels)
+            return batch, failures
+        return finish
 
     def _rest(self, pixels: torch.Tensor) -> Any:
         """The transforms after the fused head, per image (torch's global RNG)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch.utils.data
@@ -284,11 +284,24 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         readers = pool.ReaderPool(self.storage_options)
         plan = self._planner()
         batches = self._image_batches(())
+        pending = None  # the batch decoding while the next one is read
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
-                payloads, items = self._batch_records(plan, a, min(a + size, hi), readers)
-                yield position, self._decode_batch(payloads, items, batches, b)
+                try:
+                    payloads, items = self._batch_records(plan, a, min(a + size, hi), readers)
+                    started = (position, self._begin_batch(payloads, items, batches, b))
+                except BaseException:
+                    if pending is not None:  # the batch before the error still comes out first
+                        done, pending = pending, None
+                        yield done[0], done[1]()
+                    raise
+                if pending is not None:
+                    yield pending[0], pending[1]()
+                pending = started
+            if pending is not None:
+                done, pending = pending, None
+                yield done[0], done[1]()
         finally:
             batches.close()
             readers.close()
@@ -324,32 +337,48 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         """One decoded batch of ``payloads``; a bad record is found (among
         ``items()``, the same records with their locations) and named, and when
         the policy skips, left out of the batch."""
+        return self._begin_batch(payloads, items, batches, number)()
+
+    def _begin_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
+                     batches: ImageBatches, number: int) -> Callable[[], Any]:
+        """:meth:`_decode_batch`, started: its images decode on the engine's
+        threads meanwhile; the result gives the batch. Errors (and their
+        reports) come from the result, so they follow the batches before."""
         if isinstance(self.spec, SequenceSpec):  # per record, then T padded (pad_collate)
-            decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())
-                       if r is not SKIPPED]
-            if not decoded:
-                return SKIPPED
-            batch = pad_collate(decoded, keys=(), sequences=tuple(self.spec.sequence))
-            return self.transform(batch) if self.transform is not None else batch
+            return lambda: self._sequence_batch(items)
         try:
             if not payloads:
-                return SKIPPED
+                return lambda: SKIPPED
             columns = parse_example_batch(payloads)
-            failures: dict = {}
             if self.spec is None:
                 batch = columns
-            else:
-                batch, failures = batches.decode(columns, len(payloads), number)
+                return lambda: self.transform(batch) if self.transform is not None else batch
+            pending = batches.begin(columns, len(payloads), number)
         except (ExampleDecodeError, FeatureError):
-            good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
-                    is not SKIPPED]  # raises under "raise", naming the record
-            return self._decode_streamed_batch(good, batches, number)
-        if failures:  # images that did not decode: reported (or raised), their rows dropped
-            located = items()
-            for i, error in sorted(failures.items()):
-                self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
-            if len(failures) == len(payloads):
-                return SKIPPED
-            batch = drop_rows(batch, set(failures), len(payloads))
-        return batches.finish(batch) if self.spec is not None else \
-            (self.transform(batch) if self.transform is not None else batch)
+            return lambda: self._fallback_batch(items, batches, number)
+
+        def result():
+            batch, failures = pending()
+            if failures:  # images that did not decode: reported (or raised), their rows dropped
+                located = items()
+                for i, error in sorted(failures.items()):
+                    self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
+                if len(failures) == len(payloads):
+                    return SKIPPED
+                batch = drop_rows(batch, set(failures), len(payloads))
+            return batches.finish(batch)
+        return result
+
+    def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
+        """A batch that did not parse or decode as a whole: record by record."""
+        good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
+                is not SKIPPED]  # raises under "raise", naming the record
+        return self._decode_streamed_batch(good, batches, number)
+
+    def _sequence_batch(self, items: Callable[[], list[Located]]):
+        decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())
+                   if r is not SKIPPED]
+        if not decoded:
+            return SKIPPED
+        batch = pad_collate(decoded, keys=(), sequences=tuple(cast(SequenceSpec, self.spec).sequence))
+        return self.transform(batch) if self.transform is not None else batch

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -142,7 +142,14 @@ class DecodeEngine:
     def decode(self, images: Sequence[bytes], *, plan: CropPlan | None = None,
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None,
                                                                   dict[int, Exception]]:
-        """Decode one batch.
+        """Decode one batch: :meth:`start`, then wait for its result."""
+        return self.start(images, plan=plan, generator=generator)()
+
+    def start(self, images: Sequence[bytes], *, plan: CropPlan | None = None,
+              generator: torch.Generator | None = None
+              ) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None, dict[int, Exception]]]:
+        """Start decoding one batch on the threads; what to call for its result
+        (the caller may read the next batch meanwhile).
 
         Args:
             images: the encoded images, one per record.
@@ -190,17 +197,20 @@ class DecodeEngine:
         slots = buffer.numpy()
         work = [i for i in range(len(images)) if i not in failures]
         pool = self._executor()
-        # a few images per task: fewer hand-offs between threads (each one a GIL round trip)
-        step = max(1, len(work) // (2 * pool._max_workers))
+        # one task per thread: each a GIL round trip, and whole JPEG runs decode without the GIL
+        step = max(1, -(-len(work) // pool._max_workers))
         chunks = [work[k:k + step] for k in range(0, len(work), step)]
-        results = pool.map(lambda chunk: self._chunk(chunk, images, headers, jobs, plan, slots), chunks)
-        for chunk, errors in zip(chunks, results):
-            for i, error in zip(chunk, errors):
-                if error is not None:
-                    failures[i] = error
-                    slots[i] = 0
-        batch = buffer.permute(0, 3, 1, 2) if self.options.layout == "NCHW" else buffer
-        return batch, sizes, failures
+        futures = [pool.submit(self._chunk, chunk, images, headers, jobs, plan, slots) for chunk in chunks]
+
+        def result() -> tuple[torch.Tensor, torch.Tensor | None, dict[int, Exception]]:
+            for chunk, future in zip(chunks, futures):
+                for i, error in zip(chunk, future.result()):
+                    if error is not None:
+                        failures[i] = error
+                        slots[i] = 0
+            batch = buffer.permute(0, 3, 1, 2) if self.options.layout == "NCHW" else buffer
+            return batch, sizes, failures
+        return result
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:
         """The batch's (H, W): the fixed size, else the largest image's. An
