@@ -29,6 +29,19 @@ def outcome(parse, payload):
 
 
 def assert_same(have, want):
+    """Equal values, keys, dtypes and writability -- bit for bit, except a
+    signalling NaN: Python's protobuf passes floats through doubles and sets
+    the quiet bit; the fast paths keep the stored bits, as TensorFlow's C++
+    parser does."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        have, want = dict(have), dict(want)
+        for key, w in want.items():
+            h = have.get(key)
+            if isinstance(w, np.ndarray) and w.dtype == np.float32 and isinstance(h, np.ndarray) \
+                    and h.shape == w.shape and h.dtype == w.dtype and np.isnan(w).any():
+                assert np.array_equal(np.isnan(h), np.isnan(w)), key
+                keep = ~np.isnan(w)
+                have[key], want[key] = h[keep], w[keep]
     if want == "error" or have == "error":
         assert have == want
         return
@@ -67,11 +80,13 @@ def mutations(payload, flips):
         yield bytes(mutated)
 
 
-def learned(payload):
-    """parse_example of ``payload`` after its length has a layout."""
+def learned(payload, must=True):
+    """parse_example of ``payload`` after its length has a layout (``must``:
+    assert that one was learned; some shapes, such as an empty int64 list
+    beside others, are left to protobuf)."""
     for _ in range(3):
         parse_example(payload)
-    assert layouts.decode_cached(payload) is not None, "no layout was learned"
+    assert not must or layouts.decode_cached(payload) is not None, "no layout was learned"
     return parse_example(payload)
 
 
@@ -148,7 +163,7 @@ def test_unusual_shapes_are_left_to_protobuf():
        FLIPS)
 def test_same_length_mutations_match_protobuf(mapping, flips):
     payload = make_example(mapping)
-    assert_same(learned(payload), parse_example_protobuf(payload))
+    assert_same(learned(payload, must=False), parse_example_protobuf(payload))
     for mutated in mutations(payload, flips):
         assert_same(outcome(parse_example, mutated), outcome(parse_example_protobuf, mutated))
 

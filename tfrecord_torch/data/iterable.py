@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -26,7 +27,7 @@ from tfrecord_torch.data.reading import (
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.data.state import ResumableReader
-from tfrecord_torch.errors import ExampleDecodeError, FeatureError
+from tfrecord_torch.errors import ExampleDecodeError, FeatureError, TFRecordError
 from tfrecord_torch.example.batch import parse_example_batch
 from tfrecord_torch.features.collate import pad_collate
 from tfrecord_torch.features.engine import ImageBatching
@@ -90,6 +91,13 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
             that fails to decode does (:mod:`tfrecord_torch.policy`); skips are
             logged and counted in :meth:`errors`, across worker processes.
         storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
+        lengths: each shard's record count, known in advance (a TFDS folder's
+            ``shardLengths``): ``len()`` and the split plan use them without
+            reading anything, and the shards are indexed only when first read
+            (an index that disagrees is an error naming the shard).
+        progress: a progress bar on stderr while shards without index files
+            are indexed: None (default) shows it when stderr is a terminal
+            and not in a DataLoader worker; True or False always or never.
 
     Every record is read exactly once per epoch over all ranks and workers.
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
@@ -102,7 +110,8 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
                  batch_size: int | None = None, drop_last: bool = False,
                  images: ImageBatching | bool = True, compression: CompressionArg = "auto",
-                 verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None) -> None:
+                 verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None,
+                 lengths: Sequence[int] | None = None, progress: bool | None = None) -> None:
         super().__init__()
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
@@ -128,8 +137,12 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         self._sample_spec, self._sample_transform = fuse_per_sample(self.spec, transform, self.images)
         self.compression, self.verify = compression, verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
-        self.indexes = self._indexes(index, listing)
-        self.streamed = any(i is None for i in self.indexes)
+        self.progress = progress
+        self._lengths = self._check_lengths(lengths, index)
+        self._index_args = (index, listing)
+        self._indexes_built: list | None = None
+        self._index_lock = threading.Lock()
+        self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
@@ -139,19 +152,61 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         self._resume: dict | None = None
         self._position = 0
 
-    def _indexes(self, index, listing) -> list:
+    def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
+        state = dict(self.__dict__)
+        state["_index_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._index_lock = threading.Lock()
+
+    def _check_lengths(self, lengths, index) -> list[int] | None:
+        if lengths is None:
+            return None
+        lengths = [int(n) for n in lengths]
+        if len(lengths) != len(self.paths) or any(n < 0 for n in lengths):
+            raise ValueError(f"lengths: got {len(lengths)} record counts for {len(self.paths)} shards "
+                             "(one count >= 0 per shard)")
+        if index is False:
+            raise ValueError("lengths= reads shards by position (they are indexed when read); "
+                             "it cannot go with index=False")
+        return lengths
+
+    @property
+    def indexes(self) -> list:
+        """Each shard's index (None: streamed). With ``lengths=`` the shards
+        are indexed when something first needs their offsets, not before."""
+        if self._indexes_built is None:
+            with self._index_lock:
+                if self._indexes_built is None:
+                    self._indexes_built = self._build_indexes(*self._index_args)
+        return self._indexes_built
+
+    def _build_indexes(self, index, listing) -> list:
         if index is False:
             return [None] * len(self.paths)
         if index is not None:
             index = list(index)
             if len(index) != len(self.paths):
                 raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        return shard_indexes(listing, compression=self.compression, index=index,
-                             report=self.policy.reporter(), storage_options=self.storage_options)
+        built = shard_indexes(listing, compression=self.compression, index=index, progress=self.progress,
+                              report=self.policy.reporter(), storage_options=self.storage_options)
+        for path, found, expected in zip(self.paths, built, self._lengths or ()):
+            if found is None:
+                raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "
+                                    f"lengths= gave its record count ({expected})")
+            if len(found) != expected:
+                raise TFRecordError(f"{path}: lengths= (dataset_info.json's shardLengths for a TFDS "
+                                    f"folder) says {expected} records, but the shard holds {len(found)}")
+        return built
 
     @property
     def counts(self) -> list[int] | None:
-        """Records per shard (None if some shard is streamed)."""
+        """Records per shard (None if some shard is streamed); from ``lengths=``
+        when given, without reading the shards."""
+        if self._lengths is not None and self._indexes_built is None:
+            return list(self._lengths)
         return None if self.streamed else [len(i) for i in self.indexes]
 
     def errors(self) -> dict:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +82,7 @@ def _cached_index_path(path: str, storage_options: dict | None, stat: tuple[int,
 
 
 def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
-                storage_options: dict | None = None, report=None) -> np.ndarray:
+                storage_options: dict | None = None, report=None, progress=None) -> np.ndarray:
     """The checked index of an uncompressed shard.
 
     Uses ``index_path`` if given (it must match: a mismatch is an error), else
@@ -92,7 +94,8 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
 
     With ``report`` (an ``on_error`` policy's reporter) a corrupt shard is
     indexed as far as it can be (see :func:`scan_index`); an index that stops
-    short of the end of the file is used but never saved.
+    short of the end of the file is used but never saved. ``progress`` is
+    called with the bytes read while a shard is scanned.
     """
     so = storage_options
     if index_path is not None:
@@ -114,7 +117,7 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
             # No stamp (another tool's index) or the shard changed since: check it in full, once.
             # A shard damaged since it was indexed keeps its index (the reader reports the damage).
             damage: list = []
-            fresh = scan_index(path, so, report=damage.append)
+            fresh = scan_index(path, so, progress=progress, report=damage.append)
             if damage:
                 return index
             if np.array_equal(fresh, index):
@@ -126,7 +129,7 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
     else:
         if not build:
             raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-        index = scan_index(path, so, report=report)
+        index = scan_index(path, so, progress=progress, report=report)
     end = int(index[-1].sum()) if len(index) else 0
     if end != fs.size_and_version(path, so)[0]:
         return index  # cut short by a bad length: kept for this run only
@@ -144,7 +147,8 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
 
 
 def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | None = None, build: bool = True,
-                  storage_options: dict | None = None, report=None) -> list[np.ndarray | None]:
+                  storage_options: dict | None = None, report=None,
+                  progress: bool | None = None) -> list[np.ndarray | None]:
     """Each shard's checked index, or None for a compressed shard (streamed, not indexed).
 
     ``index``: one index path per shard (used as given, see :func:`shard_index`). Remote
@@ -153,26 +157,69 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
     index is checked against the shard's listed size (its records must tile the object);
     the record headers are checked as the records are read, so an index of another object
     is reported then, as a corrupt record naming the file and offset.
+
+    ``progress``: a progress bar over the bytes read while shards are indexed,
+    on stderr, shown once a shard needs indexing: True, False, or None (when
+    stderr is a terminal, outside DataLoader workers).
     """
     so = storage_options
     paths = listing.files
+    bar = IndexingBar(len(paths), progress)
 
     def one(i: int) -> np.ndarray | None:
         path = paths[i]
         if index is not None:
             return shard_index(path, os.fspath(index[i]), build=build, storage_options=so)
         if fs.is_url(path):
-            return _remote_index(path, listing, compression, build, so, report)
+            return _remote_index(path, listing, compression, build, so, report, bar)
         if is_compressed(path, compression, so):
             return None
-        return shard_index(path, build=build, storage_options=so, report=report)
+        return shard_index(path, build=build, storage_options=so, report=report, progress=bar)
 
-    if len(paths) < 2 or not any(fs.is_url(p) for p in paths):
-        return [one(i) for i in range(len(paths))]
-    if report is not None:  # the policy's counts are read-modify-writes: one thread at a time
-        report = _serialized(report)
-    with ThreadPoolExecutor(min(OPEN_THREADS, len(paths)), thread_name_prefix="open-shards") as pool:
-        return list(pool.map(one, range(len(paths))))
+    try:
+        if len(paths) < 2 or not any(fs.is_url(p) for p in paths):
+            return [one(i) for i in range(len(paths))]
+        if report is not None:  # the policy's counts are read-modify-writes: one thread at a time
+            report = _serialized(report)
+        with ThreadPoolExecutor(min(OPEN_THREADS, len(paths)), thread_name_prefix="open-shards") as pool:
+            return list(pool.map(one, range(len(paths))))
+    finally:
+        bar.close()
+
+
+class IndexingBar:
+    """A tqdm bar over the bytes scanned to index shards, started at the first
+    byte (opening shards that have indexes shows nothing); thread-safe."""
+
+    def __init__(self, shards: int, enabled: bool | None) -> None:
+        if enabled is None:
+            enabled = sys.stderr is not None and sys.stderr.isatty() and not _in_worker()
+        self.shards, self.enabled = shards, enabled
+        self._bar: Any = None
+        self._lock = threading.Lock()
+
+    def __call__(self, count: int) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._bar is None:
+                from tqdm import tqdm
+
+                self._bar = tqdm(unit="B", unit_scale=True, file=sys.stderr, leave=False,
+                                 desc=f"indexing {self.shards} shard{'s' if self.shards != 1 else ''}")
+            self._bar.update(count)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+
+
+def _in_worker() -> bool:
+    """Inside a DataLoader worker (torch already imported there)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
 
 
 def _serialized(call):
@@ -185,7 +232,7 @@ def _serialized(call):
 
 
 def _remote_index(path: str, listing: lister.Listing, compression, build: bool,
-                  so: dict | None, report=None) -> np.ndarray | None:
+                  so: dict | None, report=None, progress=None) -> np.ndarray | None:
     """A remote shard's index: the index object beside it (one request), or a cached one
     (none), or after a 12-byte sniff (one) a scan of the shard; None if compressed."""
     compression = check_compression(compression, allow_auto=True)
@@ -221,7 +268,7 @@ def _remote_index(path: str, listing: lister.Listing, compression, build: bool,
         return None
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, so, report=report)
+    index = scan_index(path, so, progress=progress, report=report)
     if (int(index[-1].sum()) if len(index) else 0) != stat[0]:
         return index  # cut short by a bad length: kept for this run only
     try:

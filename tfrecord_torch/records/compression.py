@@ -27,8 +27,8 @@ import zlib
 from tfrecord_torch.io.pool import read_at
 from tfrecord_torch.records.crc import masked_crc32c
 
-__all__ = ["COMPRESSIONS", "Compression", "WBITS", "check_compression", "compression_of", "detect_compression",
-           "is_compressed", "suffix"]
+__all__ = ["COMPRESSIONS", "Compression", "WBITS", "check_compression", "compression_from_name",
+           "compression_of", "detect_compression", "is_compressed", "suffix"]
 
 
 class Compression(str, enum.Enum):
@@ -84,6 +84,11 @@ def detect_compression(head: bytes, name: str) -> str | None:
         return "gzip"
     if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
         return "zlib"
+    return compression_from_name(name)
+
+
+def compression_from_name(name: str) -> str | None:
+    """The compression a file's name suggests (its suffix), reading nothing."""
     lowered = name.lower()
     for compression, suffixes in _SUFFIXES.items():
         if lowered.endswith(suffixes):

@@ -8,6 +8,7 @@ from tfrecord_torch._types import PathLike
 from tfrecord_torch.data.iterable import TFRecordDataset
 from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
 from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.records.compression import compression_from_name
 from tfrecord_torch.tfds.features import ClassLabel, tfds_features
 from tfrecord_torch.tfds.metadata import read_info, supervised_keys, tfds_split
 
@@ -34,7 +35,10 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
     The dataset gets ``features`` (the spec; a ClassLabel feature's ``.names``
     are its class names) and ``classes`` (the class names of the supervised
     target, or of the only ClassLabel; None if there are none). The shard
-    lengths in ``dataset_info.json`` are checked against the shards.
+    lengths in ``dataset_info.json`` give ``len()`` without reading anything;
+    shards without index files are indexed when first read (a progress bar
+    while they are: ``progress=``), and a shard holding another count is an
+    error naming it (map-style: checked at once).
     """
     so = kwargs.get("storage_options")
     paths, lengths = tfds_split(directory, split, so)
@@ -50,14 +54,17 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
         if missing:
             raise ValueError(f"supervisedKeys {pair} name features the spec lacks: {missing}")
         kwargs["transform"] = _Supervised(pair, kwargs.get("transform"))
-    cls = IndexedTFRecordDataset if map_style else TFRecordDataset
-    dataset = cls(paths, features=spec, **kwargs)
+    if map_style:
+        dataset: TFRecordDataset | IndexedTFRecordDataset = IndexedTFRecordDataset(paths, features=spec, **kwargs)
+    else:  # len() from shardLengths; the shards are indexed when first read (compressed ones streamed)
+        known = lengths if lengths and not any(compression_from_name(p) for p in paths) else None
+        dataset = TFRecordDataset(paths, features=spec, lengths=known, **kwargs)
     labels = [f for f in spec.values() if isinstance(f, ClassLabel)]
     target = spec.get(pair[1]) if pair is not None else None
     named = target if isinstance(target, ClassLabel) else labels[0] if len(labels) == 1 else None
     dataset.features = spec  # type: ignore[union-attr]
     dataset.classes = named.names if named is not None else None  # type: ignore[union-attr]
-    counts = [len(i) for i in dataset.indexes] if not getattr(dataset, "streamed", False) else None
+    counts = [len(i) for i in dataset.indexes] if map_style else None  # (TFRecordDataset: when indexed)
     if counts is not None and counts != lengths:
         raise TFRecordError(f"{directory}: dataset_info.json lists shard lengths {lengths} for "
                             f"{split!r}, but the shards hold {counts}")
