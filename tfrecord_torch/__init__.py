@@ -39,6 +39,7 @@ _EXPORTS = {
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
     "ShardedWriter": "tfrecord_torch.write.sharded",
+    "StaleIndexError": "tfrecord_torch.errors",
     "TFRecordDataset": "tfrecord_torch.data.iterable",
     "TFRecordError": "tfrecord_torch.errors",
     "Text": "tfrecord_torch.features.specs",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         FeatureError,
         IndexMismatchError,
         RemoteError,
+        StaleIndexError,
         TFRecordError,
     )
     from tfrecord_torch.example.batch import parse_example_batch

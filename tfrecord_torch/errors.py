@@ -16,6 +16,7 @@ __all__ = [
     "FeatureError",
     "IndexMismatchError",
     "RemoteError",
+    "StaleIndexError",
     "TFRecordError",
 ]
 
@@ -79,6 +80,28 @@ class IndexMismatchError(TFRecordError):
 
     def __reduce__(self):
         return (type(self), (self.index_path, self.path, self.reason))
+
+
+class StaleIndexError(TFRecordError):
+    """A record read where an index put it is not the record the index
+    describes, and the file itself is sound: the index is stale (the file
+    changed since it was indexed) or belongs to another file. Never skipped
+    under ``on_error``: every later record would be misplaced too.
+
+    Attributes:
+        path, offset, record: where the index put the record.
+        detail: what was found there.
+    """
+
+    def __init__(self, path: str, offset: int, record: int, detail: str) -> None:
+        self.path, self.offset, self.record, self.detail = str(path), int(offset), int(record), detail
+        super().__init__(
+            f"{self.path}: record {self.record} at byte offset {self.offset}: {detail}: the index does not "
+            f"describe this file as it is now (stale, or made for another file); rebuild it with "
+            f"`tfrecord-torch index {self.path}`")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.offset, self.record, self.detail))
 
 
 class ExampleDecodeError(TFRecordError, ValueError):

@@ -28,6 +28,7 @@ from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
 from tfrecord_torch.records.framing import parse_frame
+from tfrecord_torch.records.stale import explain
 
 __all__ = ["IndexedTFRecordDataset"]
 
@@ -161,7 +162,13 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         index = self.indexes[shard]
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self._readers.read(path, offset, size)
-        return self._decode(data, path, offset, r)
+        try:
+            return self._decode(data, path, offset, r)
+        except CorruptRecordError as e:  # a stale index is raised, never replaced
+            error = explain(e, index, self._readers.storage_options)
+            if error is e:
+                raise
+            raise error from None
 
     def _decode(self, frame: bytes, path: str, offset: int, r: int):
         payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)

@@ -14,6 +14,7 @@ from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
+from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
 __all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "decode_payload", "fetch", "fetch_runs",
@@ -77,8 +78,9 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
                 payloads.append(parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
                                             verify=verify))
             except CorruptRecordError as e:
-                if report is None:
-                    raise
+                error = explain(e, index, storage_options)  # a stale index is raised, never skipped
+                if report is None or error is not e:
+                    raise error from None
                 report(e)
                 continue
             numbers.append(r)

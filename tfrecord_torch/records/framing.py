@@ -25,7 +25,7 @@ import numpy as np
 from crc32c import crc32c
 
 from tfrecord_torch._types import CompressionArg, PathLike
-from tfrecord_torch.errors import CorruptRecordError
+from tfrecord_torch.errors import CorruptRecordError, StaleIndexError
 from tfrecord_torch.policy import OnError, as_policy
 from tfrecord_torch.records.crc import masked_crc32c
 from tfrecord_torch.records.scan import HEADER, HEADER_SIZE, OVERHEAD
@@ -234,8 +234,12 @@ def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: boo
     if length + OVERHEAD != len(data):
         if verify and masked_crc32c(data[:8]) != length_crc:
             raise CorruptRecordError(name, offset, record, "length CRC mismatch (header corrupted)")
+        if verify and length + OVERHEAD < len(data):  # a sound header, a shorter record: a wrong frame size
+            raise StaleIndexError(name, offset, record, f"the index gives a frame of {len(data)} bytes, but "
+                                  f"the record there is {length + OVERHEAD} bytes (its length CRC is valid)")
         raise CorruptRecordError(name, offset, record,
-                                 f"record length {length} does not fit its frame of {len(data)} bytes")
+                                 f"record length {length} does not fit its frame of {len(data)} bytes "
+                                 f"(the file was cut short, or its index is stale)")
     if verify and _HEADER_CRCS.get(length) != length_crc:
         if masked_crc32c(data[:8]) != length_crc:
             raise CorruptRecordError(name, offset, record, "length CRC mismatch (header corrupted)")

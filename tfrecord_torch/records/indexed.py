@@ -7,10 +7,12 @@ import os
 import numpy as np
 
 from tfrecord_torch._types import PathLike
+from tfrecord_torch.errors import CorruptRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index
+from tfrecord_torch.records.stale import explain
 
 __all__ = ["IndexedReader"]
 
@@ -64,7 +66,10 @@ class IndexedReader:
         i %= n
         offset, size = (int(v) for v in self.index[i])
         data = self._pool.read(self.path, offset, size)
-        return parse_frame(data, name=self.path, offset=offset, record=i, verify=self.verify)
+        try:
+            return parse_frame(data, name=self.path, offset=offset, record=i, verify=self.verify)
+        except CorruptRecordError as e:
+            raise explain(e, self.index, self._pool.storage_options) from None
 
     def close(self) -> None:
         """Close the file (it reopens on the next read)."""

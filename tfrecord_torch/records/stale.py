@@ -1,0 +1,49 @@
+"""Telling a stale index from a corrupt file.
+
+An index gives each record's offset and size. When the file changes after
+it was indexed (rewritten, records reordered), a read at an indexed offset
+can land inside another record: its "header" fails its CRC, which is also
+what corruption looks like. :func:`explain` tells them apart, once per file
+and index: it scans the file afresh; a file that scans clean but not as the
+index says has a stale index (:class:`StaleIndexError`), anything else is
+the corruption it seemed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tfrecord_torch.errors import CorruptRecordError, StaleIndexError, TFRecordError
+from tfrecord_torch.records.index import scan_index
+
+__all__ = ["explain"]
+
+_VERDICTS: dict[tuple[str, int, int], bool] = {}  # (path, index id, len) -> the index is stale
+_LOCK = threading.Lock()
+
+
+def explain(error: CorruptRecordError, index: np.ndarray, storage_options: dict | None = None) -> TFRecordError:
+    """The error to raise for ``error``, met reading ``index``'s record
+    ``error.record``: :class:`StaleIndexError` if the index, not the file, is wrong."""
+    if "length CRC mismatch" not in str(error.reason or ""):  # only a misplaced read looks like a bad header
+        return error
+    key = (error.path, id(index), len(index))
+    with _LOCK:
+        stale = _VERDICTS.get(key)
+    if stale is None:
+        try:
+            fresh = scan_index(error.path, storage_options)
+        except (CorruptRecordError, OSError):
+            stale = False  # the file is damaged: the error stands
+        else:
+            stale = not np.array_equal(fresh, index)
+        with _LOCK:
+            if len(_VERDICTS) > 256:
+                _VERDICTS.clear()
+            _VERDICTS[key] = stale
+    if not stale:
+        return error
+    return StaleIndexError(error.path, error.offset, error.record,
+                           "no record starts there (the file scans clean from its first byte)")
