@@ -11,6 +11,7 @@ from tfrecord_torch import (
     CorruptRecordError,
     IndexedReader,
     IndexedTFRecordDataset,
+    IndexMismatchError,
     Int64,
     RecordWriter,
     StaleIndexError,
@@ -86,3 +87,34 @@ def test_the_error_pickles():
     error = StaleIndexError("a.tfrecord", 10, 2, "no record starts there")
     again = pickle.loads(pickle.dumps(error))
     assert str(again) == str(error) and again.record == 2
+
+
+def test_an_index_of_another_file_of_the_same_size(tmp_path):
+    """Ten records where the index knows five twice their size: refused as an
+    index that does not describe the file (its sampled headers, or the
+    windows that scan clean but hold other records), never as 'corrupt'."""
+    small = make_example({"b": b"x" * 30})
+    big = next(p for n in range(30, 120) if len(p := make_example({"b": b"y" * n})) == 2 * len(small) + 16)
+    path, other = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    write(path, [small] * 10)
+    write(other, [big] * 5)
+    assert path.stat().st_size == other.stat().st_size
+    index = build_index(other, tmp_path / "b.index")
+    for shuffle in (False, True):
+        with pytest.raises((StaleIndexError, IndexMismatchError)):
+            list(TFRecordDataset(path, index=[index], shuffle=shuffle, on_error="skip"))
+
+
+def test_windows_that_scan_clean_but_hold_other_records(tmp_path):
+    """Two records of the file are one in the index (same bytes in all), away
+    from the headers the index check samples: the read window scans clean
+    but holds one record more than the index says."""
+    small = make_example({"b": b"x" * 30})
+    big = next(p for n in range(30, 120) if len(p := make_example({"b": b"y" * n})) == 2 * len(small) + 16)
+    path, other = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    write(path, [small] * 200)
+    write(other, [small] * 50 + [big] + [small] * 148)
+    assert path.stat().st_size == other.stat().st_size
+    index = build_index(other, tmp_path / "b.index")
+    with pytest.raises(StaleIndexError, match=r"hold 200 records"):
+        list(TFRecordDataset(path, index=[index]))

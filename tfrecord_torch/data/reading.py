@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError
+from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
 from tfrecord_torch.example.codec import parse_example
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
@@ -69,7 +69,8 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
     with (readers or pool.ReaderPool(storage_options, limit=1)).borrow(path) as reader:
         if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
                 (np.diff(records) == 1).all():
-            yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report)
+            yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report,
+                                storage_options)
             return
         payloads, numbers = [], []
         for r in records.tolist():
@@ -111,7 +112,7 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
 
 
-def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:
+def _windows(path, index, first, last, reader, verify, report, so=None) -> Iterator[Run]:
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
     while first <= last:
@@ -122,16 +123,28 @@ def _windows(path, index, first, last, reader, verify, report) -> Iterator[Run]:
         size = int(ends[stop - lo]) - start
         stopped_at: list[int] = []
 
-        def note(error) -> None:
+        def note(error: CorruptRecordError) -> None:
+            explained = explain(error, index, so)
+            if explained is not error:  # a stale index is raised, never skipped
+                raise explained
             stopped_at.append(error.record)
             report(error)
 
         stream = open_bytes(reader.read(start, size), path)
         done = first - 1
-        for chunk in iter_chunks(stream, verify=verify, offset=start, record=first, payloads=True,
-                                 block_size=max(size, 1), report=note if report else None):
-            done = int(chunk.numbers[-1])
-            yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
+        try:
+            for chunk in iter_chunks(stream, verify=verify, offset=start, record=first, payloads=True,
+                                     block_size=max(size, 1), report=note if report else None):
+                done = int(chunk.numbers[-1])
+                yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
+        except CorruptRecordError as e:
+            explained = explain(e, index, so)
+            if explained is e:
+                raise
+            raise explained from None
+        if not stopped_at and done != stop:  # the bytes scanned clean, but hold other records
+            raise StaleIndexError(path, start, first, f"the index puts records {first}-{stop} in bytes "
+                                  f"{start}-{start + size}, which hold {done - first + 1} records")
         if done < stop and stopped_at:
             first = max(stopped_at) + 1  # resume after the record that stopped the scan
         else:
