@@ -249,7 +249,7 @@ def test_per_sample_fused_crop_equals_unfused(tmp_path):
     path = write(tmp_path / "a.tfrecord", images)
     fused = TFRecordDataset(path, features=SPEC, transform=CROP)
     plain = TFRecordDataset(path, features=SPEC, transform=CROP, images=ImageBatching(fused=False))
-    assert fused._sample_transform is None and plain._sample_transform is CROP
+    assert fused._per_sample()[1] is None and plain._per_sample()[1] is CROP
     out = {}
     for name, ds in (("fused", fused), ("plain", plain)):
         torch.manual_seed(3)
@@ -275,6 +275,8 @@ def test_per_sample_fusion_keeps_the_rest_and_refuses_bad_images(tmp_path):
     assert items[0]["image"].dtype == torch.float32 and items[0]["image"].shape == (3, 32, 32)
     with pytest.raises(FeatureError, match=r"record 1 .*feature 'image'.*cannot decode image"):
         list(TFRecordDataset(path, features=SPEC, transform=transform))
+    ds.transform = v2.Resize((16, 16))  # reassigned: the per-sample path follows it
+    assert [tuple(r["image"].shape) for r in ds] == [(3, 16, 16)] * 2
 
 
 def test_batch_buffers_are_reused_only_once_let_go(tmp_path):

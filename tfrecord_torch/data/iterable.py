@@ -133,8 +133,7 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         if not isinstance(images, (bool, ImageBatching)):
             raise ValueError(f"images must be True, False or an ImageBatching, got {images!r}")
         self.images = ImageBatching() if images is True else images or None
-        # per sample, a fusable head of the transform is done while decoding
-        self._sample_spec, self._sample_transform = fuse_per_sample(self.spec, transform, self.images)
+        self._fused: tuple = ()  # (spec, transform, images) -> what the per-sample path decodes with
         self.compression, self.verify = compression, verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
         self.progress = progress
@@ -326,7 +325,17 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
             batches.close()
 
     def _decode(self, item: Located):
-        return decode_or_skip(item, self._sample_spec, self._sample_transform, self.policy.reporter())
+        spec, transform = self._per_sample()
+        return decode_or_skip(item, spec, transform, self.policy.reporter())
+
+    def _per_sample(self) -> tuple:
+        """The spec and transform the per-sample path decodes with: a fusable
+        head of the transform done while decoding (:func:`fuse_per_sample`),
+        worked out again if ``spec``, ``transform`` or ``images`` is reassigned."""
+        key = (self.spec, self.transform, self.images)
+        if not self._fused or any(a is not b for a, b in zip(self._fused[0], key)):
+            self._fused = (key, fuse_per_sample(*key))
+        return self._fused[1]
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
