@@ -192,12 +192,12 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Ow*IIp", &items, &out, &height, &width, &fast)) {
         return NULL;
     }
-    seq = PySequence_Fast(items, "images must be a sequence of bytes");
+    seq = PySequence_Tuple(items); /* our own references: the caller's list may change meanwhile */
     if (seq == NULL) {
         PyBuffer_Release(&out);
         return NULL;
     }
-    n = PySequence_Fast_GET_SIZE(seq);
+    n = PyTuple_GET_SIZE(seq);
     slot = (size_t)height * width * 3;
     if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != slot * (size_t)n) {
         PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %u x %u x 3 bytes", n,
@@ -212,8 +212,8 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    for (i = 0; i < n; i++) { /* the sequence holds its bytes alive while the GIL is away */
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+    for (i = 0; i < n; i++) { /* the tuple holds its bytes alive while the GIL is away */
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
         if (!PyBytes_Check(item)) {
             PyErr_Format(PyExc_TypeError, "images[%zd] is %s, not bytes", i, Py_TYPE(item)->tp_name);
             goto done;
