@@ -125,3 +125,38 @@ def test_sequence_description(tmp_path):
     np.testing.assert_array_equal(item["frames"].numpy(), want_s["frames"].numpy())
     assert item["gone"].shape == tuple(want_s["gone"].shape) == (0,)
     assert item["frames"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("io", [tf.io, tfspec], ids=["tf.io objects", "tfspec classes"])
+def test_multi_dimensional_sparse_features_equal_tensorflow(tmp_path, io):
+    path = tmp_path / "s.tfrecord"
+    rows = [([0, 2], [1, 3], [1.5, -2.0]), ([], [], []), ([1], [0], [7.0])]
+    with RecordWriter(path) as w:
+        for ix, iy, val in rows:
+            w.write(make_example({"ix": np.array(ix, np.int64), "iy": np.array(iy, np.int64),
+                                  "val": np.array(val, np.float32)}))
+
+    def spec(io):
+        return {"grid": io.SparseFeature(index_key=["ix", "iy"], value_key="val",
+                                         dtype=io_dtype(io, "float32"), size=[3, 4])}
+    items = list(TFRecordDataset(path, features=spec(io)))
+    for (ix, iy, val), item in zip(rows, items):
+        payload = make_example({"ix": np.array(ix, np.int64), "iy": np.array(iy, np.int64),
+                                "val": np.array(val, np.float32)})
+        want = tf.sparse.to_dense(tf.io.parse_single_example(payload, spec(tf.io))["grid"]).numpy()
+        assert item["grid"].shape == (3, 4)
+        np.testing.assert_array_equal(item["grid"].numpy(), want)
+    out_of_range = {"ix": np.array([0], np.int64), "iy": np.array([4], np.int64), "val": np.array([1.0], np.float32)}
+    uneven = {"ix": np.array([0, 1], np.int64), "iy": np.array([0], np.int64), "val": np.array([1.0, 2.0], np.float32)}
+    for record, message in ((out_of_range, r"record 0 .*'iy'.*index 4 is out of range for size 4"),
+                            (uneven, r"record 0 .*2 values for 1 indices \('iy'\)")):
+        bad = tmp_path / "bad.tfrecord"
+        with RecordWriter(bad) as w:
+            w.write(make_example(record))
+        with pytest.raises(FeatureError, match=message):
+            list(TFRecordDataset(bad, features=spec(io), index=False))
+        with pytest.raises(tf.errors.InvalidArgumentError):  # TensorFlow refuses it too
+            tf.sparse.to_dense(tf.io.parse_single_example(make_example(record), spec(tf.io))["grid"])
+    with pytest.raises(ValueError, match="2 index keys for a 1-D size"):
+        TFRecordDataset(path, features={"g": io.SparseFeature(index_key=["ix", "iy"], value_key="val",
+                                                              dtype=io_dtype(io, "float32"), size=[3])})

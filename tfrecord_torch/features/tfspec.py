@@ -14,6 +14,7 @@ Values equal TF's: defaults applied, shapes checked; VarLen and Ragged give
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -60,8 +61,9 @@ class RaggedFeature(NamedTuple):
 
 
 class SparseFeature(NamedTuple):
-    """As ``tf.io.SparseFeature`` (1-D): a dense tensor [size] with ``value_key``'s
-    values at ``index_key``'s positions, zeros elsewhere (TF gives a SparseTensor)."""
+    """As ``tf.io.SparseFeature``: a dense tensor of shape ``size`` with
+    ``value_key``'s values at the positions ``index_key`` gives (a key, or one
+    key per dimension), zeros elsewhere (TF gives a SparseTensor)."""
 
     index_key: Any
     value_key: str
@@ -167,13 +169,12 @@ def _one(name: str, kind: str, desc: Any, dtype: str, sequence: bool) -> Feature
         if dtype == "string":
             return Bytes(name, many=True, default=[])
         return Steps(name, step_shape=shape, dtype=dtype)
-    index_key = desc.index_key
-    if not isinstance(index_key, str):
-        if len(index_key) != 1:
-            raise ValueError("only 1-D SparseFeatures are supported")
-        index_key = index_key[0]
-    size = desc.size if isinstance(desc.size, int) else _shape(name, desc.size)[0]
-    return Sparse(name, index_key=index_key, value_key=desc.value_key, dtype=dtype, size=size)
+    index_keys = (desc.index_key,) if isinstance(desc.index_key, str) else tuple(desc.index_key)
+    size = (int(desc.size),) if isinstance(desc.size, int) else _shape(name, desc.size)
+    if len(index_keys) != len(size) or not index_keys:
+        raise ValueError(f"feature {name!r}: SparseFeature has {len(index_keys)} index keys for a "
+                         f"{len(size)}-D size {tuple(size)}")
+    return Sparse(name, index_key=index_keys, value_key=desc.value_key, dtype=dtype, size=size)
 
 
 class FixedBytes(Bytes):
@@ -217,28 +218,40 @@ class Steps(Feature):
 
 
 class Sparse(Feature):
-    """A 1-D SparseFeature as a dense tensor [size]."""
+    """A SparseFeature (any number of dimensions) as a dense tensor of shape
+    ``size``: ``value_key``'s values at the positions the ``index_key`` lists
+    give (one list per dimension), zeros elsewhere -- what
+    ``tf.sparse.to_dense`` gives of TF's SparseTensor. A position given twice
+    keeps its last value."""
 
-    def __init__(self, key: str | None = None, *, index_key: str, value_key: str, dtype: str, size: int) -> None:
+    def __init__(self, key: str | None = None, *, index_key: str | Sequence[str], value_key: str, dtype: str,
+                 size: int | Sequence[int]) -> None:
         super().__init__(key, default=None)
-        self.index_key, self.value_key, self.size = index_key, value_key, int(size)
+        self.index_keys = (index_key,) if isinstance(index_key, str) else tuple(index_key)
+        self.size = (int(size),) if isinstance(size, int) else tuple(int(n) for n in size)
+        if len(self.index_keys) != len(self.size) or not self.size:
+            raise ValueError(f"{len(self.index_keys)} index keys for a {len(self.size)}-D size {self.size}")
+        self.index_key, self.value_key = self.index_keys[0], value_key
         self.dtype = np.dtype(np.int64 if dtype == "int64" else np.float32) if dtype != "string" else None
         if self.dtype is None:
             raise ValueError("string SparseFeatures are not supported")
 
     def decode(self, record: dict) -> Any:
-        index = record.get(self.index_key, np.zeros(0, np.int64))
         values = record.get(self.value_key, np.zeros(0, self.dtype))
-        if not isinstance(index, np.ndarray) or (len(index) and index.dtype != np.int64):
-            raise FeatureError(self.index_key, "SparseFeature indices must be int64 values")
         if not isinstance(values, np.ndarray) and values:
             raise FeatureError(self.value_key, "holds bytes, expected numbers")
         values = np.asarray(values, self.dtype)
-        if len(index) != len(values):
-            raise FeatureError(self.value_key, f"holds {len(values)} values for {len(index)} indices "
-                                               f"({self.index_key!r})")
-        if len(index) and (index.min() < 0 or index.max() >= self.size):
-            raise FeatureError(self.index_key, f"index {int(index.max())} is out of range for size {self.size}")
+        positions = []
+        for key, n in zip(self.index_keys, self.size):
+            index = record.get(key, np.zeros(0, np.int64))
+            if not isinstance(index, np.ndarray) or (len(index) and index.dtype != np.int64):
+                raise FeatureError(key, "SparseFeature indices must be int64 values")
+            if len(index) != len(values):
+                raise FeatureError(self.value_key, f"holds {len(values)} values for {len(index)} indices ({key!r})")
+            bad = np.flatnonzero((index < 0) | (index >= n))
+            if bad.size:
+                raise FeatureError(key, f"index {int(index[bad[0]])} is out of range for size {n}")
+            positions.append(index)
         dense = np.zeros(self.size, self.dtype)
-        dense[index] = values
+        dense[tuple(positions)] = values
         return torch.from_numpy(dense)
