@@ -369,4 +369,6 @@ def test_a_25_million_record_shard_indexes_in_bounded_memory(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["records"] == 25_000_000
-    assert result["peak_mb"] < 1300, result
+    # typically 1,137-1,143 MB here, alone; one CI run, with the rest of the suite on both cores,
+    # measured 1,304 MB. The issue asks for well under 1.5 GB.
+    assert result["peak_mb"] < 1400, result
