@@ -160,3 +160,58 @@ def test_multi_dimensional_sparse_features_equal_tensorflow(tmp_path, io):
     with pytest.raises(ValueError, match="2 index keys for a 1-D size"):
         TFRecordDataset(path, features={"g": io.SparseFeature(index_key=["ix", "iy"], value_key="val",
                                                               dtype=io_dtype(io, "float32"), size=[3])})
+
+
+def _nested(value):
+    """Our nested rows (tensors innermost) as plain nested lists."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, bytes):
+        return value
+    return [_nested(v) for v in value]
+
+
+@pytest.mark.parametrize("io", [tf.io, tfspec], ids=["tf.io objects", "tfspec classes"])
+def test_ragged_partitions_equal_tensorflow(tmp_path, io):
+    fields = {"v": np.arange(6, dtype=np.int64), "w": [b"a", b"b", b"c", b"d"],
+              "lens": np.array([2, 0, 3, 1], np.int64), "splits": np.array([0, 2, 2, 5, 6], np.int64),
+              "starts": np.array([0, 2, 2, 5], np.int64), "limits": np.array([2, 2, 5, 6], np.int64),
+              "ids": np.array([0, 0, 2, 2, 2, 3], np.int64), "outer": np.array([1, 3], np.int64)}
+    payload = make_example(fields)
+    path = tmp_path / "r.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(payload)
+
+    def spec(io):
+        R = io.RaggedFeature
+        i64, s = io_dtype(io, "int64"), io_dtype(io, "string")
+        return {"by_lengths": R(i64, value_key="v", partitions=[R.RowLengths("lens")]),
+                "by_splits": R(i64, value_key="v", partitions=[R.RowSplits("splits")]),
+                "by_starts": R(i64, value_key="v", partitions=[R.RowStarts("starts")]),
+                "by_limits": R(i64, value_key="v", partitions=[R.RowLimits("limits")]),
+                "by_ids": R(i64, value_key="v", partitions=[R.ValueRowIds("ids")]),
+                "uniform": R(i64, value_key="v", partitions=[R.UniformRowLength(2)]),
+                "two_levels": R(i64, value_key="v", partitions=[R.RowLengths("outer"), R.RowLengths("lens")]),
+                "uniform_outer": R(i64, value_key="v", partitions=[R.UniformRowLength(2), R.RowLengths("lens")]),
+                "strings": R(s, value_key="w", partitions=[R.UniformRowLength(2)])}
+    item, = TFRecordDataset(path, features=spec(io))
+    want = tf.io.parse_single_example(payload, spec(tf.io))
+    for key in spec(tf.io):  # TF gives a dense tensor where every partition is uniform
+        expected = want[key].to_list() if isinstance(want[key], tf.RaggedTensor) else want[key].numpy().tolist()
+        assert _nested(item[key]) == expected, key
+
+
+@pytest.mark.parametrize("lens, message", [([2, 0, 3], "do not add up to the 6 values"),
+                                           ([2, -1, 5], "do not add up")])
+def test_bad_ragged_partitions_are_named(tmp_path, lens, message):
+    path = tmp_path / "r.tfrecord"
+    payload = make_example({"v": np.arange(6, dtype=np.int64), "lens": np.array(lens, np.int64)})
+    with RecordWriter(path) as w:
+        w.write(payload)
+    spec = {"r": tf.io.RaggedFeature(tf.int64, value_key="v", partitions=[tf.io.RaggedFeature.RowLengths("lens")])}
+    with pytest.raises(FeatureError, match=rf"record 0 .*'lens'.*{message}"):
+        list(TFRecordDataset(path, features=spec))
+    checked = {"r": tf.io.RaggedFeature(tf.int64, value_key="v", validate=True,
+                                        partitions=[tf.io.RaggedFeature.RowLengths("lens")])}
+    with pytest.raises(tf.errors.InvalidArgumentError):  # TensorFlow refuses it too, when asked to validate
+        tf.io.parse_single_example(payload, checked)

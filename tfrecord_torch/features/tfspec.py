@@ -3,12 +3,14 @@
 ``features=`` accepts a ``feature_description`` dict as given to
 ``tf.io.parse_single_example`` (and ``sequence_features=`` the sequence dict of
 ``tf.io.parse_single_sequence_example``): ``tf.io.FixedLenFeature``,
-``VarLenFeature``, ``FixedLenSequenceFeature``, ``RaggedFeature`` (without
+``VarLenFeature``, ``FixedLenSequenceFeature``, ``RaggedFeature`` (with its
 partitions) and ``SparseFeature`` objects are recognised by their class
 name and fields, so TensorFlow is never imported. The classes here are the
 same, spelled for teams without TF (``tfspec.FixedLenFeature([], "int64")``).
 Values equal TF's: defaults applied, shapes checked; VarLen and Ragged give
-1-D tensors (lists of bytes for strings), which ``pad_collate`` pads.
+1-D tensors (lists of bytes for strings), which ``pad_collate`` pads; a
+partitioned Ragged gives nested rows (:mod:`.ragged`), a SparseFeature a
+dense tensor of its ``size``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.ragged import RaggedRows
 from tfrecord_torch.features.specs import _REQUIRED, Bytes, Feature, Float, Int64
 
 __all__ = ["FixedLenFeature", "FixedLenSequenceFeature", "RaggedFeature", "SparseFeature", "VarLenFeature",
@@ -51,13 +54,43 @@ class FixedLenSequenceFeature(NamedTuple):
 
 
 class RaggedFeature(NamedTuple):
-    """As ``tf.io.RaggedFeature`` without partitions: a 1-D tensor of ``value_key``'s values."""
+    """As ``tf.io.RaggedFeature``: a 1-D tensor of ``value_key``'s values, or
+    with ``partitions`` (``RaggedFeature.RowLengths("lens")``, ...) nested rows
+    (:mod:`tfrecord_torch.features.ragged`)."""
 
     dtype: Any
     value_key: str | None = None
     partitions: tuple = ()
     row_splits_dtype: Any = "int32"
     validate: bool = False
+
+
+class RowSplits(NamedTuple):
+    key: str
+
+
+class RowLengths(NamedTuple):
+    key: str
+
+
+class RowStarts(NamedTuple):
+    key: str
+
+
+class RowLimits(NamedTuple):
+    key: str
+
+
+class ValueRowIds(NamedTuple):
+    key: str
+
+
+class UniformRowLength(NamedTuple):
+    length: int
+
+
+for _kind in (RowSplits, RowLengths, RowStarts, RowLimits, ValueRowIds, UniformRowLength):
+    setattr(RaggedFeature, _kind.__name__, _kind)  # spelled as TF: RaggedFeature.RowLengths("lens")
 
 
 class SparseFeature(NamedTuple):
@@ -104,6 +137,12 @@ def _default(name: str, value: Any) -> Any:
     if value is None:
         return _REQUIRED
     return value.numpy() if hasattr(value, "numpy") else value
+
+
+def _partition(p: Any) -> tuple[str, Any]:
+    """(kind, key or length) of a TF RaggedFeature partition (duck-typed, as TF's own)."""
+    kind = type(p).__name__
+    return (kind, p.length) if kind == "UniformRowLength" else (kind, p.key)
 
 
 def _numeric(dtype: str):
@@ -157,8 +196,7 @@ def _one(name: str, kind: str, desc: Any, dtype: str, sequence: bool) -> Feature
     if kind in ("VarLenFeature", "RaggedFeature"):
         key = getattr(desc, "value_key", None) or name
         if getattr(desc, "partitions", ()):
-            raise ValueError("RaggedFeature partitions are not supported (read the values and row lengths as "
-                             "VarLenFeatures)")
+            return RaggedRows(key, dtype=dtype, partitions=tuple(_partition(p) for p in desc.partitions))
         if dtype == "string":
             return Bytes(key, many=True, default=[])
         return _numeric(dtype)(key, shape=None, default=np.zeros(0, np.int64 if dtype == "int64" else np.float32))
