@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from helpers import in_threads
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_layouts import FLIPS, assert_same, examples, mutations, outcome
 
-from tfrecord_torch import make_example, parse_example
+from tfrecord_torch import make_example, make_sequence_example, parse_example, parse_sequence_example
 from tfrecord_torch.example import codec
-from tfrecord_torch.example.codec import parse_example_protobuf
+from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
 
 pytestmark = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
 
@@ -84,3 +85,53 @@ def test_eight_threads_decode_alike():
                     errors.append(p)
 
     assert not in_threads(run) and not errors
+
+
+def sequence_outcome(parse, payload):
+    try:
+        return parse(payload)
+    except Exception as e:  # noqa: BLE001 -- the kind of failure is compared
+        return type(e).__name__
+
+
+def assert_same_sequence(have, want):
+    if isinstance(want, str) or isinstance(have, str):
+        assert have == want
+        return
+    assert_same(have[0], want[0])
+    assert list(have[1]) == list(want[1]) == sorted(want[1])
+    for key, steps in want[1].items():
+        assert len(have[1][key]) == len(steps), key
+        for h, w in zip(have[1][key], steps):
+            assert_same({"v": h}, {"v": w})
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(examples(), st.dictionaries(st.text(max_size=4), st.lists(examples().map(lambda m: next(iter(m.values()), [b""])),
+                                                                  max_size=4), max_size=3), FLIPS)
+def test_sequence_examples_match_protobuf(context, lists, flips):
+    payload = make_sequence_example(context, lists)
+    got = codec._FAST.parse_sequence_example(payload)
+    assert got is not None
+    assert_same_sequence(got, parse_sequence_example_protobuf(payload))
+    for mutated in [*mutations(payload, flips), *(payload[:cut] for cut in range(0, len(payload), 3))]:
+        want = sequence_outcome(parse_sequence_example_protobuf, mutated)
+        assert_same_sequence(sequence_outcome(parse_sequence_example, mutated), want)
+        have = codec._FAST.parse_sequence_example(mutated)
+        if have is not None:  # where it answers, it is protobuf's answer
+            assert_same_sequence(have, want)
+
+
+def test_sequence_example_shapes_left_to_protobuf():
+    step = ld(3, ld(1, b"\x07"))  # Feature int64_list [7]
+    entry = ld(1, ld(1, b"k") + ld(2, ld(1, step) + ld(1, step)))
+    assert codec._FAST.parse_sequence_example(ld(2, entry))[1]["k"][1].tolist() == [7]
+    no_value = ld(2, ld(1, ld(1, b"k")))  # a map entry without its FeatureList
+    no_kind = ld(2, ld(1, ld(1, b"k") + ld(2, ld(1, b""))))  # a step with no kind
+    twice = ld(2, entry) + ld(2, entry)  # feature_lists field twice: protobuf merges
+    unknown = ld(2, entry) + b"\x18\x01"
+    for payload in (no_value, no_kind, twice, unknown):
+        assert codec._FAST.parse_sequence_example(payload) is None
+        assert_same_sequence(parse_sequence_example(payload), parse_sequence_example_protobuf(payload))
+    assert parse_sequence_example(twice)[1]["k"][0].tolist() == [7]
+    assert codec._FAST.parse_sequence_example(b"") == ({}, {})

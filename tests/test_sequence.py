@@ -118,3 +118,61 @@ def test_bad_steps_are_named(tmp_path):
         ds[1]
     with pytest.raises(ValueError, match="per-step shape"):
         TFRecordDataset(path, sequence_features={"frames": Float(shape=None)})
+
+
+def test_batch_parser_equals_tf_parse_sequence_example():
+    """parse_sequence_example_batch gives tf.io.parse_sequence_example's padded
+    lists and lengths (numbers; our columns keep the step width as the last axis)."""
+    from tfrecord_torch import parse_sequence_example_batch
+
+    payloads = [payload(i) for i in range(len(LENGTHS))]
+    context, lists, lengths = parse_sequence_example_batch(payloads)
+    want_context, want_lists, want_lengths = tf.io.parse_sequence_example(
+        payloads, context_features={"label": tf.io.FixedLenFeature([], tf.int64)},
+        sequence_features={"tokens": tf.io.FixedLenSequenceFeature([], tf.int64),
+                           "frames": tf.io.FixedLenSequenceFeature([3], tf.float32),
+                           "words": tf.io.FixedLenSequenceFeature([], tf.string)})
+    np.testing.assert_array_equal(context["label"][:, 0], want_context["label"].numpy())
+    assert lists["tokens"].dtype == np.int64 and lists["frames"].dtype == np.float32
+    np.testing.assert_array_equal(lists["tokens"][..., 0], want_lists["tokens"].numpy())
+    np.testing.assert_array_equal(lists["frames"], want_lists["frames"].numpy())
+    for key in ("tokens", "frames"):
+        np.testing.assert_array_equal(lengths[key], want_lengths[key].numpy())
+    assert "words" not in lengths  # bytes stay per record: the steps as they are
+    assert [len(w) for w in lists["words"]] == LENGTHS
+    for row, want in zip(lists["words"], want_lists["words"].numpy()):
+        assert row == [[w] for w in want[:len(row)]]  # each step a list of bytes
+
+
+def test_batch_parser_missing_lists_and_mixed_widths():
+    from tfrecord_torch import parse_sequence_example_batch
+
+    payloads = [make_sequence_example({"a": 1}, {"x": [[1, 2], [3, 4]]}),
+                make_sequence_example({"b": b"k"}, {}),
+                make_sequence_example({"a": 2}, {"x": [[5, 6]], "y": [[1], [2, 3]]})]
+    context, lists, lengths = parse_sequence_example_batch(payloads)
+    assert context["a"][1] is None and context["a"][0].tolist() == [1] and context["b"][1] == [b"k"]
+    assert lists["x"].tolist() == [[[1, 2], [3, 4]], [[0, 0], [0, 0]], [[5, 6], [0, 0]]]
+    assert lengths["x"].tolist() == [2, 0, 1]
+    assert lists["y"][0] is None and [s.tolist() for s in lists["y"][2]] == [[1], [2, 3]]  # widths differ
+    assert "y" not in lengths
+    assert parse_sequence_example_batch([]) == ({}, {}, {})
+
+
+def test_batch_parser_takes_a_chunk(shard):
+    from tfrecord_torch import parse_sequence_example_batch
+    from tfrecord_torch.records.framing import iter_chunks
+    from tfrecord_torch.records.streams import open_stream
+
+    with open_stream(str(shard)) as stream:
+        (chunk,) = list(iter_chunks(stream))
+    _, lists, lengths = parse_sequence_example_batch(chunk)
+    assert lengths["tokens"].tolist() == LENGTHS
+    assert lists["tokens"][2, :, 0].tolist() == [20, 21, 22, 23, 24]
+
+
+def test_batch_parser_names_a_bad_record():
+    from tfrecord_torch import ExampleDecodeError, parse_sequence_example_batch
+
+    with pytest.raises(ExampleDecodeError, match="SequenceExample"):
+        parse_sequence_example_batch([payload(0), b"\x0a\xff"])

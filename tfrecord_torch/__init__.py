@@ -54,6 +54,7 @@ _EXPORTS = {
     "parse_example": "tfrecord_torch.example.codec",
     "parse_example_batch": "tfrecord_torch.example.batch",
     "parse_sequence_example": "tfrecord_torch.example.codec",
+    "parse_sequence_example_batch": "tfrecord_torch.example.seqbatch",
     "read_records": "tfrecord_torch.records.framing",
     "tfds_dataset": "tfrecord_torch.tfds.dataset",
     "write_dataset": "tfrecord_torch.write.convert",
@@ -93,6 +94,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         TFRecordError,
     )
     from tfrecord_torch.example.batch import parse_example_batch
+    from tfrecord_torch.example.seqbatch import parse_sequence_example_batch
     from tfrecord_torch.example.codec import (
         make_example,
         make_sequence_example,

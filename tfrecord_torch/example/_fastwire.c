@@ -10,6 +10,10 @@
  * features field, a Feature with no kind or with its fields split, a key that
  * is not UTF-8 -- and the caller then decodes with protobuf, which gives the
  * values or the error. So where this returns a dict, it is protobuf's.
+ *
+ * parse_sequence_example(payload) does the same for a tf.train.SequenceExample
+ * (context = 1: Features; feature_lists = 2: map<string, FeatureList>, each a
+ * repeated Feature): (context dict, {key: [step value, ...]}) or None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -184,6 +188,8 @@ typedef struct {
     PyObject *value;
 } entry;
 
+static PyObject *sorted_dict(entry *entries, size_t n);
+
 static int compare(const void *a, const void *b) {
     const cursor *x = &((const entry *)a)->key, *y = &((const entry *)b)->key;
     size_t nx = (size_t)(x->end - x->p), ny = (size_t)(y->end - y->p);
@@ -191,32 +197,16 @@ static int compare(const void *a, const void *b) {
     return c ? c : (nx > ny) - (nx < ny);
 }
 
-static PyObject *parse_example(PyObject *self, PyObject *arg) {
-    Py_buffer view;
-    cursor c, features = {NULL, NULL}, span;
+/* A Features message (map<string, Feature> feature = 1) as a dict, keys sorted.
+ * New reference; Py_None to fall back; NULL on error. */
+static PyObject *features_dict(cursor features) {
+    cursor span;
     uint32_t number, wire;
-    int seen = 0;
     entry *entries = NULL;
     size_t n = 0, cap = 0, i;
     PyObject *out = NULL;
 
-    if (frombuffer == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "setup(numpy.frombuffer, float32, int64) first");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    c.p = view.buf;
-    c.end = c.p + view.len;
-    while (c.p < c.end) { /* Example: features = 1 */
-        if (field(&c, &number, &wire, &span) < 0 || number != 1 || wire != 2 || seen) {
-            goto fallback;
-        }
-        features = span;
-        seen = 1;
-    }
-    while (features.p < features.end) { /* Features: map<string, Feature> feature = 1 */
+    while (features.p < features.end) {
         cursor item, key = {NULL, NULL}, value = {NULL, NULL};
         int has_key = 0, has_value = 0;
         if (field(&features, &number, &wire, &item) < 0 || number != 1 || wire != 2) {
@@ -256,26 +246,7 @@ static PyObject *parse_example(PyObject *self, PyObject *arg) {
             goto fallback;
         }
     }
-    qsort(entries, n, sizeof(entry), compare);
-    out = PyDict_New();
-    for (i = 0; out != NULL && i < n; i++) {
-        PyObject *key;
-        if (i && compare(&entries[i - 1], &entries[i]) == 0) {
-            Py_CLEAR(out); /* a key twice: protobuf keeps the last */
-            goto fallback;
-        }
-        key = PyUnicode_DecodeUTF8((const char *)entries[i].key.p, entries[i].key.end - entries[i].key.p,
-                                   "strict");
-        if (key == NULL) {
-            PyErr_Clear();
-            Py_CLEAR(out);
-            goto fallback;
-        }
-        if (PyDict_SetItem(out, key, entries[i].value) < 0) {
-            Py_CLEAR(out);
-        }
-        Py_DECREF(key);
-    }
+    out = sorted_dict(entries, n);
     goto done;
 fallback:
     out = Py_None;
@@ -285,6 +256,182 @@ done:
         Py_XDECREF(entries[i].value);
     }
     PyMem_Free(entries);
+    return out;
+}
+
+/* entries as a dict with UTF-8 keys, sorted; Py_None (new ref) for a repeated or non-UTF-8 key. */
+static PyObject *sorted_dict(entry *entries, size_t n) {
+    size_t i;
+    PyObject *out;
+    qsort(entries, n, sizeof(entry), compare);
+    out = PyDict_New();
+    for (i = 0; out != NULL && i < n; i++) {
+        PyObject *key;
+        if (i && compare(&entries[i - 1], &entries[i]) == 0) {
+            Py_DECREF(out); /* a key twice: protobuf keeps the last */
+            Py_RETURN_NONE;
+        }
+        key = PyUnicode_DecodeUTF8((const char *)entries[i].key.p, entries[i].key.end - entries[i].key.p,
+                                   "strict");
+        if (key == NULL) {
+            PyErr_Clear();
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        if (PyDict_SetItem(out, key, entries[i].value) < 0) {
+            Py_CLEAR(out);
+        }
+        Py_DECREF(key);
+    }
+    return out;
+}
+
+/* The top-level fields of a message whose fields 1..count are each one
+ * embedded message at most once; 0, or -1 to fall back. */
+static int top_fields(cursor c, cursor *spans, uint32_t count) {
+    uint32_t number, wire, i;
+    cursor span;
+    for (i = 0; i < count; i++) {
+        spans[i].p = spans[i].end = NULL;
+    }
+    while (c.p < c.end) {
+        if (field(&c, &number, &wire, &span) < 0 || number < 1 || number > count || wire != 2 ||
+            spans[number - 1].p != NULL) {
+            return -1;
+        }
+        spans[number - 1] = span;
+    }
+    return 0;
+}
+
+static int ready(void) {
+    if (frombuffer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup(numpy.frombuffer, float32, int64) first");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *parse_example(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    cursor c, features;
+    PyObject *out;
+
+    if (ready() < 0 || PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    c.p = view.buf;
+    c.end = c.p + view.len;
+    if (top_fields(c, &features, 1) < 0) { /* Example: features = 1 */
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        out = features_dict(features);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* A FeatureList (repeated Feature feature = 1) as a list of step values. */
+static PyObject *steps(cursor list) {
+    uint32_t number, wire;
+    cursor span;
+    PyObject *out = PyList_New(0);
+    while (out != NULL && list.p < list.end) {
+        PyObject *value;
+        if (field(&list, &number, &wire, &span) < 0 || number != 1 || wire != 2) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        value = feature(span);
+        if (value == NULL || value == Py_None) {
+            Py_DECREF(out);
+            return value;
+        }
+        if (PyList_Append(out, value) < 0) {
+            Py_CLEAR(out);
+        }
+        Py_DECREF(value);
+    }
+    return out;
+}
+
+/* FeatureLists (map<string, FeatureList> feature_list = 1) as a dict, keys sorted. */
+static PyObject *lists_dict(cursor lists) {
+    uint32_t number, wire;
+    entry *entries = NULL;
+    size_t n = 0, cap = 0, i;
+    PyObject *out = NULL;
+    while (lists.p < lists.end) {
+        cursor item, parts[2];
+        if (field(&lists, &number, &wire, &item) < 0 || number != 1 || wire != 2 ||
+            top_fields(item, parts, 2) < 0 || parts[0].p == NULL || parts[1].p == NULL) {
+            goto fallback;
+        }
+        if (n == cap) {
+            entry *more = PyMem_Realloc(entries, sizeof(entry) * (cap = cap ? cap * 2 : 16));
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            entries = more;
+        }
+        entries[n].key = parts[0];
+        entries[n].value = steps(parts[1]);
+        if (entries[n].value == NULL) {
+            goto done;
+        }
+        n++;
+        if (entries[n - 1].value == Py_None) {
+            goto fallback;
+        }
+    }
+    out = sorted_dict(entries, n);
+    goto done;
+fallback:
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    for (i = 0; i < n; i++) {
+        Py_XDECREF(entries[i].value);
+    }
+    PyMem_Free(entries);
+    return out;
+}
+
+static PyObject *parse_sequence_example(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    cursor c, parts[2];
+    PyObject *context = NULL, *lists = NULL, *out = NULL;
+
+    if (ready() < 0 || PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    c.p = view.buf;
+    c.end = c.p + view.len;
+    if (top_fields(c, parts, 2) < 0) { /* SequenceExample: context = 1, feature_lists = 2 */
+        goto fallback;
+    }
+    context = features_dict(parts[0]);
+    if (context == NULL || context == Py_None) {
+        out = context;
+        context = NULL;
+        goto done;
+    }
+    lists = lists_dict(parts[1]);
+    if (lists == NULL || lists == Py_None) {
+        out = lists;
+        lists = NULL;
+        goto done;
+    }
+    out = PyTuple_Pack(2, context, lists);
+    goto done;
+fallback:
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    Py_XDECREF(context);
+    Py_XDECREF(lists);
     PyBuffer_Release(&view);
     return out;
 }
@@ -303,6 +450,9 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"parse_example", parse_example, METH_O,
      "parse_example(payload): {key: list of bytes | float32 array | int64 array}, keys sorted; "
+     "None where protobuf must decide."},
+    {"parse_sequence_example", parse_sequence_example, METH_O,
+     "parse_sequence_example(payload): (context dict, {key: list of step values}), keys sorted; "
      "None where protobuf must decide."},
     {"setup", setup, METH_VARARGS, "setup(numpy.frombuffer, float32 dtype, int64 dtype)"},
     {NULL, NULL, 0, NULL},

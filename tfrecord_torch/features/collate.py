@@ -103,6 +103,9 @@ def _pad_sequences(key: str, values: list, value: int) -> dict:
         raise ValueError(f"pad_collate: the steps of {key!r} differ in shape: {sorted({tuple(v.shape) for v in values})}")
     longest = int(lengths.max()) if len(values) else 0
     padded = values[0].new_full((len(values), longest, *values[0].shape[1:]), value)
-    for i, v in enumerate(values):
-        padded[i, :len(v)] = v
+    if longest:  # every step in one copy: row i's steps go to i * longest + 0..len-1
+        ends = lengths.cumsum(0)
+        rows = torch.repeat_interleave(torch.arange(len(values)), lengths)
+        where = rows * longest + torch.arange(int(ends[-1])) - (ends - lengths)[rows]
+        padded.view(len(values) * longest, *values[0].shape[1:])[where] = torch.cat(values)
     return {key: padded, f"{key}_length": lengths}

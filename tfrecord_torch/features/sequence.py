@@ -70,21 +70,31 @@ def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
     if isinstance(feature, _Numeric):
         shape = feature.shape or ()
         size = math.prod(shape)
-        for t, step in enumerate(steps):
-            if not isinstance(step, np.ndarray) or step.dtype != feature.dtype:
-                got = ("int64" if step.dtype == np.int64 else "float") if isinstance(step, np.ndarray) else \
-                    "bytes" if step else "no"
-                raise FeatureError(key, f"step {t} holds {got} values, expected {feature.kind}")
-            if step.size != size:
-                raise FeatureError(key, f"step {t} holds {step.size} values, expected {size} (shape {shape})")
-        flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)
-        return torch.from_numpy(flat.reshape((len(steps), *shape)).copy())
+        try:
+            kinds = {(step.dtype, step.size) for step in steps}
+        except AttributeError:  # a bytes step: the loop below names it
+            kinds = None
+        if kinds is None or kinds - {(feature.dtype, size)}:
+            _check_steps(feature, steps, size, shape)
+        flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)  # a fresh array
+        return torch.from_numpy(flat.reshape((len(steps), *shape)))
     out = []
     for t, step in enumerate(steps):
         if isinstance(step, np.ndarray):
             raise FeatureError(key, f"step {t} holds numbers, expected bytes")
         out.append(feature.convert(step))
     return out
+
+
+def _check_steps(feature: Feature, steps: list, size: int, shape: tuple) -> None:
+    """Raise the error that names the first step of the wrong kind or size."""
+    for t, step in enumerate(steps):
+        if not isinstance(step, np.ndarray) or step.dtype != feature.dtype:
+            got = ("int64" if step.dtype == np.int64 else "float") if isinstance(step, np.ndarray) else \
+                "bytes" if step else "no"
+            raise FeatureError(feature.key, f"step {t} holds {got} values, expected {feature.kind}")
+        if step.size != size:
+            raise FeatureError(feature.key, f"step {t} holds {step.size} values, expected {size} (shape {shape})")
 
 
 def make_spec(features: dict | None, sequence_features: dict | None = None) -> dict | SequenceSpec | None:
