@@ -94,13 +94,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         TFRecordError,
     )
     from tfrecord_torch.example.batch import parse_example_batch
-    from tfrecord_torch.example.seqbatch import parse_sequence_example_batch
     from tfrecord_torch.example.codec import (
         make_example,
         make_sequence_example,
         parse_example,
         parse_sequence_example,
     )
+    from tfrecord_torch.example.seqbatch import parse_sequence_example_batch
     from tfrecord_torch.features import presets, tfspec
     from tfrecord_torch.features.boxes import Boxes
     from tfrecord_torch.features.collate import detection_collate, pad_collate

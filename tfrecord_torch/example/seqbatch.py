@@ -68,11 +68,13 @@ def parse_sequence_example_batch(records: Sequence[Bytes] | Chunk
 def _pad(column: list) -> tuple[np.ndarray, np.ndarray] | None:
     """[N, T, n] zero-padded and the lengths, or None when the steps are not
     numbers of one kind and width (or no record has a step to tell them)."""
-    kinds = {(s.dtype, len(s)) if isinstance(s, np.ndarray) else None
+    kinds = {(s.dtype, len(s)) if isinstance(s, np.ndarray) else (None, 0)
              for steps in column if steps for s in steps}
-    if len(kinds) != 1 or None in kinds:
+    if len(kinds) != 1:
         return None
     dtype, width = kinds.pop()
+    if dtype is None:  # bytes steps
+        return None
     lengths = np.fromiter((len(steps) if steps else 0 for steps in column), np.int64, len(column))
     out = np.zeros((len(column), int(lengths.max()), width), dtype)
     for i, steps in enumerate(column):

@@ -86,7 +86,7 @@ def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
     return out
 
 
-def _check_steps(feature: Feature, steps: list, size: int, shape: tuple) -> None:
+def _check_steps(feature: _Numeric, steps: list, size: int, shape: tuple) -> None:
     """Raise the error that names the first step of the wrong kind or size."""
     for t, step in enumerate(steps):
         if not isinstance(step, np.ndarray) or step.dtype != feature.dtype:
