@@ -4,17 +4,25 @@
   system's libjpeg-turbo; without libjpeg's headers (no ``libjpeg-dev``) the
   package decodes whole images with simplejpeg, then crops
   (``tfrecord_torch.features.jpeg.crop_decoding_available()`` tells).
-- ``example/_fastwire``: tf.train.Example decoding for the common case; without
-  it, learned layouts and protobuf decode.
+- ``example/_fastwire``: tf.train.Example / SequenceExample decoding for the
+  common case, and a whole framed record read (pread, CRCs, decode) for random
+  access; without it, learned layouts and protobuf decode.
 
 Everything else about the package is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
+try:  # _fastwire makes its arrays with numpy's C API (a build requirement, pyproject.toml)
+    import numpy
+    NUMPY_INCLUDE = [numpy.get_include()]
+except ImportError:  # then it does not build, and the package decodes without it
+    NUMPY_INCLUDE = []
+
 setup(ext_modules=[
     Extension("tfrecord_torch.features._jpegcrop", ["tfrecord_torch/features/_jpegcrop.c"], libraries=["jpeg"],
               extra_compile_args=["-O2"], optional=True),
-    Extension("tfrecord_torch.example._fastwire", ["tfrecord_torch/example/_fastwire.c"],
-              extra_compile_args=["-O2"], optional=True),
+    Extension("tfrecord_torch.example._fastwire",
+              ["tfrecord_torch/example/_fastwire.c", "tfrecord_torch/example/_crc32c.c"],
+              include_dirs=NUMPY_INCLUDE, extra_compile_args=["-O2"], optional=True),
 ])

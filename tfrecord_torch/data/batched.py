@@ -26,6 +26,9 @@ def fetch_items(ds: Any, indices: list[int]) -> list:
     if not indices:
         return []
     targets = [ds._stand_in.get(i, i) for i in indices]  # bad items met before: their stand-ins
+    compiled = ds._compiled_items(targets)
+    if compiled is not None:  # what it left (bad records too): one by one, in the order asked
+        return [item if item is not None else ds[i] for i, item in zip(indices, compiled)]
     unique, inverse = np.unique(np.asarray(targets, np.int64), return_inverse=True)
     frames = _read_frames(ds, unique)
     out: list[Any] = [None] * len(indices)

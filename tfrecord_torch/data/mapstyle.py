@@ -22,9 +22,11 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
-from tfrecord_torch.features.sequence import make_spec
-from tfrecord_torch.features.specs import reads_once
+from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
+from tfrecord_torch.features.sequence import SequenceSpec, make_spec
+from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.io import pool
+from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
 from tfrecord_torch.records.framing import parse_frame
@@ -88,7 +90,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._starts: list[int] = [0, *self._ends[:-1]]
         self._len = self._ends[-1] if self._ends else 0
         self.spec = make_spec(features, sequence_features)
-        self._owned = isinstance(self.spec, dict) and reads_once(self.spec)
+        self._planned = _plan(self.spec)
         self.transform, self.verify = transform, verify
 
     def __len__(self) -> int:
@@ -115,8 +117,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
         j = self._check(i)
-        j = self._stand_in.get(j, j)  # a bad item met before: straight to its stand-in
-        shard = bisect.bisect_right(self._ends, j)
+        if self._stand_in:
+            j = self._stand_in.get(j, j)  # a bad item met before: straight to its stand-in
+        shard = bisect.bisect_right(self._ends, j) if len(self._ends) > 1 else 0
         try:
             return self._read(shard, j - self._starts[shard])
         except (CorruptRecordError, FeatureError) as e:
@@ -124,8 +127,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The decoded records ``indices``, in that order: what ``ds[i]`` gives
-        for each, read in one pass in file order (one positioned read per run
-        of adjacent records) and decoded once per index asked. The DataLoader
+        for each, read in one pass in file order (by the compiled reader one
+        record at a time where it can, else one positioned read per run of
+        adjacent records) and decoded once per index asked. The DataLoader
         calls this for a batch. Every index is checked (IndexError) before
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
@@ -158,8 +162,13 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         return self.policy.summary()
 
     def _read(self, shard: int, r: int):
-        path = self.paths[shard]
-        index = self.indexes[shard]
+        path, index, spec = self.paths[shard], self.indexes[shard], self.spec
+        if self._planned[0] is not spec:  # the spec was replaced since
+            self._planned = _plan(spec)
+        if not isinstance(spec, SequenceSpec):
+            item = self._read_compiled(path, index, r, spec)
+            if item is not None:
+                return self.transform(item) if self.transform is not None else item
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self._readers.read(path, offset, size)
         try:
@@ -170,13 +179,55 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
                 raise
             raise error from None
 
+    def _compiled_items(self, targets: list[int]) -> list | None:
+        """Items ``targets`` (checked indices) read in file order by the
+        compiled reader: a list in the order asked, None where it left the
+        record to the usual path; None altogether where it cannot read."""
+        spec = self.spec
+        if self._planned[0] is not spec:
+            self._planned = _plan(spec)
+        if isinstance(spec, SequenceSpec) or not compiled_reader() or any(map(is_url, self.paths)):
+            return None
+        out: list = [None] * len(targets)
+        for pos in sorted(range(len(targets)), key=targets.__getitem__):
+            j = targets[pos]
+            shard = bisect.bisect_right(self._ends, j)
+            item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec)
+            if item is not None:
+                out[pos] = self.transform(item) if self.transform is not None else item
+        return out
+
+    def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: dict | None):
+        """Record ``r`` read, checked and decoded by the compiled reader, for a
+        local file and a record of the usual shape; None otherwise (then the
+        usual path reads it, and raises the error that names it)."""
+        fd = self._readers.descriptor(path)
+        if fd is None:
+            return None
+        _, plan, owned = self._planned
+        if plan is not None:  # numbers only: the wanted features straight to tensors
+            return read_item(fd, index, r, self.verify, plan, torch.from_numpy)
+        parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
+        if parsed is None or spec is None:
+            return parsed
+        try:
+            return decode_owned(parsed, spec) if owned else decode(parsed, spec)
+        except FeatureError:
+            return None
+
     def _decode(self, frame: bytes, path: str, offset: int, r: int):
         payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
-        return decode_payload(payload, path, offset, r, self.spec, self.transform, self._owned)
+        return decode_payload(payload, path, offset, r, self.spec, self.transform, self._planned[2])
 
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""
         self._readers.close()
+
+
+def _plan(spec) -> tuple:
+    """(spec, its plan for the compiled reader or None, whether decoding may
+    keep the parsed arrays): what :meth:`IndexedTFRecordDataset._read` needs of a spec."""
+    return spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec)
 
 
 def _compressed(path: str) -> TFRecordError:

@@ -3,8 +3,7 @@
  * parse_example(payload) walks the Example's wire format (Example.features ->
  * map<string, Feature> -> BytesList | FloatList | Int64List) and returns
  * {key: value} with keys sorted: a list of bytes, or a float32 / int64 NumPy
- * array (made by the numpy.frombuffer given to setup(), over a bytearray, so
- * the arrays are writable and own their memory). It returns None for anything
+ * array (fresh, writable, owning its memory; numpy's C API). It returns None for anything
  * it does not handle exactly as protobuf does -- a malformed message, an
  * unknown field, a map entry without key or value, a repeated key or
  * features field, a Feature with no kind or with its fields split, a key that
@@ -17,11 +16,16 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
 
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
-static PyObject *frombuffer = NULL, *float32 = NULL, *int64 = NULL;
+void tfr_crc32c_setup(void);
+uint32_t tfr_crc32c(const uint8_t *p, size_t n, int force_software);
+uint32_t tfr_masked_crc32c(const uint8_t *p, size_t n);
 
 typedef struct {
     const uint8_t *p, *end;
@@ -86,71 +90,109 @@ static int grow(buffer *b, size_t more) {
     return 0;
 }
 
-/* A numeric list (FloatList or Int64List, field 1, packed or not) as an array. */
-static PyObject *numbers(cursor list, int is_float) {
-    buffer b = {NULL, 0, 0};
-    PyObject *bytes, *array = NULL;
+/* Appends n bytes to b (nothing when b is NULL: a dry run that only checks); 0, or -1 out of memory. */
+static int put(buffer *b, const void *p, size_t n) {
+    if (b == NULL) {
+        return 0;
+    }
+    if (grow(b, n) < 0) {
+        return -1;
+    }
+    memcpy(b->data + b->size, p, n);
+    b->size += n;
+    return 0;
+}
+
+/* The values of a numeric list (FloatList or Int64List, field 1, packed or
+ * not) appended to b as float32 / int64; 0, or -1 if malformed (or out of memory). */
+static int collect(cursor list, int is_float, buffer *b) {
     uint32_t number, wire;
     cursor span;
     while (list.p < list.end) {
         if (field(&list, &number, &wire, &span) < 0 || number != 1) {
-            goto fail;
+            return -1;
         }
         if (is_float && wire == 2) {
             size_t n = (size_t)(span.end - span.p);
-            if (n % 4 || grow(&b, n) < 0) {
-                goto fail;
+            if (n % 4 || put(b, span.p, n) < 0) {
+                return -1;
             }
-            memcpy(b.data + b.size, span.p, n);
-            b.size += n;
         } else if (is_float && wire == 5) {
-            if (list.end - list.p < 4 || grow(&b, 4) < 0) {
-                goto fail;
+            if (list.end - list.p < 4 || put(b, list.p, 4) < 0) {
+                return -1;
             }
-            memcpy(b.data + b.size, list.p, 4);
-            b.size += 4;
             list.p += 4;
         } else if (!is_float && (wire == 2 || wire == 0)) {
             cursor values = wire == 2 ? span : list;
             do {
                 uint64_t v;
-                if (varint(&values, &v) < 0 || grow(&b, 8) < 0) {
-                    goto fail;
+                if (varint(&values, &v) < 0 || put(b, &v, 8) < 0) {
+                    return -1;
                 }
-                memcpy(b.data + b.size, &v, 8);
-                b.size += 8;
             } while (wire == 2 && values.p < values.end);
             if (wire == 0) {
                 list.p = values.p;
             }
         } else {
-            goto fail;
+            return -1;
         }
     }
-    bytes = PyByteArray_FromStringAndSize(b.size ? b.data : "", (Py_ssize_t)b.size);
-    PyMem_Free(b.data);
-    if (bytes == NULL) {
-        return NULL;
+    return 0;
+}
+
+/* A new array of the values in b, of ndim dims (ndim 0 with dims NULL: 1-D of whatever count). */
+static PyObject *array_of(buffer *b, int is_float, int ndim, npy_intp *dims) {
+    npy_intp count[1];
+    PyObject *array;
+    if (dims == NULL) {
+        count[0] = (npy_intp)(b->size / (is_float ? 4 : 8));
+        ndim = 1;
+        dims = count;
     }
-    array = PyObject_CallFunctionObjArgs(frombuffer, bytes, is_float ? float32 : int64, NULL);
-    Py_DECREF(bytes);
+    array = PyArray_SimpleNew(ndim, dims, is_float ? NPY_FLOAT32 : NPY_INT64);
+    if (array != NULL && b->size) {
+        memcpy(PyArray_DATA((PyArrayObject *)array), b->data, b->size);
+    }
     return array;
-fail:
+}
+
+/* A numeric list as a 1-D array; Py_None to fall back. */
+static PyObject *numbers(cursor list, int is_float) {
+    buffer b = {NULL, 0, 0};
+    PyObject *array;
+    if (collect(list, is_float, &b) < 0) {
+        PyMem_Free(b.data);
+        Py_RETURN_NONE;
+    }
+    array = array_of(&b, is_float, 0, NULL);
     PyMem_Free(b.data);
-    Py_RETURN_NONE;
+    return array;
+}
+
+/* Checks a BytesList (each field 1, length-delimited); 0, or -1 if malformed. */
+static int check_strings(cursor list) {
+    uint32_t number, wire;
+    cursor span;
+    while (list.p < list.end) {
+        if (field(&list, &number, &wire, &span) < 0 || number != 1 || wire != 2) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* A BytesList as a list of bytes. */
 static PyObject *byte_strings(cursor list) {
-    PyObject *out = PyList_New(0);
+    PyObject *out;
     uint32_t number, wire;
     cursor span;
+    if (check_strings(list) < 0) {
+        Py_RETURN_NONE;
+    }
+    out = PyList_New(0);
     while (out != NULL && list.p < list.end) {
         PyObject *item;
-        if (field(&list, &number, &wire, &span) < 0 || number != 1 || wire != 2) {
-            Py_DECREF(out);
-            Py_RETURN_NONE;
-        }
+        field(&list, &number, &wire, &span);
         item = PyBytes_FromStringAndSize((const char *)span.p, span.end - span.p);
         if (item == NULL || PyList_Append(out, item) < 0) {
             Py_XDECREF(item);
@@ -162,18 +204,25 @@ static PyObject *byte_strings(cursor list) {
     return out;
 }
 
-/* A Feature: exactly one kind field, once. New reference, Py_None to fall back, NULL on error. */
-static PyObject *feature(cursor f) {
-    uint32_t number, wire;
-    cursor span, kind = {NULL, NULL};
-    uint32_t which = 0;
+/* Which kind a Feature holds (1 bytes, 2 float, 3 int64: exactly one kind
+ * field, once) and its span; 0 for anything else (no kind, malformed). */
+static uint32_t kind_of(cursor f, cursor *kind) {
+    uint32_t number, wire, which = 0;
+    cursor span;
     while (f.p < f.end) {
         if (field(&f, &number, &wire, &span) < 0 || wire != 2 || number < 1 || number > 3 || which) {
-            Py_RETURN_NONE;
+            return 0;
         }
         which = number;
-        kind = span;
+        *kind = span;
     }
+    return which;
+}
+
+/* A Feature's values. New reference, Py_None to fall back, NULL on error. */
+static PyObject *feature(cursor f) {
+    cursor kind;
+    uint32_t which = kind_of(f, &kind);
     if (which == 1) {
         return byte_strings(kind);
     }
@@ -181,6 +230,19 @@ static PyObject *feature(cursor f) {
         return numbers(kind, which == 2);
     }
     Py_RETURN_NONE; /* no kind set: protobuf's path says what it decodes to */
+}
+
+/* Checks a Feature without making its values; 0 if feature() would decode it, else -1. */
+static int check_feature(cursor f) {
+    cursor kind;
+    uint32_t which = kind_of(f, &kind);
+    if (which == 1) {
+        return check_strings(kind);
+    }
+    if (which == 2 || which == 3) {
+        return collect(kind, which == 2, NULL);
+    }
+    return -1;
 }
 
 typedef struct {
@@ -304,20 +366,12 @@ static int top_fields(cursor c, cursor *spans, uint32_t count) {
     return 0;
 }
 
-static int ready(void) {
-    if (frombuffer == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "setup(numpy.frombuffer, float32, int64) first");
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *parse_example(PyObject *self, PyObject *arg) {
     Py_buffer view;
     cursor c, features;
     PyObject *out;
 
-    if (ready() < 0 || PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
     c.p = view.buf;
@@ -404,7 +458,7 @@ static PyObject *parse_sequence_example(PyObject *self, PyObject *arg) {
     cursor c, parts[2];
     PyObject *context = NULL, *lists = NULL, *out = NULL;
 
-    if (ready() < 0 || PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
     c.p = view.buf;
@@ -436,15 +490,263 @@ done:
     return out;
 }
 
-static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *f, *f32, *i64;
-    if (!PyArg_ParseTuple(args, "OOO", &f, &f32, &i64)) {
+#define SMALL 4096
+
+/* Reads the framed record of size bytes at offset into small (or a buffer it
+ * allocates in *buf) and checks its length and, if verify, both CRCs. 1 with
+ * the payload in *payload; 0 for anything else (the caller falls back); -1
+ * with an exception set. The GIL is released during the read. */
+static int read_frame(int fd, long long offset, Py_ssize_t size, int verify, uint8_t *small, uint8_t **buf,
+                      cursor *payload) {
+    Py_ssize_t got;
+    uint64_t length;
+    uint32_t stored;
+    uint8_t *b = small;
+    *buf = small;
+    if (size < 16 || offset < 0) {
+        return 0;
+    }
+    if (size > SMALL && (b = *buf = PyMem_Malloc((size_t)size)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    got = pread(fd, b, (size_t)size, (off_t)offset);
+    Py_END_ALLOW_THREADS
+    if (got != size) {
+        return 0;
+    }
+    memcpy(&length, b, 8);
+    if (length != (uint64_t)size - 16) {
+        return 0;
+    }
+    if (verify) {
+        memcpy(&stored, b + 8, 4);
+        if (tfr_masked_crc32c(b, 8) != stored) {
+            return 0;
+        }
+        memcpy(&stored, b + 12 + length, 4);
+        if (tfr_masked_crc32c(b + 12, (size_t)length) != stored) {
+            return 0;
+        }
+    }
+    payload->p = b + 12;
+    payload->end = payload->p + length;
+    return 1;
+}
+
+/* read_example(fd, offset, size, verify): one framed record read with pread
+ * and decoded: its length checked against the frame, both CRCs checked when
+ * verify, the payload decoded as parse_example does. None for anything else
+ * (a short read, a length or CRC that does not match, a payload protobuf must
+ * decide): the caller then reads the record its own way, which gives the
+ * error that names it. */
+static PyObject *read_example(PyObject *self, PyObject *args) {
+    int fd, verify, ok;
+    long long offset;
+    Py_ssize_t size;
+    uint8_t small[SMALL], *buf;
+    cursor payload, features;
+    PyObject *out = Py_None;
+
+    if (!PyArg_ParseTuple(args, "iLnp", &fd, &offset, &size, &verify)) {
         return NULL;
     }
-    Py_XSETREF(frombuffer, Py_NewRef(f));
-    Py_XSETREF(float32, Py_NewRef(f32));
-    Py_XSETREF(int64, Py_NewRef(i64));
-    Py_RETURN_NONE;
+    ok = read_frame(fd, offset, size, verify, small, &buf, &payload);
+    if (ok < 0) {
+        out = NULL;
+    } else if (ok && top_fields(payload, &features, 1) == 0) {
+        out = features_dict(features);
+    } else {
+        Py_INCREF(out);
+    }
+    if (buf != small) {
+        PyMem_Free(buf);
+    }
+    return out;
+}
+
+#define MAX_PLANNED 32
+#define MAX_DIMS 8
+
+typedef struct {
+    PyObject *name;
+    const char *key;
+    Py_ssize_t keylen;
+    int is_float, ndim; /* ndim -1: 1-D of any length */
+    npy_intp dims[MAX_DIMS];
+    Py_ssize_t count;
+    PyObject *array;
+} planned;
+
+/* Reads a plan: a tuple of (name, key bytes, is_float, shape tuple or None). 0, or -1 to fall back. */
+static int read_plan(PyObject *plan, planned *p, Py_ssize_t *n) {
+    Py_ssize_t i, d;
+    if (!PyTuple_Check(plan) || (*n = PyTuple_GET_SIZE(plan)) > MAX_PLANNED) {
+        return -1;
+    }
+    for (i = 0; i < *n; i++) {
+        PyObject *entry = PyTuple_GET_ITEM(plan, i), *key, *shape;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
+            return -1;
+        }
+        key = PyTuple_GET_ITEM(entry, 1);
+        shape = PyTuple_GET_ITEM(entry, 3);
+        if (!PyBytes_Check(key) || !(shape == Py_None || PyTuple_Check(shape))) {
+            return -1;
+        }
+        p[i].name = PyTuple_GET_ITEM(entry, 0);
+        p[i].key = PyBytes_AS_STRING(key);
+        p[i].keylen = PyBytes_GET_SIZE(key);
+        p[i].is_float = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 2));
+        p[i].array = NULL;
+        p[i].ndim = shape == Py_None ? -1 : (int)PyTuple_GET_SIZE(shape);
+        if (p[i].ndim > MAX_DIMS) {
+            return -1;
+        }
+        p[i].count = 1;
+        for (d = 0; d < p[i].ndim; d++) {
+            p[i].dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+            if (p[i].dims[d] < 0) {
+                PyErr_Clear();
+                return -1;
+            }
+            p[i].count *= p[i].dims[d];
+        }
+    }
+    return 0;
+}
+
+/* Decodes the Features of an Example into the plan's arrays; 0, -1 to fall back, -2 on error. */
+static int fill_plan(cursor features, planned *p, Py_ssize_t n) {
+    uint32_t number, wire;
+    Py_ssize_t j;
+    while (features.p < features.end) {
+        cursor item, parts[2], kind;
+        Py_ssize_t keylen, k;
+        uint32_t which;
+        buffer b = {NULL, 0, 0};
+        if (field(&features, &number, &wire, &item) < 0 || number != 1 || wire != 2 ||
+            top_fields(item, parts, 2) < 0 || parts[0].p == NULL || parts[1].p == NULL) {
+            return -1;
+        }
+        keylen = parts[0].end - parts[0].p;
+        for (k = 0; k < keylen; k++) {
+            if (parts[0].p[k] & 0x80) {
+                return -1; /* not ASCII: protobuf checks the UTF-8 */
+            }
+        }
+        for (j = 0; j < n; j++) { /* the first feature of the plan that reads this key */
+            if (p[j].keylen == keylen && memcmp(p[j].key, parts[0].p, (size_t)keylen) == 0) {
+                break;
+            }
+        }
+        if (j == n) {
+            if (check_feature(parts[1]) < 0) {
+                return -1;
+            }
+            continue;
+        }
+        which = kind_of(parts[1], &kind);
+        if (which != (p[j].is_float ? 2u : 3u) || collect(kind, p[j].is_float, &b) < 0) {
+            PyMem_Free(b.data);
+            return -1; /* another kind, or malformed: the usual path says */
+        }
+        for (; j < n; j++) { /* each feature reading this key gets an array of its own */
+            if (p[j].keylen != keylen || memcmp(p[j].key, parts[0].p, (size_t)keylen) != 0) {
+                continue;
+            }
+            if (p[j].array != NULL || which != (p[j].is_float ? 2u : 3u) ||
+                (p[j].ndim >= 0 && (Py_ssize_t)(b.size / (p[j].is_float ? 4 : 8)) != p[j].count)) {
+                PyMem_Free(b.data);
+                return -1; /* a key twice, another kind, a size that does not fit: the usual path says */
+            }
+            p[j].array = array_of(&b, p[j].is_float, p[j].ndim < 0 ? 0 : p[j].ndim,
+                                  p[j].ndim < 0 ? NULL : p[j].dims);
+            if (p[j].array == NULL) {
+                PyMem_Free(b.data);
+                return -2;
+            }
+        }
+        PyMem_Free(b.data);
+    }
+    for (j = 0; j < n; j++) {
+        if (p[j].array == NULL) {
+            return -1; /* missing: a default, or the error that names it */
+        }
+    }
+    return 0;
+}
+
+/* read_item(fd, index, r, verify, plan, wrap): record r of a shard (index:
+ * int64 [n, 2] of offsets and frame sizes) read as read_example reads it, and
+ * only the features of the plan decoded (each a tuple (name, key bytes,
+ * is_float, shape tuple or None for 1-D of any length)): {name: wrap(array)}
+ * in the plan's order. None wherever the usual path must decide (a missing
+ * key, another kind or size, anything read_example leaves). */
+static PyObject *read_item(PyObject *self, PyObject *args) {
+    int fd, verify, ok;
+    Py_ssize_t r, n = 0, j;
+    PyObject *index, *plan, *wrap, *out = NULL;
+    PyArrayObject *ix;
+    const int64_t *at;
+    uint8_t small[SMALL], *buf = small;
+    cursor payload, features;
+    planned p[MAX_PLANNED];
+
+    if (!PyArg_ParseTuple(args, "iOnpOO", &fd, &index, &r, &verify, &plan, &wrap)) {
+        return NULL;
+    }
+    ix = (PyArrayObject *)index;
+    if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
+        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r < 0 || r >= PyArray_DIM(ix, 0) ||
+        read_plan(plan, p, &n) < 0) {
+        Py_RETURN_NONE;
+    }
+    at = (const int64_t *)PyArray_DATA(ix) + 2 * r;
+    ok = read_frame(fd, (long long)at[0], (Py_ssize_t)at[1], verify, small, &buf, &payload);
+    if (ok < 0) {
+        goto done;
+    }
+    if (ok && top_fields(payload, &features, 1) == 0) {
+        ok = fill_plan(features, p, n);
+        if (ok == -2) {
+            goto done;
+        }
+        if (ok == 0) {
+            out = PyDict_New();
+            for (j = 0; out != NULL && j < n; j++) {
+                PyObject *tensor = PyObject_CallOneArg(wrap, p[j].array);
+                if (tensor == NULL || PyDict_SetItem(out, p[j].name, tensor) < 0) {
+                    Py_CLEAR(out);
+                }
+                Py_XDECREF(tensor);
+            }
+            goto done;
+        }
+    }
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    for (j = 0; j < n; j++) {
+        Py_XDECREF(p[j].array);
+    }
+    if (buf != small) {
+        PyMem_Free(buf);
+    }
+    return out;
+}
+
+static PyObject *crc32c_of(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int force_software = 0;
+    uint32_t crc;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &force_software)) {
+        return NULL;
+    }
+    crc = tfr_crc32c(view.buf, (size_t)view.len, force_software);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
 }
 
 static PyMethodDef methods[] = {
@@ -454,10 +756,20 @@ static PyMethodDef methods[] = {
     {"parse_sequence_example", parse_sequence_example, METH_O,
      "parse_sequence_example(payload): (context dict, {key: list of step values}), keys sorted; "
      "None where protobuf must decide."},
-    {"setup", setup, METH_VARARGS, "setup(numpy.frombuffer, float32 dtype, int64 dtype)"},
+    {"read_example", read_example, METH_VARARGS,
+     "read_example(fd, offset, size, verify): the framed record at offset, CRCs checked if verify, "
+     "as parse_example decodes its payload; None where the caller must read it its own way."},
+    {"read_item", read_item, METH_VARARGS,
+     "read_item(fd, index, r, verify, plan, wrap): record r, only the plan's features, as {name: wrap(array)}; "
+     "None where the usual path must decide."},
+    {"crc32c", crc32c_of, METH_VARARGS, "crc32c(data, force_software=False): the CRC-32C of data (for the tests)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwire", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__fastwire(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastwire(void) {
+    import_array(); /* returns NULL from here if numpy's C API cannot be loaded */
+    tfr_crc32c_setup();
+    return PyModule_Create(&module);
+}

@@ -37,7 +37,6 @@ def _fast_decoder():  # the compiled decoder, or None (not built, or a big-endia
         from tfrecord_torch.example import _fastwire
     except ImportError:
         return None
-    _fastwire.setup(np.frombuffer, np.dtype("<f4"), np.dtype("<i8"))
     return _fastwire
 
 
@@ -68,6 +67,29 @@ def parse_example(payload: Bytes) -> dict[str, Value]:
     out = parse_example_protobuf(payload)
     learn(payload)
     return out
+
+
+def compiled_reader() -> bool:
+    """Whether :func:`read_example` and :func:`read_item` can read (the compiled decoder is built)."""
+    return _FAST is not None
+
+
+def read_example(fd: int, offset: int, size: int, verify: bool) -> dict[str, Value] | None:
+    """The framed record of ``size`` bytes at ``offset`` of the open file
+    ``fd``, read and decoded in one compiled step (CRCs checked if ``verify``),
+    as :func:`parse_example` decodes its payload; None where the compiled
+    reader is not built or leaves the record to the caller (anything but a
+    sound record of the common shape): read it the usual way then."""
+    return _FAST.read_example(fd, offset, size, verify) if _FAST is not None else None
+
+
+def read_item(fd: int, index: np.ndarray, r: int, verify: bool, plan: tuple, wrap) -> dict | None:
+    """Record ``r`` of a shard (``index``: its int64 [n, 2] offsets and frame
+    sizes) read as :func:`read_example` reads it, with only the features of
+    ``plan`` (:func:`~tfrecord_torch.features.specs.item_plan`) decoded, each
+    array passed through ``wrap`` (``torch.from_numpy``); None wherever the usual path must decide (a missing key, another
+    kind or size, a record :func:`read_example` leaves to the caller)."""
+    return _FAST.read_item(fd, index, r, verify, plan, wrap) if _FAST is not None else None
 
 
 def parse_example_protobuf(payload) -> dict[str, Value]:

@@ -30,7 +30,7 @@ from tfrecord_torch.features.images import (  # noqa: F401
 )
 
 __all__ = ["Bytes", "Feature", "Float", "Int64", "RawTensor", "Text", "decode", "decode_batch", "decode_owned",
-           "reads_once", "record_dim"]
+           "item_plan", "reads_once", "record_dim"]
 
 _REQUIRED = object()
 
@@ -305,6 +305,23 @@ def decode_owned(record: dict, spec: dict) -> dict:
     that reads each key once (:func:`reads_once`): tensors may take over its
     arrays instead of copying them."""
     return {name: feature.decode_owned(record) for name, feature in spec.items()}
+
+
+def item_plan(spec: dict | None) -> tuple | None:
+    """The spec as a plan for the compiled record reader
+    (:func:`~tfrecord_torch.example.codec.read_item`): one ``(name, key bytes,
+    is_float, shape or None)`` per feature, when every feature is an
+    :class:`Int64` or :class:`Float` of a fixed shape (or ``shape=None``);
+    None otherwise (the usual decoding then)."""
+    if not isinstance(spec, dict) or not spec or len(spec) > 32:
+        return None
+    plan = []
+    for name, feature in spec.items():
+        if type(feature) not in (Int64, Float) or (feature.shape is not None and
+                                                   (-1 in feature.shape or len(feature.shape) > 8)):
+            return None
+        plan.append((name, feature.key.encode(), feature.kind == "float", feature.shape))
+    return tuple(plan)
 
 
 def reads_once(spec: dict) -> bool:

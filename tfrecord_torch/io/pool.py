@@ -39,12 +39,21 @@ class Reader:
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
         self._gen = -1  # the fork generation that opened the handle
 
-    def read(self, offset: int, size: int) -> bytes:
-        """``size`` bytes at ``offset`` (fewer at the end of the file)."""
+    def _open(self) -> None:
         if self._gen != _generation or self._handle is None:
             self._gen = _generation
             self._handle = filesystem(self.path, self._so) if self._url else \
                 os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+
+    def descriptor(self) -> int | None:
+        """The open file descriptor of a local file (None for a URL), for
+        positioned reads of one's own while this reader is lent to the caller."""
+        self._open()
+        return None if self._url else self._handle
+
+    def read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` (fewer at the end of the file)."""
+        self._open()
         if not self._url:
             return os.pread(self._handle, size, offset)
         fs, p = self._handle
@@ -158,17 +167,33 @@ class ReaderPool:
         file, the usual random access, takes no lock. A kept reader is lent,
         so no other thread uses it and nothing closes it.
         """
+        return self._kept(path).read(offset, size)
+
+    def descriptor(self, path: str) -> int | None:
+        """The file descriptor of ``path`` (None for a URL), kept for this
+        thread as :meth:`read` keeps its reader: valid for positioned reads
+        until this thread reads another path or closes the pool."""
+        kept = getattr(self._local, "kept", None)
+        if kept is not None and len(kept) == 4 and kept[0] == path and kept[2] == self._epoch and \
+                self._gen == _generation:
+            return kept[3]
+        reader = self._kept(path)
+        fd = reader.descriptor()
+        self._local.kept = (path, reader, self._epoch, fd)  # as _kept left it, with the descriptor
+        return fd
+
+    def _kept(self, path: str) -> Reader:
         if self._gen != _generation:
             self._reset()
         kept = getattr(self._local, "kept", None)
         if kept is not None:
             if kept[0] == path and kept[2] == self._epoch:
-                return kept[1].read(offset, size)
+                return kept[1]
             self._local.kept = None
             self._give_back(kept[0], kept[1])
         reader = self._take(path)
         self._local.kept = (path, reader, self._epoch)
-        return reader.read(offset, size)
+        return reader
 
     def close(self) -> None:
         """Close the idle readers; a reader a thread keeps (see :meth:`read`)
