@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch.utils.data
@@ -116,7 +117,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
-        j = self._check(i)
+        j = i if type(i) is int and 0 <= i < self._len else self._check(i)
         if self._stand_in:
             j = self._stand_in.get(j, j)  # a bad item met before: straight to its stand-in
         shard = bisect.bisect_right(self._ends, j) if len(self._ends) > 1 else 0
@@ -163,10 +164,11 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def _read(self, shard: int, r: int):
         path, index, spec = self.paths[shard], self.indexes[shard], self.spec
-        if self._planned[0] is not spec:  # the spec was replaced since
-            self._planned = _plan(spec)
-        if not isinstance(spec, SequenceSpec):
-            item = self._read_compiled(path, index, r, spec)
+        planned = self._planned
+        if planned[0] is not spec:  # the spec was replaced since
+            planned = self._planned = _plan(spec)
+        if planned[3]:
+            item = self._read_compiled(path, index, r, spec, planned)
             if item is not None:
                 return self.transform(item) if self.transform is not None else item
         offset, size = index.item(r, 0), index.item(r, 1)
@@ -183,28 +185,29 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         """Items ``targets`` (checked indices) read in file order by the
         compiled reader: a list in the order asked, None where it left the
         record to the usual path; None altogether where it cannot read."""
-        spec = self.spec
-        if self._planned[0] is not spec:
-            self._planned = _plan(spec)
-        if isinstance(spec, SequenceSpec) or not compiled_reader() or any(map(is_url, self.paths)):
+        spec, planned = self.spec, self._planned
+        if planned[0] is not spec:
+            planned = self._planned = _plan(spec)
+        if not planned[3] or any(map(is_url, self.paths)):
             return None
         out: list = [None] * len(targets)
         for pos in sorted(range(len(targets)), key=targets.__getitem__):
             j = targets[pos]
             shard = bisect.bisect_right(self._ends, j)
-            item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec)
+            item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec,
+                                       planned)
             if item is not None:
                 out[pos] = self.transform(item) if self.transform is not None else item
         return out
 
-    def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: dict | None):
+    def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: Any, planned: tuple):
         """Record ``r`` read, checked and decoded by the compiled reader, for a
         local file and a record of the usual shape; None otherwise (then the
         usual path reads it, and raises the error that names it)."""
         fd = self._readers.descriptor(path)
         if fd is None:
             return None
-        _, plan, owned = self._planned
+        _, plan, owned, _ = planned
         if plan is not None:  # numbers only: the wanted features straight to tensors
             return read_item(fd, index, r, self.verify, plan, torch.from_numpy)
         parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
@@ -226,8 +229,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
 def _plan(spec) -> tuple:
     """(spec, its plan for the compiled reader or None, whether decoding may
-    keep the parsed arrays): what :meth:`IndexedTFRecordDataset._read` needs of a spec."""
-    return spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec)
+    keep the parsed arrays, whether the compiled reader reads for it): what
+    :meth:`IndexedTFRecordDataset._read` needs of a spec."""
+    return (spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
+            compiled_reader() and not isinstance(spec, SequenceSpec))
 
 
 def _compressed(path: str) -> TFRecordError:

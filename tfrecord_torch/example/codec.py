@@ -87,9 +87,16 @@ def read_item(fd: int, index: np.ndarray, r: int, verify: bool, plan: tuple, wra
     """Record ``r`` of a shard (``index``: its int64 [n, 2] offsets and frame
     sizes) read as :func:`read_example` reads it, with only the features of
     ``plan`` (:func:`~tfrecord_torch.features.specs.item_plan`) decoded, each
-    array passed through ``wrap`` (``torch.from_numpy``); None wherever the usual path must decide (a missing key, another
-    kind or size, a record :func:`read_example` leaves to the caller)."""
-    return _FAST.read_item(fd, index, r, verify, plan, wrap) if _FAST is not None else None
+    array passed through ``wrap`` (``torch.from_numpy``); None wherever the
+    usual path must decide (a missing key, another kind or size, a record
+    :func:`read_example` leaves to the caller). Where the compiled decoder is
+    built this name is its function, called with no Python frame between;
+    this form, without it, leaves every record to the usual path."""
+    return None
+
+
+if _FAST is not None:
+    read_item = _FAST.read_item  # noqa: F811
 
 
 def parse_example_protobuf(payload) -> dict[str, Value]:
