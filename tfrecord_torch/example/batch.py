@@ -50,10 +50,7 @@ def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarra
     n = len(rows)
     columns: dict[str, list] = {}  # key -> list of (row indices, values) pieces
     slow: list[int] = []
-    for length, members in rows.groups():
-        if length == 0 or len(members) < _MIN_GROUP:
-            slow.extend(members.tolist())
-            continue
+    for length, members in rows.groups(_MIN_GROUP, slow):
         matrix = rows.matrix(members, length)
         todo = np.arange(len(members))
         for _ in range(_MAX_LAYOUTS):
@@ -111,43 +108,59 @@ class _Rows:
     """The payloads of a batch, addressable as byte rows."""
 
     def __init__(self, records) -> None:
+        self.records: list[bytes] | None = None
         if isinstance(records, Chunk):
-            self.buf = np.frombuffer(records.buf, np.uint8)
+            self._buf: np.ndarray | None = np.frombuffer(records.buf, np.uint8)
             self.starts = records.starts
             self.lengths = records.lengths
         else:
-            records = [bytes(r) if not isinstance(r, bytes) else r for r in records]
-            self.lengths = np.fromiter(map(len, records), np.int64, len(records))
-            self.starts = np.zeros(len(records), np.int64)
-            if len(records):
+            self.records = [bytes(r) if not isinstance(r, bytes) else r for r in records]
+            self.lengths = np.fromiter(map(len, self.records), np.int64, len(self.records))
+            self._buf = None  # joined only if some records share a layout worth a template
+
+    @property
+    def buf(self) -> np.ndarray:
+        if self._buf is None:
+            self.starts = np.zeros(len(self.lengths), np.int64)
+            if len(self.lengths):
                 np.cumsum(self.lengths[:-1], out=self.starts[1:])
-            self.buf = np.frombuffer(b"".join(records), np.uint8)
+            self._buf = np.frombuffer(b"".join(self.records or ()), np.uint8)
+        return self._buf
 
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def groups(self):
+    def groups(self, least: int, rest: list[int]):
+        """(length, members) of each length that at least ``least`` records
+        have (but 0); the other records' positions go to ``rest``."""
         if not len(self.lengths):
             return
         if (self.lengths == self.lengths[0]).all():
-            yield int(self.lengths[0]), np.arange(len(self.lengths))
+            if self.lengths[0] and len(self.lengths) >= least:
+                yield int(self.lengths[0]), np.arange(len(self.lengths))
+            else:
+                rest.extend(range(len(self.lengths)))
             return
-        order = np.argsort(self.lengths, kind="stable")
-        values, first = np.unique(self.lengths[order], return_index=True)
-        for length, members in zip(values.tolist(), np.split(order, first[1:])):
-            yield length, members
+        values, inverse, counts = np.unique(self.lengths, return_inverse=True, return_counts=True)
+        common = (counts >= least) & (values > 0)
+        rest.extend(np.flatnonzero(~common[inverse]).tolist())
+        for g in np.flatnonzero(common).tolist():
+            yield int(values[g]), np.flatnonzero(inverse == g)
 
     def matrix(self, members: np.ndarray, length: int) -> np.ndarray:
+        buf = self.buf
         starts = self.starts[members]
         step = starts[1] - starts[0] if len(starts) > 1 else 0
         if len(starts) > 1 and step >= length and (np.diff(starts) == step).all():
-            first = self.buf[int(starts[0]):]
+            first = buf[int(starts[0]):]
             return np.lib.stride_tricks.as_strided(first, (len(starts), length), (int(step), 1),
                                                    writeable=False)
-        windows = np.lib.stride_tricks.sliding_window_view(self.buf, length)
+        windows = np.lib.stride_tricks.sliding_window_view(buf, length)
         return windows[starts]  # copies N rows, with no [N, length] index array
 
     def payload(self, i: int) -> bytes:
+        if self.records is not None:
+            return self.records[i]
         s = int(self.starts[i])
         return self.buf[s:s + int(self.lengths[i])].tobytes()
 
