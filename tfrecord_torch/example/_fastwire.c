@@ -251,6 +251,7 @@ typedef struct {
 } entry;
 
 static PyObject *sorted_dict(entry *entries, size_t n);
+static int top_fields(cursor c, cursor *spans, uint32_t count);
 
 static int compare(const void *a, const void *b) {
     const cursor *x = &((const entry *)a)->key, *y = &((const entry *)b)->key;
@@ -259,35 +260,18 @@ static int compare(const void *a, const void *b) {
     return c ? c : (nx > ny) - (nx < ny);
 }
 
-/* A Features message (map<string, Feature> feature = 1) as a dict, keys sorted.
- * New reference; Py_None to fall back; NULL on error. */
-static PyObject *features_dict(cursor features) {
-    cursor span;
+/* A map<string, V> field (entries: key = 1, value = 2, each exactly once) as
+ * a dict, keys sorted, each value made by decode. New reference; Py_None to
+ * fall back; NULL on error. */
+static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor)) {
     uint32_t number, wire;
     entry *entries = NULL;
     size_t n = 0, cap = 0, i;
     PyObject *out = NULL;
-
-    while (features.p < features.end) {
-        cursor item, key = {NULL, NULL}, value = {NULL, NULL};
-        int has_key = 0, has_value = 0;
-        if (field(&features, &number, &wire, &item) < 0 || number != 1 || wire != 2) {
-            goto fallback;
-        }
-        while (item.p < item.end) {
-            if (field(&item, &number, &wire, &span) < 0 || wire != 2 || number < 1 || number > 2 ||
-                (number == 1 ? has_key : has_value)) {
-                goto fallback;
-            }
-            if (number == 1) {
-                key = span;
-                has_key = 1;
-            } else {
-                value = span;
-                has_value = 1;
-            }
-        }
-        if (!has_key || !has_value) {
+    while (map.p < map.end) {
+        cursor item, parts[2];
+        if (field(&map, &number, &wire, &item) < 0 || number != 1 || wire != 2 ||
+            top_fields(item, parts, 2) < 0 || parts[0].p == NULL || parts[1].p == NULL) {
             goto fallback;
         }
         if (n == cap) {
@@ -298,8 +282,8 @@ static PyObject *features_dict(cursor features) {
             }
             entries = more;
         }
-        entries[n].key = key;
-        entries[n].value = feature(value);
+        entries[n].key = parts[0];
+        entries[n].value = decode(parts[1]);
         if (entries[n].value == NULL) {
             goto done;
         }
@@ -319,6 +303,11 @@ done:
     }
     PyMem_Free(entries);
     return out;
+}
+
+/* A Features message (map<string, Feature> feature = 1) as a dict, keys sorted. */
+static PyObject *features_dict(cursor features) {
+    return map_dict(features, feature);
 }
 
 /* entries as a dict with UTF-8 keys, sorted; Py_None (new ref) for a repeated or non-UTF-8 key. */
@@ -412,45 +401,7 @@ static PyObject *steps(cursor list) {
 
 /* FeatureLists (map<string, FeatureList> feature_list = 1) as a dict, keys sorted. */
 static PyObject *lists_dict(cursor lists) {
-    uint32_t number, wire;
-    entry *entries = NULL;
-    size_t n = 0, cap = 0, i;
-    PyObject *out = NULL;
-    while (lists.p < lists.end) {
-        cursor item, parts[2];
-        if (field(&lists, &number, &wire, &item) < 0 || number != 1 || wire != 2 ||
-            top_fields(item, parts, 2) < 0 || parts[0].p == NULL || parts[1].p == NULL) {
-            goto fallback;
-        }
-        if (n == cap) {
-            entry *more = PyMem_Realloc(entries, sizeof(entry) * (cap = cap ? cap * 2 : 16));
-            if (more == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            entries = more;
-        }
-        entries[n].key = parts[0];
-        entries[n].value = steps(parts[1]);
-        if (entries[n].value == NULL) {
-            goto done;
-        }
-        n++;
-        if (entries[n - 1].value == Py_None) {
-            goto fallback;
-        }
-    }
-    out = sorted_dict(entries, n);
-    goto done;
-fallback:
-    out = Py_None;
-    Py_INCREF(out);
-done:
-    for (i = 0; i < n; i++) {
-        Py_XDECREF(entries[i].value);
-    }
-    PyMem_Free(entries);
-    return out;
+    return map_dict(lists, steps);
 }
 
 static PyObject *parse_sequence_example(PyObject *self, PyObject *arg) {
