@@ -25,6 +25,7 @@ from tfrecord_torch import (
     Int64,
     RecordWriter,
     build_index,
+    load_index,
     make_example,
     parse_example,
 )
@@ -236,3 +237,42 @@ def test_eight_threads_and_forked_workers(shard):
     loader = DataLoader(ds, batch_size=16, num_workers=2, shuffle=False)
     ids = torch.cat([b["id"] for b in loader]).tolist()
     assert ids == [want[i] for i in range(200)]
+
+
+def test_read_frames_equals_the_records_or_leaves_them(tmp_path):
+    from tfrecord_torch import read_records
+    from tfrecord_torch.records.crc import crc32c as crc
+
+    path = tmp_path / "f.tfrecord"
+    payloads = [make_example({"i": i, "blob": b"x" * (i * 300)}) for i in range(12)]  # small and over 1 KiB
+    with RecordWriter(path) as w:
+        for p in payloads:
+            w.write(p)
+    build_index(path)
+    index = load_index(f"{path}.index")
+    assert list(read_records(path)) == payloads
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert codec.read_frames(fd, index, 0, 12, True, crc) == payloads
+        assert codec.read_frames(fd, index, 3, 7, True, crc) == payloads[3:7]
+        gap = index.copy()
+        gap[5, 0] += 1
+        assert codec.read_frames(fd, gap, 3, 7, True, crc) is None  # not adjacent
+        longer = index.copy()
+        longer[11, 1] += 8
+        assert codec.read_frames(fd, longer, 10, 12, True, crc) is None  # past the end of the file
+        assert codec.read_frames(fd, index, 12, 13, True, crc) is None  # past the index
+    finally:
+        os.close(fd)
+    data = bytearray(path.read_bytes())
+    for r in (1, 9):  # a short payload (own CRC) and a long one (the crc32c package's)
+        damaged = bytearray(data)
+        damaged[int(index[r, 0]) + int(index[r, 1]) - 5] ^= 1  # the payload's last byte
+        path.write_bytes(bytes(damaged))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert codec.read_frames(fd, index, 0, 12, True, crc) is None
+            unchecked = codec.read_frames(fd, index, 0, 12, False, crc)
+            assert unchecked[r] != payloads[r] and unchecked[:r] == payloads[:r]
+        finally:
+            os.close(fd)

@@ -9,10 +9,11 @@ from typing import NamedTuple
 import numpy as np
 
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
-from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.example.codec import parse_example, read_frames
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.io import pool
+from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
@@ -69,6 +70,12 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
     with (readers or pool.ReaderPool(storage_options, limit=1)).borrow(path) as reader:
         if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
                 (np.diff(records) == 1).all():
+            first, last = int(records[0]), int(records[-1])
+            fd = reader.descriptor()  # a local file: one compiled read and check, if the records are sound
+            payloads = read_frames(fd, index, first, last + 1, verify, crc32c) if fd is not None else None
+            if payloads is not None:
+                yield Run(payloads, path, index[first:last + 1, 0], np.arange(first, last + 1))
+                return
             yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report,
                                 storage_options)
             return

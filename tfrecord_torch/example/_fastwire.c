@@ -688,6 +688,103 @@ done:
     return out;
 }
 
+#define MAX_SPAN (64 << 20)
+
+/* read_frames(fd, index, r0, r1, verify, crc): records r0..r1-1 of a shard
+ * (index: int64 [n, 2] of offsets and frame sizes), adjacent in the file,
+ * read with one pread (GIL released) and checked as read_example checks one:
+ * a list of their payloads (bytes). Payload CRCs of more than 1 KiB are
+ * computed by crc (the crc32c package's function, which is faster on long
+ * buffers). None for anything else: records that are not adjacent, more than
+ * 64 MiB at once, a short read, a length or CRC that does not match. */
+static PyObject *read_frames(PyObject *self, PyObject *args) {
+    int fd, verify;
+    Py_ssize_t r0, r1, r, got, total;
+    PyObject *index, *crc, *out = NULL;
+    PyArrayObject *ix;
+    const int64_t *at;
+    uint8_t *buf = NULL, *p;
+
+    if (!PyArg_ParseTuple(args, "iOnnpO", &fd, &index, &r0, &r1, &verify, &crc)) {
+        return NULL;
+    }
+    ix = (PyArrayObject *)index;
+    if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
+        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r0 < 0 || r1 <= r0 ||
+        r1 > PyArray_DIM(ix, 0)) {
+        Py_RETURN_NONE;
+    }
+    at = (const int64_t *)PyArray_DATA(ix);
+    for (r = r0; r < r1; r++) {
+        if (at[2 * r + 1] < 16 || (r + 1 < r1 && at[2 * r + 2] != at[2 * r] + at[2 * r + 1])) {
+            Py_RETURN_NONE;
+        }
+    }
+    total = (Py_ssize_t)(at[2 * r1 - 2] + at[2 * r1 - 1] - at[2 * r0]);
+    if (at[2 * r0] < 0 || total > MAX_SPAN) {
+        Py_RETURN_NONE;
+    }
+    if ((buf = PyMem_Malloc((size_t)total)) == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    got = pread(fd, buf, (size_t)total, (off_t)at[2 * r0]);
+    Py_END_ALLOW_THREADS
+    if (got != total || (out = PyList_New(r1 - r0)) == NULL) {
+        goto fallback;
+    }
+    for (r = r0, p = buf; r < r1; p += at[2 * r + 1], r++) {
+        uint64_t length;
+        uint32_t stored, sum;
+        PyObject *payload;
+        memcpy(&length, p, 8);
+        if (length != (uint64_t)at[2 * r + 1] - 16) {
+            goto fallback;
+        }
+        memcpy(&stored, p + 8, 4);
+        if (verify && tfr_masked_crc32c(p, 8) != stored) {
+            goto fallback;
+        }
+        payload = PyBytes_FromStringAndSize((const char *)p + 12, (Py_ssize_t)length);
+        if (payload == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(out, r - r0, payload);
+        if (!verify) {
+            continue;
+        }
+        memcpy(&stored, p + 12 + length, 4);
+        if (length <= 1024) {
+            sum = tfr_masked_crc32c(p + 12, (size_t)length);
+        } else {
+            PyObject *value = PyObject_CallOneArg(crc, payload);
+            unsigned long plain;
+            if (value == NULL) {
+                goto error;
+            }
+            plain = PyLong_AsUnsignedLong(value);
+            Py_DECREF(value);
+            if (plain == (unsigned long)-1 && PyErr_Occurred()) {
+                goto error;
+            }
+            sum = (((uint32_t)plain >> 15) | ((uint32_t)plain << 17)) + 0xA282EAD8u;
+        }
+        if (sum != stored) {
+            goto fallback;
+        }
+    }
+    PyMem_Free(buf);
+    return out;
+fallback:
+    Py_XDECREF(out);
+    PyMem_Free(buf);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyMem_Free(buf);
+    return NULL;
+}
+
 static PyObject *crc32c_of(PyObject *self, PyObject *args) {
     Py_buffer view;
     int force_software = 0;
@@ -713,6 +810,9 @@ static PyMethodDef methods[] = {
     {"read_item", read_item, METH_VARARGS,
      "read_item(fd, index, r, verify, plan, wrap): record r, only the plan's features, as {name: wrap(array)}; "
      "None where the usual path must decide."},
+    {"read_frames", read_frames, METH_VARARGS,
+     "read_frames(fd, index, r0, r1, verify, crc): the payloads of adjacent records r0..r1-1, read at once and "
+     "checked; None where the caller must read them its own way."},
     {"crc32c", crc32c_of, METH_VARARGS, "crc32c(data, force_software=False): the CRC-32C of data (for the tests)"},
     {NULL, NULL, 0, NULL},
 };
