@@ -11,7 +11,9 @@ when a transform's head is fused (:mod:`.crop`), decoded only inside its
 crop window, then resized and flipped into the slot. The buffer is returned
 as [B, 3, H, W] in ``torch.channels_last`` memory format (a view, no copy),
 or as [B, H, W, 3]; inside a DataLoader worker it is allocated in shared
-memory so the batch crosses to the main process without a copy.
+memory so the batch crosses to the main process without a copy, and the
+worker writes a segment again once the main process has let go of the
+batch in it (:mod:`.shipped`).
 
 An image that fails to decode leaves its slot zero-filled and is reported
 to the caller, which drops it under ``on_error`` (or raises).
@@ -39,6 +41,7 @@ from tfrecord_torch.features.jpeg import (
 )
 from tfrecord_torch.features.limits import Header, check_pixels, read_header
 from tfrecord_torch.features.reuse import BufferPool
+from tfrecord_torch.features.shipped import SharedBuffers
 
 __all__ = ["LAYOUTS", "DecodeEngine", "ImageBatching", "MixedSizes", "default_threads"]
 
@@ -115,6 +118,7 @@ class DecodeEngine:
         self.options, self.mode = options, mode
         self._pool: ThreadPoolExecutor | None = None
         self._buffers = BufferPool()
+        self._shared = SharedBuffers()
         self._owner = -1
         self._lock = threading.Lock()
 
@@ -187,8 +191,9 @@ class DecodeEngine:
         dtype = np.uint8 if self.options.normalize is None else np.float32
         zero = bool(failures) or sizes is not None
         shape = (len(images), height, width, 3)
+        token = None
         if torch.utils.data.get_worker_info() is not None:  # sent to the main process without a copy
-            buffer = torch.from_numpy(np.zeros(shape, dtype) if zero else np.empty(shape, dtype)).share_memory_()
+            buffer, token = self._shared.take(shape, dtype, zero)
         else:  # in this process: a buffer the caller has let go of, its pages already mapped
             slots = self._buffers.take(shape, dtype)
             if zero:
@@ -209,7 +214,7 @@ class DecodeEngine:
                         failures[i] = error
                         slots[i] = 0
             batch = buffer.permute(0, 3, 1, 2) if self.options.layout == "NCHW" else buffer
-            return batch, sizes, failures
+            return self._shared.ship(batch, token), sizes, failures
         return result
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:

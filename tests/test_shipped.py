@@ -1,0 +1,174 @@
+"""Batch buffers a DataLoader worker uses again (features/shipped.py): a
+segment is written again only once the receiver has let go of the batch."""
+
+import gc
+import pickle
+import threading
+import time
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing  # noqa: F401 - registers torch's reductions with ForkingPickler
+from helpers import in_threads, png_bytes
+from torch.utils.data import DataLoader
+
+from tfrecord_torch import Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
+from tfrecord_torch.features.shipped import SharedBuffers, Shipped
+
+SPEC = {"image": Image(), "label": Int64()}
+
+
+def send(tensor):
+    """What a DataLoader worker's queue does to a batch, in this process."""
+    return pickle.loads(ForkingPickler.dumps(tensor))
+
+
+def taken(buffers, value, shape=(2, 5, 6, 3)):
+    out, token = buffers.take(shape, np.uint8, zero=False)
+    out.fill_(value)
+    return buffers.ship(out.permute(0, 3, 1, 2), token), token
+
+
+def test_a_segment_is_reused_only_after_the_receiver_lets_go():
+    buffers = SharedBuffers(slots=2)
+    batch, (segment, flags, slot) = taken(buffers, 7)
+    assert isinstance(batch, Shipped) and batch.is_contiguous(memory_format=torch.channels_last)
+    got = send(batch)
+    assert type(got) is torch.Tensor and got.shape == (2, 3, 5, 6) and int(flags[slot]) == 1
+    assert got.stride() == batch.stride() and bool((got == 7).all())
+    del batch
+    other, (segment2, *_) = taken(buffers, 9)  # the first is still held by the receiver
+    assert segment2 is not segment
+    assert bool((got == 7).all())
+    del got
+    gc.collect()
+    send(other)  # a receipt clears the flags of the batches let go
+    assert int(flags[slot]) == 0
+    del other
+    _, (segment3, *_) = taken(buffers, 1)
+    assert segment3 is segment and buffers.reused == 1
+
+
+def test_sent_twice_the_second_is_a_copy_and_views_are_plain():
+    buffers = SharedBuffers(slots=2)
+    batch, (segment, flags, slot) = taken(buffers, 3)
+    first, second = send(batch), send(batch)
+    segment.fill_(5)
+    assert bool((first == 5).all()) and bool((second == 3).all())  # only the first shares the segment
+    assert type(batch[0]) is torch.Tensor and type(batch + 1) is torch.Tensor
+    view = send(batch[1:])  # a plain view: torch copies it into memory of its own
+    segment.fill_(6)
+    assert bool((view == 5).all())
+
+
+def test_untracked_when_every_slot_is_held():
+    buffers = SharedBuffers(slots=1)
+    held = [send(taken(buffers, v)[0]) for v in (1, 2, 3)]
+    assert [int(h[0, 0, 0, 0]) for h in held] == [1, 2, 3]
+    assert buffers.allocated == 3 and buffers.reused == 0
+    _, token = buffers.take((1, 2, 2, 3), np.uint8, zero=False)
+    assert token is None  # the slot's segment is still held: a fresh one, not kept
+
+
+def test_zero_fill_on_a_reused_segment():
+    buffers = SharedBuffers(slots=1)
+    batch, _ = taken(buffers, 200)
+    del batch
+    again, token = buffers.take((2, 5, 6, 3), np.uint8, zero=True)
+    assert token is not None and buffers.reused == 1 and not again.any()
+
+
+def test_eight_threads_never_see_a_batch_overwritten():
+    buffers = SharedBuffers(slots=48)  # more than the 8 threads hold at once
+    lock = threading.Lock()
+    ids = iter(range(10_000))
+
+    def work():
+        held = []
+        for _ in range(40):
+            with lock:
+                value = next(ids) % 250 + 1
+            batch, _ = taken(buffers, value)
+            got = send(batch)
+            del batch
+            held.append((got, value))
+            time.sleep(0)
+            if len(held) > 2:
+                old, v = held.pop(0)
+                assert bool((old == v).all()), "a held batch was overwritten"
+        for got, v in held:
+            assert bool((got == v).all())
+
+    assert not in_threads(work)
+    assert buffers.reused > 0
+
+
+def _write(path, sizes, bad=()):
+    rng = np.random.default_rng(0)
+    with RecordWriter(path) as w:
+        for i, (h, w_) in enumerate(sizes):
+            data = b"not a jpeg" if i in bad else png_bytes(
+                rng.integers(0, 255, (h, w_, 3), dtype=np.uint8), "JPEG", quality=90)
+            w.write(make_example({"image": data, "label": i}))
+    return path
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Reused and allocated segments, counted in the DataLoader's workers."""
+    counts = torch.zeros(2, dtype=torch.int64).share_memory_()
+    take = SharedBuffers.take
+
+    def counting(self, *args):
+        before = self.reused
+        out = take(self, *args)
+        counts[0 if self.reused > before else 1] += 1
+        return out
+
+    monkeypatch.setattr(SharedBuffers, "take", counting)
+    return counts
+
+
+def test_workers_reuse_segments_and_kept_batches_stay_intact(tmp_path, counted):
+    path = _write(tmp_path / "a.tfrecord", [(24, 32)] * 160)
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4)
+    alone = [b["image"].clone() for b in DataLoader(ds, batch_size=None, num_workers=0)]
+    kept = []
+    for k, b in enumerate(DataLoader(ds, batch_size=None, num_workers=2)):
+        assert type(b["image"]) is torch.Tensor and torch.equal(b["image"], alone[k])
+        if k % 5 == 0:
+            kept.append((k, b["image"]))
+    assert k == 39
+    assert all(torch.equal(image, alone[k]) for k, image in kept)
+    reused, allocated = counted.tolist()
+    assert reused >= 10 and reused + allocated == 40  # segments went round; kept batches stayed intact
+
+
+def test_padding_and_bad_images_on_reused_segments(tmp_path, counted):
+    """Padded batches and failed slots read zeros, never a previous batch's pixels."""
+    sizes = [(40, 48) if i % 3 else (16, 20) for i in range(96)]  # a period the batch of 4 does not share
+    path = _write(tmp_path / "a.tfrecord", sizes, bad={5, 33, 70})
+    options = ImageBatching(pad=True, size=(40, 48))
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4, images=options, on_error="skip")
+    alone = [{k: v.clone() for k, v in b.items()} for b in DataLoader(ds, batch_size=None, num_workers=0)]
+    assert len(alone) == 24
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    for _ in range(2):  # two epochs of the same workers
+        for k, b in enumerate(loader):
+            assert alone[k].keys() == b.keys() and all(torch.equal(alone[k][n], b[n]) for n in b)
+        assert k == 23
+    assert counted[0] >= 10
+
+
+def test_a_plain_view_sent_first_moves_the_batch_and_it_is_sent_as_a_copy():
+    """torch moves a storage into new shared memory when a plain view of it is
+    sent; the batch no longer lies in the segment, so it is not sent as one."""
+    buffers = SharedBuffers(slots=1)
+    batch, (segment, flags, slot) = taken(buffers, 4)
+    send(batch[:1])
+    got = send(batch)
+    assert int(flags[slot]) == 0 and bool((got == 4).all())
+    segment.fill_(8)
+    assert bool((got == 4).all())
