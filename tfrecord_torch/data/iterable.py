@@ -5,40 +5,37 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
 
 import numpy as np
 import torch.utils.data
 
 from tfrecord_torch._types import CompressionArg, PathLike, Paths
 from tfrecord_torch.data import plan as sharding
+from tfrecord_torch.data.batchmode import BatchReader
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.epochs import EpochCounter
-from tfrecord_torch.data.imagebatch import ImageBatches, drop_rows, fuse_per_sample
+from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
     decode_or_skip,
-    fetch_runs,
     fetch_scattered,
     interleave,
     stream_shard,
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
 from tfrecord_torch.data.state import ResumableReader
-from tfrecord_torch.errors import ExampleDecodeError, FeatureError, TFRecordError
-from tfrecord_torch.example.batch import parse_example_batch
-from tfrecord_torch.features.collate import pad_collate
+from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.engine import ImageBatching
-from tfrecord_torch.features.sequence import SequenceSpec, make_spec
+from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
 
 __all__ = ["TFRecordDataset"]
 
 
-class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
+class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDataset):
     """Records from TFRecord shards, split over DataLoader workers and ranks.
 
     Args:
@@ -336,113 +333,3 @@ class TFRecordDataset(ResumableReader, torch.utils.data.IterableDataset):
         if not self._fused or any(a is not b for a, b in zip(self._fused[0], key)):
             self._fused = (key, fuse_per_sample(*key))
         return self._fused[1]
-
-    def _batches(self, worker: int, workers: int, skip: int):
-        """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
-        of this rank's sequence; worker w decodes batches w, w + workers, ...
-        (after ``skip`` of its own)."""
-        n = len(self) if self.drop_last else None
-        size = cast(int, self.batch_size)
-        lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
-        count = n if n is not None else -(-(hi - lo) // size)
-        readers = pool.ReaderPool(self.storage_options)
-        plan = self._planner()
-        batches = self._image_batches(())
-        pending = None  # the batch decoding while the next one is read
-        try:
-            for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
-                a = lo + b * size
-                try:
-                    payloads, items = self._batch_records(plan, a, min(a + size, hi), readers)
-                    started = (position, self._begin_batch(payloads, items, batches, b))
-                except BaseException:
-                    if pending is not None:  # the batch before the error still comes out first
-                        done, pending = pending, None
-                        yield done[0], done[1]()
-                    raise
-                if pending is not None:
-                    yield pending[0], pending[1]()
-                pending = started
-            if pending is not None:
-                done, pending = pending, None
-                yield done[0], done[1]()
-        finally:
-            batches.close()
-            readers.close()
-
-    def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int,
-                       readers: pool.ReaderPool) -> tuple[list[bytes], Callable[[], list[Located]]]:
-        """The payloads of positions [a, b) of the plan, and a way to their locations.
-        In order, they are runs of consecutive records, read in windows with no
-        per-record objects; shuffled, they are gathered shard by shard."""
-        report = self.policy.reporter()
-        if not self.shuffle:
-            runs = [run for seg in plan.segments(a, b)
-                    for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
-                                          verify=self.verify, readers=readers, report=report,
-                                          storage_options=self.storage_options)]
-            payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
-            return payloads, lambda: [i for r in runs for i in r.items()]
-        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), verify=self.verify,
-                                readers=readers, report=report, storage_options=self.storage_options)
-        items = [i for i in found if i is not None]
-        return [i.payload for i in items], lambda: items
-
-    def _image_batches(self, where: tuple[int, ...]) -> ImageBatches:
-        """The batch decoder of one iterator; ``where`` adds to the crop seed."""
-        return ImageBatches(self.spec if isinstance(self.spec, dict) else {}, self.transform, self.images,
-                            (self.seed, self.epoch, self.rank, *where))
-
-    def _decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
-        return self._decode_batch([i.payload for i in items], lambda: items, batches, number)
-
-    def _decode_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
-                      batches: ImageBatches, number: int):
-        """One decoded batch of ``payloads``; a bad record is found (among
-        ``items()``, the same records with their locations) and named, and when
-        the policy skips, left out of the batch."""
-        return self._begin_batch(payloads, items, batches, number)()
-
-    def _begin_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
-                     batches: ImageBatches, number: int) -> Callable[[], Any]:
-        """:meth:`_decode_batch`, started: its images decode on the engine's
-        threads meanwhile; the result gives the batch. Errors (and their
-        reports) come from the result, so they follow the batches before."""
-        if isinstance(self.spec, SequenceSpec):  # per record, then T padded (pad_collate)
-            return lambda: self._sequence_batch(items)
-        try:
-            if not payloads:
-                return lambda: SKIPPED
-            columns = parse_example_batch(payloads)
-            if self.spec is None:
-                batch = columns
-                return lambda: self.transform(batch) if self.transform is not None else batch
-            pending = batches.begin(columns, len(payloads), number)
-        except (ExampleDecodeError, FeatureError):
-            return lambda: self._fallback_batch(items, batches, number)
-
-        def result():
-            batch, failures = pending()
-            if failures:  # images that did not decode: reported (or raised), their rows dropped
-                located = items()
-                for i, error in sorted(failures.items()):
-                    self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
-                if len(failures) == len(payloads):
-                    return SKIPPED
-                batch = drop_rows(batch, set(failures), len(payloads))
-            return batches.finish(batch)
-        return result
-
-    def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
-        """A batch that did not parse or decode as a whole: record by record."""
-        good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
-                is not SKIPPED]  # raises under "raise", naming the record
-        return self._decode_streamed_batch(good, batches, number)
-
-    def _sequence_batch(self, items: Callable[[], list[Located]]):
-        decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())
-                   if r is not SKIPPED]
-        if not decoded:
-            return SKIPPED
-        batch = pad_collate(decoded, keys=(), sequences=tuple(cast(SequenceSpec, self.spec).sequence))
-        return self.transform(batch) if self.transform is not None else batch
