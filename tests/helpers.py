@@ -42,15 +42,19 @@ def ids_of(items):
     return out
 
 
+STAMP = ".index.json"  # an index's stamp: it holds its shard's modification time, so it differs run to run
+
+
 def listing(folder):
-    """The names in ``folder`` a reader can see (hidden files aside), sorted."""
-    return sorted(f for f in os.listdir(folder) if not f.startswith("."))
+    """The names in ``folder`` a reader can see (hidden files and index stamps aside), sorted."""
+    return sorted(f for f in os.listdir(folder) if not f.startswith(".") and not f.endswith(STAMP))
 
 
 def assert_same_files(a, b):
-    """Folders ``a`` and ``b`` hold the same visible files, byte for byte."""
+    """Folders ``a`` and ``b`` hold the same visible files, byte for byte, and stamps of the same indexes."""
     names = listing(a)
     assert names == listing(b)
+    assert sorted(f for f in os.listdir(a) if f.endswith(STAMP)) == sorted(f for f in os.listdir(b) if f.endswith(STAMP))
     match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
     assert mismatch == [] and errors == [], (mismatch, errors)
 

@@ -1,6 +1,5 @@
 """Writer and converters: TensorFlow and TFDS are the oracles."""
 
-import filecmp
 import io
 import json
 import os
@@ -16,7 +15,7 @@ import pytest
 import tensorflow as tf
 import torch
 import torchvision
-from helpers import png_bytes
+from helpers import assert_same_files, listing, png_bytes
 from PIL import Image as PILImage
 
 from tfrecord_torch import (
@@ -34,6 +33,7 @@ from tfrecord_torch import (
     write_order,
 )
 from tfrecord_torch.cli import main
+from tfrecord_torch.records.stamp import stamp_matches
 
 DESCRIPTION = {  # the tf.data feature_description the README gives
     "image": tf.io.FixedLenFeature([], tf.string),
@@ -50,7 +50,7 @@ def fake(n=40, size=(3, 12, 10), classes=5):
 
 
 def tf_records(folder, pattern="*-train.tfrecord-*", compression=None):
-    files = sorted(str(p) for p in folder.glob(pattern) if not p.name.endswith(".index"))
+    files = sorted(str(p) for p in folder.glob(pattern) if not p.name.endswith((".index", ".index.json")))
     ds = tf.data.TFRecordDataset(files, compression_type=compression or "")
     return [tf.io.parse_single_example(r, DESCRIPTION) for r in ds]
 
@@ -100,6 +100,22 @@ def test_our_reader_of_our_output_and_len_without_scanning(tmp_path):
     assert int(mapped[24]["label"]) == source[order[24]][1]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_written_indexes_are_stamped_so_the_first_read_scans_nothing(tmp_path, monkeypatch, workers):
+    from tfrecord_torch.data import shards
+
+    paths = write_dataset(fake(n=30), tmp_path, name="fake", shard_size=10, num_workers=workers, progress=False)
+    for p in paths:
+        assert stamp_matches(p, p + ".index", 10)
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("a freshly written shard was scanned to check its index")
+
+    monkeypatch.setattr(shards, "scan_index", no_scan)
+    assert len(TFRecordDataset(paths)) == 30
+    assert len(tfds_dataset(tmp_path, "train", map_style=True)) == 30
+
+
 @pytest.mark.parametrize("fmt", ["jpeg", "raw"])
 def test_jpeg_and_raw_formats(tmp_path, fmt):
     source = fake(n=8)
@@ -141,12 +157,9 @@ def test_byte_identical_for_any_process_count(tmp_path):
         out = tmp_path / f"w{workers}"
         write_dataset(source, out, name="fake", shard_size=40, num_workers=workers, progress=False)
         outputs.append(out)
-    names = sorted(f for f in os.listdir(outputs[0]) if not f.startswith("."))
-    assert len([n for n in names if n.endswith(".index")]) == 4
+    assert len([n for n in listing(outputs[0]) if n.endswith(".index")]) == 4
     for other in outputs[1:]:
-        assert sorted(f for f in os.listdir(other) if not f.startswith(".")) == names
-        match, mismatch, errors = filecmp.cmpfiles(outputs[0], other, names, shallow=False)
-        assert mismatch == [] and errors == []
+        assert_same_files(outputs[0], other)
 
 
 def make_image_folder(root, n_per_class=3):
@@ -344,7 +357,7 @@ def test_sigkill_mid_conversion_then_rerun(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
-    visible = sorted(f for f in os.listdir(out) if not f.startswith("."))
+    visible = listing(out)
     assert visible and "dataset_info.json" not in visible  # finished shards, but no metadata yet
     shards = [f for f in visible if not f.endswith(".index")]
     assert len(shards) < 20

@@ -20,6 +20,7 @@ from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.retry import retrying
 from tfrecord_torch.records.index import default_index_path
+from tfrecord_torch.records.stamp import stamp_path
 from tfrecord_torch.tfds.metadata import write_metadata
 from tfrecord_torch.write.plan import ConversionPlan
 from tfrecord_torch.write.task import MARKER_FOLDER, MARKER_VERSION, ShardResult, marker_path
@@ -112,7 +113,8 @@ def commit(plan: ConversionPlan, results: dict[int, ShardResult], *, features: d
 def _remove_leftovers(plan: ConversionPlan, storage_options: dict | None) -> None:
     keep = set()
     for spec in plan.shards:
-        keep |= {os.path.basename(p) for p in (spec.path, default_index_path(spec.path), marker_path(spec.path))}
+        index = default_index_path(spec.path)
+        keep |= {os.path.basename(p) for p in (spec.path, index, stamp_path(index), marker_path(spec.path))}
     staged = re.compile(r"\.\.?.*\.staged.*")  # ShardedWriter's staging: its own run cleans those up
     markers = _join(plan.output_dir, MARKER_FOLDER)
     for folder in (plan.output_dir, markers):

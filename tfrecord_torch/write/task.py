@@ -31,6 +31,7 @@ import numpy as np
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.records.index import default_index_path, write_index
+from tfrecord_torch.records.stamp import write_stamp
 from tfrecord_torch.records.writer import RecordWriter
 from tfrecord_torch.write.encode import encode_sample, file_samples
 from tfrecord_torch.write.plan import ShardSpec, write_order
@@ -197,6 +198,8 @@ def write_shard(task: ShardTask) -> ShardResult:
         else:
             os.replace(temp, spec.path)
             atomic.fsync_dir(os.path.dirname(spec.path))
+            if task.compression is None:  # the index describes the shard as published: no scan at first read
+                write_stamp(spec.path, default_index_path(spec.path), len(sizes))
     except BaseException:
         if os.path.exists(temp):
             os.unlink(temp)
