@@ -3,6 +3,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+if "TFRECORD_TORCH_CACHE" not in os.environ:  # each test process its own index cache, never the user's
+    import tempfile
+
+    os.environ["TFRECORD_TORCH_CACHE"] = tempfile.mkdtemp(prefix="tfrecord-torch-test-cache-")
 sys.path.insert(0, os.path.dirname(__file__))  # tests/helpers.py
 
 # torchvision (and the triton it imports with CUDA builds of torch) must load

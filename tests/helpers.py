@@ -46,15 +46,28 @@ STAMP = ".index.json"  # an index's stamp: it holds its shard's modification tim
 
 
 def listing(folder):
-    """The names in ``folder`` a reader can see (hidden files and index stamps aside), sorted."""
-    return sorted(f for f in os.listdir(folder) if not f.startswith(".") and not f.endswith(STAMP))
+    """The names in ``folder`` a reader can see (hidden files and index stamps aside), sorted; the
+    indexes a writer keeps in ``index/`` as ``index/<name>``."""
+    names = [f for f in os.listdir(folder) if not f.startswith(".") and not f.endswith(STAMP) and f != "index"]
+    indexes = os.path.join(folder, "index")
+    if os.path.isdir(indexes):
+        names += [f"index/{f}" for f in os.listdir(indexes) if not f.startswith(".") and not f.endswith(STAMP)]
+    return sorted(names)
+
+
+def stamps(folder):
+    """The index stamps in ``folder`` and its ``index/``."""
+    found = [f for f in os.listdir(folder) if f.endswith(STAMP)]
+    if os.path.isdir(os.path.join(folder, "index")):
+        found += [f"index/{f}" for f in os.listdir(os.path.join(folder, "index")) if f.endswith(STAMP)]
+    return sorted(found)
 
 
 def assert_same_files(a, b):
     """Folders ``a`` and ``b`` hold the same visible files, byte for byte, and stamps of the same indexes."""
     names = listing(a)
     assert names == listing(b)
-    assert sorted(f for f in os.listdir(a) if f.endswith(STAMP)) == sorted(f for f in os.listdir(b) if f.endswith(STAMP))
+    assert stamps(a) == stamps(b)
     match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
     assert mismatch == [] and errors == [], (mismatch, errors)
 

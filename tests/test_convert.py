@@ -33,6 +33,7 @@ from tfrecord_torch import (
     write_order,
 )
 from tfrecord_torch.cli import main
+from tfrecord_torch.records.index import writer_index_path
 from tfrecord_torch.records.stamp import stamp_matches
 
 DESCRIPTION = {  # the tf.data feature_description the README gives
@@ -69,7 +70,7 @@ def test_tf_data_reads_png_shards_exactly(tmp_path):
         assert int(r["label"]) == label
         assert r["format"].numpy() == b"png" and (int(r["height"]), int(r["width"]), int(r["channels"])) == (12, 10, 3)
     for p in paths:
-        check_index(load_index(p + ".index"), p)
+        check_index(load_index(writer_index_path(p)), p)
 
 
 def test_tfds_builder_from_directory_loads_output(tmp_path):
@@ -102,16 +103,16 @@ def test_our_reader_of_our_output_and_len_without_scanning(tmp_path):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_written_indexes_are_stamped_so_the_first_read_scans_nothing(tmp_path, monkeypatch, workers):
-    from tfrecord_torch.data import shards
+    from tfrecord_torch.records import shardindex
 
     paths = write_dataset(fake(n=30), tmp_path, name="fake", shard_size=10, num_workers=workers, progress=False)
     for p in paths:
-        assert stamp_matches(p, p + ".index", 10)
+        assert stamp_matches(p, writer_index_path(p), 10)
 
     def no_scan(*args, **kwargs):
         raise AssertionError("a freshly written shard was scanned to check its index")
 
-    monkeypatch.setattr(shards, "scan_index", no_scan)
+    monkeypatch.setattr(shardindex, "scan_index", no_scan)
     assert len(TFRecordDataset(paths)) == 30
     assert len(tfds_dataset(tmp_path, "train", map_style=True)) == 30
 
@@ -314,7 +315,7 @@ def test_sharded_writer_rolls_by_bytes_and_locks(tmp_path):
             w.write(make_example({"i": i, "pad": b"x" * 60}))
     sizes = [os.path.getsize(p) for p in w.paths]
     assert len(sizes) > 2 and all(s <= 1000 for s in sizes)
-    assert [int(v) for p in w.paths for v in (len(load_index(p + ".index")),)] == w.shard_lengths
+    assert [int(v) for p in w.paths for v in (len(load_index(writer_index_path(p))),)] == w.shard_lengths
     assert sum(1 for p in w.paths for _ in read_records(p)) == 30
 
 
@@ -362,7 +363,7 @@ def test_sigkill_mid_conversion_then_rerun(tmp_path):
     shards = [f for f in visible if not f.endswith(".index")]
     assert len(shards) < 20
     for name in shards:  # every file that looks finished is: complete and indexed
-        check_index(load_index(out / f"{name}.index"), out / name)
+        check_index(load_index(writer_index_path(out / name)), out / name)
         assert len(list(read_records(out / name))) == 10
     assert any(f.endswith(".partial") for f in os.listdir(out))  # the killed shard: hidden
     before = {name: os.stat(out / name).st_ino for name in shards}

@@ -228,35 +228,35 @@ def test_bad_arguments(tmp_path):
         TFRecordDataset(tmp_path / "nothing-*.tfrecord")
 
 
-def test_index_cache_used_when_folder_not_writable(tmp_path, monkeypatch):
-    # Root can write anywhere, so simulate a read-only folder by failing the write.
-    from tfrecord_torch.data import shards as shards
+def test_indexes_built_for_read_shards_go_to_the_cache_not_the_folder(tmp_path, monkeypatch):
+    from tfrecord_torch.records import shardindex
 
     data = tmp_path / "data"
     data.mkdir()
     write_shards(data, [6])
+    before = sorted(os.listdir(data))
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
-    real = shards.write_index
-
-    def refuse_beside_shard(index, path):
-        if str(path).startswith(str(data)):
-            raise PermissionError("read-only")
-        real(index, path)
-
-    monkeypatch.setattr(shards, "write_index", refuse_beside_shard)
     assert len(TFRecordDataset(data)) == 6
+    assert sorted(os.listdir(data)) == before  # nothing written beside the shard
     assert len(list((tmp_path / "cache").iterdir())) == 1
-    assert not any(p.name.endswith(".index") for p in data.iterdir())
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the cached index was not used")
+
+    monkeypatch.setattr(shardindex, "scan_index", no_scan)
     assert len(TFRecordDataset(data)) == 6  # the cached index is found again
+    assert sorted(os.listdir(data)) == before
 
 
 def test_stale_index_is_rebuilt(tmp_path):
     (path,) = write_shards(tmp_path, [4])
-    TFRecordDataset(tmp_path)
+    TFRecordDataset(tmp_path, index="beside")
     index_file = tmp_path / (path.name + ".index")
     assert index_file.exists()
     write_shards(tmp_path, [6])
-    assert len(TFRecordDataset(tmp_path)) == 6
+    assert len(TFRecordDataset(tmp_path)) == 6  # without being asked, the stale index beside is not rewritten
+    assert len(index_file.read_text().splitlines()) == 4
+    assert len(TFRecordDataset(tmp_path, index="beside")) == 6
     assert len(index_file.read_text().splitlines()) == 6
 
 

@@ -29,6 +29,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.data.shards import expand_paths
 from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.records.index import writer_index_path
 
 
 class S3:
@@ -124,9 +125,11 @@ def test_sharded_writer_uploads_complete_objects_with_indexes(s3):
     paths = write_remote_shards(s3, "w1", [10, 10, 5])
     fs = s3.fs()
     names = sorted(os.path.basename(p) for p in fs.ls("bucket/w1"))
-    assert names == [f"data-train.tfrecord-0000{i}-of-00003{x}" for i in range(3) for x in ("", ".index")]
+    assert names == [f"data-train.tfrecord-0000{i}-of-00003" for i in range(3)] + ["index"]
+    assert sorted(os.path.basename(p) for p in fs.ls("bucket/w1/index")) == \
+        [f"data-train.tfrecord-0000{i}-of-00003.index" for i in range(3)]
     assert paths[0] == "s3://bucket/w1/data-train.tfrecord-00000-of-00003"
-    assert load_index(paths[2] + ".index", storage_options=s3.options).shape == (5, 2)
+    assert load_index(writer_index_path(paths[2]), storage_options=s3.options).shape == (5, 2)
     assert len(list(read_records(paths[0], storage_options=s3.options))) == 10
 
 
@@ -168,7 +171,7 @@ def test_random_access_fetches_byte_ranges(s3, cache):
     ds = IndexedTFRecordDataset(paths, storage_options=s3.options)
     shard = [r for r in s3.requests if r[0] == "GET" and r[1].endswith("data-train.tfrecord-00000-of-00001")]
     assert shard == []  # opening reads the index object, not the shard
-    index = load_index(paths[0] + ".index", storage_options=s3.options)
+    index = load_index(writer_index_path(paths[0]), storage_options=s3.options)
     s3.requests.clear()
     assert int(ds[37]["id"][0]) == 37
     gets = [r for r in s3.requests if r[0] == "GET" and r[1].endswith("data-train.tfrecord-00000-of-00001")]

@@ -18,7 +18,7 @@ from tfrecord_torch import (
     load_index,
     make_example,
 )
-from tfrecord_torch.data import shards
+from tfrecord_torch.records.index import writer_index_path
 
 SHARDS = 12
 COUNTS = [5] * (SHARDS - 1) + [3]
@@ -67,7 +67,7 @@ def test_open_with_index_objects_costs_under_two_requests_per_shard(s3, so, cach
     assert len(index_gets) == SHARDS
     assert [len(i) for i in ds.indexes] == COUNTS
     for path, index in zip(remote, ds.indexes):
-        np.testing.assert_array_equal(index, load_index(path + ".index", storage_options=so))
+        np.testing.assert_array_equal(index, load_index(writer_index_path(path), storage_options=so))
     assert sorted(ids_of(ds)) == list(range(sum(COUNTS)))
 
 
@@ -101,7 +101,7 @@ def test_a_stale_index_object_is_rebuilt(s3, so, cache, caplog):  # noqa: F811
             w.write(make_example({"id": i}))
     fs = s3.fs()
     fs.pipe("bucket/stale/a.tfrecord.index", b"0 20\n20 20\n")  # another file's index
-    with caplog.at_level(logging.WARNING, logger=shards.__name__):
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.records.shardindex"):
         ds = TFRecordDataset("s3://bucket/stale/*.tfrecord", storage_options=so)
     assert "stale index" in caplog.text
     assert ids_of(ds) == list(range(6))

@@ -2,10 +2,13 @@
 is reported as a stale index by every indexed reader -- never as corruption
 of a valid file, never skipped, never a wrong record."""
 
+import io
+import os
 import pickle
 
 import numpy as np
 import pytest
+import torch
 
 from tfrecord_torch import (
     CorruptRecordError,
@@ -18,6 +21,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     build_index,
     make_example,
+    parse_example,
 )
 
 SPEC = {"id": Int64()}
@@ -118,3 +122,56 @@ def test_windows_that_scan_clean_but_hold_other_records(tmp_path):
     index = build_index(other, tmp_path / "b.index")
     with pytest.raises(StaleIndexError, match=r"hold 200 records"):
         list(TFRecordDataset(path, index=[index]))
+
+
+def _rewrite_in_place(path, payloads, *, keep_mtime):
+    """Rewrite a file's bytes in place (same inode), optionally putting its old mtime back."""
+    st = os.stat(path)
+    buf = io.BytesIO()
+    with RecordWriter(buf) as w:
+        for p in payloads:
+            w.write(p)
+    data = buf.getvalue()
+    assert len(data) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+ACCESS_MODES = {
+    "in order": lambda p: [int(r["id"]) for r in TFRecordDataset(p, features=SPEC)],
+    "shuffled": lambda p: [int(r["id"]) for r in TFRecordDataset(p, features=SPEC, shuffle=True)],
+    "2 workers": lambda p: [int(r["id"]) for r in torch.utils.data.DataLoader(
+        TFRecordDataset(p, features=SPEC), batch_size=None, num_workers=2)],
+    "map-style": lambda p: _every_item(IndexedTFRecordDataset(p, features=SPEC)),
+    "map-style, skip": lambda p: _every_item(IndexedTFRecordDataset(p, features=SPEC, on_error="skip")),
+    "IndexedReader": lambda p: [int(parse_example(r)["id"][0]) for r in _every_item(IndexedReader(p), raw=True)],
+}
+
+
+def _every_item(ds, raw=False):
+    return [ds[i] if raw else int(ds[i]["id"]) for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True], ids=["new mtime", "old mtime put back"])
+@pytest.mark.parametrize("indexed_by", ["tfrecord-torch index", "another tool"])
+@pytest.mark.parametrize("mode", list(ACCESS_MODES))
+def test_every_access_mode_reads_a_shard_rewritten_in_place_right(tmp_path, mode, indexed_by, keep_mtime):
+    """A same-size shard rewritten in place (two neighbours swapped) with its old index
+    beside it: every access mode notices and reads the file as it is now, never raising
+    on the valid file, never giving a record from the old layout."""
+    sizes = [3] * 40
+    sizes[20], sizes[21] = 9, 2
+    path = tmp_path / "a.tfrecord"
+    write(path, records(range(40), sizes))
+    build_index(path)  # <path>.index and its stamp, as `tfrecord-torch index` writes them
+    if indexed_by == "another tool":
+        os.unlink(str(path) + ".index.json")  # DALI's tfrecord2idx writes no stamp
+    order = list(range(40))
+    order[20], order[21] = 21, 20
+    _rewrite_in_place(path, records(order, sizes), keep_mtime=keep_mtime)
+    got = ACCESS_MODES[mode](path)
+    if mode in ("shuffled", "2 workers"):
+        got = sorted(got, key=order.index)
+    assert got == order

@@ -17,7 +17,13 @@ from tfrecord_torch.io import files as fs
 from tfrecord_torch.policy import ErrorPolicy
 from tfrecord_torch.records.compression import compression_of
 from tfrecord_torch.records.framing import iter_chunks, read_records
-from tfrecord_torch.records.index import build_index, check_index, default_index_path, load_index
+from tfrecord_torch.records.index import build_index, check_index, load_index
+from tfrecord_torch.records.shardindex import (
+    cache_limit,
+    clear_index_cache,
+    index_cache_dir,
+    index_candidates,
+)
 from tfrecord_torch.records.streams import open_stream
 from tfrecord_torch.records.writer import RecordWriter
 
@@ -61,6 +67,23 @@ def _cmd_index(args) -> int:
     return 1 if failed else 0
 
 
+def _cmd_cache(args) -> int:
+    import os
+
+    folder = index_cache_dir()
+    if args.clear:
+        print(f"removed {clear_index_cache()} cached indexes from {folder}")
+        return 0
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".index")]
+    except FileNotFoundError:
+        names = []
+    total = sum(os.path.getsize(os.path.join(folder, n)) for n in names)
+    print(f"{folder}: {len(names)} cached indexes, {total:,} bytes (limit {cache_limit():,} bytes, "
+          "set by TFRECORD_TORCH_CACHE_LIMIT; clear with `tfrecord-torch cache --clear`)")
+    return 0
+
+
 class _Collect(ErrorPolicy):
     """Skip every bad record that can be skipped, keeping the errors to report."""
 
@@ -79,11 +102,11 @@ def _cmd_verify(args) -> int:
         try:
             for _ in read_records(path, compression=_compression(args), on_error=found, storage_options=so):
                 count += 1
-            index_path = default_index_path(path)
-            if fs.exists(index_path, so):
-                check_index(load_index(index_path, storage_options=so), path, index_path=index_path,
-                            storage_options=so)
-                note = f", index {index_path} matches"
+            for index_path in index_candidates(path):
+                if fs.exists(index_path, so):
+                    check_index(load_index(index_path, storage_options=so), path, index_path=index_path,
+                                storage_options=so)
+                    note += f", index {index_path} matches"
         except (TFRecordError, OSError) as e:  # an unreadable file or index: report it, check the rest
             found.errors.append(e)
         if not found.errors:

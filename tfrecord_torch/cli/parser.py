@@ -55,16 +55,26 @@ def _parser() -> argparse.ArgumentParser:
                              "'{\"client_kwargs\": {\"endpoint_url\": \"http://localhost:9000\"}}'")
 
     p = sub.add_parser("index", parents=[remote], help="write an index file beside each record file",
-                       description="Write '<file>.index' (one 'offset size' line per record, the "
-                                   "format of DALI's tfrecord2idx) for each file, checking every CRC.")
+                       description="Write '<file>.index' beside each file (one 'offset size' line per "
+                                   "record, the format of DALI's tfrecord2idx), checking every CRC. "
+                                   "Datasets need not be told: without it they keep the indexes they "
+                                   "build in the local index cache (see `tfrecord-torch cache`).")
     p.add_argument("files", nargs="+", help=files_help)
     p.add_argument("-o", "--output", help="index path (only with a single input file)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_lazy("_cmd_index"))
 
+    p = sub.add_parser("cache", help="show or clear the local index cache",
+                       description="Datasets keep the indexes they build for shards without one in a "
+                                   "local cache ($TFRECORD_TORCH_CACHE or ~/.cache/tfrecord_torch/index), "
+                                   "bounded by $TFRECORD_TORCH_CACHE_LIMIT bytes (default 1 GiB). Print "
+                                   "its folder and size, or clear it.")
+    p.add_argument("--clear", action="store_true", help="remove every cached index")
+    p.set_defaults(func=_lazy("_cmd_cache"))
+
     p = sub.add_parser("verify", parents=[remote], help="check every record's CRCs (and indexes, if present)",
-                       description="Read every record, checking both CRCs; also check '<file>.index' "
-                                   "when it exists. Exit status 1 if anything is corrupt.")
+                       description="Read every record, checking both CRCs; also check its index "
+                                   "files ('<file>.index', 'index/<file>.index') when they exist. Exit status 1 if anything is corrupt.")
     p.add_argument("files", nargs="+", help=files_help)
     p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
     p.set_defaults(func=_lazy("_cmd_verify"))

@@ -24,7 +24,7 @@ from tfrecord_torch.data.reading import (
     interleave,
     stream_shard,
 )
-from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
+from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.state import ResumableReader
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.engine import ImageBatching
@@ -47,8 +47,11 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         sequence_features: read SequenceExamples: a spec of their feature
             lists, each feature's shape being one step's (``Int64("tokens")``
             gives int64 [T], ``Float("frames", shape=(3,))`` float32 [T, 3]).
-        index: None to use (or build and cache) each uncompressed shard's index;
-            a list of index paths, one per shard; False to stream every shard.
+        index: None to use each uncompressed shard's index (found beside it,
+            else built and kept in the local index cache, never in the shards'
+            folder); "beside" to write the indexes it builds beside the shards
+            (``<shard>.index``, as DALI's tfrecord2idx does); a list of index
+            paths, one per shard; False to stream every shard.
         shuffle: a global shuffle: indexed shards are read in a permutation
             of all (shard, record) pairs, new every epoch; streamed shards are
             dealt in a shuffled order, ``cycle_length`` of them interleaved,
@@ -101,7 +104,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     """
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
-                 index: Sequence[PathLike] | None = None,
+                 index: Sequence[PathLike] | str | bool | None = None,
                  shuffle: bool = False, seed: int = 0, shuffle_block: int = 1,
                  shuffle_buffer: int | None = None, cycle_length: int = 4, transform: Callable | None = None,
                  rank: int | None = None, world_size: int | None = None, even: str | None = None,
@@ -182,12 +185,10 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     def _build_indexes(self, index, listing) -> list:
         if index is False:
             return [None] * len(self.paths)
-        if index is not None:
-            index = list(index)
-            if len(index) != len(self.paths):
-                raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        built = shard_indexes(listing, compression=self.compression, index=index, progress=self.progress,
-                              report=self.policy.reporter(), storage_options=self.storage_options)
+        index, save = index_argument(index, len(self.paths))
+        built = shard_indexes(listing, compression=self.compression, index=index, save=save,
+                              progress=self.progress, report=self.policy.reporter(),
+                              storage_options=self.storage_options)
         for path, found, expected in zip(self.paths, built, self._lengths or ()):
             if found is None:
                 raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "

@@ -21,7 +21,7 @@ from tfrecord_torch._types import PathLike, Paths
 from tfrecord_torch.data.batched import fetch_items
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
-from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
+from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
 from tfrecord_torch.features.sequence import SequenceSpec, make_spec
@@ -49,8 +49,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         features: a feature spec (or TF ``feature_description``); None gives
             :func:`parse_example` dicts; with ``sequence_features``, the context's spec.
         sequence_features: read SequenceExamples (see :class:`TFRecordDataset`).
-        index: None (each shard's index, built and cached if missing) or a
-            list of index paths, one per shard.
+        index: None (each shard's index: found beside it, else built and kept
+            in the local index cache, never in the shards' folder), "beside"
+            (indexes it builds are written beside the shards as ``<shard>.index``),
+            or a list of index paths, one per shard.
         transform: a callable applied to each item.
         verify: check record CRCs.
         on_error: "raise" (default), "skip", "warn" or a callable: a record that is corrupt
@@ -65,20 +67,18 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
-                 index: Sequence[PathLike] | None = None,
+                 index: Sequence[PathLike] | str | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
         self.policy = SharedErrorPolicy(on_error, self.paths)
+        index, save = index_argument(index, len(self.paths))
         if index is not None:
             for p in self.paths:
                 if is_compressed(p, "auto", storage_options):
                     raise _compressed(p)
-            index = list(index)
-            if len(index) != len(self.paths):
-                raise ValueError(f"index: got {len(index)} index files for {len(self.paths)} shards")
-        indexes = shard_indexes(listing, index=index, report=self.policy.reporter(),
+        indexes = shard_indexes(listing, index=index, save=save, report=self.policy.reporter(),
                                 storage_options=storage_options)
         for p, i in zip(self.paths, indexes):
             if i is None:

@@ -9,7 +9,6 @@ a bounded thread pool. With index files that is one request per shard.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
@@ -19,21 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from tfrecord_torch.errors import IndexMismatchError, TFRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import listing as lister
-from tfrecord_torch.records.compression import check_compression, detect_compression, is_compressed
-from tfrecord_torch.records.index import (
-    check_index,
-    default_index_path,
-    load_index,
-    parse_index,
-    scan_index,
-    write_index,
-)
-from tfrecord_torch.records.stamp import stamp_matches, write_stamp
+from tfrecord_torch.records.compression import is_compressed
+from tfrecord_torch.records.shardindex import SaveIndex, index_cache_dir, remote_shard_index, shard_index
 
-__all__ = ["OPEN_THREADS", "describe_shards", "expand_paths", "find_shards", "index_cache_dir", "shard_index",
+__all__ = ["OPEN_THREADS", "describe_shards", "expand_paths", "find_shards", "index_argument", "index_cache_dir",
+           "shard_index",
            "shard_indexes"]
 
 OPEN_THREADS = 16  # remote shards opened at once
@@ -67,91 +58,31 @@ def describe_shards(paths: list[str]) -> str:
     return f"{len(paths)} shard{'s' if len(paths) != 1 else ''}{where}: {', '.join(shown)}"
 
 
-def index_cache_dir() -> str:
-    """Where indexes go when a shard's folder is read-only:
-    ``$TFRECORD_TORCH_CACHE`` or ``~/.cache/tfrecord_torch/index``."""
-    return os.environ.get("TFRECORD_TORCH_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tfrecord_torch", "index")
-
-
-def _cached_index_path(path: str, storage_options: dict | None, stat: tuple[int, str] | None = None) -> str:
-    size, version = fs.size_and_version(path, storage_options) if stat is None else stat
-    key = f"{path if fs.is_url(path) else os.path.abspath(path)}\0{size}\0{version}".encode()
-    name = os.path.basename(path.rstrip("/"))[:60]
-    return os.path.join(index_cache_dir(), f"{name}.{hashlib.sha256(key).hexdigest()[:20]}.index")
-
-
-def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
-                storage_options: dict | None = None, report=None, progress=None) -> np.ndarray:
-    """The checked index of an uncompressed shard.
-
-    Uses ``index_path`` if given (it must match: a mismatch is an error), else
-    ``<path>.index`` or a cached index, rebuilding either when it does not match
-    the shard. New indexes are written beside a local shard, or in the cache
-    folder when its folder is read-only or the shard is remote. The cache key
-    includes the file's size and modification time (an object's ETag), so an
-    index of a changed file is never reused.
-
-    With ``report`` (an ``on_error`` policy's reporter) a corrupt shard is
-    indexed as far as it can be (see :func:`scan_index`); an index that stops
-    short of the end of the file is used but never saved. ``progress`` is
-    called with the bytes read while a shard is scanned.
-    """
-    so = storage_options
-    if index_path is not None:
-        index = load_index(index_path, storage_options=so)
-        check_index(index, path, index_path=index_path, storage_options=so)
-        return index
-    cached = _cached_index_path(path, so)
-    candidates = [default_index_path(path), cached]
-    for candidate in candidates:
-        if fs.exists(candidate, so if candidate != cached else None):
-            try:
-                index = load_index(candidate, storage_options=so if candidate != cached else None)
-                check_index(index, path, index_path=candidate, storage_options=so)
-            except IndexMismatchError as e:
-                log.warning("rebuilding a stale index: %s", e)
-                continue
-            if candidate == cached or stamp_matches(path, candidate, len(index)):
-                return index
-            # No stamp (another tool's index) or the shard changed since: check it in full, once.
-            # A shard damaged since it was indexed keeps its index (the reader reports the damage).
-            damage: list = []
-            fresh = scan_index(path, so, progress=progress, report=damage.append)
-            if damage:
-                return index
-            if np.array_equal(fresh, index):
-                write_stamp(path, candidate, len(index))
-                return index
-            log.warning("rebuilding a stale index: %s does not describe %s as it is now", candidate, path)
-            index = fresh
-            break
-    else:
-        if not build:
-            raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-        index = scan_index(path, so, progress=progress, report=report)
-    end = int(index[-1].sum()) if len(index) else 0
-    if end != fs.size_and_version(path, so)[0]:
-        return index  # cut short by a bad length: kept for this run only
-    for candidate in ([cached] if fs.is_url(path) else candidates):
-        try:
-            os.makedirs(os.path.dirname(candidate), exist_ok=True)
-            write_index(index, candidate)
-            if candidate != cached:
-                write_stamp(path, candidate, len(index))
-            log.info("built index %s", candidate)
-            break
-        except OSError as e:
-            log.debug("cannot write index %s: %s", candidate, e)
-    return index
+def index_argument(index, shards: int) -> tuple[list | None, SaveIndex]:
+    """A dataset's ``index=`` argument (None, "beside" or one index path per shard) as
+    the index paths to use and where indexes built for the others go."""
+    if index is None:
+        return None, "cache"
+    if isinstance(index, str):
+        if index != "beside":
+            raise ValueError(f"index must be None, 'beside', False or a list of {shards} index paths, "
+                             f"not {index!r} (for one shard, pass [{index!r}])")
+        return None, "beside"
+    if isinstance(index, bool):
+        raise ValueError(f"index must be None, 'beside', False or a list of {shards} index paths, not {index!r}")
+    index = list(index)
+    if len(index) != shards:
+        raise ValueError(f"index: got {len(index)} index files for {shards} shards")
+    return index, "cache"
 
 
 def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | None = None, build: bool = True,
-                  storage_options: dict | None = None, report=None,
+                  save: SaveIndex = "cache", storage_options: dict | None = None, report=None,
                   progress: bool | None = None) -> list[np.ndarray | None]:
     """Each shard's checked index, or None for a compressed shard (streamed, not indexed).
 
-    ``index``: one index path per shard (used as given, see :func:`shard_index`). Remote
+    ``index``: one index path per shard (used as given, see :func:`shard_index`).
+    ``save``: where indexes built here go, ``"cache"`` or ``"beside"`` the shards. Remote
     shards are opened concurrently (:data:`OPEN_THREADS` at a time), each from what
     ``listing`` knows plus, when it has an index object, one request for it. A remote
     index is checked against the shard's listed size (its records must tile the object);
@@ -171,10 +102,10 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
         if index is not None:
             return shard_index(path, os.fspath(index[i]), build=build, storage_options=so)
         if fs.is_url(path):
-            return _remote_index(path, listing, compression, build, so, report, bar)
+            return remote_shard_index(path, listing, compression, build, so, report, bar)
         if is_compressed(path, compression, so):
             return None
-        return shard_index(path, build=build, storage_options=so, report=report, progress=bar)
+        return shard_index(path, build=build, save=save, storage_options=so, report=report, progress=bar)
 
     try:
         if len(paths) < 2 or not any(fs.is_url(p) for p in paths):
@@ -229,52 +160,3 @@ def _serialized(call):
         with lock:
             call(error)
     return serialized
-
-
-def _remote_index(path: str, listing: lister.Listing, compression, build: bool,
-                  so: dict | None, report=None, progress=None) -> np.ndarray | None:
-    """A remote shard's index: the index object beside it (one request), or a cached one
-    (none), or after a 12-byte sniff (one) a scan of the shard; None if compressed."""
-    compression = check_compression(compression, allow_auto=True)
-    if compression not in ("auto", None):
-        return None
-    stat = listing.stats.get(path) or fs.size_and_version(path, so)
-    if stat[0] == 0:  # an empty object holds no records (and has no bytes to sniff)
-        return np.zeros((0, 2), np.int64)
-    fs.require_ranges(path, so, stat[0])  # records are read by range: say so now if they cannot be
-    beside = default_index_path(path)
-    if listing.knows(beside) is not False:
-        known = listing.stats.get(beside)
-        try:  # one request when the listing saw it, two when it could not tell
-            text = fs.read_bytes(beside, so, size=None if known is None else known[0])
-        except FileNotFoundError:
-            text = None
-        if text is not None:
-            try:
-                index = parse_index(text, beside)
-                check_index(index, path, index_path=beside, size=stat[0], samples=0)
-                return index
-            except IndexMismatchError as e:
-                log.warning("rebuilding a stale index: %s", e)
-    cached = _cached_index_path(path, so, stat)
-    if os.path.exists(cached):
-        try:
-            index = load_index(cached)
-            check_index(index, path, index_path=cached, size=stat[0], samples=0)
-            return index
-        except IndexMismatchError as e:
-            log.warning("rebuilding a stale index: %s", e)
-    if compression == "auto" and detect_compression(fs.read_range(path, 0, min(12, stat[0]), so), path) is not None:
-        return None
-    if not build:
-        raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, so, progress=progress, report=report)
-    if (int(index[-1].sum()) if len(index) else 0) != stat[0]:
-        return index  # cut short by a bad length: kept for this run only
-    try:
-        os.makedirs(os.path.dirname(cached), exist_ok=True)
-        write_index(index, cached)
-        log.info("built index %s", cached)
-    except OSError as e:
-        log.debug("cannot write index %s: %s", cached, e)
-    return index

@@ -11,7 +11,8 @@ from typing import BinaryIO
 from tfrecord_torch.io.files import filesystem, is_url, local
 from tfrecord_torch.io.retry import retrying
 
-__all__ = ["create_temp", "fsync_dir", "lock_file", "remove", "remove_orphans", "upload", "write_bytes", "writing"]
+__all__ = ["create_temp", "fsync_dir", "lock_file", "remove", "remove_orphans", "unlock", "upload", "write_bytes",
+           "writing"]
 
 
 def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
@@ -53,16 +54,33 @@ def fsync_dir(folder: str) -> None:
 
 def lock_file(path: str, *, wait: bool) -> int | None:
     """Take an exclusive flock on ``path`` (created if missing) and return its
-    descriptor (close it to release); without ``wait``, None if another holds it."""
+    descriptor (release it with :func:`unlock`, which removes the file); without
+    ``wait``, None if another holds it."""
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:  # the holder we waited for may have removed the file: then lock the one now there
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
         os.close(fd)
-        return None
-    return fd
+
+
+def unlock(path: str, fd: int) -> None:
+    """Release a lock taken by :func:`lock_file` and remove its file, so a finished
+    writer leaves no lock file behind (a waiter then locks a new file)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.close(fd)
 
 
 def remove(url: str, storage_options: dict | None = None) -> None:

@@ -73,12 +73,16 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
                 found = sorted(os.path.join(item, f) for f in os.listdir(item)
                                if not f.startswith(".") and not f.endswith(skip)
                                and os.path.isfile(os.path.join(item, f)))
+                if not found:
+                    raise FileNotFoundError(_empty_folder(item, skip))
             elif os.path.exists(item):  # a real file, even one whose name has glob characters
                 found = [item]
             elif globlib.has_magic(item):
-                found = sorted(f for f in globlib.glob(item) if not f.endswith(skip) and os.path.isfile(f))
+                matches = globlib.glob(item, recursive=True)  # "**" spans folders, as users expect
+                found = sorted(f for f in matches if not f.endswith(skip) and os.path.isfile(f)
+                               and not os.path.basename(f).startswith("."))
                 if not found:
-                    raise FileNotFoundError(f"no files match {item!r}")
+                    raise FileNotFoundError(_no_match(item, matches, skip))
             elif os.path.lexists(item):  # a dangling link or a loop
                 try:
                     os.stat(item)
@@ -88,7 +92,67 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
             else:
                 raise FileNotFoundError(f"no such file or directory: {item!r}")
         out.update(dict.fromkeys(found))
+    _list_index_folders(list(out), storage_options, stats, folders)
     return Listing(list(out), stats, frozenset(folders), globs)
+
+
+INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
+
+
+def _list_index_folders(files: list[str], storage_options: dict | None, stats: dict, folders: set) -> None:
+    """List the ``index/`` folder beside remote shards (a few folders at most), so that
+    opening them asks for no index object that is not there."""
+    parents = sorted({f.rsplit("/", 1)[0] for f in files if is_url(f)})
+    if not parents or len(parents) > SIBLING_FOLDERS:
+        return
+    for parent in parents:
+        url = f"{parent}/{INDEX_FOLDER}"
+        if url in folders:
+            continue
+        fs, p = filesystem(url, storage_options)
+        protocol = url.split("://", 1)[0]
+        if protocol not in _LISTABLE:
+            continue
+        try:
+            entries = retrying("list", url, lambda: fs.ls(p, detail=True))
+        except FileNotFoundError:
+            entries = []
+        stats.update((unstrip(fs, protocol, e["name"]), (int(e.get("size") or 0), version_of(e)))
+                     for e in entries if _is_file(e))
+        folders.add(url)
+
+
+def _empty_folder(folder: str, skip: tuple) -> str:
+    """Why a folder gave no shards, and what to pass instead."""
+    names = sorted(os.listdir(folder))
+    subfolders = [n for n in names if os.path.isdir(os.path.join(folder, n)) and n != INDEX_FOLDER
+                  and not n.startswith(".")]
+    skipped = [n for n in names if n not in subfolders and n != INDEX_FOLDER]
+    if not names:
+        return f"{folder!r} is an empty folder: no TFRecord files in it"
+    parts = [f"no TFRecord files directly in the folder {folder!r} (folders are not searched recursively)"]
+    if subfolders:
+        shown = ", ".join(n + "/" for n in subfolders[:5]) + (", ..." if len(subfolders) > 5 else "")
+        parts.append(f"it has {len(subfolders)} subfolder{'s' if len(subfolders) != 1 else ''} ({shown}): "
+                     f"pass a subfolder, or a recursive glob such as {os.path.join(folder, '**', '*')!r}")
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        parts.append(f"skipped as hidden, index or metadata files ({', '.join(skip)}): {shown}; "
+                     "name a file explicitly to read it")
+    return "; ".join(parts)
+
+
+def _no_match(pattern: str, matches: list[str], skip: tuple) -> str:
+    folders = [m for m in matches if os.path.isdir(m)]
+    others = [m for m in matches if not os.path.isdir(m)]
+    if folders and not others:
+        return (f"{pattern!r} matches only folders ({', '.join(sorted(folders)[:3])}"
+                f"{', ...' if len(folders) > 3 else ''}): add '/*' to match the files in them, "
+                "or use '**' to search folders recursively")
+    if others:
+        return (f"{pattern!r} matches only hidden, index or metadata files ({', '.join(skip)}): "
+                f"{', '.join(sorted(others)[:3])}; name a file explicitly to read it")
+    return f"no files match {pattern!r}"
 
 
 def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, folders: set) -> set[str]:
@@ -164,4 +228,13 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
                    if not os.path.basename(url).startswith(".") and not url.endswith(skip))
     if not found and globlib.has_magic(p):
         raise FileNotFoundError(f"no files match {item!r}")
+    if not found:
+        subfolders = sorted(os.path.basename(e["name"].rstrip("/"))
+                            for e in retrying("list", item, lambda: fs.ls(p, detail=True))
+                            if not _is_file(e))
+        subfolders = [n for n in subfolders if n != INDEX_FOLDER and not n.startswith(".")]
+        where = (f"; it has subfolders ({', '.join(n + '/' for n in subfolders[:5])}): pass one, or a glob "
+                 f"such as {item.rstrip('/') + '/**/*'!r}" if subfolders else "")
+        raise FileNotFoundError(f"no TFRecord files directly under {item!r} (folders are not searched "
+                                f"recursively){where}")
     return found

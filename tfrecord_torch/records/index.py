@@ -25,14 +25,31 @@ from tfrecord_torch.records.indexfile import parse_index_text, read_index_file, 
 from tfrecord_torch.records.stamp import write_stamp
 from tfrecord_torch.records.streams import open_stream
 
-__all__ = ["build_index", "check_index", "default_index_path", "load_index", "parse_index", "scan_index"]
+__all__ = ["INDEX_FOLDER", "build_index", "check_index", "default_index_path", "load_index", "parse_index",
+           "scan_index", "writer_index_path"]
 
 _SAMPLES = 8  # record headers read to check an index against its file
 
 
+INDEX_FOLDER = "index"  # <folder>/index/<shard>.index: no glob over the shards' names matches it
+
+
 def default_index_path(path) -> str:
-    """Where an index is kept by default: beside the file, ``<path>.index``."""
+    """Where DALI's ``tfrecord2idx``, the ``tfrecord`` package and ``tfrecord-torch index``
+    keep an index: beside the file, ``<path>.index``."""
     return os.fspath(path) + ".index"
+
+
+def writer_index_path(path) -> str:
+    """Where this library's writers keep a file's index: ``<folder>/index/<file>.index``,
+    out of every glob over the files' names (``name-train*``, ``*.tfrecord*``, ``*-of-*``),
+    so that ``tf.data`` over such a glob reads records only."""
+    path = os.fspath(path)
+    if fs.is_url(path):
+        folder, base = path.rsplit("/", 1)
+        return f"{folder}/{INDEX_FOLDER}/{base}.index"
+    folder, base = os.path.split(path)
+    return os.path.join(folder, INDEX_FOLDER, base + ".index")
 
 
 def scan_index(path, storage_options: dict | None = None, progress=None, report=None) -> np.ndarray:

@@ -11,7 +11,8 @@ from tfrecord_torch.errors import CorruptRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.framing import parse_frame
-from tfrecord_torch.records.index import check_index, default_index_path, load_index, scan_index
+from tfrecord_torch.records.index import check_index, load_index
+from tfrecord_torch.records.shardindex import shard_index
 from tfrecord_torch.records.stale import explain
 
 __all__ = ["IndexedReader"]
@@ -23,9 +24,11 @@ class IndexedReader:
     Args:
         path: an uncompressed TFRecord file (a path or an fsspec URL; a remote
             record is fetched with one range request).
-        index: an index file path, an int64 array [N, 2], or None to use
-            ``<path>.index`` when it exists and otherwise scan the file once in
-            memory (nothing is written).
+        index: an index file path, an int64 array [N, 2], or None for the
+            shard's index as the datasets find it: an index file beside it
+            (checked against the file as it is now), else the local index
+            cache, else a scan of the file, kept in that cache (nothing is
+            written into the file's folder).
         verify: check both CRCs of every record read.
         storage_options: fsspec options for URLs.
 
@@ -41,10 +44,7 @@ class IndexedReader:
         self._pool = pool.ReaderPool(storage_options, limit=4)
         fs.require_ranges(self.path, storage_options)  # a server ignoring Range: fail now, not per record
         if index is None:
-            candidate = default_index_path(self.path)
-            index = candidate if fs.exists(candidate, storage_options) else None
-        if index is None:
-            self.index = scan_index(self.path, storage_options)
+            self.index = shard_index(self.path, storage_options=storage_options)
         else:
             index_path = "<array>"
             if not isinstance(index, np.ndarray):

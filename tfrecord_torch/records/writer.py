@@ -46,8 +46,9 @@ class RecordWriter:
             object to write to (then no renaming happens).
         compression: None, "gzip" or "zlib" (as TensorFlow's
             TFRecordOptions compression_type).
-        index: also write ``<path>.index`` while writing (uncompressed files
-            only); it is in place before the data file appears.
+        index: also write the file's index, ``<folder>/index/<file>.index``
+            (uncompressed files only; see :func:`writer_index_path`); it is in
+            place before the data file appears.
 
     Example:
         >>> with RecordWriter("data.tfrecord") as w:
@@ -124,12 +125,15 @@ class RecordWriter:
                 os.fsync(self._file.fileno())
                 self._file.close()
                 if self._index is not None:
-                    from tfrecord_torch.records.index import default_index_path, write_index
+                    from tfrecord_torch.records.index import write_index, writer_index_path
 
                     sizes = np.frombuffer(self._index, np.int64)
                     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
+                    index_path = writer_index_path(self._final)
+                    if not fs.is_url(index_path):
+                        os.makedirs(os.path.dirname(index_path), exist_ok=True)
                     write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),
-                                default_index_path(self._final), storage_options=self._storage_options)
+                                index_path, storage_options=self._storage_options)
                 final = cast(str, self._final)  # a path was given (self._owned)
                 if fs.is_url(final):
                     atomic.upload(self._temp, final, self._storage_options)
@@ -139,7 +143,7 @@ class RecordWriter:
                     if self._index is not None:
                         from tfrecord_torch.records.stamp import write_stamp
 
-                        write_stamp(final, default_index_path(final), len(self._index))
+                        write_stamp(final, index_path, len(self._index))
         except BaseException:
             self.abort()
             raise

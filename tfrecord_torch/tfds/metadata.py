@@ -73,13 +73,14 @@ def _metadata_lock(output_dir: str):
     if fs.is_url(output_dir):
         yield
         return
-    fd = atomic.lock_file(os.path.join(output_dir, ".dataset_info.lock"), wait=True)  # an update takes ms
+    lock = os.path.join(output_dir, ".dataset_info.lock")
+    fd = atomic.lock_file(lock, wait=True)  # an update takes ms
     if fd is None:  # cannot happen with wait=True
         raise RuntimeError(f"{output_dir}: could not lock dataset_info.json")
     try:
         yield
     finally:
-        os.close(fd)
+        atomic.unlock(lock, fd)
 
 
 def check_dataset_name(output_dir, name: str, storage_options: dict | None = None) -> dict:

@@ -6,7 +6,9 @@ missing. :func:`commit` runs once every shard is complete: it writes the TFDS
 metadata (``dataset_info.json`` with ``shardLengths``, ``features.json``,
 ``label.labels.txt``) -- the point at which the split becomes loadable -- and
 then removes what no longer belongs: shards and indexes of this split with
-other shard counts, their markers, partial files of killed tasks.
+other shard counts, every completion marker (a finished conversion leaves
+only shards, their indexes in ``index/`` and the metadata), partial files of
+killed tasks, and indexes an earlier version left beside the shards.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.retry import retrying
-from tfrecord_torch.records.index import default_index_path
+from tfrecord_torch.records.index import INDEX_FOLDER, writer_index_path
 from tfrecord_torch.records.stamp import stamp_path
 from tfrecord_torch.tfds.metadata import write_metadata
 from tfrecord_torch.write.plan import ConversionPlan
@@ -68,6 +70,7 @@ def finished_shards(plan: ConversionPlan, fingerprint: str, storage_options: dic
     """Shards of ``plan`` a run already completed: marker of this plan present,
     shard (and index) present with the size the marker records."""
     listing = list_split(plan.output_dir, _prefix(plan), storage_options)
+    indexes = list_split(_join(plan.output_dir, INDEX_FOLDER), _prefix(plan), storage_options)
     markers = list_split(_join(plan.output_dir, MARKER_FOLDER), _prefix(plan), storage_options)
     done = {}
     for spec in plan.shards:
@@ -75,7 +78,7 @@ def finished_shards(plan: ConversionPlan, fingerprint: str, storage_options: dic
         marker = os.path.basename(marker_path(spec.path))
         if marker not in markers or base not in listing:
             continue
-        if plan.compression is None and os.path.basename(default_index_path(spec.path)) not in listing:
+        if plan.compression is None and os.path.basename(writer_index_path(spec.path)) not in indexes:
             continue
         try:
             data = json.loads(fs.read_bytes(marker_path(spec.path), storage_options, limit=_MAX_MARKER))
@@ -111,13 +114,14 @@ def commit(plan: ConversionPlan, results: dict[int, ShardResult], *, features: d
 
 
 def _remove_leftovers(plan: ConversionPlan, storage_options: dict | None) -> None:
-    keep = set()
+    shards = {os.path.basename(spec.path) for spec in plan.shards}
+    indexes = set()
     for spec in plan.shards:
-        index = default_index_path(spec.path)
-        keep |= {os.path.basename(p) for p in (spec.path, index, stamp_path(index), marker_path(spec.path))}
+        index = writer_index_path(spec.path)
+        indexes |= {os.path.basename(index), os.path.basename(stamp_path(index))}
     staged = re.compile(r"\.\.?.*\.staged.*")  # ShardedWriter's staging: its own run cleans those up
-    markers = _join(plan.output_dir, MARKER_FOLDER)
-    for folder in (plan.output_dir, markers):
+    for folder, keep in ((plan.output_dir, shards), (_join(plan.output_dir, INDEX_FOLDER), indexes),
+                         (_join(plan.output_dir, MARKER_FOLDER), set())):
         for name in list_split(folder, _prefix(plan), storage_options):
             if name in keep or staged.fullmatch(name):
                 continue
@@ -129,3 +133,8 @@ def _remove_leftovers(plan: ConversionPlan, storage_options: dict | None) -> Non
                     os.unlink(path)
             except FileNotFoundError:
                 pass
+    if not fs.is_url(plan.output_dir):
+        try:  # no empty marker folder left behind (another split's run may still be using it)
+            os.rmdir(_join(plan.output_dir, MARKER_FOLDER))
+        except OSError:
+            pass

@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
@@ -226,5 +226,5 @@ class _split_lock:
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
             _held_locks.discard(self.fd)
-            os.close(self.fd)
+            atomic.unlock(cast(str, self.path), self.fd)
             self.fd = None

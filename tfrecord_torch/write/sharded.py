@@ -14,7 +14,7 @@ from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic, listing
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.records.index import default_index_path
+from tfrecord_torch.records.index import INDEX_FOLDER, writer_index_path
 from tfrecord_torch.records.stamp import stamp_path
 from tfrecord_torch.records.writer import RecordWriter
 from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
@@ -82,11 +82,17 @@ class ShardedWriter:
         self._closed = False
 
     def _remove_staged(self) -> None:
-        """Remove staged shards and their writers' temporary files (``..name``)."""
-        for dots in (".", ".."):
-            pattern = f"{dots}{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*.staged*"
-            for path in glob.glob(os.path.join(glob.escape(self._staging), pattern)):
-                os.unlink(path)
+        """Remove staged shards, their indexes and their writers' temporary files (``..name``)."""
+        indexes = os.path.join(self._staging, INDEX_FOLDER)
+        for folder in (self._staging, indexes):
+            for dots in (".", ".."):
+                pattern = f"{dots}{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*.staged*"
+                for path in glob.glob(os.path.join(glob.escape(folder), pattern)):
+                    os.unlink(path)
+        try:  # an index folder this writer made and nothing else uses
+            os.rmdir(indexes)
+        except OSError:
+            pass
 
     def __repr__(self) -> str:
         shards = len(self.shard_lengths) + (self._writer is not None)
@@ -152,10 +158,12 @@ class ShardedWriter:
                 for i, staged in enumerate(self._staged):
                     final = os.path.join(self.output_dir, shard_name(self.name, self.split, i, n,
                                                                      self.compression))
-                    if os.path.exists(default_index_path(staged)):
-                        os.replace(default_index_path(staged), default_index_path(final))
-                    if os.path.exists(stamp_path(default_index_path(staged))):
-                        os.replace(stamp_path(default_index_path(staged)), stamp_path(default_index_path(final)))
+                    index = writer_index_path(staged)
+                    if os.path.exists(index):
+                        os.makedirs(os.path.dirname(writer_index_path(final)), exist_ok=True)
+                        os.replace(index, writer_index_path(final))
+                    if os.path.exists(stamp_path(index)):
+                        os.replace(stamp_path(index), stamp_path(writer_index_path(final)))
                     os.replace(staged, final)
                     self.paths.append(final)
                 atomic.fsync_dir(self.output_dir)
@@ -167,12 +175,18 @@ class ShardedWriter:
     def _stale(self) -> list[str]:
         """Shards and indexes of this name/split from an earlier run."""
         pattern = f"{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*"
-        keep = set(self.paths) | {default_index_path(p) for p in self.paths} | \
-            {stamp_path(default_index_path(p)) for p in self.paths}
-        if self.remote:
-            found = listing.expand(f"{self.output_dir.rstrip('/')}/{pattern}", self.storage_options, ())
-        else:
-            found = glob.glob(os.path.join(glob.escape(self.output_dir), pattern))
+        keep = set(self.paths) | {writer_index_path(p) for p in self.paths} | \
+            {stamp_path(writer_index_path(p)) for p in self.paths}
+        found = []
+        base = self.output_dir.rstrip("/")
+        for folder in (base, f"{base}/{INDEX_FOLDER}" if self.remote else os.path.join(base, INDEX_FOLDER)):
+            try:
+                if self.remote:
+                    found += listing.expand(f"{folder}/{pattern}", self.storage_options, ())
+                else:
+                    found += glob.glob(os.path.join(glob.escape(folder), pattern))
+            except FileNotFoundError:
+                continue
         return [p for p in found if p not in keep]
 
     def _remove_stale(self) -> None:
@@ -191,8 +205,8 @@ class ShardedWriter:
         base = self.output_dir.rstrip("/")
         for i, staged in enumerate(self._staged):
             final = f"{base}/{shard_name(self.name, self.split, i, n, self.compression)}"
-            if os.path.exists(default_index_path(staged)):
-                atomic.upload(default_index_path(staged), default_index_path(final), self.storage_options)
+            if os.path.exists(writer_index_path(staged)):
+                atomic.upload(writer_index_path(staged), writer_index_path(final), self.storage_options)
             atomic.upload(staged, final, self.storage_options)
             self.paths.append(final)
         shutil.rmtree(self._staging, ignore_errors=True)
@@ -210,7 +224,7 @@ class ShardedWriter:
 
     def _release(self) -> None:
         if self._lock is not None:
-            os.close(self._lock)
+            atomic.unlock(os.path.join(self.output_dir, f".{self.name}-{self.split}.lock"), self._lock)
             self._lock = None
 
     def __del__(self) -> None:

@@ -11,7 +11,8 @@ source), encodes the shard's samples, and publishes the shard atomically:
    an object store makes visible only once complete;
 4. a completion marker ``.shard_markers/<shard>.done`` records the shard's length,
    size and image summary, which lets a rerun skip it and the commit step
-   write the metadata without reading the shard.
+   write the metadata without reading the shard. The commit removes the markers:
+   a finished conversion leaves shards, their indexes (``index/``) and metadata.
 
 A task that fails or is killed at any point leaves at most a hidden partial
 file (removed at commit) and never a final-named partial shard; a task that
@@ -30,7 +31,7 @@ import numpy as np
 
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.records.index import default_index_path, write_index
+from tfrecord_torch.records.index import write_index, writer_index_path
 from tfrecord_torch.records.stamp import write_stamp
 from tfrecord_torch.records.writer import RecordWriter
 from tfrecord_torch.write.encode import encode_sample, file_samples
@@ -190,7 +191,9 @@ def write_shard(task: ShardTask) -> ShardResult:
         if task.compression is None:
             lengths = np.array(sizes, np.int64)
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(sizes) else lengths
-            write_index(np.stack([offsets, lengths], axis=1).reshape(-1, 2), default_index_path(spec.path),
+            if not remote:
+                os.makedirs(os.path.dirname(writer_index_path(spec.path)), exist_ok=True)
+            write_index(np.stack([offsets, lengths], axis=1).reshape(-1, 2), writer_index_path(spec.path),
                         storage_options=so)
         if remote:
             atomic.upload(temp, spec.path, so)
@@ -199,7 +202,7 @@ def write_shard(task: ShardTask) -> ShardResult:
             os.replace(temp, spec.path)
             atomic.fsync_dir(os.path.dirname(spec.path))
             if task.compression is None:  # the index describes the shard as published: no scan at first read
-                write_stamp(spec.path, default_index_path(spec.path), len(sizes))
+                write_stamp(spec.path, writer_index_path(spec.path), len(sizes))
     except BaseException:
         if os.path.exists(temp):
             os.unlink(temp)

@@ -1,0 +1,134 @@
+"""A TF team's folder, read the ways the README shows, is left exactly as it was: no file
+appears or changes in it, and the TF team's own glob and tf.data read it as before.
+The same for what this library writes: the usual TF globs over its shard names match
+shards only, and tf.data reads every record through them.
+
+TensorFlow writes the data and is the oracle."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+import torchvision
+from torchvision.transforms import v2
+
+from tfrecord_torch import (
+    IndexedReader,
+    IndexedTFRecordDataset,
+    TFRecordDataset,
+    parse_example,
+    presets,
+    read_records,
+    write_dataset,
+)
+
+SHARDS = 3
+PER_SHARD = 6
+DESCRIPTION = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+def _snapshot(folder) -> dict:
+    """Every entry under ``folder`` (hidden ones too) with its size and modification time."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.stat(path)
+            found[os.path.relpath(path, folder)] = (st.st_size if name in files else -1, st.st_mtime_ns)
+    return found
+
+
+@pytest.fixture()
+def tf_folder(tmp_path):
+    """Shards as a TF team writes them: tf.io.TFRecordWriter, JPEGs of mixed sizes."""
+    folder = tmp_path / "tf_team"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    label = 0
+    for s in range(SHARDS):
+        with tf.io.TFRecordWriter(str(folder / f"train-{s:05d}-of-{SHARDS:05d}")) as w:
+            for _ in range(PER_SHARD):
+                h, wd = int(rng.integers(20, 40)), int(rng.integers(20, 40))
+                jpeg = tf.io.encode_jpeg(rng.integers(0, 256, (h, wd, 3), dtype=np.uint8)).numpy()
+                example = tf.train.Example(features=tf.train.Features(feature={
+                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])),
+                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                }))
+                w.write(example.SerializeToString())
+                label += 1
+    return folder
+
+
+def _tf_team_reads(folder) -> list[int]:
+    files = tf.io.gfile.glob(os.path.join(str(folder), "train-*"))
+    ds = tf.data.TFRecordDataset(files)
+    return sorted(int(tf.io.parse_single_example(r, DESCRIPTION)["image/class/label"]) for r in ds)
+
+
+def test_every_reader_leaves_the_tf_teams_folder_as_it_was(tf_folder):
+    before = _snapshot(tf_folder)
+    labels = list(range(SHARDS * PER_SHARD))
+    features = presets.slim()  # image/encoded decoded, image/class/label
+    transform = v2.Compose([v2.RandomResizedCrop(16, antialias=True), v2.RandomHorizontalFlip()])
+
+    def label_of(item):
+        return int(item["label"] if "label" in item else item["image/class/label"])
+
+    # The README's main call, in order, shuffled, through DataLoader workers, in batch mode.
+    assert sorted(map(label_of, TFRecordDataset(tf_folder, features=dict(DESCRIPTION)))) == labels  # TF's own spec
+    ds = TFRecordDataset(tf_folder, features=features, shuffle=True, transform=transform)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2)
+    assert sorted(int(v) for batch in loader for v in batch["label"]) == labels
+    batches = TFRecordDataset(tf_folder, features=features, batch_size=4, transform=transform)
+    assert sorted(int(v) for b in torch.utils.data.DataLoader(batches, batch_size=None)
+                  for v in b["label"]) == labels
+    # Random access: the map-style dataset, a sampler, the record-level reader.
+    mapped = IndexedTFRecordDataset(tf_folder, features=features)
+    assert sorted(label_of(mapped[i]) for i in range(len(mapped))) == labels
+    first = sorted(glob.glob(str(tf_folder / "train-*")))[0]
+    assert [int(parse_example(IndexedReader(first)[i])["image/class/label"][0]) for i in range(3)] == [0, 1, 2]
+    assert sum(1 for _ in read_records(first)) == PER_SHARD
+    # The command line's read-only commands.
+    for args in (["inspect", str(tf_folder)], ["head", "-n", "2", str(tf_folder)], ["verify", str(tf_folder)],
+                 ["cat", first, "--bytes", "length"]):
+        proc = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", *args], capture_output=True, text=True)
+        assert proc.returncode == 0, (args, proc.stderr)
+
+    assert _snapshot(tf_folder) == before  # nothing written, nothing touched
+    assert _tf_team_reads(tf_folder) == labels  # and the TF team's pipeline still reads it all
+
+
+def test_indexes_beside_shards_only_when_asked(tf_folder):
+    before = set(os.listdir(tf_folder))
+    assert len(TFRecordDataset(tf_folder, index="beside")) == SHARDS * PER_SHARD
+    added = set(os.listdir(tf_folder)) - before
+    assert added == {f"train-{s:05d}-of-{SHARDS:05d}{x}" for s in range(SHARDS) for x in (".index", ".index.json")}
+    mapped = IndexedTFRecordDataset(tf_folder)  # indexes beside shards keep being found
+    assert len(mapped) == SHARDS * PER_SHARD
+
+
+def test_what_the_library_writes_is_globbed_as_shards_only(tmp_path):
+    source = torchvision.datasets.FakeData(size=24, image_size=(3, 12, 10), num_classes=4, random_offset=1)
+    out = tmp_path / "out"
+    paths = write_dataset(source, out, name="fake", shard_size=8, progress=False)
+    shards = sorted(paths)
+    for pattern in ("fake-train*", "*.tfrecord*", "*-of-*"):
+        matched = sorted(tf.io.gfile.glob(os.path.join(str(out), pattern)))
+        assert matched == shards, pattern
+        assert sum(1 for _ in tf.data.TFRecordDataset(matched)) == 24
+    hidden = [n for n in os.listdir(out) if n.startswith(".")]
+    assert hidden == []  # no completion markers, no partial files, no lock files
+    # The indexes are where the README says, and this library finds them without scanning.
+    assert sorted(os.listdir(out / "index")) == sorted(
+        [os.path.basename(p) + x for p in shards for x in (".index", ".index.json")])
+    assert len(IndexedTFRecordDataset(out)) == 24
