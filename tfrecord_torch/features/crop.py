@@ -6,17 +6,19 @@ the batch fast path does that work itself while the image is still a NumPy
 array on a decode thread: crop parameters drawn exactly as torchvision draws
 them (the same calls, on a generator seeded from the dataset's seed), a JPEG
 decoded only inside the crop window (:func:`.jpeg.decode_jpeg_window`), then
-torch's antialiased resize kernel -- the one ``v2.Resize`` runs on uint8
-images -- writing straight into the image's slot of the batch buffer, and the
+torch's antialiased resize -- the way ``v2.Resize`` runs it on uint8 images
+on this CPU -- writing into the image's slot of the batch buffer, and the
 flip.
 
 The pixels equal torchvision's ``resized_crop`` (and ``horizontal_flip``) of
-the full decode, bit for bit (tests/test_fast_images.py).
+the full decode, bit for bit (tests/test_fast_images.py), on CPUs with and
+without AVX2 (tests/test_crop_cpu_capability.py).
 """
 
 from __future__ import annotations
 
 import math
+import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,9 +144,12 @@ def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, r
     it to ``out``'s size and write it (flipped if asked) into ``out`` (a
     C-contiguous uint8 [h', w', 3] array).
 
-    The resize is torch's antialiased uint8 kernel, run on the NHWC memory as
-    a channels_last tensor with ``out`` as its output: no copy, the GIL
-    released, and exactly the pixels ``v2.functional.resize`` gives.
+    The resize is the one ``v2.functional.resize`` runs on a uint8 image on
+    this CPU, so the pixels are exactly its own: where torchvision uses
+    torch's antialiased uint8 kernel (bicubic; bilinear on AVX2, AVX-512 and
+    ARM), that kernel runs on the NHWC memory as a channels_last tensor with
+    ``out`` as its output (no copy, the GIL released); elsewhere the window
+    goes through float32 and is rounded back, as torchvision does it.
     """
     top, left, h, w = box
     window = image[top:top + h, left:left + w]
@@ -154,9 +159,37 @@ def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, r
         source = torch.from_numpy(window).permute(2, 0, 1).unsqueeze(0)
         target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
         kernel = _KERNELS[resample]
-        kernel(source, [out.shape[0], out.shape[1]], False, None, None, out=target)
+        size = [out.shape[0], out.shape[1]]
+        if _native_uint8_resize(resample):
+            kernel(source, size, False, None, None, out=target)
+        else:
+            resized = torch.empty(target.shape, dtype=torch.float32, memory_format=torch.channels_last)
+            kernel(source.to(torch.float32), size, False, None, None, out=resized)
+            if resample != "bilinear":  # bicubic overshoots; torchvision clamps all but bilinear
+                resized.clamp_(0, 255)
+            target.copy_(resized.round_())
     if flip:
         out[...] = out[:, ::-1]  # NumPy copies through a buffer where the two overlap
+
+
+def _native_uint8_resize(resample: str) -> bool:
+    """Whether ``v2.functional.resize`` resizes a uint8 CPU image with
+    ``resample`` ("bilinear" or "bicubic") by torch's uint8 kernel, not
+    through float32 and back (the two differ by a level here and there).
+
+    torchvision decides by the CPU torch runs on (``ATEN_CPU_CAPABILITY``
+    included), and the rule changed between releases, so its own helper
+    answers where the installed torchvision has it.
+    """
+    try:
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu
+    except ImportError:  # a torchvision without the helper: its rule as of 0.29
+        if resample != "bilinear":
+            return True
+        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") \
+            or platform.machine() in ("aarch64", "arm64")
+    return bool(_do_native_uint8_resize_on_cpu(InterpolationMode(resample)))
 
 
 def _kernel(mode: str) -> Any:
