@@ -209,14 +209,32 @@ def test_a_fixed_size_gives_tensors_from_mixed_sizes(tmp_path, workers):
 
 
 def test_masks_of_mixed_sizes_after_the_transform_are_refused(tmp_path):
-    """A flip keeps each record's size: mixed sizes stay mixed, and are named;
-    ImageBatching's size and pad do not apply with masks, and the error says so."""
+    """A flip keeps each record's size: mixed sizes stay mixed, and are named."""
     path = segmentation(tmp_path / "seg.tfrecord", [(20, 24), (20, 24), (16, 30)])
-    ds = TFRecordDataset(path, features=presets.segmentation_raw(), batch_size=3,
-                         transform=v2.RandomHorizontalFlip(), images=ImageBatching(pad=True))
+    ds = TFRecordDataset(path, features=presets.segmentation_raw(), batch_size=3, transform=v2.RandomHorizontalFlip())
     with pytest.raises(MixedSizesError, match=r"feature 'image_raw' \('image'\).* record 2 at byte offset "
-                                              r"\d+ \(3x16x30\).*apply only where one RGB Image"):
+                                              r"\d+ \(3x16x30\).*v2.Resize"):
         list(ds)
+
+
+@pytest.mark.parametrize("options", [{"pad": True}, {"size": (20, 24)}, {"layout": "NHWC"},
+                                     {"normalize": ((0.5,) * 3, (0.2,) * 3)}])
+def test_fast_path_options_where_the_fast_path_is_not_taken_are_refused(tmp_path, options):
+    """Padding, a fixed size, NHWC or normalisation would not be applied to
+    records decoded whole (masks beside the image, or an unfused v2
+    transform): refused, not ignored."""
+    seg = segmentation(tmp_path / "seg.tfrecord", [(20, 24)] * 3)
+    ds = TFRecordDataset(seg, features=presets.segmentation_raw(), batch_size=3, images=ImageBatching(**options))
+    with pytest.raises(ValueError, match=r"images=ImageBatching\(.*\) applies to the image fast path only.*"
+                                         r"'image', 'mask'"):
+        list(ds)
+    path = _mixed_heights(tmp_path / "a.tfrecord", n=3, odd=())
+    ds = TFRecordDataset(path, features=SPEC, batch_size=3, images=ImageBatching(**options),
+                         transform=v2.RandomHorizontalFlip())
+    with pytest.raises(ValueError, match="runs on each record whole"):
+        list(ds)
+    ds.transform = None  # not a v2 transform: the fast path, which applies them
+    assert len(list(ds)) == 1
 
 
 def test_a_transform_after_the_fused_head_that_mixes_sizes_is_refused(tmp_path):

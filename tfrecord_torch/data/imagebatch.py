@@ -56,6 +56,29 @@ class SizeMismatch(Exception):
         self.name, self.key, self.shapes, self.hint = name, key, shapes, hint
 
 
+_SHAPING = {"layout": "NCHW", "normalize": None, "size": None, "pad": False}  # options the fast path alone applies
+
+
+def _refuse_unused(spec: dict, options: ImageBatching) -> None:
+    """ValueError when ``options`` asks for a layout, normalisation, size or
+    padding that only the fast path gives, for a spec with images or masks
+    that the fast path does not take (they would come out without them)."""
+    asked = [f"{k}={getattr(options, k)!r}" for k, default in _SHAPING.items() if getattr(options, k) != default]
+    if not asked or not any(f.stacks for f in spec.values()):
+        return
+    if _fast_image(spec) is not None:
+        why = ("the v2 transform runs on each record whole (its head is not a fusable "
+               "RandomResizedCrop or Resize((h, w)), or fused=False)")
+    else:
+        spatial = ", ".join(repr(n) for n, f in spec.items() if f.spatial)
+        why = (f"its spatial features ({spatial}) are not one RGB Image alone, so each record is decoded "
+               f"and transformed whole, its masks and boxes with it")
+    raise ValueError(f"images=ImageBatching({', '.join(asked)}) applies to the image fast path only, which this "
+                     f"dataset does not take: {why}. Give the size, dtype and layout in the transform instead "
+                     f"(v2.Resize((h, w)), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)); "
+                     f"to pad, batch per sample with collate_fn=pad_collate")
+
+
 def _shapes(values: list) -> list[tuple[int, ...] | None]:
     return [tuple(v.shape) if isinstance(v, torch.Tensor) else None for v in values]
 
@@ -142,15 +165,11 @@ class ImageBatches:
             if self.plan is None:
                 self.name = None  # an unfused per-image transform needs each image on its own
         self.engine = DecodeEngine(options) if self.name is not None and options is not None else None
-        if self.engine is not None and self.plan is None:
-            self.hint = (f"pass images=ImageBatching(size=(H, W)) (other sizes refused) or "
-                         f"ImageBatching(pad=True) (padded, with '{self.name}_size'), or {_RESIZE_HINT}; "
-                         f"{_PER_SAMPLE_HINT}")
-        else:
-            unused = options is not None and (options.size is not None or options.pad)
-            self.hint = (f"pass {_RESIZE_HINT}; {_PER_SAMPLE_HINT}" + (
-                " (ImageBatching's size= and pad= apply only where one RGB Image is the spec's only "
-                "spatial feature and the transform is fused or not a v2 transform)" if unused else ""))
+        if options is not None and self.engine is None:
+            _refuse_unused(spec, options)
+        self.hint = (f"pass images=ImageBatching(size=(H, W)) (other sizes refused) or ImageBatching(pad=True) "
+                     f"(padded, with '{self.name}_size'), or {_RESIZE_HINT}; {_PER_SAMPLE_HINT}"
+                     if self.engine is not None and self.plan is None else f"pass {_RESIZE_HINT}; {_PER_SAMPLE_HINT}")
 
     def close(self) -> None:
         if self.engine is not None:
