@@ -245,3 +245,12 @@ def test_a_transform_after_the_fused_head_that_mixes_sizes_is_refused(tmp_path):
     torch.manual_seed(0)
     with pytest.raises(MixedSizesError, match=r"feature 'image'.*record 0 at byte offset 0 .*end the transform"):
         list(TFRecordDataset(path, features=SPEC, batch_size=8, transform=transform))
+
+
+def test_a_fixed_size_that_disagrees_with_the_fused_head_is_refused(tmp_path):
+    path = _mixed_heights(tmp_path / "a.tfrecord", n=4, odd=())
+    crop = v2.RandomResizedCrop(16)
+    with pytest.raises(ValueError, match=r"size=\(20, 24\)\) disagrees with .* \(16, 16\)"):
+        list(TFRecordDataset(path, features=SPEC, batch_size=4, transform=crop, images=ImageBatching(size=(20, 24))))
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=4, transform=crop, images=ImageBatching(size=(16, 16)))
+    assert batch["image"].shape == (4, 3, 16, 16)

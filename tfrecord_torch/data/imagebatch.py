@@ -167,6 +167,10 @@ class ImageBatches:
         self.engine = DecodeEngine(options) if self.name is not None and options is not None else None
         if options is not None and self.engine is None:
             _refuse_unused(spec, options)
+        if self.plan is not None and options is not None and options.size is not None and \
+                tuple(int(v) for v in options.size) != tuple(self.plan.size):
+            raise ValueError(f"images=ImageBatching(size={tuple(options.size)!r}) disagrees with the size the "
+                             f"transform's fused head gives, {tuple(self.plan.size)!r}: drop size= or make them equal")
         self.hint = (f"pass images=ImageBatching(size=(H, W)) (other sizes refused) or ImageBatching(pad=True) "
                      f"(padded, with '{self.name}_size'), or {_RESIZE_HINT}; {_PER_SAMPLE_HINT}"
                      if self.engine is not None and self.plan is None else f"pass {_RESIZE_HINT}; {_PER_SAMPLE_HINT}")
