@@ -10,6 +10,7 @@ from tfrecord_torch import (
     Image,
     IndexedTFRecordDataset,
     Int64,
+    MixedSizesError,
     RecordWriter,
     Text,
     TFRecordDataset,
@@ -147,14 +148,14 @@ def test_pad_collate(tmp_path):
     assert (batch["image"][1, :, :, 3:] == 0).all()
 
 
-def test_batch_mode_images_stack_or_list(tmp_path):
+def test_batch_mode_images_stack_or_refuse_mixed_sizes(tmp_path):
     image_shards(tmp_path, sizes=[(4, 6)] * 4 + [(5, 5)] * 4)
     ds = TFRecordDataset(tmp_path, features=presets.tfds(), batch_size=4)
-    same, mixed = list(ds)[0], None
+    same = list(ds)[0]
     assert same["image"].shape == (4, 3, 4, 6) and same["label"].tolist() == [0, 1, 2, 3]
     ds = TFRecordDataset(tmp_path, features=presets.tfds(), batch_size=8)
-    mixed = next(iter(ds))
-    assert isinstance(mixed["image"], list) and len(mixed["image"]) == 8
+    with pytest.raises(MixedSizesError, match=r"record 4 at byte offset \d+ \(3x5x5\)"):
+        next(iter(ds))
 
 
 # --- the map-style dataset ---------------------------------------------------

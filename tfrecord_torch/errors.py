@@ -15,6 +15,7 @@ __all__ = [
     "ExampleDecodeError",
     "FeatureError",
     "IndexMismatchError",
+    "MixedSizesError",
     "RemoteError",
     "StaleIndexError",
     "TFRecordError",
@@ -139,6 +140,13 @@ class FeatureError(TFRecordError):
     def at(self, path: str, offset: int | None, record: int | None) -> FeatureError:
         """The same error, located in a file."""
         return FeatureError(self.key, self.reason, path, offset, record)
+
+
+class MixedSizesError(TFRecordError, ValueError):
+    """In batch mode, the images (or masks) of one batch differ in size and
+    nothing gives the batch one size, so they cannot be one tensor. The
+    message names two records of different sizes (file, byte offset, record)
+    and the options that fix the batch's size."""
 
 
 class RemoteError(TFRecordError):

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.imagebatch import ImageBatches, drop_rows
+from tfrecord_torch.data.imagebatch import ImageBatches, SizeMismatch, drop_rows
 from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch_runs, fetch_scattered
-from tfrecord_torch.errors import ExampleDecodeError, FeatureError
+from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch
 from tfrecord_torch.features.collate import pad_collate
 from tfrecord_torch.features.engine import ImageBatching
@@ -131,9 +131,18 @@ class BatchReader:
             pending = batches.begin(columns, len(payloads), number)
         except (ExampleDecodeError, FeatureError):
             return lambda: self._fallback_batch(items, batches, number)
+        except SizeMismatch as e:
+            error = mixed_sizes(e, items())
+
+            def refuse():
+                raise error
+            return refuse
 
         def result():
-            batch, failures = pending()
+            try:
+                batch, failures = pending()
+            except SizeMismatch as e:
+                raise mixed_sizes(e, items()) from None
             if failures:  # images that did not decode: reported (or raised), their rows dropped
                 located = items()
                 for i, error in sorted(failures.items()):
@@ -157,3 +166,19 @@ class BatchReader:
             return SKIPPED
         batch = pad_collate(decoded, keys=(), sequences=tuple(cast(SequenceSpec, self.spec).sequence))
         return self.transform(batch) if self.transform is not None else batch
+
+
+def mixed_sizes(e: SizeMismatch, located: list[Located]) -> MixedSizesError:
+    """The error naming the first record whose value's shape differs from the
+    batch's first (positions of ``e.shapes`` are those of ``located``)."""
+    first = e.shapes[0]
+    other = next(i for i, s in enumerate(e.shapes) if s != first)
+
+    def where(i: int) -> str:
+        shape = e.shapes[i]
+        size = "no value" if shape is None else "x".join(map(str, shape))
+        return f"{located[i].path}: record {located[i].record} at byte offset {located[i].offset} ({size})"
+
+    return MixedSizesError(
+        f"feature {e.key!r} ('{e.name}') differs in size within one batch -- {where(0)}, but {where(other)} -- "
+        f"and in batch mode images and masks come as one tensor [B, ...]: {e.hint}")

@@ -7,8 +7,14 @@ callable still receives the whole batch. The fast path takes a spec with
 exactly one RGB :class:`~tfrecord_torch.Image` (besides any number of
 non-spatial features such as labels): its images are decoded on the engine's
 threads into one buffer, a fusable head of the transform done on the way.
-Specs with masks, boxes or several images, and ``images=False``, decode and
-transform each record as the per-sample path does, then stack.
+Specs with masks, boxes or several images, and ``images=False``, decode each
+record as the per-sample path does (tv_tensors, so a v2 transform moves masks
+and boxes with their image), transform it, then stack.
+
+Images and masks always come out as one tensor [B, ...]: a batch whose
+values differ in size, with nothing that gives them one size, raises
+:class:`SizeMismatch` for the dataset to name the records (a batch's type
+never depends on its data).
 """
 
 from __future__ import annotations
@@ -26,7 +32,71 @@ from tfrecord_torch.features.engine import DecodeEngine, ImageBatching, MixedSiz
 from tfrecord_torch.features.image_specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["ImageBatches", "drop_rows", "fuse_per_sample", "is_v2_transform"]
+__all__ = ["ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform"]
+
+_RESIZE_HINT = ("a transform that gives one size (v2.Resize((h, w)), v2.RandomResizedCrop(s), "
+                "v2.CenterCrop(s))")
+_PER_SAMPLE_HINT = ("or batch per sample (no batch_size= on the dataset, DataLoader(batch_size=N)) with "
+                    "collate_fn=pad_collate, or detection_collate for lists")
+
+
+class SizeMismatch(Exception):
+    """The values of an image or mask feature differ in shape within one batch
+    (or some are missing) and nothing gives them one size. The dataset, which
+    knows where each record is, names them (:class:`~tfrecord_torch.errors.MixedSizesError`).
+
+    Attributes:
+        name, key: the feature's output name and record key.
+        shapes: each record's value shape (None: no value), in batch order.
+        hint: the options that give the batch one size.
+    """
+
+    def __init__(self, name: str, key: str | None, shapes: list[tuple[int, ...] | None], hint: str) -> None:
+        super().__init__(f"{name}: values of different shapes in one batch")
+        self.name, self.key, self.shapes, self.hint = name, key, shapes, hint
+
+
+_SHAPING = {"layout": "NCHW", "normalize": None, "size": None, "pad": False}  # options the fast path alone applies
+
+
+def _refuse_unused(spec: dict, options: ImageBatching) -> None:
+    """ValueError when ``options`` asks for a layout, normalisation, size or
+    padding that only the fast path gives, for a spec with images or masks
+    that the fast path does not take (they would come out without them)."""
+    asked = [f"{k}={getattr(options, k)!r}" for k, default in _SHAPING.items() if getattr(options, k) != default]
+    if not asked or not any(f.stacks for f in spec.values()):
+        return
+    if _fast_image(spec) is not None:
+        why = ("the v2 transform runs on each record whole (its head is not a fusable "
+               "RandomResizedCrop or Resize((h, w)), or fused=False)")
+    else:
+        spatial = ", ".join(repr(n) for n, f in spec.items() if f.spatial)
+        why = (f"its spatial features ({spatial}) are not one RGB Image alone, so each record is decoded "
+               f"and transformed whole, its masks and boxes with it")
+    raise ValueError(f"images=ImageBatching({', '.join(asked)}) applies to the image fast path only, which this "
+                     f"dataset does not take: {why}. Give the size, dtype and layout in the transform instead "
+                     f"(v2.Resize((h, w)), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)); "
+                     f"to pad, batch per sample with collate_fn=pad_collate")
+
+
+def _shapes(values: list) -> list[tuple[int, ...] | None]:
+    return [tuple(v.shape) if isinstance(v, torch.Tensor) else None for v in values]
+
+
+def _decode_columns(columns: dict, spec: dict, size: int) -> dict:
+    """Each feature's column as its ``decode_column`` gives it, unstacked: a
+    tensor [B, ...] (fixed-shape numbers) or a list of B values, each what the
+    per-sample decode gives (``tv_tensors`` kept, so a v2 transform knows a
+    mask and boxes from the image)."""
+    cache: list = []
+
+    def records() -> list:
+        if not cache:
+            cache.extend({k: c[i] for k, c in columns.items() if c[i] is not None} for i in range(size))
+        return cache
+
+    return {name: feature.decode_column(columns.get(feature.key, [None] * size), records)
+            for name, feature in spec.items()}
 
 
 def is_v2_transform(transform: Any) -> bool:
@@ -95,6 +165,15 @@ class ImageBatches:
             if self.plan is None:
                 self.name = None  # an unfused per-image transform needs each image on its own
         self.engine = DecodeEngine(options) if self.name is not None and options is not None else None
+        if options is not None and self.engine is None:
+            _refuse_unused(spec, options)
+        if self.plan is not None and options is not None and options.size is not None and \
+                tuple(int(v) for v in options.size) != tuple(self.plan.size):
+            raise ValueError(f"images=ImageBatching(size={tuple(options.size)!r}) disagrees with the size the "
+                             f"transform's fused head gives, {tuple(self.plan.size)!r}: drop size= or make them equal")
+        self.hint = (f"pass images=ImageBatching(size=(H, W)) (other sizes refused) or ImageBatching(pad=True) "
+                     f"(padded, with '{self.name}_size'), or {_RESIZE_HINT}; {_PER_SAMPLE_HINT}"
+                     if self.engine is not None and self.plan is None else f"pass {_RESIZE_HINT}; {_PER_SAMPLE_HINT}")
 
     def close(self) -> None:
         if self.engine is not None:
@@ -114,9 +193,10 @@ class ImageBatches:
         """:meth:`decode`, started: the images decode on the engine's threads
         while the caller goes on; call the result for (batch, failures)."""
         if self.engine is None or self.name is None:
-            batch = decode_batch(columns, self.spec, size)
-            done: tuple[dict, dict[int, FeatureError]] = \
-                (self._per_record(batch, size) if self.per_record else batch), {}
+            if self.per_record:
+                done: tuple[dict, dict[int, FeatureError]] = self._per_record(columns, size), {}
+            else:
+                done = self._stacked(decode_batch(columns, self.spec, size)), {}
             return lambda: done
         feature = self.spec[self.name]
         others = {n: f for n, f in self.spec.items() if n != self.name}
@@ -135,9 +215,10 @@ class ImageBatches:
             int(np.random.SeedSequence([*self.seed, number]).generate_state(1)[0]))
         try:
             pending = self.engine.start(images, plan=self.plan, generator=generator)
-        except MixedSizes:  # no fixed size: a list, as the per-sample decode gives
+        except MixedSizes:  # no fixed size: refused (named by the dataset), never a list
             batch.update(decode_batch(columns, {self.name: feature}, size))
-            return lambda: (batch, {})
+            stacked = self._stacked(batch)
+            return lambda: (stacked, {})
         name = self.name
 
         def finish() -> tuple[dict, dict[int, FeatureError]]:
@@ -162,32 +243,43 @@ class ImageBatches:
         layout = self.engine.options.layout if self.engine is not None else "NCHW"
         nchw = pixels if layout == "NCHW" else pixels.permute(0, 3, 1, 2)
         out = [rest(tv_tensors.Image(image)) for image in nchw]
-        if all(isinstance(o, torch.Tensor) for o in out) and len({tuple(o.shape) for o in out}) == 1:
-            return torch.stack([o.as_subclass(torch.Tensor) for o in out])
-        return out
+        shapes = _shapes(out)
+        if None in shapes or len(set(shapes)) != 1:
+            name = str(self.name)
+            raise SizeMismatch(name, self.spec[name].key, shapes, f"end the transform with {_RESIZE_HINT}")
+        return torch.stack([o.as_subclass(torch.Tensor) for o in out])
 
     def finish(self, batch: Any) -> Any:
         """The dataset's transform on a decoded batch, if it takes batches."""
         return self.transform(batch) if self.transform is not None and not self.per_record else batch
 
-    def _per_record(self, batch: dict, size: int) -> Any:
-        """Each record's features through the transform, then collated: what
-        the batch held as a list (boxes, labels of varying count) stays a list
-        of the transformed values; images and masks stack once the transform
-        made them one size; the rest stacks."""
-        if not self.transform:
-            return batch
-        records = [{k: v[i] for k, v in batch.items()} for i in range(size)]
-        out = [self.transform(r) for r in records]
-        if not all(isinstance(o, dict) and o.keys() == batch.keys() for o in out):
+    def _stacked(self, batch: dict) -> dict:
+        """``batch``, checked: every image and mask feature is one tensor."""
+        for name, feature in self.spec.items():
+            if feature.stacks and isinstance(batch.get(name), list):
+                raise SizeMismatch(name, feature.key, _shapes(batch[name]), self.hint)
+        return batch
+
+    def _per_record(self, columns: dict, size: int) -> Any:
+        """Each record decoded as the per-sample path decodes it, through the
+        transform, then collated: images and masks stack (all one size, or
+        :class:`SizeMismatch`); what the batch held as a list (boxes, labels
+        of varying count) stays a list of the transformed values; the rest
+        stacks."""
+        decoded = _decode_columns(columns, self.spec, size)
+        records = [{k: v[i] for k, v in decoded.items()} for i in range(size)]
+        out = [self.transform(r) for r in records] if self.transform else records
+        if not all(isinstance(o, dict) and o.keys() == decoded.keys() for o in out):
             return default_collate(out)
         collated = {}
-        for key in batch:
+        for key, column in decoded.items():
             values = [o[key] for o in out]
-            feature = self.spec.get(key)
-            stack = not isinstance(batch[key], list) or (
-                feature is not None and feature.stacks and all(isinstance(v, torch.Tensor) for v in values)
-                and len({tuple(v.shape) for v in values}) == 1)
+            feature = self.spec[key]
+            if feature.stacks:
+                shapes = _shapes(values)
+                if None in shapes or len(set(shapes)) != 1:
+                    raise SizeMismatch(key, feature.key, shapes, self.hint)
+            stack = feature.stacks or isinstance(column, torch.Tensor)
             collated[key] = default_collate(values) if stack else values
         return collated
 

@@ -65,10 +65,16 @@ class ImageBatching:
             come out float32, ``(x / 255 - mean) / std``, computed on the threads.
         size: the batch's fixed (height, width): an image of another size is
             refused (a FeatureError, under ``on_error``) unless padding. None:
-            a batch of mixed sizes comes out as a list of [3, H, W] tensors.
+            a batch of mixed sizes, with no resizing transform, raises
+            :class:`~tfrecord_torch.errors.MixedSizesError`.
         pad: smaller images are padded (bottom, right, zeros) to ``size``, or
             to the batch's largest; the batch then holds "<name>_size" (int64
             [B, 2], each image's own size).
+
+    ``layout``, ``normalize``, ``size`` and ``pad`` apply on the fast path
+    only (one RGB Image as the spec's only spatial feature, and a transform
+    that is fused or not a v2 transform); asked for elsewhere, the dataset
+    raises ValueError.
     """
 
     threads: int | None = None
