@@ -113,7 +113,7 @@ def test_dataset_skips_and_counts_across_workers(tmp_path, workers, batch_size):
 
 def test_dataset_errors_reach_main_process_with_location(tmp_path):
     paths = write_shards(tmp_path, [6, 6])
-    TFRecordDataset(tmp_path)  # build indexes while the data is good
+    TFRecordDataset(tmp_path, index="beside")  # index files beside the shards while the data is good
     size = len(paths[1].read_bytes()) // 6
     corrupt(paths[1], size, 2, "payload")
     ds = TFRecordDataset(tmp_path)

@@ -3,6 +3,7 @@ indexing when first read (with a progress bar if asked), counts checked."""
 
 import json
 import pickle
+import shutil
 
 import pytest
 import torchvision
@@ -11,12 +12,18 @@ from tfrecord_torch import TFRecordDataset, TFRecordError, tfds_dataset, write_d
 
 
 @pytest.fixture()
-def folder(tmp_path):
+def folder(tmp_path, monkeypatch):
     data = torchvision.datasets.FakeData(size=30, image_size=(3, 8, 8), num_classes=3, random_offset=1)
     write_dataset(data, tmp_path, name="fake", shard_size=8, progress=False)
-    for stale in list(tmp_path.glob("*.index")) + list(tmp_path.glob("*.index.json")):
-        stale.unlink()
+    shutil.rmtree(tmp_path / "index")  # no index files: as TFDS writes a folder
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path.parent / f"{tmp_path.name}-cache"))
     return tmp_path
+
+
+def cached(folder):
+    """The indexes the reads built (kept in the local index cache, not in the folder)."""
+    cache = folder.parent / f"{folder.name}-cache"
+    return sorted(cache.iterdir()) if cache.exists() else []
 
 
 def lengths(folder):
@@ -40,8 +47,9 @@ def test_len_comes_from_shard_lengths_without_reading(folder):
     for p, data in originals.items():
         p.write_bytes(data)
     ds = tfds_dataset(folder, "train")
-    assert not list(folder.glob("*.index"))  # still nothing indexed
-    assert len(list(ds)) == 30 and len(list(folder.glob("*.index"))) == 4  # indexed when first read
+    assert not cached(folder)  # still nothing indexed
+    assert len(list(ds)) == 30 and len(cached(folder)) == 4  # indexed when first read
+    assert not (folder / "index").exists()  # and nothing written into the folder
 
 
 def test_a_shard_holding_another_count_is_named(folder, tmp_path):
@@ -57,7 +65,7 @@ def test_progress_bar_while_indexing(folder, capsys):
     assert "indexing 4 shards" in capsys.readouterr().err
     list(tfds_dataset(folder, "train", progress=True))  # indexed now: nothing to show
     assert capsys.readouterr().err == ""
-    for index in folder.glob("*.index"):
+    for index in cached(folder):
         index.unlink()
     list(tfds_dataset(folder, "train"))  # default: only on a terminal
     assert capsys.readouterr().err == ""

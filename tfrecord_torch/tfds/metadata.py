@@ -56,13 +56,14 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
     and ``label.labels.txt`` so ``tfds.builder_from_directory`` loads the folder."""
     output_dir = os.fspath(output_dir)
     with _metadata_lock(output_dir):
-        _update_info(output_dir, name=name, split=split, shard_lengths=shard_lengths, num_bytes=num_bytes,
-                     compression=compression, storage_options=storage_options)
+        # dataset_info.json last: once it names the split, a reader finds everything it needs
         _write_json(os.path.join(output_dir, "features.json"),
                     {"featuresDict": {"features": features}, "pythonClassName": _DICT}, storage_options)
         if class_names is not None:
             atomic.write_bytes(os.path.join(output_dir, "label.labels.txt"),
                            "".join(f"{c}\n" for c in class_names).encode("utf-8"), storage_options)
+        _update_info(output_dir, name=name, split=split, shard_lengths=shard_lengths, num_bytes=num_bytes,
+                     compression=compression, storage_options=storage_options)
 
 
 @contextlib.contextmanager
