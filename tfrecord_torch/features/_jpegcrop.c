@@ -312,7 +312,8 @@ static PyMethodDef methods[] = {
      "error message or None per image (a failed slot is zero-filled)."},
     {"decode_crop", decode_crop, METH_VARARGS,
      "decode_crop(data, out, top, left, height, width, fast): decode a window of a JPEG to RGB "
-     "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data."},
+     "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data or a window outside "
+     "the image."},
     {NULL, NULL, 0, NULL},
 };
 
