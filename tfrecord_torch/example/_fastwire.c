@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void tfr_crc32c_setup(void);
@@ -49,16 +50,26 @@ static int varint(cursor *c, uint64_t *out) {
     return -1;
 }
 
+/* Reads a tag or a length: a varint of at most 5 bytes, no larger than limit. protobuf (upb)
+ * refuses a longer one, even one that only pads a small value, so the message is left to it. */
+static int short_varint(cursor *c, uint64_t limit, uint64_t *out) {
+    const uint8_t *start = c->p;
+    if (varint(c, out) < 0 || c->p - start > 5 || *out > limit) {
+        return -1;
+    }
+    return 0;
+}
+
 /* Reads a tag and, for length-delimited fields, the field's span. */
 static int field(cursor *c, uint32_t *number, uint32_t *wire, cursor *span) {
     uint64_t tag, len;
-    if (varint(c, &tag) < 0 || (tag >> 3) == 0 || (tag >> 3) > 0x1FFFFFFF) {
+    if (short_varint(c, UINT32_MAX, &tag) < 0 || (tag >> 3) == 0) {
         return -1;
     }
     *number = (uint32_t)(tag >> 3);
     *wire = (uint32_t)(tag & 7);
     if (*wire == 2) {
-        if (varint(c, &len) < 0 || len > (uint64_t)(c->end - c->p)) {
+        if (short_varint(c, INT32_MAX - 1, &len) < 0 || len > (uint64_t)(c->end - c->p)) {
             return -1;
         }
         span->p = c->p;
@@ -314,7 +325,9 @@ static PyObject *features_dict(cursor features) {
 static PyObject *sorted_dict(entry *entries, size_t n) {
     size_t i;
     PyObject *out;
-    qsort(entries, n, sizeof(entry), compare);
+    if (n > 1) { /* an empty map has no array at all, and qsort must not be given NULL */
+        qsort(entries, n, sizeof(entry), compare);
+    }
     out = PyDict_New();
     for (i = 0; out != NULL && i < n; i++) {
         PyObject *key;
@@ -442,6 +455,14 @@ done:
 }
 
 #define SMALL 4096
+#define MAX_SPAN (64 << 20)
+
+/* Whether size bytes at offset lie inside the open file fd: a size from a crafted or stale
+ * index must not become an allocation of that size. Only asked of large sizes (one fstat). */
+static int inside_file(int fd, long long offset, long long size) {
+    struct stat st;
+    return fstat(fd, &st) == 0 && offset <= (long long)st.st_size && size <= (long long)st.st_size - offset;
+}
 
 /* Reads the framed record of size bytes at offset into small (or a buffer it
  * allocates in *buf) and checks its length and, if verify, both CRCs. 1 with
@@ -454,7 +475,7 @@ static int read_frame(int fd, long long offset, Py_ssize_t size, int verify, uin
     uint32_t stored;
     uint8_t *b = small;
     *buf = small;
-    if (size < 16 || offset < 0) {
+    if (size < 16 || offset < 0 || (size > MAX_SPAN && !inside_file(fd, offset, size))) {
         return 0;
     }
     if (size > SMALL && (b = *buf = PyMem_Malloc((size_t)size)) == NULL) {
@@ -532,7 +553,7 @@ typedef struct {
 
 /* Reads a plan: a tuple of (name, key bytes, is_float, shape tuple or None). 0, or -1 to fall back. */
 static int read_plan(PyObject *plan, planned *p, Py_ssize_t *n) {
-    Py_ssize_t i, d;
+    Py_ssize_t i, d, extent;
     if (!PyTuple_Check(plan) || (*n = PyTuple_GET_SIZE(plan)) > MAX_PLANNED) {
         return -1;
     }
@@ -555,13 +576,19 @@ static int read_plan(PyObject *plan, planned *p, Py_ssize_t *n) {
         if (p[i].ndim > MAX_DIMS) {
             return -1;
         }
-        p[i].count = 1;
+        p[i].count = extent = 1;
         for (d = 0; d < p[i].ndim; d++) {
             p[i].dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
             if (p[i].dims[d] < 0) {
                 PyErr_Clear();
                 return -1;
             }
+            /* a shape numpy cannot make (it refuses one even when another dim is 0) matches no
+             * record: the usual path raises the FeatureError that names the key and the record */
+            if (p[i].dims[d] > 1 && extent > NPY_MAX_INTP / 8 / p[i].dims[d]) {
+                return -1;
+            }
+            extent *= p[i].dims[d] ? p[i].dims[d] : 1;
             p[i].count *= p[i].dims[d];
         }
     }
@@ -688,21 +715,24 @@ done:
     return out;
 }
 
-#define MAX_SPAN (64 << 20)
-
 /* read_frames(fd, index, r0, r1, verify, crc): records r0..r1-1 of a shard
  * (index: int64 [n, 2] of offsets and frame sizes), adjacent in the file,
  * read with one pread (GIL released) and checked as read_example checks one:
  * a list of their payloads (bytes). Payload CRCs of more than 1 KiB are
  * computed by crc (the crc32c package's function, which is faster on long
  * buffers). None for anything else: records that are not adjacent, more than
- * 64 MiB at once, a short read, a length or CRC that does not match. */
+ * 64 MiB at once, offsets or sizes that are negative or overflow, a short
+ * read, a length or CRC that does not match.
+ *
+ * The rows used are copied out of the index first and every offset and size
+ * is checked on the copy: the GIL is released during the read and crc runs
+ * Python code, so the caller's array may change before the frames are cut. */
 static PyObject *read_frames(PyObject *self, PyObject *args) {
     int fd, verify;
-    Py_ssize_t r0, r1, r, got, total;
+    Py_ssize_t r0, r1, r, n, got, total;
     PyObject *index, *crc, *out = NULL;
     PyArrayObject *ix;
-    const int64_t *at;
+    int64_t *spans = NULL, start, end;
     uint8_t *buf = NULL, *p;
 
     if (!PyArg_ParseTuple(args, "iOnnpO", &fd, &index, &r0, &r1, &verify, &crc)) {
@@ -711,34 +741,42 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     ix = (PyArrayObject *)index;
     if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
         PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r0 < 0 || r1 <= r0 ||
-        r1 > PyArray_DIM(ix, 0)) {
+        r1 > PyArray_DIM(ix, 0) || r1 - r0 > MAX_SPAN / 16) {
         Py_RETURN_NONE;
     }
-    at = (const int64_t *)PyArray_DATA(ix);
-    for (r = r0; r < r1; r++) {
-        if (at[2 * r + 1] < 16 || (r + 1 < r1 && at[2 * r + 2] != at[2 * r] + at[2 * r + 1])) {
-            Py_RETURN_NONE;
+    n = r1 - r0;
+    if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
+        return PyErr_NoMemory();
+    }
+    memcpy(spans, (const int64_t *)PyArray_DATA(ix) + 2 * r0, sizeof(int64_t) * 2 * (size_t)n);
+    /* each sum below stays under start + MAX_SPAN, which cannot overflow */
+    start = end = spans[0];
+    if (start < 0 || start > INT64_MAX - MAX_SPAN) {
+        goto fallback;
+    }
+    for (r = 0; r < n; r++) {
+        if (spans[2 * r] != end || spans[2 * r + 1] < 16 || spans[2 * r + 1] > MAX_SPAN - (end - start)) {
+            goto fallback;
         }
+        end += spans[2 * r + 1];
     }
-    total = (Py_ssize_t)(at[2 * r1 - 2] + at[2 * r1 - 1] - at[2 * r0]);
-    if (at[2 * r0] < 0 || total > MAX_SPAN) {
-        Py_RETURN_NONE;
-    }
+    total = (Py_ssize_t)(end - start);
     if ((buf = PyMem_Malloc((size_t)total)) == NULL) {
+        PyMem_Free(spans);
         return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
-    got = pread(fd, buf, (size_t)total, (off_t)at[2 * r0]);
+    got = pread(fd, buf, (size_t)total, (off_t)start);
     Py_END_ALLOW_THREADS
-    if (got != total || (out = PyList_New(r1 - r0)) == NULL) {
+    if (got != total || (out = PyList_New(n)) == NULL) {
         goto fallback;
     }
-    for (r = r0, p = buf; r < r1; p += at[2 * r + 1], r++) {
+    for (r = 0, p = buf; r < n; p += spans[2 * r + 1], r++) {
         uint64_t length;
         uint32_t stored, sum;
         PyObject *payload;
         memcpy(&length, p, 8);
-        if (length != (uint64_t)at[2 * r + 1] - 16) {
+        if (length != (uint64_t)spans[2 * r + 1] - 16) {
             goto fallback;
         }
         memcpy(&stored, p + 8, 4);
@@ -749,7 +787,7 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
         if (payload == NULL) {
             goto error;
         }
-        PyList_SET_ITEM(out, r - r0, payload);
+        PyList_SET_ITEM(out, r, payload);
         if (!verify) {
             continue;
         }
@@ -773,14 +811,17 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
             goto fallback;
         }
     }
+    PyMem_Free(spans);
     PyMem_Free(buf);
     return out;
 fallback:
     Py_XDECREF(out);
+    PyMem_Free(spans);
     PyMem_Free(buf);
     Py_RETURN_NONE;
 error:
     Py_XDECREF(out);
+    PyMem_Free(spans);
     PyMem_Free(buf);
     return NULL;
 }

@@ -3,7 +3,9 @@
  * decode_crop(data, out, top, left, height, width, fast) decodes the
  * (top, left, height, width) window of a baseline or progressive JPEG to RGB
  * into `out` (a writable C-contiguous buffer of height * width * 3 bytes),
- * with the GIL released. Rows above the window are skipped
+ * with the GIL released. The window is taken as signed 64-bit integers and
+ * must lie inside the image (ValueError naming the window and the image's
+ * size otherwise), as the pure-Python path requires. Rows above the window are skipped
  * (jpeg_skip_scanlines: entropy-decoded, no IDCT), columns outside it are
  * not produced (jpeg_crop_scanline) and rows below it are never read: what
  * tf.image.decode_and_crop_jpeg and DALI's ImageDecoderRandomCrop do.
@@ -69,15 +71,19 @@ static void finish(j_decompress_ptr cinfo) {
     jpeg_destroy_decompress(cinfo);
 }
 
-/* Decodes the window (top, left, height, width) into out; 0, or -1 with message set. */
-static int decode(const unsigned char *data, size_t size, unsigned char *out, unsigned int top,
-                  unsigned int left, unsigned int height, unsigned int width, int fast, int exact,
+/* Decodes the window (top, left, height, width) into out; 0, or -1 with message set. The window
+ * comes as the caller gave it (signed, 64-bit) and is checked against the image in 64 bits before
+ * libjpeg sees it: a negative or wrapped value must never reach jpeg_crop_scanline or
+ * jpeg_skip_scanlines, which would write outside their buffers or skip the whole image. */
+static int decode(const unsigned char *data, size_t size, unsigned char *out, long long top_arg,
+                  long long left_arg, long long height_arg, long long width_arg, int fast, int exact,
                   char *message) {
     struct jpeg_decompress_struct cinfo;
     error_mgr err;
     unsigned char *volatile row = NULL;
     JDIMENSION xoffset, cropped, y;
-    unsigned int margin_left, stride;
+    unsigned int top, left, height, width, margin_left, stride;
+    long long image_height, image_width;
 
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = on_error;
@@ -92,18 +98,26 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, un
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_read_header(&cinfo, TRUE);
-    if (exact && (height != cinfo.image_height || width != cinfo.image_width)) {
-        snprintf(message, JMSG_LENGTH_MAX, "image is %ux%u, expected %ux%u", (unsigned)cinfo.image_height,
-                 (unsigned)cinfo.image_width, height, width);
+    image_height = (long long)cinfo.image_height;
+    image_width = (long long)cinfo.image_width;
+    if (exact && (height_arg != image_height || width_arg != image_width)) {
+        snprintf(message, JMSG_LENGTH_MAX, "image is %lldx%lld, expected %lldx%lld", image_height, image_width,
+                 height_arg, width_arg);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
-    if (top + height > cinfo.image_height || left + width > cinfo.image_width || !height || !width) {
-        snprintf(message, JMSG_LENGTH_MAX, "crop window (%u, %u, %u, %u) is outside the %ux%u image",
-                 top, left, height, width, (unsigned)cinfo.image_height, (unsigned)cinfo.image_width);
+    /* no sum here can overflow: each side is bounded by the image (at most 65535) or checked first */
+    if (top_arg < 0 || left_arg < 0 || height_arg < 1 || width_arg < 1 || height_arg > image_height ||
+        width_arg > image_width || top_arg > image_height - height_arg || left_arg > image_width - width_arg) {
+        snprintf(message, JMSG_LENGTH_MAX, "crop window (%lld, %lld, %lld, %lld) is outside the %lldx%lld image",
+                 top_arg, left_arg, height_arg, width_arg, image_height, image_width);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
+    top = (unsigned int)top_arg;
+    left = (unsigned int)left_arg;
+    height = (unsigned int)height_arg;
+    width = (unsigned int)width_arg;
     if (!has_eoi(data, size, size - cinfo.src->bytes_in_buffer)) {
         snprintf(message, JMSG_LENGTH_MAX, "Premature end of JPEG file (no end-of-image marker)");
         jpeg_destroy_decompress(&cinfo);
@@ -148,17 +162,47 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, un
     return 0;
 }
 
+/* A window coordinate: any Python int; one beyond 64 bits is refused here (no image is that large). */
+static int coordinate(PyObject *value, const char *name, long long *out) {
+    int overflow;
+    PyObject *number = PyNumber_Index(value);
+    if (number == NULL) {
+        return -1;
+    }
+    *out = PyLong_AsLongLongAndOverflow(number, &overflow);
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "crop window %s=%R is outside any image", name, number);
+    }
+    Py_DECREF(number);
+    return overflow || (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Whether height x width is a size a JPEG can have (so that height * width * 3 cannot overflow). */
+static int plausible(long long height, long long width) {
+    return height >= 0 && width >= 0 && height <= JPEG_MAX_DIMENSION && width <= JPEG_MAX_DIMENSION;
+}
+
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
     Py_buffer data, out;
-    unsigned int top, left, height, width;
+    PyObject *args4[4];
+    long long top, left, height, width;
     int fast, status;
     char message[JMSG_LENGTH_MAX];
 
-    if (!PyArg_ParseTuple(args, "y*w*IIIIp", &data, &out, &top, &left, &height, &width, &fast)) {
+    if (!PyArg_ParseTuple(args, "y*w*OOOOp", &data, &out, &args4[0], &args4[1], &args4[2], &args4[3], &fast)) {
         return NULL;
     }
-    if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != (size_t)height * width * 3) {
-        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %u x %u x 3 bytes",
+    if (coordinate(args4[0], "top", &top) < 0 || coordinate(args4[1], "left", &left) < 0 ||
+        coordinate(args4[2], "height", &height) < 0 || coordinate(args4[3], "width", &width) < 0) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    /* a height or width no JPEG can have is refused by decode() with the image's size, before out is
+     * touched; any other must match out exactly */
+    if (!PyBuffer_IsContiguous(&out, 'C') ||
+        (plausible(height, width) && (size_t)out.len != (size_t)height * (size_t)width * 3)) {
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %lld x %lld x 3 bytes",
                      height, width);
         PyBuffer_Release(&data);
         PyBuffer_Release(&out);
@@ -181,7 +225,7 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
 static PyObject *decode_many(PyObject *self, PyObject *args) {
     PyObject *items, *seq, *errors = NULL;
     Py_buffer out;
-    unsigned int height, width;
+    long long height, width;
     int fast;
     Py_ssize_t n, i;
     const unsigned char **data = NULL;
@@ -189,7 +233,13 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
     int *status = NULL;
     char (*messages)[JMSG_LENGTH_MAX] = NULL;
 
-    if (!PyArg_ParseTuple(args, "Ow*IIp", &items, &out, &height, &width, &fast)) {
+    if (!PyArg_ParseTuple(args, "Ow*LLp", &items, &out, &height, &width, &fast)) {
+        return NULL;
+    }
+    if (!plausible(height, width)) {
+        PyErr_Format(PyExc_ValueError, "height x width (%lld x %lld) is not a JPEG size (0 to %d each)", height,
+                     width, (int)JPEG_MAX_DIMENSION);
+        PyBuffer_Release(&out);
         return NULL;
     }
     seq = PySequence_Tuple(items); /* our own references: the caller's list may change meanwhile */
@@ -198,9 +248,9 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
         return NULL;
     }
     n = PyTuple_GET_SIZE(seq);
-    slot = (size_t)height * width * 3;
+    slot = (size_t)height * (size_t)width * 3;
     if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != slot * (size_t)n) {
-        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %u x %u x 3 bytes", n,
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %lld x %lld x 3 bytes", n,
                      height, width);
         goto done;
     }
@@ -262,7 +312,8 @@ static PyMethodDef methods[] = {
      "error message or None per image (a failed slot is zero-filled)."},
     {"decode_crop", decode_crop, METH_VARARGS,
      "decode_crop(data, out, top, left, height, width, fast): decode a window of a JPEG to RGB "
-     "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data."},
+     "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data or a window outside "
+     "the image."},
     {NULL, NULL, 0, NULL},
 };
 

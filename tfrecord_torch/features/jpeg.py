@@ -78,6 +78,7 @@ def _crop_helper():  # the compiled helper, or None where it was not built
 
 
 _CROP = _crop_helper()
+_MAX_SIDE = 65500  # libjpeg's JPEG_MAX_DIMENSION: no JPEG is taller or wider
 
 
 def crop_decoding_available() -> bool:
@@ -107,7 +108,10 @@ def decode_jpeg_window(data: bytes, box: tuple[int, int, int, int], *, decoder: 
                 or left + width > image.shape[1]:
             raise ValueError(f"crop window {box} is outside the {image.shape[0]}x{image.shape[1]} image")
         return image[top:top + height, left:left + width]
-    out = np.empty((height, width, 3), np.uint8)
+    # A window no JPEG can hold gets no buffer of its size: the helper refuses it (naming the
+    # image's size) before writing, and an absurd size must not become an allocation first.
+    fits = 0 <= height <= _MAX_SIDE and 0 <= width <= _MAX_SIDE
+    out = np.empty((height, width, 3) if fits else (0, 0, 3), np.uint8)
     _CROP.decode_crop(data, out, top, left, height, width, decoder == "fast")
     return out
 
