@@ -238,9 +238,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         info = torch.utils.data.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         self.epoch = self._epochs.start()
-        skip = 0
-        if self._resume is not None:
-            skip, self._resume = int(self._resume["position"]), None
+        skip = self._take_resume()
         self._position = skip
         if self.streamed:
             units = self._streamed(worker, workers, skip)
