@@ -42,7 +42,8 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         paths: a path, a glob pattern, a directory, or a list of these.
         features: a feature spec (``{"image": Image(), "label": Int64()}``,
             or a preset, or a TF ``feature_description``); None yields the
-            dicts :func:`parse_example` returns. With ``sequence_features``,
+            dicts :func:`~tfrecord_torch.example.codec.parse_record` returns (a SequenceExample's context
+            features and feature lists side by side). With ``sequence_features``,
             the spec of the SequenceExamples' context (may be None).
         sequence_features: read SequenceExamples: a spec of their feature
             lists, each feature's shape being one step's (``Int64("tokens")``

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from tfrecord_torch._types import Bytes
-from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.example.codec import has_feature_lists, parse_example, parse_record
 from tfrecord_torch.example.wire import Reject, Walker
 from tfrecord_torch.records.framing import Chunk
 
-__all__ = ["parse_example_batch"]
+__all__ = ["parse_example_batch", "parse_record_batch"]
 
 _MIN_GROUP = 4  # fewer same-length records than this are not worth a template
 _MAX_LAYOUTS = 4  # templates tried per length group before falling back
@@ -76,6 +76,26 @@ def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarra
         for key in keys:
             columns.setdefault(key, []).append((where, [p.get(key) for p in parsed]))
     return {key: _assemble(pieces, n) for key, pieces in sorted(columns.items())}
+
+
+def parse_record_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray | list]:
+    """:func:`parse_example_batch`, but a SequenceExample's feature lists come
+    too (as :func:`~tfrecord_torch.example.codec.parse_record` gives them):
+    each list's column is a list of N per-record step lists, None where a
+    record lacks it.
+
+    Raises:
+        ExampleDecodeError: a record is neither an Example nor a SequenceExample.
+        FeatureError: a record has a key both in its context and its feature lists.
+    """
+    rows = _Rows(records)
+    n = len(rows)
+    if not any(has_feature_lists(rows.payload(i)) for i in range(n)):
+        return parse_example_batch(records)
+    parsed = [parse_record(rows.payload(i)) for i in range(n)]
+    everyone = np.arange(n)
+    return {key: _assemble([(everyone, [p.get(key) for p in parsed])], n)
+            for key in sorted({k for p in parsed for k in p})}
 
 
 def _assemble(pieces: list, n: int):
