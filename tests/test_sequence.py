@@ -289,6 +289,18 @@ def test_reading_sequence_examples_without_a_spec_gives_context_and_feature_list
             assert got["pairs"] == item["pairs"] and np.asarray(got["label"]).tolist() == [i]
 
 
+def test_batch_mode_without_a_spec_keeps_feature_lists_of_same_sized_records(tmp_path):
+    """Records of one size and shape (the batch parser's layout path) still
+    give their feature lists in batch mode without a spec."""
+    path = tmp_path / "same.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(8):
+            w.write(make_sequence_example({"label": i}, {"tokens": [[i], [i + 1]]}))
+    (batch,) = list(TFRecordDataset(path, batch_size=8))
+    assert batch["label"][:, 0].tolist() == list(range(8))
+    assert [[int(s[0]) for s in steps] for steps in batch["tokens"]] == [[i, i + 1] for i in range(8)]
+
+
 def test_a_key_in_both_context_and_feature_lists_is_an_error_without_a_spec(tmp_path):
     path = tmp_path / "both.tfrecord"
     with RecordWriter(path) as w:

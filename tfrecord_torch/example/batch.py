@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tfrecord_torch._types import Bytes
-from tfrecord_torch.example.codec import has_feature_lists, parse_example, parse_record
+from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.example.wire import Reject, Walker
 from tfrecord_torch.records.framing import Chunk
 
@@ -46,6 +46,12 @@ def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarra
     Raises:
         ExampleDecodeError: a record is not a valid Example.
     """
+    return _parse_batch(records, parse_example)
+
+
+def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, np.ndarray | list]:
+    """Columns of a batch: records that match a learned layout decode
+    together, the rest one by one with ``parse_one``."""
     rows = _Rows(records)
     n = len(rows)
     columns: dict[str, list] = {}  # key -> list of (row indices, values) pieces
@@ -70,7 +76,7 @@ def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarra
         slow.extend(members[todo].tolist())
     if slow:
         slow.sort()
-        parsed = [parse_example(rows.payload(i)) for i in slow]
+        parsed = [parse_one(rows.payload(i)) for i in slow]
         keys = {k for p in parsed for k in p}
         where = np.array(slow, np.int64)
         for key in keys:
@@ -88,14 +94,9 @@ def parse_record_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray
         ExampleDecodeError: a record is neither an Example nor a SequenceExample.
         FeatureError: a record has a key both in its context and its feature lists.
     """
-    rows = _Rows(records)
-    n = len(rows)
-    if not any(has_feature_lists(rows.payload(i)) for i in range(n)):
-        return parse_example_batch(records)
-    parsed = [parse_record(rows.payload(i)) for i in range(n)]
-    everyone = np.arange(n)
-    return {key: _assemble([(everyone, [p.get(key) for p in parsed])], n)
-            for key in sorted({k for p in parsed for k in p})}
+    # A record with feature lists never matches a layout (its top-level tags
+    # are structure bytes no Example has), so it always takes parse_record.
+    return _parse_batch(records, parse_record)
 
 
 def _assemble(pieces: list, n: int):

@@ -196,6 +196,12 @@ def parse_record(payload: Bytes) -> dict[str, Value | list[Value]]:
         FeatureError: a key is both a context feature and a feature list (the
             dict cannot hold both; read with ``sequence_features=``).
     """
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)
+    if _FAST is not None:  # a dict only for a plain Example (an unknown field, as feature lists are, gives None)
+        fast = _FAST.parse_example(payload)
+        if fast is not None:
+            return fast
     if not has_feature_lists(payload):
         return parse_example(payload)
     context, lists = parse_sequence_example(payload)
