@@ -16,12 +16,14 @@ from typing import Any
 
 import torch.utils.data
 
+from tfrecord_torch.data.epochs import EpochCounter
+
 __all__ = ["FORMAT", "ResumableReader", "check_position_known", "check_state", "describe_shards_for_state"]
 
 FORMAT = 1  # bump when the meaning of a position changes
 
 
-def check_position_known(epochs: Any, what: str) -> None:
+def check_position_known(epochs: EpochCounter, what: str) -> None:
     """Raise if DataLoader workers, not this process, are reading the dataset.
 
     Each worker reads from its own copy, so the main process's copy stays at
