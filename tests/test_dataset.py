@@ -160,7 +160,7 @@ def test_state_dict_refuses_a_position_held_by_plain_dataloader_workers(tmp_path
     it = iter(loader)
     for _ in range(3):
         next(it)
-    with pytest.raises(RuntimeError, match=r"StatefulDataLoader.*loader\.state_dict\(\)"):
+    with pytest.raises(RuntimeError, match=r"torchdata.*StatefulDataLoader.*loader\.state_dict\(\)"):
         ds.state_dict()
     del it
     ds.set_epoch(1)  # the start of a named epoch is a position this process knows
