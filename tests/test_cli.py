@@ -153,3 +153,25 @@ def test_console_script_help():
     for sub in ([], ["index"], ["verify"], ["inspect"], ["head"], ["cat"], ["decompress"]):
         proc = subprocess.run([exe, *sub, "--help"], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage: tfrecord-torch" in proc.stdout
+
+
+def test_head_and_inspect_show_feature_lists(tmp_path, capsys):
+    """SequenceExamples read without --sequence: head prints context and
+    feature lists; inspect reports each list's kind, steps and width."""
+    path = tmp_path / "seq.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_sequence_example({"id": b"a"}, {"tok": [[1], [2], [3]], "xy": [[0.5, 1.0]]}))
+        w.write(make_sequence_example({"id": b"b"}, {"tok": [[4]]}))
+    assert main(["head", str(path)]) == 0
+    first, second = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert first == {"context": {"id": ["a"]}, "feature_lists": {"tok": [[1], [2], [3]], "xy": [[0.5, 1.0]]}}
+    assert second == {"context": {"id": ["b"]}, "feature_lists": {"tok": [[4]]}}
+    assert main(["inspect", "--json", str(path)]) == 0
+    lists = json.loads(capsys.readouterr().out)["feature_lists"]
+    assert lists["tok"] == {"kind": "int64", "present": 2, "min_steps": 1, "max_steps": 3, "min_width": 1,
+                            "max_width": 1, "fixed_width": True}
+    assert lists["xy"]["kind"] == "float" and lists["xy"]["present"] == 1 and lists["xy"]["max_width"] == 2
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "'tok': Int64()," in text and "'xy': Float(shape=(2,), default=None)," in text
+    assert "'xy': tf.io.FixedLenSequenceFeature([2], tf.float32, allow_missing=True)," in text

@@ -147,6 +147,49 @@ def test_resume_without_workers(tmp_path):
     assert fresh.epoch == 1 and ids_of(fresh) != full  # then goes on with epoch 2
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_state_dict_refuses_a_position_held_by_plain_dataloader_workers(tmp_path, context, batch_size):
+    """Read through a plain DataLoader with workers, the dataset in the main
+    process cannot know the position: state_dict() raises and names
+    StatefulDataLoader instead of returning position 0 (a replay)."""
+    write_shards(tmp_path, [20, 20])
+    ds = TFRecordDataset(tmp_path, shuffle=True, batch_size=batch_size)
+    loader = DataLoader(ds, num_workers=2, multiprocessing_context=context,
+                        batch_size=None if batch_size else 4)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    with pytest.raises(RuntimeError, match=r"torchdata.*StatefulDataLoader.*loader\.state_dict\(\)"):
+        ds.state_dict()
+    del it
+    ds.set_epoch(1)  # the start of a named epoch is a position this process knows
+    state = ds.state_dict()
+    assert (state["epoch"], state["position"]) == (1, 0)
+    ids_of(loader)
+    with pytest.raises(RuntimeError, match="StatefulDataLoader"):
+        ds.state_dict()
+    ids_of(ds)  # read in this process again: its own position counts
+    assert ds.state_dict()["position"] == len(ds)
+
+
+def test_state_loaded_in_main_process_is_refused_by_workers(tmp_path):
+    """A state saved and loaded without workers counts the whole epoch; plain
+    DataLoader workers, each reading a share, refuse it instead of each
+    skipping that many of their own records."""
+    write_shards(tmp_path, [20, 20])
+    ds = TFRecordDataset(tmp_path, shuffle=True)
+    it = iter(ds)
+    for _ in range(5):
+        next(it)
+    state = ds.state_dict()
+    fresh = TFRecordDataset(tmp_path, shuffle=True)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict()["position"] == 5
+    with pytest.raises(ValueError, match="StatefulDataLoader"):
+        ids_of(DataLoader(fresh, num_workers=2, batch_size=None))
+
+
 def test_features_to_tensors(tmp_path):
     write_shards(tmp_path, [5])
     ds = TFRecordDataset(tmp_path, features={"id": Int64(), "x": Float(shape=(3,))},

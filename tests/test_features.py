@@ -16,7 +16,9 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
     pad_collate,
+    parse_example,
     presets,
+    read_records,
 )
 from tfrecord_torch.features.specs import decode_image, image_size
 
@@ -215,3 +217,52 @@ def test_pillow_size_limit_is_a_feature_error():
     bmp[18:26] = (16000).to_bytes(4, "little") * 2  # header claims 16000 x 16000
     with pytest.raises(FeatureError, match="cannot decode image"):
         Image("image").decode({"image": [bytes(bmp)]})
+
+
+def _reference(folder, key):
+    """A plain reference read: ``key``'s values from parse_example, record by record."""
+    return [parse_example(p).get(key).tolist() for p in read_records(folder / "s.tfrecord")]
+
+
+def _shard_of(folder, records):
+    folder.mkdir()
+    with RecordWriter(folder / "s.tfrecord") as w:
+        for fields in records:
+            w.write(make_example(fields))
+    return folder
+
+
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset, "batch"])
+def test_one_feature_under_two_names_reads_both_keys(tmp_path, dataset):
+    """One Feature instance under two output names reads each name's own key,
+    and the caller's instance is left as it was (no key filled in)."""
+    folder = _shard_of(tmp_path / "d", [{"a": i, "b": 100 + i} for i in range(5)])
+    f = Int64()
+    spec = {"a": f, "b": f}
+    if dataset == "batch":
+        (batch,) = list(TFRecordDataset(folder, features=spec, batch_size=5))
+        items = [{k: v[i] for k, v in batch.items()} for i in range(5)]
+    else:
+        ds = dataset(folder, features=spec)
+        items = [ds[i] for i in range(len(ds))] if dataset is IndexedTFRecordDataset else list(ds)
+    assert [int(x["a"]) for x in items] == [v[0] for v in _reference(folder, "a")]
+    assert [int(x["b"]) for x in items] == [v[0] for v in _reference(folder, "b")]
+    assert f.key is None and spec == {"a": f, "b": f}
+
+
+def test_spec_dict_reused_for_two_datasets(tmp_path):
+    """A spec dict given to two datasets over different files gives each the
+    values a plain read of its own files gives."""
+    one = _shard_of(tmp_path / "one", [{"label": i, "tags": [i, i + 1], "more": [-i]} for i in range(4)])
+    two = _shard_of(tmp_path / "two", [{"label": 50 + i, "tags": np.full(i, 7, np.int64), "more": [i] * 3}
+                                     for i in range(3)])
+    tags = Int64(shape=None)
+    spec = {"label": Int64(), "tags": tags, "more": tags}
+    first = TFRecordDataset(one, features=spec)
+    second = IndexedTFRecordDataset(two, features=spec)
+    for ds, folder in ((first, one), (second, two)):
+        items = list(ds) if ds is first else [ds[i] for i in range(len(ds))]
+        assert [x["label"].tolist() for x in items] == [v[0] for v in _reference(folder, "label")]
+        assert [x["tags"].tolist() for x in items] == _reference(folder, "tags")
+        assert [x["more"].tolist() for x in items] == _reference(folder, "more")
+    assert list(spec) == ["label", "tags", "more"] and tags.key is None and spec["label"].key is None

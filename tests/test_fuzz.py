@@ -26,6 +26,7 @@ from tfrecord_torch import (
     parse_sequence_example,
     read_records,
 )
+from tfrecord_torch.example.codec import has_feature_lists, parse_record
 from tfrecord_torch.records.writer import frame
 from tfrecord_torch.tfds.features import tfds_features
 from tfrecord_torch.tfds.metadata import tfds_split
@@ -137,7 +138,14 @@ def test_sequence_example_decoder(context, lists, data):
     assert set(got_context) == set(context) and set(got_lists) == set(lists)
     assert all(len(got_lists[k]) == len(v) for k, v in lists.items())
     assert all(_same(got_context[k], parse_example(make_example({k: v}))[k]) for k, v in context.items())
+    assert has_feature_lists(payload) == bool(lists)
+    if not set(context) & set(lists):  # features=None's dict: context and lists side by side
+        assert set(parse_record(payload)) == set(context) | set(lists)
     bad = mutate(payload, data.draw)
+    try:
+        parse_record(bad)
+    except TFRecordError:
+        pass
     tracemalloc.start()
     try:
         parse_sequence_example(bad)

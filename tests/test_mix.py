@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import write_shards
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, mix
@@ -121,3 +122,20 @@ def test_bad_arguments_and_states(tmp_path):
         mix([a, b], seed=2).load_state_dict(state)
     with pytest.raises(ValueError, match="weights"):
         mix([a, b], seed=1, weights=[2, 1]).load_state_dict(state)
+
+
+def test_mix_state_dict_refuses_a_position_held_by_plain_dataloader_workers(tmp_path):
+    """A mix read through a plain DataLoader with workers raises in state_dict()
+    (naming StatefulDataLoader) instead of returning the main process's stale position."""
+    datasets = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        write_shards(folder, [10])
+        datasets.append(TFRecordDataset(folder))
+    mixed = mix(datasets, weights=[1, 1], seed=0)
+    it = iter(DataLoader(mixed, num_workers=2, batch_size=None))
+    for _ in range(3):
+        next(it)
+    with pytest.raises(RuntimeError, match="MixedDataset.state_dict.*StatefulDataLoader"):
+        mixed.state_dict()

@@ -176,3 +176,135 @@ def test_batch_parser_names_a_bad_record():
 
     with pytest.raises(ExampleDecodeError, match="SequenceExample"):
         parse_sequence_example_batch([payload(0), b"\x0a\xff"])
+
+
+def tf_sequence_shard(path):
+    """SequenceExamples built and written by TensorFlow: a context, lists of
+    1 and 3 numbers per step, bytes lists of 1 and 2 values per step, a list
+    some records lack, and records with no steps."""
+    def feature(kind, values):
+        if kind == "int64":
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        if kind == "float":
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+
+    def flist(kind, steps):
+        return tf.train.FeatureList(feature=[feature(kind, s) for s in steps])
+
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i, t in enumerate(LENGTHS):
+            lists = {"tokens": flist("int64", [[100 * i + s] for s in range(t)]),
+                     "frames": flist("float", [[s + 0.5, -s, i / 3] for s in range(t)]),
+                     "words": flist("bytes", [[f"w{i}.{s}".encode()] for s in range(t)]),
+                     "pairs": flist("bytes", [[b"k%d" % s, bytes([i, s])] for s in range(t)])}
+            if i % 2:
+                lists["extra"] = flist("int64", [[s, s * s] for s in range(i)])
+            context = {"label": feature("int64", [i]), "score": feature("float", [i * 0.25, 1.5]),
+                       "name": feature("bytes", [f"seq{i}".encode()])}
+            message = tf.train.SequenceExample(context=tf.train.Features(feature=context),
+                                               feature_lists=tf.train.FeatureLists(feature_list=lists))
+            w.write(message.SerializeToString())
+    return [record.numpy() for record in tf.data.TFRecordDataset(str(path))]
+
+
+def printed_block(text, name):
+    """The ``name = {...}`` block (or ``name = None``) that inspect printed after its last header."""
+    lines = text.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith(f"{name} = "))
+    if lines[start] == f"{name} = None":
+        return lines[start]
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    return "\n".join(lines[start:end + 1])
+
+
+def test_inspect_prints_sequence_specs_that_read_as_tensorflow_does(tmp_path, capsys):
+    """inspect on TensorFlow-written SequenceExamples lists the feature lists
+    and prints specs (ours and tf.io's) that, pasted into TFRecordDataset,
+    give tf.io.parse_single_sequence_example's values."""
+    from tfrecord_torch import Float, Text
+    from tfrecord_torch.cli import main
+
+    path = tmp_path / "tf_seq.tfrecord"
+    payloads = tf_sequence_shard(path)
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    for key, kind, steps, width, present in (("tokens", "int64", "0-5", "1", "5/5"),
+                                             ("frames", "float", "0-5", "3", "5/5"),
+                                             ("pairs", "bytes", "0-5", "2", "5/5"),
+                                             ("extra", "int64", "1-3", "2", "2/5")):
+        assert [key, kind, steps, width, present] in [line.split() for line in text.splitlines()], key
+    namespace = {"Int64": Int64, "Float": Float, "Bytes": Bytes, "Text": Text, "tf": tf}
+    for name in ("features", "sequence_features", "context_features"):
+        exec(printed_block(text, name), namespace)
+    tf_schema = {"context_features": namespace["context_features"], "sequence_features": None}
+    exec(printed_block(text.split("tfrecord_torch spec")[0], "sequence_features"), namespace)
+    tf_schema["sequence_features"] = namespace["sequence_features"]
+    exec(printed_block(text, "sequence_features"), namespace)  # ours again (printed last)
+    ours = list(TFRecordDataset(path, features=namespace["features"],
+                                sequence_features=namespace["sequence_features"]))
+    from_tf_schema = list(TFRecordDataset(path, features=tf_schema["context_features"],
+                                          sequence_features=tf_schema["sequence_features"]))
+    assert len(ours) == len(from_tf_schema) == len(payloads) == len(LENGTHS)
+    for item, other, payload_bytes in zip(ours, from_tf_schema, payloads):
+        context, lists = tf.io.parse_single_sequence_example(payload_bytes, **tf_schema)
+        want = {**{k: np.asarray(v.numpy()) for k, v in context.items()},
+                **{k: np.asarray(v.numpy()) for k, v in lists.items()}}
+        assert sorted(item) == sorted(want) == sorted(other)
+        for key, value in want.items():
+            for got in (item[key], other[key]):
+                if value.dtype.kind in "OS":  # bytes: a list per step (or one bytes value)
+                    assert np.array(got, dtype=object).reshape(value.shape).tolist() == value.tolist(), key
+                else:
+                    assert got.dtype == torch.from_numpy(value).dtype, key
+                    np.testing.assert_array_equal(got.numpy(), value, err_msg=key)
+
+
+def test_reading_sequence_examples_without_a_spec_gives_context_and_feature_lists(tmp_path):
+    """features=None on SequenceExamples yields each record's context features
+    and feature lists (as parse_sequence_example gives them), per record, in
+    batch mode and by index; checked against TensorFlow's parse."""
+    from tfrecord_torch import parse_sequence_example
+
+    path = tmp_path / "tf_seq.tfrecord"
+    payloads = tf_sequence_shard(path)
+    records = list(TFRecordDataset(path))
+    ds = IndexedTFRecordDataset(path)
+    indexed = [ds[i] for i in range(len(ds))]
+    (batch,) = list(TFRecordDataset(path, batch_size=len(payloads)))
+    for i, (item, payload_bytes) in enumerate(zip(records, payloads)):
+        context, lists = parse_sequence_example(payload_bytes)
+        assert sorted(item) == sorted({**context, **lists}) == sorted(indexed[i])
+        assert "tokens" in item and ("extra" in item) == bool(i % 2)
+        want_context, want_lists = tf.io.parse_single_sequence_example(
+            payload_bytes, context_features={"label": tf.io.FixedLenFeature([], tf.int64)},
+            sequence_features={"frames": tf.io.FixedLenSequenceFeature([3], tf.float32),
+                               "pairs": tf.io.FixedLenSequenceFeature([2], tf.string)})
+        assert item["label"].tolist() == [want_context["label"].numpy()]
+        frames = np.array(item["frames"], np.float32).reshape(-1, 3)
+        np.testing.assert_array_equal(frames, want_lists["frames"].numpy())
+        assert item["pairs"] == want_lists["pairs"].numpy().tolist()
+        for got in (indexed[i], {k: v[i] for k, v in batch.items()}):
+            assert [np.asarray(s).tolist() for s in got["frames"]] == frames.tolist()
+            assert got["pairs"] == item["pairs"] and np.asarray(got["label"]).tolist() == [i]
+
+
+def test_batch_mode_without_a_spec_keeps_feature_lists_of_same_sized_records(tmp_path):
+    """Records of one size and shape (the batch parser's layout path) still
+    give their feature lists in batch mode without a spec."""
+    path = tmp_path / "same.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(8):
+            w.write(make_sequence_example({"label": i}, {"tokens": [[i], [i + 1]]}))
+    (batch,) = list(TFRecordDataset(path, batch_size=8))
+    assert batch["label"][:, 0].tolist() == list(range(8))
+    assert [[int(s[0]) for s in steps] for steps in batch["tokens"]] == [[i, i + 1] for i in range(8)]
+
+
+def test_a_key_in_both_context_and_feature_lists_is_an_error_without_a_spec(tmp_path):
+    path = tmp_path / "both.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_sequence_example({"x": 1}, {"x": [[1], [2]]}))
+    with pytest.raises(FeatureError, match=r"both.tfrecord: record 0.*'x'.*both a context feature and a "
+                                           r"feature list.*sequence_features"):
+        list(TFRecordDataset(path))

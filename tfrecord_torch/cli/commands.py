@@ -11,7 +11,7 @@ import numpy as np
 
 from tfrecord_torch.data.shards import expand_paths
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, TFRecordError
-from tfrecord_torch.example.codec import parse_example, parse_sequence_example
+from tfrecord_torch.example.codec import has_feature_lists, parse_example, parse_sequence_example
 from tfrecord_torch.example.schema import SchemaReport
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.policy import ErrorPolicy
@@ -132,7 +132,10 @@ def _cmd_inspect(args) -> int:
             if args.limit is not None and report.parsed + report.not_examples >= args.limit:
                 continue
             try:
-                report.add(parse_example(payload))
+                if has_feature_lists(payload):
+                    report.add(*parse_sequence_example(payload))
+                else:
+                    report.add(parse_example(payload))
             except ExampleDecodeError:
                 report.not_examples += 1
     if args.json:
@@ -144,19 +147,48 @@ def _cmd_inspect(args) -> int:
         print(f"file: {path} ({n:,} bytes, compression: {c or 'none'})")
     print(f"records: {report.records:,} (parsed {report.parsed:,}"
           f"{f', {report.not_examples:,} not Examples' if report.not_examples else ''})")
-    if report.features:
-        rows = [("key", "kind", "length", "present")]
-        for key, s in sorted(report.features.items()):
-            length = str(s.min_len) if s.min_len == s.max_len else f"{s.min_len}-{s.max_len}"
-            rows.append((key, s.kind, length, f"{s.count}/{report.parsed}"))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for r in rows:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if report.lists:
+        _print_sequences(report)
+    elif report.features:
+        _table([(key, s.kind, _span(s.min_len, s.max_len), f"{s.count}/{report.parsed}")
+                for key, s in sorted(report.features.items())], ("key", "kind", "length", "present"))
         print("schema (tf.io feature_description, which TFRecordDataset(features=...) also takes):")
         print(report.feature_description())
         print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes):")
         print(report.torch_spec())
     return 0
+
+
+def _print_sequences(report: SchemaReport) -> None:
+    """Inspect's report on SequenceExamples: context features, feature lists
+    (steps per record, values per step) and both specs, ready to paste."""
+    if report.features:
+        print("context features:")
+        _table([(key, s.kind, _span(s.min_len, s.max_len), f"{s.count}/{report.parsed}")
+                for key, s in sorted(report.features.items())], ("key", "kind", "length", "present"))
+    else:
+        print("context features: none")
+    print("feature lists (tf.train.SequenceExample; steps per record, values per step):")
+    _table([(key, s.kind, _span(s.steps.min_len, s.steps.max_len), _span(s.width.min_len, s.width.max_len),
+             f"{s.steps.count}/{report.parsed}") for key, s in sorted(report.lists.items())],
+           ("key", "kind", "steps", "width", "present"))
+    print("schema (tf.io.parse_single_sequence_example's context_features= and sequence_features=, "
+          "which TFRecordDataset(features=..., sequence_features=...) also takes):")
+    print(report.sequence_description())
+    print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes; "
+          "TFRecordDataset(..., features=features, sequence_features=sequence_features)):")
+    print(report.sequence_spec())
+
+
+def _span(low: int | None, high: int) -> str:
+    return "-" if low is None else str(low) if low == high else f"{low}-{high}"
+
+
+def _table(rows: list, header: tuple) -> None:
+    rows = [header, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
 def _cmd_print(args) -> int:
@@ -182,7 +214,7 @@ def _located(stream, limit: int | None):
 
 
 def _print_one(payload: bytes, args) -> None:
-    if args.sequence:
+    if args.sequence or has_feature_lists(payload):
         context, lists = parse_sequence_example(payload)
         obj = {"context": _jsonable(context, args.bytes),
                "feature_lists": {k: [_value(v, args.bytes) for v in steps] for k, steps in lists.items()}}

@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", parents=[remote], help="count records and describe their features",
                        description="Count records, list feature keys with their kinds and value "
-                                   "lengths, and print an inferred tf.io feature_description.")
+                                   "lengths (and a SequenceExample's feature lists with their steps and "
+                                   "values per step), and print an inferred tf.io feature_description "
+                                   "and tfrecord_torch spec.")
     p.add_argument("files", nargs="+", help=files_help)
     p.add_argument("--limit", type=int, default=None,
                    help="parse at most this many records for the schema (all are counted)")
@@ -92,12 +94,14 @@ def _parser() -> argparse.ArgumentParser:
     for name, what in (("head", "the first records"), ("cat", "every record")):
         p = sub.add_parser(name, parents=[remote], help=f"print {what} as JSON lines",
                            description=f"Print {what} as JSON lines: one object per record, "
-                                       "mapping each feature key to its list of values.")
+                                       "mapping each feature key to its list of values (a "
+                                       "SequenceExample: {\"context\": ..., \"feature_lists\": ...}).")
         p.add_argument("files", nargs="+", help=files_help)
         if name == "head":
             p.add_argument("-n", "--records", type=int, default=5, help="records per file (default 5)")
         p.add_argument("--sequence", action="store_true",
-                       help="records are SequenceExamples: print context and feature_lists")
+                       help="print every record as a SequenceExample's context and feature_lists "
+                            "(records with feature lists print so anyway)")
         p.add_argument("--bytes", choices=["auto", "base64", "length"], default="auto",
                        help="how to print bytes values: 'auto' gives UTF-8 text when the bytes are "
                             "valid UTF-8 and 'base64:...' otherwise (default); 'length' gives "

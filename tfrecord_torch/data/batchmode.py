@@ -11,7 +11,7 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import ImageBatches, SizeMismatch, drop_rows
 from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch_runs, fetch_scattered
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
-from tfrecord_torch.example.batch import parse_example_batch
+from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import pad_collate
 from tfrecord_torch.features.engine import ImageBatching
 from tfrecord_torch.features.sequence import SequenceSpec
@@ -124,10 +124,10 @@ class BatchReader:
         try:
             if not payloads:
                 return lambda: SKIPPED
-            columns = parse_example_batch(payloads)
-            if self.spec is None:
-                batch = columns
+            if self.spec is None:  # a SequenceExample's feature lists too, not its context alone
+                batch = parse_record_batch(payloads)
                 return lambda: self.transform(batch) if self.transform is not None else batch
+            columns = parse_example_batch(payloads)
             pending = batches.begin(columns, len(payloads), number)
         except (ExampleDecodeError, FeatureError):
             return lambda: self._fallback_batch(items, batches, number)

@@ -42,7 +42,8 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         paths: a path, a glob pattern, a directory, or a list of these.
         features: a feature spec (``{"image": Image(), "label": Int64()}``,
             or a preset, or a TF ``feature_description``); None yields the
-            dicts :func:`parse_example` returns. With ``sequence_features``,
+            dicts :func:`~tfrecord_torch.example.codec.parse_record` returns (a SequenceExample's context
+            features and feature lists side by side). With ``sequence_features``,
             the spec of the SequenceExamples' context (may be None).
         sequence_features: read SequenceExamples: a spec of their feature
             lists, each feature's shape being one step's (``Int64("tokens")``
@@ -239,9 +240,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         info = torch.utils.data.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         self.epoch = self._epochs.start()
-        skip = 0
-        if self._resume is not None:
-            skip, self._resume = int(self._resume["position"]), None
+        skip = self._take_resume()
         self._position = skip
         if self.streamed:
             units = self._streamed(worker, workers, skip)

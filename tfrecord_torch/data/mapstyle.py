@@ -47,7 +47,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         paths: a path, a glob pattern, a directory, or a list of these
             (uncompressed shards; compressed ones cannot be seeked).
         features: a feature spec (or TF ``feature_description``); None gives
-            :func:`parse_example` dicts; with ``sequence_features``, the context's spec.
+            :func:`~tfrecord_torch.example.codec.parse_record` dicts (a SequenceExample's context features
+            and feature lists side by side); with ``sequence_features``, the context's spec.
         sequence_features: read SequenceExamples (see :class:`TFRecordDataset`).
         index: None (each shard's index: found beside it, else built and kept
             in the local index cache, never in the shards' folder), "beside"

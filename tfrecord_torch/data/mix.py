@@ -10,7 +10,7 @@ import torch.utils.data
 
 from tfrecord_torch.data import plan
 from tfrecord_torch.data.epochs import EpochCounter
-from tfrecord_torch.data.state import FORMAT, check_state
+from tfrecord_torch.data.state import FORMAT, check_position_known, check_state
 
 __all__ = ["MixedDataset", "mix"]
 
@@ -141,7 +141,13 @@ class MixedDataset(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict:
         """The epoch, the steps taken in it, which datasets have run out, each
-        dataset's own state and the settings (refused if they differ on load)."""
+        dataset's own state and the settings (refused if they differ on load).
+
+        Raises:
+            RuntimeError: called in the main process while a plain DataLoader's
+                workers read the mix (use StatefulDataLoader's state_dict).
+        """
+        check_position_known(self._epochs, type(self).__name__)
         children = [ds.state_dict() if hasattr(ds, "state_dict") else None for ds in self.datasets]
         return {"format": FORMAT, "epoch": self.epoch, "position": self._position,
                 "exhausted": list(self._exhausted), "states": children, **self._settings()}

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
-from tfrecord_torch.example.codec import parse_example, read_frames
+from tfrecord_torch.example.codec import parse_example, parse_record, read_frames
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.io import pool
@@ -223,16 +223,17 @@ def decode_payload(payload: bytes, path: str, offset: int, record: int, spec: di
     try:
         if isinstance(spec, SequenceSpec):
             parsed = spec.decode_payload(payload)
+        elif spec is None:  # a SequenceExample's feature lists too, not its context alone
+            parsed = parse_record(payload)
         else:
             parsed = parse_example(payload)
-            if spec is not None:
-                try:
-                    parsed = decode_owned(parsed, spec) if owned else decode(parsed, spec)
-                except FeatureError as e:
-                    hinted = hint_sequence_example(e, payload)
-                    if hinted is e:
-                        raise
-                    raise hinted from e
+            try:
+                parsed = decode_owned(parsed, spec) if owned else decode(parsed, spec)
+            except FeatureError as e:
+                hinted = hint_sequence_example(e, payload)
+                if hinted is e:
+                    raise
+                raise hinted from e
     except (ExampleDecodeError, FeatureError) as e:
         raise locate(e, Located(payload, path, offset, record)) from e
     return transform(parsed) if transform is not None else parsed

@@ -16,9 +16,39 @@ from typing import Any
 
 import torch.utils.data
 
-__all__ = ["FORMAT", "ResumableReader", "check_state", "describe_shards_for_state"]
+from tfrecord_torch.data.epochs import EpochCounter
+
+__all__ = ["FORMAT", "ResumableReader", "check_position_known", "check_state", "describe_shards_for_state"]
 
 FORMAT = 1  # bump when the meaning of a position changes
+
+
+def check_position_known(epochs: EpochCounter, what: str) -> None:
+    """Raise if DataLoader workers, not this process, are reading the dataset.
+
+    Each worker reads from its own copy, so the main process's copy stays at
+    the position it had (0); a state made from it would replay the epoch.
+
+    Args:
+        epochs: the dataset's :class:`~tfrecord_torch.data.epochs.EpochCounter`.
+        what: the dataset's class name, for the message.
+
+    Raises:
+        RuntimeError: the latest iteration ran in DataLoader workers.
+    """
+    if epochs.read_in_workers():
+        raise RuntimeError(
+            f"{what}.state_dict(): the dataset is being read in DataLoader worker processes, each from its "
+            "own copy, so this process cannot know the position (its copy never moved). Save and resume "
+            "through torchdata's StatefulDataLoader, which collects each worker's state: "
+            "`from torchdata.stateful_dataloader import StatefulDataLoader`; "
+            "`loader = StatefulDataLoader(ds, num_workers=..., batch_size=...)`; save `loader.state_dict()` "
+            "and resume with `loader.load_state_dict(state)` on a new loader over the same dataset. "
+            "(With num_workers=0, `ds.state_dict()` works as it is.)")
+
+
+def _worker_of(state: dict) -> list:
+    return list(state.get("worker") or [0, 1])
 
 
 def describe_shards_for_state(paths: list[str], counts: list[int] | None) -> list[list[Any]]:
@@ -114,6 +144,7 @@ class ResumableReader:
         """
         self._epochs.set(epoch)
         self.epoch = int(epoch)
+        self._position = 0  # a state taken now means the start of ``epoch``
 
     def _settings(self) -> dict:
         info = torch.utils.data.get_worker_info()
@@ -135,9 +166,16 @@ class ResumableReader:
         The position counts the units (records, or batches in batch mode) this
         reader has finished, delivered or skipped by the error policy. Inside a
         DataLoader worker this is the worker's own state, which is what
-        torchdata's StatefulDataLoader saves and restores per worker.
+        torchdata's StatefulDataLoader saves and restores per worker. After
+        :meth:`load_state_dict` and before iterating, it is the loaded state.
+
+        Raises:
+            RuntimeError: called in the main process while a plain DataLoader's
+                workers read the dataset (use StatefulDataLoader's state_dict).
         """
-        return {"format": FORMAT, "epoch": self.epoch, "position": self._position, **self._settings()}
+        check_position_known(self._epochs, type(self).__name__)
+        position = self._position if self._resume is None else int(self._resume["position"])
+        return {"format": FORMAT, "epoch": self.epoch, "position": position, **self._settings()}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: the next iteration reads the saved epoch from after the saved
@@ -154,3 +192,23 @@ class ResumableReader:
         self.epoch = int(state["epoch"])
         self._epochs.restore(self.epoch)
         self._resume = dict(state)
+
+    def _take_resume(self) -> int:
+        """The position a loaded state resumes from (0 if none), once.
+
+        Raises:
+            ValueError: the state was loaded in another reader than the one
+                iterating (the main process's, read by DataLoader workers):
+                its position counts another split of the epoch.
+        """
+        if self._resume is None:
+            return 0
+        state, self._resume = self._resume, None
+        here = self._settings()["worker"]
+        if _worker_of(state) != here:
+            raise ValueError(
+                f"{type(self).__name__}: a state saved as reader {_worker_of(state)} (worker, workers) cannot "
+                f"resume in DataLoader worker {here}: each worker reads its own share of the epoch. Resume "
+                "through torchdata's StatefulDataLoader (loader.load_state_dict), which gives each worker its "
+                "own state, or iterate with num_workers=0")
+        return int(state["position"])

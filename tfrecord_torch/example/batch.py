@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from tfrecord_torch._types import Bytes
-from tfrecord_torch.example.codec import parse_example
+from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.example.wire import Reject, Walker
 from tfrecord_torch.records.framing import Chunk
 
-__all__ = ["parse_example_batch"]
+__all__ = ["parse_example_batch", "parse_record_batch"]
 
 _MIN_GROUP = 4  # fewer same-length records than this are not worth a template
 _MAX_LAYOUTS = 4  # templates tried per length group before falling back
@@ -46,6 +46,12 @@ def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarra
     Raises:
         ExampleDecodeError: a record is not a valid Example.
     """
+    return _parse_batch(records, parse_example)
+
+
+def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, np.ndarray | list]:
+    """Columns of a batch: records that match a learned layout decode
+    together, the rest one by one with ``parse_one``."""
     rows = _Rows(records)
     n = len(rows)
     columns: dict[str, list] = {}  # key -> list of (row indices, values) pieces
@@ -70,12 +76,27 @@ def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarra
         slow.extend(members[todo].tolist())
     if slow:
         slow.sort()
-        parsed = [parse_example(rows.payload(i)) for i in slow]
+        parsed = [parse_one(rows.payload(i)) for i in slow]
         keys = {k for p in parsed for k in p}
         where = np.array(slow, np.int64)
         for key in keys:
             columns.setdefault(key, []).append((where, [p.get(key) for p in parsed]))
     return {key: _assemble(pieces, n) for key, pieces in sorted(columns.items())}
+
+
+def parse_record_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray | list]:
+    """:func:`parse_example_batch`, but a SequenceExample's feature lists come
+    too (as :func:`~tfrecord_torch.example.codec.parse_record` gives them):
+    each list's column is a list of N per-record step lists, None where a
+    record lacks it.
+
+    Raises:
+        ExampleDecodeError: a record is neither an Example nor a SequenceExample.
+        FeatureError: a record has a key both in its context and its feature lists.
+    """
+    # A record with feature lists never matches a layout (its top-level tags
+    # are structure bytes no Example has), so it always takes parse_record.
+    return _parse_batch(records, parse_record)
 
 
 def _assemble(pieces: list, n: int):

@@ -21,11 +21,12 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from tfrecord_torch._types import Bytes
-from tfrecord_torch.errors import ExampleDecodeError
+from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.layouts import _layouts, learn
 from tfrecord_torch.example.protos import Example, SequenceExample
 
-__all__ = ["make_example", "make_sequence_example", "parse_example", "parse_sequence_example"]
+__all__ = ["has_feature_lists", "make_example", "make_sequence_example", "parse_example", "parse_record",
+           "parse_sequence_example"]
 
 Value = Union[np.ndarray, list]
 
@@ -140,6 +141,80 @@ def parse_sequence_example_protobuf(payload) -> tuple[dict[str, Value], dict[str
     lists = {key: [feature_value(f) for f in flist.feature]
              for key, flist in sorted(message.feature_lists.feature_list.items())}
     return features_to_dict(message.context), lists
+
+
+def has_feature_lists(payload: Bytes) -> bool:
+    """True if a serialized message holds a SequenceExample's ``feature_lists``
+    (field 2); a tf.train.Example has only field 1, which a SequenceExample
+    uses for its context. Only the top-level tags are read; a malformed
+    message gives False (the parser then names what is wrong)."""
+    view = payload if isinstance(payload, bytes) else bytes(payload)
+    pos, end = 0, len(view)
+    while pos < end:
+        tag, pos = _varint(view, pos, end)
+        if tag < 0:
+            return False
+        wire = tag & 7
+        if wire == 2:
+            if tag >> 3 == 2:
+                return True
+            size, pos = _varint(view, pos, end)
+            if size < 0:
+                return False
+            pos += size
+        elif wire == 0:
+            _, pos = _varint(view, pos, end)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            return False
+    return False
+
+
+def _varint(data, pos: int, end: int) -> tuple[int, int]:
+    """(value, next position); (-1, end) for a varint cut off or over 10 bytes."""
+    value = shift = 0
+    while pos < end and shift < 70:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    return -1, end
+
+
+def parse_record(payload: Bytes) -> dict[str, Value | list[Value]]:
+    """A record as one dict, whichever message it holds: for a
+    tf.train.Example what :func:`parse_example` gives; for a
+    tf.train.SequenceExample with feature lists, its context features (as
+    :func:`parse_example` gives them) and its feature lists (each the list of
+    its steps' values, as :func:`parse_sequence_example` gives it) side by side.
+
+    Raises:
+        ExampleDecodeError: the payload is neither message.
+        FeatureError: a key is both a context feature and a feature list (the
+            dict cannot hold both; read with ``sequence_features=``).
+    """
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)
+    if _FAST is not None:  # a dict only for a plain Example (an unknown field, as feature lists are, gives None)
+        fast = _FAST.parse_example(payload)
+        if fast is not None:
+            return fast
+    if not has_feature_lists(payload):
+        return parse_example(payload)
+    context, lists = parse_sequence_example(payload)
+    both = sorted(set(context) & set(lists))
+    if both:
+        raise FeatureError(both[0], f"is both a context feature and a feature list of this SequenceExample, "
+                                    f"which one dict cannot hold: read it with features=<context spec> and "
+                                    f"sequence_features=<feature list spec> (key= names one apart, e.g. "
+                                    f"{{{both[0] + '_steps'!r}: Int64(key={both[0]!r})}}), or with "
+                                    "parse_sequence_example")
+    merged: dict[str, Value | list[Value]] = dict(context)
+    merged.update(lists)
+    return merged
 
 
 def make_example(mapping: Mapping[str, Any]) -> bytes:

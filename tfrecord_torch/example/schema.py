@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FeatureStats", "SchemaReport", "kind_of"]
+__all__ = ["FeatureStats", "ListStats", "SchemaReport", "kind_of"]
 
 _TF_DTYPES = {"int64": "tf.int64", "float": "tf.float32", "bytes": "tf.string"}
 
@@ -42,18 +42,49 @@ class FeatureStats:
 
 
 @dataclass
+class ListStats:
+    """One feature list of SequenceExamples: its kind, its steps per record,
+    and the values per step (its width)."""
+
+    steps: FeatureStats = field(default_factory=FeatureStats)  # lengths: steps per record
+    width: FeatureStats = field(default_factory=FeatureStats)  # lengths: values per step
+
+    def add(self, steps: list) -> None:
+        self.steps.add(steps)
+        for step in steps:
+            self.width.add(step)
+
+    @property
+    def kind(self) -> str:
+        return self.width.kind
+
+    @property
+    def fixed_width(self) -> int | None:
+        """The values every step holds, None if they differ (or no step was seen)."""
+        w = self.width
+        return w.max_len if w.count and w.min_len == w.max_len else None
+
+
+@dataclass
 class SchemaReport:
-    """Feature statistics gathered over many parsed Examples."""
+    """Feature statistics gathered over many parsed Examples (or
+    SequenceExamples: context features in ``features``, feature lists in
+    ``lists``)."""
 
     records: int = 0
     parsed: int = 0
     not_examples: int = 0
     features: dict = field(default_factory=dict)
+    lists: dict = field(default_factory=dict)
 
-    def add(self, features: dict) -> None:
+    def add(self, features: dict, lists: dict | None = None) -> None:
+        """Count one record: its features (a SequenceExample's context) and
+        its feature lists, if any."""
         self.parsed += 1
         for key, value in features.items():
             self.features.setdefault(key, FeatureStats()).add(value)
+        for key, steps in (lists or {}).items():
+            self.lists.setdefault(key, ListStats()).add(steps)
 
     def fixed(self, key: str) -> bool:
         """True if every parsed record holds the key with the same length."""
@@ -95,8 +126,59 @@ class SchemaReport:
         lines.append("}")
         return "\n".join(lines)
 
+    def _list_problem(self, key: str) -> str | None:
+        """Why feature list ``key`` has no fixed-shape spec, or None."""
+        s = self.lists[key]
+        if s.kind not in ("int64", "float", "bytes"):
+            return f"steps of {s.kind} kind" if s.width.count else "no steps seen: kind unknown"
+        if s.fixed_width is None:
+            return f"steps of {s.width.min_len}-{s.width.max_len} values, no fixed step shape " \
+                   "(read it with parse_sequence_example)"
+        return None
+
+    def sequence_description(self) -> str:
+        """The inferred schema as ``tf.io.parse_single_sequence_example``'s
+        ``context_features`` and ``sequence_features`` (Python source)."""
+        lists = ["sequence_features = {"]
+        for key in sorted(self.lists):
+            s, problem = self.lists[key], self._list_problem(key)
+            if problem is not None:
+                lists.append(f"    # {key!r}: {problem}")
+                continue
+            shape = "" if s.fixed_width == 1 else str(s.fixed_width)
+            missing = ", allow_missing=True" if s.steps.count < self.parsed else ""
+            lists.append(f"    {key!r}: tf.io.FixedLenSequenceFeature([{shape}], {_TF_DTYPES[s.kind]}{missing}),")
+        lists.append("}")
+        return "context_features = " + self.feature_description() + "\n" + "\n".join(lists)
+
+    def sequence_spec(self) -> str:
+        """The matching ``tfrecord_torch`` specs, ``features=`` (the context)
+        and ``sequence_features=`` (Python source)."""
+        classes = {"int64": "Int64", "float": "Float"}
+        lists = ["sequence_features = {"]
+        for key in sorted(self.lists):
+            s, problem = self.lists[key], self._list_problem(key)
+            if problem is not None:
+                lists.append(f"    # {key!r}: {problem}")
+                continue
+            options = []
+            if s.kind == "bytes":
+                name = "Bytes"
+                if s.fixed_width != 1:
+                    options.append("many=True")
+            else:
+                name = classes[s.kind]
+                if s.fixed_width != 1:
+                    options.append(f"shape=({s.fixed_width},)")
+            if s.steps.count < self.parsed:  # some records lack the list: empty there
+                options.append("default=None")
+            lists.append(f"    {key!r}: {name}({', '.join(options)}),")
+        lists.append("}")
+        context = self.torch_spec() if self.features else "None"
+        return "features = " + context + "\n" + "\n".join(lists)
+
     def as_dict(self) -> dict:
-        return {
+        out = {
             "records": self.records,
             "parsed": self.parsed,
             "not_examples": self.not_examples,
@@ -106,3 +188,11 @@ class SchemaReport:
                 for key, s in sorted(self.features.items())
             },
         }
+        if self.lists:
+            out["feature_lists"] = {
+                key: {"kind": s.kind, "present": s.steps.count, "min_steps": s.steps.min_len,
+                      "max_steps": s.steps.max_len, "min_width": s.width.min_len, "max_width": s.width.max_len,
+                      "fixed_width": s.fixed_width is not None}
+                for key, s in sorted(self.lists.items())
+            }
+        return out

@@ -12,6 +12,7 @@ raises :class:`~tfrecord_torch.errors.FeatureError` naming the key.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -52,9 +53,13 @@ class Feature:
         self.default = default
 
     def bind(self, name: str) -> Feature:
-        if self.key is None:
-            self.key = name
-        return self
+        """This feature for output ``name``: a copy whose key defaults to the
+        name. A copy, because the caller's object may also serve other names
+        or other datasets."""
+        bound = copy.copy(self)
+        if bound.key is None:
+            bound.key = name
+        return bound
 
     def raw(self, record: dict) -> Any:
         """The feature's raw value from a parsed record (checked for kind)."""
@@ -284,15 +289,15 @@ class RawTensor(Feature):
 
 
 def bind(spec: dict) -> dict:
-    """Check a spec and fill in each feature's key from its output name."""
+    """Check a spec; a new spec of bound copies (:meth:`Feature.bind`), the
+    caller's dict and features left as they were."""
     if not isinstance(spec, dict) or not spec:
         raise ValueError(f"features must be a non-empty dict of name -> Feature, got {spec!r}")
     for name, feature in spec.items():
         if not isinstance(feature, Feature):
             raise ValueError(f"features[{name!r}] must be a Feature (Int64(), Image(), ...), "
                              f"got {feature!r}")
-        feature.bind(name)
-    return spec
+    return {name: feature.bind(name) for name, feature in spec.items()}
 
 
 def decode(record: dict, spec: dict) -> dict:

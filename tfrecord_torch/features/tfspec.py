@@ -183,9 +183,11 @@ def _one(name: str, kind: str, desc: Any, dtype: str, sequence: bool) -> Feature
         shape = _shape(name, desc.shape)
         default = None if desc.allow_missing else _REQUIRED
         if dtype == "string":
-            if shape:
-                raise ValueError("string sequence features take one value per step (shape [])")
-            return Bytes(name, default=default)
+            if not shape:
+                return Bytes(name, default=default)
+            steps = FixedBytes(name, shape=shape)  # each step a list of prod(shape) bytes
+            steps.default = default  # in a sequence spec it only marks the list optional (empty if missing)
+            return steps
         return _numeric(dtype)(name, shape=shape, default=default)
     if kind == "FixedLenFeature":
         shape = _shape(name, desc.shape)
