@@ -431,7 +431,7 @@ def test_metadata_updates_of_two_splits_wait_for_each_other(tmp_path):
 
     common = {"name": "d", "num_bytes": 0, "features": {}, "class_names": None}
     write_metadata(tmp_path, split="train", shard_lengths=[3], **common)
-    held = os.open(tmp_path / ".dataset_info.lock", os.O_RDWR)
+    held = os.open(tmp_path / ".dataset_info.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)  # another converter is updating the metadata
     second = threading.Thread(target=write_metadata, kwargs={"output_dir": tmp_path, "split": "test",
                                                              "shard_lengths": [2], **common})

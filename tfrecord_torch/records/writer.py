@@ -46,23 +46,24 @@ class RecordWriter:
             object to write to (then no renaming happens).
         compression: None, "gzip" or "zlib" (as TensorFlow's
             TFRecordOptions compression_type).
-        index: also write the file's index, ``<folder>/index/<file>.index``
-            (uncompressed files only; see :func:`writer_index_path`); it is in
-            place before the data file appears.
+        index: also write the file's index (uncompressed files only): True for
+            ``<folder>/index/<file>.index`` (see :func:`writer_index_path`), or
+            the index file's path. It is in place before the data file appears.
 
     Example:
         >>> with RecordWriter("data.tfrecord") as w:
         ...     w.write(b"payload")
     """
 
-    def __init__(self, path: PathLike | BinaryIO, *, compression: CompressionArg = None, index: bool = False,
-                 storage_options: dict | None = None) -> None:
+    def __init__(self, path: PathLike | BinaryIO, *, compression: CompressionArg = None,
+                 index: bool | PathLike = False, storage_options: dict | None = None) -> None:
         self.compression = check_compression(compression, allow_auto=False)
         if index and (self.compression is not None or hasattr(path, "write")):
             raise ValueError("index=True needs an uncompressed file written by path")
         self.records = 0
         self.offset = 0  # bytes of framed records written (before compression)
         self._index: array.array | None = array.array("q") if index else None
+        self._index_path = None if isinstance(index, bool) else os.fspath(index)
         self._final: str | None = None
         self._storage_options = storage_options
         if not isinstance(path, (str, os.PathLike)):  # a binary file object
@@ -129,7 +130,7 @@ class RecordWriter:
 
                     sizes = np.frombuffer(self._index, np.int64)
                     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
-                    index_path = writer_index_path(self._final)
+                    index_path = self._index_path or writer_index_path(self._final)
                     if not fs.is_url(index_path):
                         os.makedirs(os.path.dirname(index_path), exist_ok=True)
                     write_index(np.stack([offsets, sizes], axis=1).reshape(-1, 2),

@@ -14,8 +14,8 @@ from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic, listing
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.records.index import INDEX_FOLDER, writer_index_path
-from tfrecord_torch.records.stamp import stamp_path
+from tfrecord_torch.records.index import INDEX_FOLDER, default_index_path, writer_index_path
+from tfrecord_torch.records.stamp import stamp_path, write_stamp
 from tfrecord_torch.records.writer import RecordWriter
 from tfrecord_torch.tfds.layout import SAFE_NAME, shard_name
 
@@ -83,16 +83,10 @@ class ShardedWriter:
 
     def _remove_staged(self) -> None:
         """Remove staged shards, their indexes and their writers' temporary files (``..name``)."""
-        indexes = os.path.join(self._staging, INDEX_FOLDER)
-        for folder in (self._staging, indexes):
-            for dots in (".", ".."):
-                pattern = f"{dots}{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*.staged*"
-                for path in glob.glob(os.path.join(glob.escape(folder), pattern)):
-                    os.unlink(path)
-        try:  # an index folder this writer made and nothing else uses
-            os.rmdir(indexes)
-        except OSError:
-            pass
+        for dots in (".", ".."):
+            pattern = f"{dots}{glob.escape(self.name)}-{glob.escape(self.split)}.tfrecord-*.staged*"
+            for path in glob.glob(os.path.join(glob.escape(self._staging), pattern)):
+                os.unlink(path)
 
     def __repr__(self) -> str:
         shards = len(self.shard_lengths) + (self._writer is not None)
@@ -114,8 +108,8 @@ class ShardedWriter:
         if w is None:
             path = os.path.join(self._staging, f".{self.name}-{self.split}.tfrecord-"
                                                f"{len(self._staged):05d}.staged")
-            w = self._writer = RecordWriter(path, compression=self.compression,
-                                            index=self.compression is None)
+            w = self._writer = RecordWriter(path, compression=self.compression,  # a hidden index beside it
+                                            index=self.compression is None and default_index_path(path))
             self._staged.append(path)
         w.write(payload)
 
@@ -139,7 +133,8 @@ class ShardedWriter:
                 self._finish_shard()
             if not self._staged:  # an empty split still gets one (empty) shard, as in TFDS
                 empty = os.path.join(self._staging, f".{self.name}-{self.split}.tfrecord-00000.staged")
-                RecordWriter(empty, index=self.compression is None, compression=self.compression).close()
+                RecordWriter(empty, index=self.compression is None and default_index_path(empty),
+                             compression=self.compression).close()
                 self._staged.append(empty)
                 self.shard_lengths.append(0)
             n = len(self._staged)
@@ -158,13 +153,15 @@ class ShardedWriter:
                 for i, staged in enumerate(self._staged):
                     final = os.path.join(self.output_dir, shard_name(self.name, self.split, i, n,
                                                                      self.compression))
-                    index = writer_index_path(staged)
+                    index = default_index_path(staged)
                     if os.path.exists(index):
                         os.makedirs(os.path.dirname(writer_index_path(final)), exist_ok=True)
                         os.replace(index, writer_index_path(final))
-                    if os.path.exists(stamp_path(index)):
-                        os.replace(stamp_path(index), stamp_path(writer_index_path(final)))
+                        if os.path.exists(stamp_path(index)):
+                            os.unlink(stamp_path(index))
                     os.replace(staged, final)
+                    if os.path.exists(writer_index_path(final)):  # the stamp of the file as renamed
+                        write_stamp(final, writer_index_path(final), self.shard_lengths[i])
                     self.paths.append(final)
                 atomic.fsync_dir(self.output_dir)
             self._remove_stale()
@@ -205,8 +202,8 @@ class ShardedWriter:
         base = self.output_dir.rstrip("/")
         for i, staged in enumerate(self._staged):
             final = f"{base}/{shard_name(self.name, self.split, i, n, self.compression)}"
-            if os.path.exists(writer_index_path(staged)):
-                atomic.upload(writer_index_path(staged), writer_index_path(final), self.storage_options)
+            if os.path.exists(default_index_path(staged)):
+                atomic.upload(default_index_path(staged), writer_index_path(final), self.storage_options)
             atomic.upload(staged, final, self.storage_options)
             self.paths.append(final)
         shutil.rmtree(self._staging, ignore_errors=True)
