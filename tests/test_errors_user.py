@@ -2,6 +2,10 @@
 the library's own message, naming the file, record and key, and the fix."""
 
 import io
+import pickle
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -10,12 +14,27 @@ from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import (
+    IndexedTFRecordDataset,
+    Int64,
     RecordWriter,
     TFRecordDataset,
     make_example,
     pad_collate,
     tfspec,
 )
+
+
+def run_peer(folder, body, args):
+    """``body`` run with the ``tfrecord`` package in a fresh interpreter (it
+    cannot share a process with TensorFlow); what it stores in ``result``."""
+    inp, out = folder / "peer_args.pkl", folder / "peer_result.pkl"
+    inp.write_bytes(pickle.dumps(args))
+    code = ("import pickle, sys\nargs = pickle.load(open(sys.argv[1], 'rb'))\n" + textwrap.dedent(body)
+            + "\npickle.dump(result, open(sys.argv[2], 'wb'))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(inp), str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return pickle.loads(out.read_bytes())
 
 
 def jpeg(height, width):
@@ -49,3 +68,40 @@ def test_pad_collate_passes_bytes_through_as_lists(photos):
     assert batch["name"] == [b"n0", b"n1", b"n2", b"n3"]
     assert batch["tags"] == [[f"t{i}".encode(), b"x"] for i in range(4)]  # not transposed
     assert batch["label"].tolist() == [0, 1, 2, 3]
+
+
+def test_indexing_the_streaming_dataset_points_to_the_indexed_one(photos):
+    ds = TFRecordDataset(photos, features={"label": Int64()})
+    with pytest.raises(TypeError, match=r"IterableDataset.*IndexedTFRecordDataset\(paths"):
+        ds[0]
+    assert IndexedTFRecordDataset(photos, features={"label": Int64()})[2]["label"].item() == 2
+
+
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
+def test_tfrecord_package_positional_call_explains_the_keywords(photos, tmp_path, dataset):
+    """The tfrecord package's ``TFRecordDataset(data_path, index_path, description)``."""
+    with pytest.raises(TypeError, match=r"takes one positional argument.*index=\[index_path\], "
+                                        r"features=description"):
+        dataset(str(photos), str(tmp_path / "photos.idx"), {"image": "byte", "label": "int"})
+
+
+def test_tfrecord_package_kinds_give_that_package_values(photos, tmp_path):
+    """A description of the tfrecord package's kinds gives what that package
+    gives (bytes, int64 [n], float32 [n]), as tensors; the peer runs in a
+    fresh interpreter (it cannot share a process with TensorFlow)."""
+    description = {"image": "byte", "label": "int", "scores": "float"}
+    mine = list(TFRecordDataset(photos, features=description))
+    peer = run_peer(tmp_path, """
+        from tfrecord.torch.dataset import TFRecordDataset
+        result = list(TFRecordDataset(args["path"], None, args["description"]))
+    """, {"path": str(photos), "description": description})
+    assert len(mine) == len(peer) == 4
+    for a, b in zip(mine, peer):
+        assert a["image"] == b["image"]
+        assert a["label"].dtype == torch.int64 and a["label"].tolist() == b["label"].tolist()
+        assert a["scores"].dtype == torch.float32 and a["scores"].tolist() == b["scores"].tolist()
+
+
+def test_unknown_kind_gives_the_mapping(photos):
+    with pytest.raises(ValueError, match=r"features\['label'\] = 'int64'.*\"int\" -> Int64\(shape=None\)"):
+        TFRecordDataset(photos, features={"image": "byte", "label": "int64"})

@@ -22,6 +22,7 @@ from tfrecord_torch.data.batched import fetch_items
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.data.shards import describe_shards, find_shards, shard_indexes
+from tfrecord_torch.data.usage import check_positional
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
 from tfrecord_torch.features.sequence import SequenceSpec, make_spec
@@ -63,6 +64,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             storage always raise.
         storage_options: fsspec options for URLs (each record is one range request).
     """
+
+    def __new__(cls, *args, **kwargs):
+        check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
                  index: Sequence[PathLike] | None = None,
