@@ -14,6 +14,8 @@ from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import (
+    FeatureError,
+    Image,
     IndexedTFRecordDataset,
     Int64,
     RecordWriter,
@@ -105,3 +107,13 @@ def test_tfrecord_package_kinds_give_that_package_values(photos, tmp_path):
 def test_unknown_kind_gives_the_mapping(photos):
     with pytest.raises(ValueError, match=r"features\['label'\] = 'int64'.*\"int\" -> Int64\(shape=None\)"):
         TFRecordDataset(photos, features={"image": "byte", "label": "int64"})
+
+
+def test_missing_key_lists_the_record_keys_and_the_closest(photos):
+    ds = TFRecordDataset(photos, features={"imgae": Image(), "label": Int64()})
+    with pytest.raises(FeatureError) as err:
+        next(iter(ds))
+    message = str(err.value)
+    assert str(photos) in message and "record 0" in message and "feature 'imgae'" in message
+    assert "['image', 'label', 'name', 'scores', 'tags']" in message
+    assert "did you mean 'image'?" in message and "default=" in message
