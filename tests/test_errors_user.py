@@ -117,3 +117,18 @@ def test_missing_key_lists_the_record_keys_and_the_closest(photos):
     assert str(photos) in message and "record 0" in message and "feature 'imgae'" in message
     assert "['image', 'label', 'name', 'scores', 'tags']" in message
     assert "did you mean 'image'?" in message and "default=" in message
+
+
+def test_importing_tensorflow_first_warns_at_import():
+    """``import tensorflow`` then ``import tfrecord_torch`` (in a fresh
+    interpreter: this order cannot be undone) warns with the import order."""
+    code = "import tensorflow\nimport tfrecord_torch\n"
+    done = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c", code], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "<string>:2: RuntimeWarning: TensorFlow was imported before torchvision: import torchvision " \
+           "first" in done.stderr
+    quiet = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c",
+                            "import torchvision\nimport tensorflow\nimport tfrecord_torch\n"],
+                           capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and "imported before torchvision" not in quiet.stderr
