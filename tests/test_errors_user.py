@@ -14,6 +14,7 @@ from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import (
+    CorruptRecordError,
     FeatureError,
     Image,
     IndexedTFRecordDataset,
@@ -132,3 +133,48 @@ def test_importing_tensorflow_first_warns_at_import():
                             "import torchvision\nimport tensorflow\nimport tfrecord_torch\n"],
                            capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0 and "imported before torchvision" not in quiet.stderr
+
+
+def _foreign_files(folder):
+    """Files a loose pattern picks up beside the shards, and what each is."""
+    import gzip
+    import tarfile
+
+    image = folder / "cat.jpg"
+    image.write_bytes(jpeg(16, 16))
+    png = folder / "mask.png"
+    PILImage.fromarray(np.zeros((4, 4), np.uint8)).save(png)
+    archive = folder / "images.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(image, arcname="cat.jpg")
+    zipped = folder / "images.tar.gz"
+    zipped.write_bytes(gzip.compress(archive.read_bytes()))
+    files = [(image, "it looks like a JPEG image"), (png, "it looks like a PNG image"),
+             (archive, "it looks like a tar archive"), (zipped, "its gzip data holds a tar archive")]
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return files
+    table = folder / "labels.parquet"
+    pq.write_table(pa.table({"label": [1, 2]}), table)
+    return [*files, (table, "it looks like a Parquet file")]
+
+
+@pytest.mark.parametrize("index", [None, False], ids=["indexed", "streamed"])
+def test_a_file_that_is_not_a_tfrecord_says_what_it_is(tmp_path, index):
+    for path, what in _foreign_files(tmp_path):
+        with pytest.raises(CorruptRecordError) as err:
+            list(TFRecordDataset(path, index=index))
+        message = str(err.value)
+        assert message.startswith(f"{path}: record 0 at byte offset 0: not a TFRecord file: {what}")
+        assert "CRC" not in message and "check the paths" in message
+
+
+def test_gzipped_tfrecords_still_read(tmp_path):
+    """Compressed TFRecords are sniffed after decompression: they read as before."""
+    path = tmp_path / "data.tfrecord.gz"
+    with RecordWriter(path, compression="gzip") as w:
+        for i in range(3):
+            w.write(make_example({"label": i}))
+    assert [r["label"].item() for r in TFRecordDataset(path, features={"label": Int64()})] == [0, 1, 2]
