@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image as PILImage
 from torch.utils.data import DataLoader
+from torchvision.transforms import v2
 
 from tfrecord_torch import (
     CorruptRecordError,
@@ -178,3 +179,26 @@ def test_gzipped_tfrecords_still_read(tmp_path):
         for i in range(3):
             w.write(make_example({"label": i}))
     assert [r["label"].item() for r in TFRecordDataset(path, features={"label": Int64()})] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
+@pytest.mark.parametrize("features", [None, {"image": tfspec.FixedLenFeature([], "string"),
+                                             "label": tfspec.FixedLenFeature([], "int64")}],
+                         ids=["no-features", "tf-string-feature"])
+def test_encoded_images_reaching_a_torchvision_transform(photos, dataset, features):
+    """Without ``features=`` (or with the image as a TF string feature) a v2
+    transform gets JPEG bytes, which it passes through unchanged: refused,
+    naming the key and the spec that decodes it."""
+    transform = v2.Compose([v2.ToImage(), v2.Resize(4)])
+    ds = dataset(photos, features=features, transform=transform)
+    with pytest.raises(TypeError) as err:
+        next(iter(DataLoader(ds, batch_size=2, num_workers=1)))
+    message = str(err.value)
+    assert f"{photos}: record 0 at byte offset 0: feature 'image' holds encoded JPEG images" in message
+    assert "features={'image': Image(), ...}" in message
+
+
+def test_decoding_the_image_makes_the_same_transform_work(photos):
+    transform = v2.Compose([v2.ToImage(), v2.Resize(4)])
+    ds = TFRecordDataset(photos, features={"image": Image(), "label": Int64()}, transform=transform)
+    assert next(iter(ds))["image"].shape == (3, 4, 4)

@@ -27,6 +27,7 @@ from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordErro
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
 from tfrecord_torch.features.sequence import SequenceSpec, make_spec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
+from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
@@ -175,7 +176,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         if planned[3]:
             item = self._read_compiled(path, index, r, spec, planned)
             if item is not None:
-                return self.transform(item) if self.transform is not None else item
+                return apply_transform(self.transform, item, _where(path, index, r))
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self._readers.read(path, offset, size)
         try:
@@ -202,7 +203,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec,
                                        planned)
             if item is not None:
-                out[pos] = self.transform(item) if self.transform is not None else item
+                out[pos] = apply_transform(self.transform, item,
+                                           _where(self.paths[shard], self.indexes[shard], j - self._starts[shard]))
         return out
 
     def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: Any, planned: tuple):
@@ -230,6 +232,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""
         self._readers.close()
+
+
+def _where(path: str, index: np.ndarray, r: int) -> str:
+    return f"{path}: record {r} at byte offset {index.item(r, 0)}"
 
 
 def _plan(spec) -> tuple:
