@@ -22,6 +22,7 @@ from tfrecord_torch import (
     Int64,
     RecordWriter,
     TFRecordDataset,
+    Text,
     make_example,
     pad_collate,
     tfspec,
@@ -202,3 +203,48 @@ def test_decoding_the_image_makes_the_same_transform_work(photos):
     transform = v2.Compose([v2.ToImage(), v2.Resize(4)])
     ds = TFRecordDataset(photos, features={"image": Image(), "label": Int64()}, transform=transform)
     assert next(iter(ds))["image"].shape == (3, 4, 4)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
+def test_default_collate_of_images_of_different_sizes(photos, dataset, workers):
+    """Images of several sizes under DataLoader's default collate: the error
+    names the key, the sizes and records met, and the fixes -- also re-raised
+    from a worker."""
+    ds = dataset(photos, features={"image": Image(), "label": Int64()})
+    with pytest.raises(RuntimeError) as err:
+        next(iter(DataLoader(ds, batch_size=4, num_workers=workers)))
+    message = str(err.value)
+    assert (f"default_collate cannot stack feature 'image': its values differ in size in this batch, "
+            f"[3, 8, 8] ({photos}: record 0 at byte offset 0) and [3, 9, 8] ({photos}: record 1 at byte "
+            f"offset ") in message
+    assert "collate_fn=pad_collate" in message and "v2.Resize((H, W))" in message
+    assert "stack expects each tensor" not in message.split("Original Traceback")[-1].splitlines()[-1]
+
+
+def test_default_collate_of_variable_length_values(photos):
+    ds = TFRecordDataset(photos, features={"scores": tfspec.VarLenFeature("float32")})
+    with pytest.raises(RuntimeError, match=r"feature 'scores': its values differ in size in this batch, \[1\] "
+                                           r"\(.*record 0 .*\) and \[2\] \(.*record 1 .*variable-length.*"
+                                           r"collate_fn=pad_collate"):
+        next(iter(DataLoader(ds, batch_size=4)))
+    batch = next(iter(DataLoader(ds, batch_size=4, collate_fn=pad_collate)))  # the fix it names
+    assert batch["scores_length"].tolist() == [1, 2, 3, 4]
+
+
+def test_items_stay_dicts(photos):
+    """Items compare, pickle and transform as the plain dicts they were, and
+    default_collate batches same-sized values as it did."""
+    import pickle
+
+    ds = TFRecordDataset(photos, features={"name": Text(), "image": Image(), "label": Int64()})
+    item = next(iter(ds))
+    assert isinstance(item, dict) and {"name": item["name"]} == {"name": "n0"}
+    again = pickle.loads(pickle.dumps(item))
+    assert isinstance(again, dict) and list(again) == ["name", "image", "label"]
+    assert torch.equal(again["image"], item["image"])
+    resized = v2.Resize((4, 4))(item)  # a v2 transform sees through it (torch pytree)
+    assert resized["image"].shape == (3, 4, 4) and isinstance(resized, dict)
+    batch = next(iter(DataLoader(TFRecordDataset(photos, features={"label": Int64(), "name": Text()}),
+                                 batch_size=4)))
+    assert type(batch) is dict and batch["label"].tolist() == [0, 1, 2, 3] and batch["name"][1] == "n1"

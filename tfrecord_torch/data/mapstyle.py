@@ -176,7 +176,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         if planned[3]:
             item = self._read_compiled(path, index, r, spec, planned)
             if item is not None:
-                return apply_transform(self.transform, item, _where(path, index, r))
+                return apply_transform(self.transform, item, path, index.item(r, 0), r)
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self._readers.read(path, offset, size)
         try:
@@ -203,8 +203,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec,
                                        planned)
             if item is not None:
-                out[pos] = apply_transform(self.transform, item,
-                                           _where(self.paths[shard], self.indexes[shard], j - self._starts[shard]))
+                r = j - self._starts[shard]
+                out[pos] = apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
         return out
 
     def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: Any, planned: tuple):
@@ -232,10 +232,6 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""
         self._readers.close()
-
-
-def _where(path: str, index: np.ndarray, r: int) -> str:
-    return f"{path}: record {r} at byte offset {index.item(r, 0)}"
 
 
 def _plan(spec) -> tuple:

@@ -236,7 +236,7 @@ def decode_payload(payload: bytes, path: str, offset: int, record: int, spec: di
                     raise hinted from e
     except (ExampleDecodeError, FeatureError) as e:
         raise locate(e, Located(payload, path, offset, record)) from e
-    return apply_transform(transform, parsed, f"{path}: record {record} at byte offset {offset}")
+    return apply_transform(transform, parsed, path, offset, record)
 
 
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped

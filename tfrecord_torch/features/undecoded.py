@@ -14,28 +14,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tfrecord_torch.features.items import as_item
 from tfrecord_torch.records.sniff import foreign_format
 
 __all__ = ["apply_transform"]
 
 
-def apply_transform(transform: Callable | None, item: Any, where: str) -> Any:
-    """``transform(item)``, refused (TypeError) for a torchvision transform
-    when ``item`` holds encoded images; ``where`` locates the record
-    ("path: record r at byte offset o")."""
+def apply_transform(transform: Callable | None, item: Any, path: str, offset: int, record: int) -> Any:
+    """``transform(item)`` as an :class:`~tfrecord_torch.features.items.Item`
+    (if a dict), refused (TypeError) for a torchvision transform when
+    ``item`` holds encoded images; ``path``, ``offset`` and ``record``
+    locate the record."""
+    at = (path, offset, record)
     if transform is None:
-        return item
+        return as_item(item, at)
     if type(transform).__module__.startswith("torchvision.transforms"):
         found = _encoded_image(item)
         if found is not None:
-            raise TypeError(f"{where}: {_explain(*found, transform)}")
-        return transform(item)
+            raise TypeError(f"{path}: record {record} at byte offset {offset}: {_explain(*found, transform)}")
+        return as_item(transform(item), at)
     try:
-        return transform(item)
+        return as_item(transform(item), at)
     except Exception as e:
         found = _encoded_image(item)
         if found is not None and hasattr(e, "add_note"):  # Python >= 3.11; kept in a worker's traceback
-            e.add_note(f"{where}: {_explain(*found, transform)}")
+            e.add_note(f"{path}: record {record} at byte offset {offset}: {_explain(*found, transform)}")
         raise
 
 
