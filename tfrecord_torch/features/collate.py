@@ -38,7 +38,7 @@ def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: 
     """
     if not batch:
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for key in batch[0]:
         values = [item[key] for item in batch]
         if all(isinstance(v, (bytes, str)) for v in values):

@@ -11,6 +11,8 @@ is a FeatureError (that package gives an array of bytes), read it with
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from tfrecord_torch.features.specs import Bytes, Float, Int64
 
 __all__ = ["KINDS", "from_kinds", "has_kinds"]
@@ -21,7 +23,7 @@ KINDS = {"byte": (Bytes, {}, "Bytes()"), "int": (Int64, {"shape": None}, "Int64(
 _MAPPING = ", ".join(f'"{kind}" -> {text}' for kind, (_, _, text) in KINDS.items())
 
 
-def has_kinds(spec: object) -> bool:
+def has_kinds(spec: object) -> TypeGuard[dict]:
     """True for a dict with a string value (a ``tfrecord`` package kind)."""
     return isinstance(spec, dict) and any(isinstance(v, str) for v in spec.values())
 
