@@ -9,9 +9,19 @@ where each lives.
 from __future__ import annotations
 
 import importlib
+import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if "tensorflow" in sys.modules and "torchvision" not in sys.modules:
+    # torchvision's import loads triton (CUDA builds of torch), which crashes the
+    # process once TensorFlow is loaded: say so before the first image does.
+    warnings.warn("TensorFlow was imported before torchvision: import torchvision first "
+                  "(`import torchvision` before `import tensorflow`); until then images decode with "
+                  "Pillow into plain tensors, and importing torchvision now may crash the process",
+                  RuntimeWarning, stacklevel=2)
 
 # public name -> the module that defines it
 _EXPORTS = {

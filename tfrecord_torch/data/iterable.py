@@ -26,6 +26,7 @@ from tfrecord_torch.data.reading import (
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.state import ResumableReader
+from tfrecord_torch.data.usage import check_positional, no_random_access
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.engine import ImageBatching
 from tfrecord_torch.features.sequence import make_spec
@@ -103,6 +104,10 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     Every record is read exactly once per epoch over all ranks and workers.
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
     """
+
+    def __new__(cls, *args, **kwargs):
+        check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
                  index: Sequence[PathLike] | str | bool | None = None,
@@ -223,6 +228,9 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         if self.world_size > 1:
             parts.append(f"rank={self.rank}/{self.world_size}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __getitem__(self, i):
+        raise no_random_access(type(self).__name__)
 
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""

@@ -22,10 +22,12 @@ from tfrecord_torch.data.batched import fetch_items
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
+from tfrecord_torch.data.usage import check_positional
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
 from tfrecord_torch.features.sequence import SequenceSpec, make_spec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
+from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
@@ -66,6 +68,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             storage always raise.
         storage_options: fsspec options for URLs (each record is one range request).
     """
+
+    def __new__(cls, *args, **kwargs):
+        check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
                  index: Sequence[PathLike] | str | None = None,
@@ -171,7 +177,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         if planned[3]:
             item = self._read_compiled(path, index, r, spec, planned)
             if item is not None:
-                return self.transform(item) if self.transform is not None else item
+                return apply_transform(self.transform, item, path, index.item(r, 0), r)
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self._readers.read(path, offset, size)
         try:
@@ -198,7 +204,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec,
                                        planned)
             if item is not None:
-                out[pos] = self.transform(item) if self.transform is not None else item
+                r = j - self._starts[shard]
+                out[pos] = apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
         return out
 
     def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: Any, planned: tuple):

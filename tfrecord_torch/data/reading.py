@@ -12,6 +12,7 @@ from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, Featur
 from tfrecord_torch.example.codec import parse_example, parse_record, read_frames
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
+from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
@@ -236,7 +237,7 @@ def decode_payload(payload: bytes, path: str, offset: int, record: int, spec: di
                 raise hinted from e
     except (ExampleDecodeError, FeatureError) as e:
         raise locate(e, Located(payload, path, offset, record)) from e
-    return transform(parsed) if transform is not None else parsed
+    return apply_transform(transform, parsed, path, offset, record)
 
 
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped

@@ -31,20 +31,26 @@ def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: 
     by default every tensor key (of at least 1 dimension) whose lengths
     differ in this batch is padded (name them to get ``_length`` in every batch).
     Bytes values of a sequence stay lists, beside their ``_length``.
+    Other bytes and str values (a ``Bytes()`` or TF string feature, also
+    under ``keys``) and lists of them pass through as lists, one per record.
 
     Use with ``functools.partial(pad_collate, keys=(...), mask_value=...)``.
     """
     if not batch:
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for key in batch[0]:
         values = [item[key] for item in batch]
-        if key in keys and all(isinstance(v, torch.Tensor) and v.dim() == 2 for v in values):
+        if all(isinstance(v, (bytes, str)) for v in values):
+            out[key] = values
+        elif key in keys and all(isinstance(v, torch.Tensor) and v.dim() == 2 for v in values):
             out[key] = _pad_masks(values, mask_value)
         elif key in keys:
             out.update(_pad(key, values, value))
         elif (key in sequences) if sequences is not None else _ragged(values):
             out.update(_pad_sequences(key, values, value))
+        elif all(isinstance(v, list) for v in values):
+            out[key] = values  # default_collate would transpose lists of one length
         else:
             out[key] = default_collate(values)
     return out

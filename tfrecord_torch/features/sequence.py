@@ -101,8 +101,13 @@ def make_spec(features: dict | None, sequence_features: dict | None = None) -> d
     """The bound spec a dataset decodes with: a dict for Examples, a
     :class:`SequenceSpec` when ``sequence_features`` is given, or None. TF
     feature descriptions are converted (:mod:`tfrecord_torch.features.tfspec`)."""
+    from tfrecord_torch.features.kinds import from_kinds, has_kinds
     from tfrecord_torch.features.tfspec import convert, is_description
 
+    if has_kinds(features):  # written for the tfrecord package
+        features = from_kinds(features)
+    if has_kinds(sequence_features):
+        sequence_features = from_kinds(sequence_features, argument="sequence_features")
     if isinstance(features, dict) and any(is_description(v) for v in features.values()):
         features = convert(features)
     if isinstance(sequence_features, dict) and any(is_description(v) for v in sequence_features.values()):

@@ -13,6 +13,7 @@ raises :class:`~tfrecord_torch.errors.FeatureError` naming the key.
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -66,7 +67,7 @@ class Feature:
         value = record.get(self.key)
         if value is None:
             if self.default is _REQUIRED:
-                raise FeatureError(self.key, "required feature is missing")
+                raise missing_feature(self.key, record)
             return None
         got = _kind(value)
         if got == "empty" and self.default is not _REQUIRED:
@@ -231,6 +232,17 @@ class Text(Bytes):
         except UnicodeDecodeError as e:
             raise FeatureError(self.key, f"is not valid UTF-8: {e}") from e
         return super().convert(out)
+
+
+def missing_feature(key: str | None, record: dict) -> FeatureError:
+    """The error for a required ``key`` absent from ``record``: the keys the
+    record has, the closest one, and the two fixes."""
+    keys = sorted(record)
+    shown = ", ".join(repr(k) for k in keys[:20]) + (f", ... ({len(keys)} keys)" if len(keys) > 20 else "")
+    close = difflib.get_close_matches(str(key), keys, n=1, cutoff=0.5)
+    guess = f"; did you mean {close[0]!r}? (spec it with key={close[0]!r})" if close else ""
+    return FeatureError(key, f"required feature is missing; the record has keys [{shown}]{guess}; "
+                             f"give default= for records that may lack it")
 
 
 def record_dim(record: dict, key: str, for_key: str | None) -> int:

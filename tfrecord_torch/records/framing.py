@@ -30,6 +30,7 @@ from tfrecord_torch.policy import OnError, as_policy
 from tfrecord_torch.records.crc import masked_crc32c
 from tfrecord_torch.records.scan import HEADER, HEADER_SIZE, OVERHEAD
 from tfrecord_torch.records.scan import scan as find_records
+from tfrecord_torch.records.sniff import not_tfrecord
 from tfrecord_torch.records.streams import Stream, open_stream
 
 __all__ = ["Chunk", "iter_chunks", "parse_frame", "read_records"]
@@ -146,6 +147,14 @@ def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: 
         want = block_size
         if not data:
             return
+        if base == 0 and record == 0:  # the file's first header: is it a TFRecord file at all?
+            foreign = not_tfrecord(data, stream.compression)
+            if foreign is not None:
+                error = CorruptRecordError(stream.name, 0, 0, foreign)
+                if report is None:
+                    raise error
+                report(error)
+                return
         scan = find_records(data, base, record, verify, stream.name, limit, report, payloads, bound=bound)
         if len(scan.starts):
             yield Chunk(data, scan.starts, scan.lengths, scan.starts - HEADER_SIZE + base, scan.numbers,
