@@ -25,7 +25,7 @@ ensure_env() {  # $1: the extra to install ("" for the package alone)
         "$VENV/bin/python" -m pip install -q --upgrade pip
         "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".${extra:+[$extra]}"
         # the crop-window JPEG decoder is compiled on libjpeg-turbo where its headers are
-        "$VENV/bin/python" -c 'import tfrecord_torch.features._jpegcrop' 2>/dev/null \
+        "$VENV/bin/python" -c 'import tfrecord_torch.features.images._jpegcrop' 2>/dev/null \
             || echo "dev.sh: no libjpeg headers (apt-get install libjpeg-dev): JPEG crops decode the whole image" >&2
         echo "$sig" > "$stamp"
     fi

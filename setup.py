@@ -3,7 +3,7 @@
 - ``features/_jpegcrop``: crop-window and whole-batch JPEG decoding on the
   system's libjpeg-turbo; without libjpeg's headers (no ``libjpeg-dev``) the
   package decodes whole images with simplejpeg, then crops
-  (``tfrecord_torch.features.jpeg.crop_decoding_available()`` tells).
+  (``tfrecord_torch.features.images.jpeg.crop_decoding_available()`` tells).
 - ``example/_fastwire``: tf.train.Example / SequenceExample decoding for the
   common case, and a whole framed record read (pread, CRCs, decode) for random
   access; without it, learned layouts and protobuf decode.
@@ -20,7 +20,7 @@ except ImportError:  # then it does not build, and the package decodes without i
     NUMPY_INCLUDE = []
 
 setup(ext_modules=[
-    Extension("tfrecord_torch.features._jpegcrop", ["tfrecord_torch/features/_jpegcrop.c"], libraries=["jpeg"],
+    Extension("tfrecord_torch.features.images._jpegcrop", ["tfrecord_torch/features/images/_jpegcrop.c"], libraries=["jpeg"],
               extra_compile_args=["-O2"], optional=True),
     Extension("tfrecord_torch.example._fastwire",
               ["tfrecord_torch/example/_fastwire.c", "tfrecord_torch/example/_crc32c.c"],

@@ -1,4 +1,4 @@
-"""The compiled helpers (features/_jpegcrop.c, example/_fastwire.c) on input
+"""The compiled helpers (features/images/_jpegcrop.c, example/_fastwire.c) on input
 built to break them: crop windows outside the image, varints protobuf refuses,
 shapes too large for an array, and index rows that are negative, overflow or
 change during a read. Each gives what the pure-Python path gives (a clear
@@ -26,8 +26,8 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.example import codec
 from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
-from tfrecord_torch.features import jpeg as jpeg_module
-from tfrecord_torch.features.jpeg import crop_decoding_available, decode_jpeg, decode_jpeg_window
+from tfrecord_torch.features.images import jpeg as jpeg_module
+from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg, decode_jpeg_window
 from tfrecord_torch.records.crc import crc32c, masked_crc32c
 
 compiled = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")

@@ -20,7 +20,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from tfrecord_torch import Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.features.crop import crop_params, plan_transform
+from tfrecord_torch.features.images.crop import crop_params, plan_transform
 
 SPEC = {"image": Image(), "label": Int64()}
 JITTER = v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 from helpers import in_threads, png_bytes
 
-from tfrecord_torch.features import jpeg as jpeg_module
-from tfrecord_torch.features.jpeg import (
+from tfrecord_torch.features.images import jpeg as jpeg_module
+from tfrecord_torch.features.images.jpeg import (
     crop_decoding_available,
     decode_jpeg,
     decode_jpeg_window,

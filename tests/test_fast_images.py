@@ -23,8 +23,8 @@ from tfrecord_torch import (
     build_index,
     make_example,
 )
-from tfrecord_torch.features.crop import CropPlan, crop_params, plan_transform
-from tfrecord_torch.features.engine import DecodeEngine
+from tfrecord_torch.features.images.crop import CropPlan, crop_params, plan_transform
+from tfrecord_torch.features.images.engine import DecodeEngine
 
 SPEC = {"image": Image(), "label": Int64()}
 CROP = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip()])

@@ -11,9 +11,10 @@ import pytest
 from PIL import Image as PILImage
 
 from tfrecord_torch import FeatureError, Image
-from tfrecord_torch.features import images, limits
-from tfrecord_torch.features.images import decode_image
-from tfrecord_torch.features.limits import read_header
+from tfrecord_torch.features.images import decode as images
+from tfrecord_torch.features.images import limits
+from tfrecord_torch.features.images.decode import decode_image
+from tfrecord_torch.features.images.limits import read_header
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,7 +51,7 @@ def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(decoder):
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
         import torch, torchvision.io
         from test_image_limits import gif_bomb
-        from tfrecord_torch.features import images
+        from tfrecord_torch.features.images import decode as images
         if {decoder!r} == "pillow":
             images._torchvision_usable = lambda: False
         status = open(f"/proc/{{os.getpid()}}/status").read()
@@ -135,8 +136,8 @@ def test_mutated_images_never_crash_or_balloon():
         import numpy as np, torch, torchvision.io
         from PIL import Image as PILImage
         from test_image_limits import gif_bomb
-        from tfrecord_torch.features.images import decode_image
-        from tfrecord_torch.features.masks import decode_mask
+        from tfrecord_torch.features.images.decode import decode_image
+        from tfrecord_torch.features.images.masks import decode_mask
         status = open(f"/proc/{{os.getpid()}}/status").read()
         vm = int(status.split("VmSize:")[1].split()[0]) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))

@@ -10,9 +10,9 @@ import tensorflow as tf
 import torch
 from PIL import Image as PILImage
 
-from tfrecord_torch.features import images
-from tfrecord_torch.features.channels import convert_channels
-from tfrecord_torch.features.images import decode_image
+from tfrecord_torch.features.images import decode as images
+from tfrecord_torch.features.images.channels import convert_channels
+from tfrecord_torch.features.images.decode import decode_image
 
 MODES = {"unchanged": 0, "L": 1, "RGB": 3, "RGBA": 4}
 rng = np.random.default_rng(13)

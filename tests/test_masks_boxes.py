@@ -176,7 +176,7 @@ def test_boxes_size_from_the_image_header_and_bad_lists():
 
 def test_plain_tensors_where_torchvision_cannot_be_imported(tmp_path, monkeypatch):
     """With TensorFlow imported first (simulated), no tv_tensors: plain tensors, same values."""
-    from tfrecord_torch.features import images
+    from tfrecord_torch.features.images import decode as images
 
     segmentation_records(tmp_path / "seg.tfrecord")
     od_records(tmp_path / "od.tfrecord")

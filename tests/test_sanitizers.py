@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = "-fsanitize=address,undefined -fno-omit-frame-pointer -g"
-MODULES = ("tfrecord_torch.example._fastwire", "tfrecord_torch.features._jpegcrop")
+MODULES = ("tfrecord_torch.example._fastwire", "tfrecord_torch.features.images._jpegcrop")
 TESTS = ["test_fuzz.py", "test_fastwire.py", "test_compiled_read.py", "test_crop_decode.py", "test_c_safety.py"]
 
 RUN = """

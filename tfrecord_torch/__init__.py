@@ -25,7 +25,7 @@ if "tensorflow" in sys.modules and "torchvision" not in sys.modules:
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "Boxes": "tfrecord_torch.features.boxes",
+    "Boxes": "tfrecord_torch.features.images.boxes",
     "Bytes": "tfrecord_torch.features.specs",
     "Compression": "tfrecord_torch.records.compression",
     "CorruptRecordError": "tfrecord_torch.errors",
@@ -35,16 +35,16 @@ _EXPORTS = {
     "Feature": "tfrecord_torch.features.specs",
     "FeatureError": "tfrecord_torch.errors",
     "Float": "tfrecord_torch.features.specs",
-    "Image": "tfrecord_torch.features.image_specs",
-    "ImageBatching": "tfrecord_torch.features.engine",
+    "Image": "tfrecord_torch.features.images.specs",
+    "ImageBatching": "tfrecord_torch.features.images.engine",
     "IndexMismatchError": "tfrecord_torch.errors",
     "IndexedReader": "tfrecord_torch.records.indexed",
     "IndexedTFRecordDataset": "tfrecord_torch.data.mapstyle",
     "Int64": "tfrecord_torch.features.specs",
-    "Mask": "tfrecord_torch.features.masks",
+    "Mask": "tfrecord_torch.features.images.masks",
     "MixedSizesError": "tfrecord_torch.errors",
     "OnError": "tfrecord_torch.policy",
-    "RawImage": "tfrecord_torch.features.image_specs",
+    "RawImage": "tfrecord_torch.features.images.specs",
     "RawTensor": "tfrecord_torch.features.specs",
     "ReaderPool": "tfrecord_torch.io.pool",
     "RecordWriter": "tfrecord_torch.records.writer",
@@ -114,11 +114,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from tfrecord_torch.example.seqbatch import parse_sequence_example_batch
     from tfrecord_torch.features import presets, tfspec
-    from tfrecord_torch.features.boxes import Boxes
     from tfrecord_torch.features.collate import detection_collate, pad_collate
-    from tfrecord_torch.features.engine import ImageBatching
-    from tfrecord_torch.features.image_specs import Image, RawImage
-    from tfrecord_torch.features.masks import Mask
+    from tfrecord_torch.features.images.boxes import Boxes
+    from tfrecord_torch.features.images.engine import ImageBatching
+    from tfrecord_torch.features.images.masks import Mask
+    from tfrecord_torch.features.images.specs import Image, RawImage
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError

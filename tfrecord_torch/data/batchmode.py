@@ -13,7 +13,7 @@ from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch_
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import pad_collate
-from tfrecord_torch.features.engine import ImageBatching
+from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
 

@@ -27,9 +27,9 @@ import torch
 from torch.utils.data import default_collate
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.crop import CroppedImage, CropPlan, plan_transform
-from tfrecord_torch.features.engine import DecodeEngine, ImageBatching, MixedSizes
-from tfrecord_torch.features.image_specs import Image
+from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
+from tfrecord_torch.features.images.engine import DecodeEngine, ImageBatching, MixedSizes
+from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
 __all__ = ["ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform"]

@@ -28,7 +28,7 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, index_argum
 from tfrecord_torch.data.state import ResumableReader
 from tfrecord_torch.data.usage import check_positional, no_random_access
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.features.engine import ImageBatching
+from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError

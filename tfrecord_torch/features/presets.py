@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tfrecord_torch.features.boxes import Boxes
-from tfrecord_torch.features.image_specs import Image, RawImage
-from tfrecord_torch.features.masks import Mask
+from tfrecord_torch.features.images.boxes import Boxes
+from tfrecord_torch.features.images.masks import Mask
+from tfrecord_torch.features.images.specs import Image, RawImage
 from tfrecord_torch.features.specs import Int64, Text
 
 __all__ = ["converted", "object_detection", "raw", "segmentation_raw", "slim", "tfds"]

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images import (  # noqa: F401
+from tfrecord_torch.features.images.decode import (  # noqa: F401
     FRAMES,
     IMAGE_MODES,
     MAX_IMAGE_PIXELS,

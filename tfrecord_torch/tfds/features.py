@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.features.image_specs import Image
+from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import Bytes, Float, Int64, RawTensor, Text
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.tfds.metadata import (

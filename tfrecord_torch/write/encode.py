@@ -22,7 +22,7 @@ import numpy as np
 
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.example.codec import make_example
-from tfrecord_torch.features.images import image_info
+from tfrecord_torch.features.images.decode import image_info
 from tfrecord_torch.write.detection import detection_record, is_detection_target
 from tfrecord_torch.write.png16 import encode_png16
 

@@ -30,16 +30,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tfrecord_torch.features.crop import CropPlan, crop_params, resize_into
-from tfrecord_torch.features.images import decode_image
-from tfrecord_torch.features.jpeg import (
+from tfrecord_torch.features.images.crop import CropPlan, crop_params, resize_into
+from tfrecord_torch.features.images.decode import decode_image
+from tfrecord_torch.features.images.jpeg import (
     JPEG_DECODERS,
     decode_jpeg,
     decode_jpeg_window,
     decode_jpegs_into,
     fast_jpeg,
 )
-from tfrecord_torch.features.limits import Header, check_pixels, read_header
+from tfrecord_torch.features.images.limits import Header, check_pixels, read_header
 from tfrecord_torch.features.reuse import BufferPool
 from tfrecord_torch.features.shipped import SharedBuffers
 

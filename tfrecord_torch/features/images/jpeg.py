@@ -19,9 +19,11 @@ CMYK/YCCK JPEGs and every other format go through :func:`.images.decode_image`.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
-from tfrecord_torch.features.limits import Header, read_header
+from tfrecord_torch.features.images.limits import Header, read_header
 
 __all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "decode_jpegs_into",
            "fast_jpeg", "simplejpeg_available"]
@@ -71,10 +73,11 @@ def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = 
 
 def _crop_helper():  # the compiled helper, or None where it was not built
     try:
-        from tfrecord_torch.features import _jpegcrop
+        # by name: grimp would read `from <package> import _jpegcrop` as an import of the package
+        # (it sees no .so), a cycle through the package's face
+        return importlib.import_module("tfrecord_torch.features.images._jpegcrop")
     except ImportError:
         return None
-    return _jpegcrop
 
 
 _CROP = _crop_helper()

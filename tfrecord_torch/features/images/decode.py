@@ -26,8 +26,8 @@ import warnings
 import numpy as np
 import torch
 
-from tfrecord_torch.features.channels import MODE_CHANNELS, convert_channels, to_uint8
-from tfrecord_torch.features.limits import (
+from tfrecord_torch.features.images.channels import MODE_CHANNELS, convert_channels, to_uint8
+from tfrecord_torch.features.images.limits import (
     MAX_IMAGE_PIXELS,
     Header,
     check_pixels,
@@ -35,7 +35,7 @@ from tfrecord_torch.features.limits import (
     image_size,
     read_header,
 )
-from tfrecord_torch.features.pillow import pillow_frames
+from tfrecord_torch.features.images.pillow import pillow_frames
 
 __all__ = ["FRAMES", "IMAGE_MODES", "MAX_IMAGE_PIXELS", "decode_image", "image_info", "image_size", "preload"]
 

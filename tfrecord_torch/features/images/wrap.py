@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from tfrecord_torch.features import images as _images
+from tfrecord_torch.features.images import decode as _images
 
 __all__ = ["as_boxes", "as_image", "as_mask"]
 

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.limits import check_pixels, read_header
+from tfrecord_torch.features.images.limits import check_pixels, read_header
+from tfrecord_torch.features.images.wrap import as_mask
 from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
-from tfrecord_torch.features.wrap import as_mask
 
 __all__ = ["Mask", "decode_mask"]
 

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.image_specs import Image
-from tfrecord_torch.features.images import decode_image
-from tfrecord_torch.features.jpeg import decode_jpeg_window, fast_jpeg
-from tfrecord_torch.features.limits import check_pixels, read_header
-from tfrecord_torch.features.wrap import as_image
+from tfrecord_torch.features.images.decode import decode_image
+from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg
+from tfrecord_torch.features.images.limits import check_pixels, read_header
+from tfrecord_torch.features.images.specs import Image
+from tfrecord_torch.features.images.wrap import as_image
 
 __all__ = ["CropPlan", "CroppedImage", "crop_params", "plan_transform", "resize_into"]
 

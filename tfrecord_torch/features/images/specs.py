@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images import FRAMES, IMAGE_MODES, decode_image, preload
+from tfrecord_torch.features.images.decode import FRAMES, IMAGE_MODES, decode_image, preload
+from tfrecord_torch.features.images.wrap import as_image
 from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
-from tfrecord_torch.features.wrap import as_image
 
 __all__ = ["Image", "RawImage"]
 
@@ -20,7 +20,7 @@ class Image(Feature):
     """Encoded image bytes (PNG, JPEG, GIF, WebP, BMP, TIFF, ...), detected from
     the bytes and decoded as ``tf.io.decode_image`` decodes them, to a
     ``tv_tensors.Image`` uint8 [C, H, W] (a plain tensor when torchvision
-    cannot be imported, see :mod:`tfrecord_torch.features.wrap`).
+    cannot be imported, see :mod:`tfrecord_torch.features.images.wrap`).
 
     Args:
         mode: "RGB" (C=3), "L" (gray, C=1), "RGBA" (C=4) or "unchanged" (the

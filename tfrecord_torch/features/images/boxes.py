@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.limits import read_header
+from tfrecord_torch.features.images.limits import read_header
+from tfrecord_torch.features.images.wrap import as_boxes
 from tfrecord_torch.features.specs import Feature, record_dim
-from tfrecord_torch.features.wrap import as_boxes
 
 __all__ = ["Boxes", "COORDINATES"]
 
