@@ -23,6 +23,7 @@ from tfrecord_torch import (
     build_index,
     make_example,
 )
+from tfrecord_torch.data.transport import BatchBuffers
 from tfrecord_torch.features.images.crop import CropPlan, crop_params, plan_transform
 from tfrecord_torch.features.images.engine import DecodeEngine
 
@@ -177,7 +178,7 @@ def test_corrupt_image_in_a_batch_follows_on_error(tmp_path, bad):
 def test_decode_pool_is_thread_safe():
     images = [jpeg(i) for i in range(12)]
     plan = CropPlan((24, 24), (0.08, 1.0), (3 / 4, 4 / 3), 0.5, "bilinear")
-    engine = DecodeEngine(ImageBatching(threads=2))
+    engine = DecodeEngine(ImageBatching(threads=2), buffers=BatchBuffers())
     expected = engine.decode(images, plan=plan, generator=torch.Generator().manual_seed(0))[0].clone()
     results, errors = [], []
 

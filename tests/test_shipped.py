@@ -1,4 +1,4 @@
-"""Batch buffers a DataLoader worker uses again (features/shipped.py): a
+"""Batch buffers a DataLoader worker uses again (data/transport/shipped.py): a
 segment is written again only once the receiver has let go of the batch."""
 
 import gc
@@ -15,7 +15,7 @@ from helpers import in_threads, png_bytes
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.features.shipped import SharedBuffers, Shipped
+from tfrecord_torch.data.transport.shipped import SharedBuffers, Shipped
 
 SPEC = {"image": Image(), "label": Int64()}
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from tfrecord_torch.data.transport.buffers import BatchBuffers
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
 from tfrecord_torch.features.images.engine import DecodeEngine, ImageBatching, MixedSizes
@@ -164,7 +165,8 @@ class ImageBatches:
                 else (None, [transform])
             if self.plan is None:
                 self.name = None  # an unfused per-image transform needs each image on its own
-        self.engine = DecodeEngine(options) if self.name is not None and options is not None else None
+        self.engine = (DecodeEngine(options, buffers=BatchBuffers())
+                       if self.name is not None and options is not None else None)
         if options is not None and self.engine is None:
             _refuse_unused(spec, options)
         if self.plan is not None and options is not None and options.size is not None and \

@@ -10,10 +10,11 @@ thread. Each image is decoded into its slot of a [B, H, W, 3] buffer -- or,
 when a transform's head is fused (:mod:`.crop`), decoded only inside its
 crop window, then resized and flipped into the slot. The buffer is returned
 as [B, 3, H, W] in ``torch.channels_last`` memory format (a view, no copy),
-or as [B, H, W, 3]; inside a DataLoader worker it is allocated in shared
-memory so the batch crosses to the main process without a copy, and the
-worker writes a segment again once the main process has let go of the
-batch in it (:mod:`.shipped`).
+or as [B, H, W, 3]. Where the buffer lives is the caller's choice (a
+:class:`BufferProvider`): the datasets pass
+:class:`tfrecord_torch.data.transport.BatchBuffers`, whose buffers cross
+from a DataLoader worker to the main process without a copy; without one,
+each batch gets a fresh buffer.
 
 An image that fails to decode leaves its slot zero-filled and is reported
 to the caller, which drops it under ``on_error`` (or raises).
@@ -26,6 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -40,10 +42,9 @@ from tfrecord_torch.features.images.jpeg import (
     fast_jpeg,
 )
 from tfrecord_torch.features.images.limits import Header, check_pixels, read_header
-from tfrecord_torch.features.reuse import BufferPool
-from tfrecord_torch.features.shipped import SharedBuffers
 
-__all__ = ["LAYOUTS", "DecodeEngine", "ImageBatching", "MixedSizes", "default_threads"]
+__all__ = ["LAYOUTS", "BufferProvider", "DecodeEngine", "FreshBuffers", "ImageBatching", "MixedSizes",
+           "default_threads"]
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -111,6 +112,26 @@ def default_threads() -> int:
     return max(1, cores // workers)
 
 
+class BufferProvider(Protocol):
+    """Where a batch's buffer comes from, and how the batch leaves the engine."""
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool) -> tuple[torch.Tensor, Any]:
+        """A tensor of ``shape`` nobody else refers to (zero-filled if ``zero``), and a token for :meth:`ship`."""
+
+    def ship(self, batch: torch.Tensor, token: Any) -> torch.Tensor:
+        """``batch`` (a view of the taken tensor) as the caller receives it."""
+
+
+class FreshBuffers:
+    """A new buffer per batch, handed over as it is."""
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool) -> tuple[torch.Tensor, Any]:
+        return torch.from_numpy(np.zeros(shape, dtype) if zero else np.empty(shape, dtype)), None
+
+    def ship(self, batch: torch.Tensor, token: Any) -> torch.Tensor:
+        return batch
+
+
 class DecodeEngine:
     """Decodes batches of encoded images with a thread pool it owns.
 
@@ -118,13 +139,18 @@ class DecodeEngine:
     pool is shared). The pool starts at the first batch, in the process that
     decodes -- so a DataLoader worker forked from a parent never inherits
     the parent's threads -- and stops at :meth:`close`.
+
+    Args:
+        options: the batch options.
+        mode: the images' channels ("RGB", "L", ...), as :class:`Image` decodes them.
+        buffers: where each batch's buffer comes from (a :class:`BufferProvider`);
+            None: a fresh one per batch.
     """
 
-    def __init__(self, options: ImageBatching, *, mode: str = "RGB") -> None:
+    def __init__(self, options: ImageBatching, *, mode: str = "RGB", buffers: BufferProvider | None = None) -> None:
         self.options, self.mode = options, mode
         self._pool: ThreadPoolExecutor | None = None
-        self._buffers = BufferPool()
-        self._shared = SharedBuffers()
+        self._buffers: BufferProvider = buffers if buffers is not None else FreshBuffers()
         self._owner = -1
         self._lock = threading.Lock()
 
@@ -197,14 +223,7 @@ class DecodeEngine:
         dtype = np.uint8 if self.options.normalize is None else np.float32
         zero = bool(failures) or sizes is not None
         shape = (len(images), height, width, 3)
-        token = None
-        if torch.utils.data.get_worker_info() is not None:  # sent to the main process without a copy
-            buffer, token = self._shared.take(shape, dtype, zero)
-        else:  # in this process: a buffer the caller has let go of, its pages already mapped
-            slots = self._buffers.take(shape, dtype)
-            if zero:
-                slots.fill(0)
-            buffer = torch.from_numpy(slots)
+        buffer, token = self._buffers.take(shape, dtype, zero)
         slots = buffer.numpy()
         work = [i for i in range(len(images)) if i not in failures]
         pool = self._executor()
@@ -220,7 +239,7 @@ class DecodeEngine:
                         failures[i] = error
                         slots[i] = 0
             batch = buffer.permute(0, 3, 1, 2) if self.options.layout == "NCHW" else buffer
-            return self._shared.ship(batch, token), sizes, failures
+            return self._buffers.ship(batch, token), sizes, failures
         return result
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:

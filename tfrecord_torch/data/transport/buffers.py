@@ -1,0 +1,46 @@
+"""The batch engine's buffers at the DataLoader boundary.
+
+Where a batch is decoded decides where its buffer should live: inside a
+DataLoader worker, in a shared-memory segment the main process receives
+without a copy and the worker writes again once the main process let go
+(:mod:`.shipped`); in the main process, in a buffer the caller has let go
+of, its pages already mapped (:mod:`.reuse`). The image engine
+(:class:`~tfrecord_torch.features.images.engine.DecodeEngine`) knows
+neither: it takes one of these as its ``buffers=`` argument (a
+:class:`~tfrecord_torch.features.images.engine.BufferProvider`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from tfrecord_torch.data.transport.reuse import BufferPool
+from tfrecord_torch.data.transport.shipped import SharedBuffers
+
+__all__ = ["BatchBuffers"]
+
+
+class BatchBuffers:
+    """Batch buffers for the process that decodes: shared and sent once in
+    a DataLoader worker, reused in place otherwise; safe from several threads."""
+
+    def __init__(self) -> None:
+        self._pool = BufferPool()
+        self._shared = SharedBuffers()
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool) -> tuple[torch.Tensor, Any]:
+        """A tensor of ``shape`` nobody else refers to (zero-filled if
+        ``zero``), and what :meth:`ship` needs to send it."""
+        if torch.utils.data.get_worker_info() is not None:  # sent to the main process without a copy
+            return self._shared.take(shape, dtype, zero)
+        array = self._pool.take(shape, dtype)
+        if zero:
+            array.fill(0)
+        return torch.from_numpy(array), None
+
+    def ship(self, batch: torch.Tensor, token: Any) -> torch.Tensor:
+        """``batch`` (a view of the taken tensor) as the caller receives it."""
+        return self._shared.ship(batch, token)
