@@ -19,7 +19,10 @@ ensure_env() {  # $1: the extra to install ("" for the package alone)
         "$PYTHON" -m venv "$VENV"
     fi
     stamp="$VENV/.installed${extra:+-$extra}"
-    sig="$(cat pyproject.toml constraints.txt setup.py tfrecord_torch/*/*.c | sha256sum | cut -c1-16)"
+    # every C source at any depth, with its path: a moved helper must be built again where it now lives
+    sig="$( { cat pyproject.toml constraints.txt setup.py
+              find tfrecord_torch -name '*.c' | LC_ALL=C sort | while read -r f; do echo "$f"; cat "$f"; done
+            } | sha256sum | cut -c1-16)"
     if [ "$(cat "$stamp" 2>/dev/null)" != "$sig" ]; then
         echo "dev.sh: installing into $VENV (first run downloads torch: a few GB)..." >&2
         "$VENV/bin/python" -m pip install -q --upgrade pip

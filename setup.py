@@ -7,13 +7,16 @@
 - ``example/_fastwire``: tf.train.Example / SequenceExample decoding for the
   common case, and a whole framed record read (pread, CRCs, decode) for random
   access; without it, learned layouts and protobuf decode.
+- ``records/_frames``: a run of adjacent framed records read with one pread,
+  lengths and CRCs checked; without it, the records are read and scanned in
+  Python. Both record readers link ``records/_crc32c.c``.
 
 Everything else about the package is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
-try:  # _fastwire makes its arrays with numpy's C API (a build requirement, pyproject.toml)
+try:  # _fastwire makes its arrays, and _frames reads the index, with numpy's C API (a build requirement, pyproject.toml)
     import numpy
     NUMPY_INCLUDE = [numpy.get_include()]
 except ImportError:  # then it does not build, and the package decodes without it
@@ -23,6 +26,9 @@ setup(ext_modules=[
     Extension("tfrecord_torch.features.images._jpegcrop", ["tfrecord_torch/features/images/_jpegcrop.c"], libraries=["jpeg"],
               extra_compile_args=["-O2"], optional=True),
     Extension("tfrecord_torch.example._fastwire",
-              ["tfrecord_torch/example/_fastwire.c", "tfrecord_torch/example/_crc32c.c"],
+              ["tfrecord_torch/example/_fastwire.c", "tfrecord_torch/records/_crc32c.c"],
+              include_dirs=NUMPY_INCLUDE, extra_compile_args=["-O2"], optional=True),
+    Extension("tfrecord_torch.records._frames",
+              ["tfrecord_torch/records/_frames.c", "tfrecord_torch/records/_crc32c.c"],
               include_dirs=NUMPY_INCLUDE, extra_compile_args=["-O2"], optional=True),
 ])

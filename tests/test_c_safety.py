@@ -28,6 +28,7 @@ from tfrecord_torch.example import codec
 from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
 from tfrecord_torch.features.images import jpeg as jpeg_module
 from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg, decode_jpeg_window
+from tfrecord_torch.records import frames
 from tfrecord_torch.records.crc import crc32c, masked_crc32c
 
 compiled = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
@@ -197,7 +198,7 @@ def shard(tmp_path):
 def read_frames(path, index, r0, r1, verify=True, crc=crc32c):
     fd = os.open(path, os.O_RDONLY)
     try:
-        return codec.read_frames(fd, index, r0, r1, verify, crc)
+        return frames.read_frames(fd, index, r0, r1, verify, crc)
     finally:
         os.close(fd)
 

@@ -32,6 +32,7 @@ from tfrecord_torch import (
 from tfrecord_torch.data import mapstyle
 from tfrecord_torch.example import codec
 from tfrecord_torch.features.specs import bind, decode, item_plan
+from tfrecord_torch.records import frames
 from tfrecord_torch.records.crc import masked_crc32c
 
 pytestmark = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
@@ -253,15 +254,15 @@ def test_read_frames_equals_the_records_or_leaves_them(tmp_path):
     assert list(read_records(path)) == payloads
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert codec.read_frames(fd, index, 0, 12, True, crc) == payloads
-        assert codec.read_frames(fd, index, 3, 7, True, crc) == payloads[3:7]
+        assert frames.read_frames(fd, index, 0, 12, True, crc) == payloads
+        assert frames.read_frames(fd, index, 3, 7, True, crc) == payloads[3:7]
         gap = index.copy()
         gap[5, 0] += 1
-        assert codec.read_frames(fd, gap, 3, 7, True, crc) is None  # not adjacent
+        assert frames.read_frames(fd, gap, 3, 7, True, crc) is None  # not adjacent
         longer = index.copy()
         longer[11, 1] += 8
-        assert codec.read_frames(fd, longer, 10, 12, True, crc) is None  # past the end of the file
-        assert codec.read_frames(fd, index, 12, 13, True, crc) is None  # past the index
+        assert frames.read_frames(fd, longer, 10, 12, True, crc) is None  # past the end of the file
+        assert frames.read_frames(fd, index, 12, 13, True, crc) is None  # past the index
     finally:
         os.close(fd)
     data = bytearray(path.read_bytes())
@@ -271,8 +272,8 @@ def test_read_frames_equals_the_records_or_leaves_them(tmp_path):
         path.write_bytes(bytes(damaged))
         fd = os.open(path, os.O_RDONLY)
         try:
-            assert codec.read_frames(fd, index, 0, 12, True, crc) is None
-            unchecked = codec.read_frames(fd, index, 0, 12, False, crc)
+            assert frames.read_frames(fd, index, 0, 12, True, crc) is None
+            unchecked = frames.read_frames(fd, index, 0, 12, False, crc)
             assert unchecked[r] != payloads[r] and unchecked[:r] == payloads[:r]
         finally:
             os.close(fd)

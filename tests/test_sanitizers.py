@@ -1,4 +1,4 @@
-"""The compiled helpers under AddressSanitizer and UBSan: both extensions
+"""The compiled helpers under AddressSanitizer and UBSan: the extensions
 built with ``-fsanitize=address,undefined`` into a temporary copy of the
 package, and the decoder tests that feed them hostile input (the fuzz tests,
 the compiled decoder's and reader's mutation tests, the crop tests, the
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = "-fsanitize=address,undefined -fno-omit-frame-pointer -g"
-MODULES = ("tfrecord_torch.example._fastwire", "tfrecord_torch.features.images._jpegcrop")
+MODULES = ("tfrecord_torch.example._fastwire", "tfrecord_torch.records._frames", "tfrecord_torch.features.images._jpegcrop")
 TESTS = ["test_fuzz.py", "test_fastwire.py", "test_compiled_read.py", "test_crop_decode.py", "test_c_safety.py"]
 
 RUN = """
@@ -44,7 +44,7 @@ def runtime(name: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def sanitized(tmp_path_factory):
-    """A copy of the package with both extensions built under the sanitizers."""
+    """A copy of the package with the extensions built under the sanitizers."""
     libasan = runtime("libasan.so")
     if libasan is None or runtime("libubsan.so") is None:
         pytest.skip("gcc with libasan and libubsan is needed (Debian: gcc, which ships both)")

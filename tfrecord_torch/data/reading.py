@@ -9,12 +9,13 @@ from typing import NamedTuple
 import numpy as np
 
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
-from tfrecord_torch.example.codec import parse_example, parse_record, read_frames
+from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool
 from tfrecord_torch.records.crc import crc32c
+from tfrecord_torch.records.frames import read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream

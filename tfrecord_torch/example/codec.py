@@ -96,19 +96,8 @@ def read_item(fd: int, index: np.ndarray, r: int, verify: bool, plan: tuple, wra
     return None
 
 
-def read_frames(fd: int, index: np.ndarray, r0: int, r1: int, verify: bool, crc) -> list[bytes] | None:
-    """The payloads of records ``r0`` to ``r1 - 1`` of a shard (``index``: its
-    int64 [n, 2] offsets and frame sizes), adjacent in the file, read with one
-    positioned read and checked as :func:`read_example` checks one (``crc``:
-    the crc32c package's function, for long payloads); None where the usual
-    path must read them (records not adjacent, over 64 MiB at once, a short
-    read, a length or CRC that does not match). Compiled, as :func:`read_item`."""
-    return None
-
-
 if _FAST is not None:
     read_item = _FAST.read_item  # noqa: F811
-    read_frames = _FAST.read_frames  # noqa: F811
 
 
 def parse_example_protobuf(payload) -> dict[str, Value]:

@@ -1,6 +1,7 @@
 /* CRC-32C (Castagnoli), as TFRecord frames use it, for the compiled record
- * reader in _fastwire.c: the SSE4.2 crc32 instruction where the CPU has it,
- * else an 8-bit table. Checked against the crc32c package by the tests. */
+ * readers (records/_frames.c, and example/_fastwire.c's one-record reads; each
+ * extension links its own copy): the SSE4.2 crc32 instruction where the CPU
+ * has it, else an 8-bit table. Checked against the crc32c package by the tests. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

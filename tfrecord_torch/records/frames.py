@@ -1,0 +1,57 @@
+"""A run of adjacent records of an indexed shard, read at once.
+
+:func:`read_frames` reads records ``r0`` to ``r1 - 1`` of a local shard with
+one positioned read and checks each frame (its length against the index,
+both CRCs when asked), in C where ``records/_frames.c`` was built. It never
+raises for bad data: anything it does not vouch for is left to the usual
+path (:func:`~tfrecord_torch.records.scan.scan` and
+:func:`~tfrecord_torch.records.framing.parse_frame`), which names the file,
+offset and record in its error. Stream reading of whole files is
+:mod:`.framing`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["compiled_frames", "read_frames"]
+
+
+def _compiled():  # the compiled reader, or None (not built, or a big-endian machine)
+    if sys.byteorder != "little":
+        return None
+    try:
+        # by name: grimp reads `from tfrecord_torch.records import _frames` as an import of the
+        # package (it sees no .so), a cycle through the package's face
+        return importlib.import_module("tfrecord_torch.records._frames")
+    except ImportError:
+        return None
+
+
+_FRAMES = _compiled()
+
+
+def compiled_frames() -> bool:
+    """Whether :func:`read_frames` reads (the compiled reader is built)."""
+    return _FRAMES is not None
+
+
+def read_frames(fd: int, index: np.ndarray, r0: int, r1: int, verify: bool,
+                crc: Callable[[bytes], int]) -> list[bytes] | None:
+    """The payloads of records ``r0`` to ``r1 - 1`` of a shard (``index``: its
+    int64 [n, 2] offsets and frame sizes), adjacent in the file, read with one
+    positioned read from the open file ``fd`` and checked (``crc``: the crc32c
+    package's function, for long payloads); None where the usual path must
+    read them (records not adjacent, over 64 MiB at once, a short read, a
+    length or CRC that does not match). Where the compiled reader is built
+    this name is its function; this form, without it, leaves every run to
+    the usual path."""
+    return None
+
+
+if _FRAMES is not None:
+    read_frames = _FRAMES.read_frames  # noqa: F811
