@@ -8,10 +8,11 @@ where each lives.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tfrecord_torch._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -75,20 +76,7 @@ _MODULES = {"presets": "tfrecord_torch.features.presets", "tfspec": "tfrecord_to
 
 __all__ = sorted([*_EXPORTS, *_MODULES])
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name in _MODULES:
-        value = importlib.import_module(_MODULES[name])
-    else:
-        raise AttributeError(f"module 'tfrecord_torch' has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MODULES)
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see

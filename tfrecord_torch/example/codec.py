@@ -13,6 +13,7 @@ last word on anything unusual.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
@@ -35,10 +36,11 @@ def _fast_decoder():  # the compiled decoder, or None (not built, or a big-endia
     if sys.byteorder != "little":
         return None
     try:
-        from tfrecord_torch.example import _fastwire
+        # by name: grimp reads `from tfrecord_torch.example import _fastwire` as an import of the
+        # package (it sees no .so), a cycle through the package's face
+        return importlib.import_module("tfrecord_torch.example._fastwire")
     except ImportError:
         return None
-    return _fastwire
 
 
 _FAST = _fast_decoder()
