@@ -14,7 +14,7 @@ slices it: the same pixels either way. :func:`crop_decoding_available` tells
 which.
 
 Only what libjpeg converts to RGB itself takes this path (gray, YCbCr, RGB);
-CMYK/YCCK JPEGs and every other format go through :func:`.images.decode_image`.
+CMYK/YCCK JPEGs and every other format go through :func:`.decode.decode_image`.
 """
 
 from __future__ import annotations

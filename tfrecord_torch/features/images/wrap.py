@@ -4,7 +4,7 @@
 its mask and its boxes alike only when they arrive as ``tv_tensors.Image``,
 ``Mask`` and ``BoundingBoxes``. In a process where TensorFlow was imported
 before torchvision, importing torchvision may crash (see
-:func:`~tfrecord_torch.features.images.preload`): there the features give
+:func:`~tfrecord_torch.features.images.decode.preload`): there the features give
 plain tensors, and boxes a plain float tensor [N, 4] in XYXY pixels.
 """
 
