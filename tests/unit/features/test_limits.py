@@ -15,7 +15,7 @@ from tfrecord_torch.features import images, limits
 from tfrecord_torch.features.images import decode_image
 from tfrecord_torch.features.limits import read_header
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def gif_bomb(frames=2000, size=2000):

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 from helpers import ids_of
-from test_remote import S3
 
 from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, read_records
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.records.writer import frame
 
-ROOT = Path(__file__).resolve().parents[1]
+from .test_remote import S3
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FaultyS3(S3):

@@ -32,7 +32,7 @@ from tfrecord_torch import (
     read_records,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OVERHEAD = 16
 
 _PRELUDE = """

@@ -359,7 +359,7 @@ def test_converter_to_bucket_fails_then_reruns_only_missing_shards(s3, tmp_path)
     """A task that keeps failing stops the run with complete shards uploaded and no
     metadata; nothing partial is visible; the rerun writes only the missing shards
     and the bucket then equals a local serial conversion byte for byte."""
-    from test_convert_plan import Flaky
+    from unit.write.test_plan import Flaky
 
     counter = tmp_path / "fails"
     counter.write_text("9")

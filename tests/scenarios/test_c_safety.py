@@ -3,7 +3,7 @@ built to break them: crop windows outside the image, varints protobuf refuses,
 shapes too large for an array, and index rows that are negative, overflow or
 change during a read. Each gives what the pure-Python path gives (a clear
 error, protobuf's answer, the records) and touches no memory it does not own;
-tests/test_sanitizers.py runs this file under AddressSanitizer and UBSan."""
+tests/scenarios/test_sanitizers.py runs this file under AddressSanitizer and UBSan."""
 
 import os
 

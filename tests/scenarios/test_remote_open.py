@@ -8,7 +8,6 @@ import logging
 import numpy as np
 import pytest
 from helpers import ids_of
-from test_remote import S3, cache, s3  # noqa: F401 - the fixtures
 
 from tfrecord_torch import (
     IndexedTFRecordDataset,
@@ -19,6 +18,8 @@ from tfrecord_torch import (
     make_example,
 )
 from tfrecord_torch.records.index import writer_index_path
+
+from .test_remote import S3, cache, s3  # noqa: F401 - the fixtures
 
 SHARDS = 12
 COUNTS = [5] * (SHARDS - 1) + [3]

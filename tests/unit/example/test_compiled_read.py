@@ -13,7 +13,6 @@ from crc32c import crc32c
 from helpers import in_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_layouts import FLIPS, assert_same, examples, mutations
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import (
@@ -33,6 +32,8 @@ from tfrecord_torch.data import mapstyle
 from tfrecord_torch.example import codec
 from tfrecord_torch.features.specs import bind, decode, item_plan
 from tfrecord_torch.records.crc import masked_crc32c
+
+from .test_layouts import FLIPS, assert_same, examples, mutations
 
 pytestmark = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
 

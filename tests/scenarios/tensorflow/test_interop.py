@@ -45,7 +45,7 @@ from tfrecord_torch import (
     read_records,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 OVERHEAD = 16  # framing bytes around each payload
 HEADER = 12
 

@@ -7,11 +7,12 @@ import pytest
 from helpers import in_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_layouts import FLIPS, assert_same, examples, mutations, outcome
 
 from tfrecord_torch import make_example, make_sequence_example, parse_example, parse_sequence_example
 from tfrecord_torch.example import codec
 from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
+
+from .test_layouts import FLIPS, assert_same, examples, mutations, outcome
 
 pytestmark = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
 

@@ -17,10 +17,11 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FLAGS = "-fsanitize=address,undefined -fno-omit-frame-pointer -g"
 MODULES = ("tfrecord_torch.example._fastwire", "tfrecord_torch.features._jpegcrop")
-TESTS = ["test_fuzz.py", "test_fastwire.py", "test_compiled_read.py", "test_crop_decode.py", "test_c_safety.py"]
+TESTS = ["scenarios/test_fuzz.py", "unit/example/test_fastwire.py", "unit/example/test_compiled_read.py",
+         "unit/features/test_jpeg.py", "scenarios/test_c_safety.py"]
 
 RUN = """
 import importlib, sys

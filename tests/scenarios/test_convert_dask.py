@@ -12,10 +12,11 @@ import pytest
 import torchvision
 from helpers import assert_same_files
 from helpers import listing as visible
-from test_remote import s3  # noqa: F401  (the moto S3 fixture, shared)
 
 from tfrecord_torch import DatasetSource, tfds_dataset, write_dataset
 from tfrecord_torch.cli import main
+
+from .test_remote import s3  # noqa: F401  (the moto S3 fixture, shared)
 
 distributed = pytest.importorskip("distributed")
 pytestmark = pytest.mark.slow  # a cluster of 2 processes importing torch: tens of seconds on 2 cores

@@ -31,7 +31,7 @@ from tfrecord_torch.data.plan import resolve_rank
 from tfrecord_torch.records.index import writer_index_path
 from tfrecord_torch.records.writer import frame
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one_shard(tmp_path, n=20, name="s.tfrecord"):
@@ -375,7 +375,7 @@ def test_a_25_million_record_shard_indexes_in_bounded_memory(tmp_path):
         from benchmarks.index_scale import main
         main()
     """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                          timeout=1800, env={**os.environ, "PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr[-3000:]
