@@ -49,7 +49,7 @@ def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(decoder):
         import os, resource, sys, time
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
         import torch, torchvision.io
-        from test_image_limits import gif_bomb
+        from unit.features.test_limits import gif_bomb
         from tfrecord_torch.features import images
         if {decoder!r} == "pillow":
             images._torchvision_usable = lambda: False
@@ -134,7 +134,7 @@ def test_mutated_images_never_crash_or_balloon():
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
         import numpy as np, torch, torchvision.io
         from PIL import Image as PILImage
-        from test_image_limits import gif_bomb
+        from unit.features.test_limits import gif_bomb
         from tfrecord_torch.features.images import decode_image
         from tfrecord_torch.features.masks import decode_mask
         status = open(f"/proc/{{os.getpid()}}/status").read()
