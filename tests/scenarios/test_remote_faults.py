@@ -1,4 +1,4 @@
-"""Issue 14, remote faults: which answers are final and which are retried,
+"""Remote faults: which answers are final and which are retried,
 empty objects, and servers that ignore Range (S3 through moto, HTTP through
 a local server)."""
 

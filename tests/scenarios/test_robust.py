@@ -1,4 +1,4 @@
-"""Issue 14, local cases: on_error while indexing, map-style skipping in
+"""Robustness on local files: on_error while indexing, map-style skipping in
 linear time, index dialects, pipes and FIFOs, bombs, writers never closed,
 clear messages for odd paths, rank arguments."""
 
@@ -382,5 +382,5 @@ def test_a_25_million_record_shard_indexes_in_bounded_memory(tmp_path):
     result = json.loads(out.stdout)
     assert result["records"] == 25_000_000
     # typically 1,137-1,143 MB here, alone; one CI run, with the rest of the suite on both cores,
-    # measured 1,304 MB. The issue asks for well under 1.5 GB.
+    # measured 1,304 MB. The bound is well under 1.5 GB.
     assert result["peak_mb"] < 1400, result

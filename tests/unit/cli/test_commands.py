@@ -1,3 +1,6 @@
+"""The ``tfrecord-torch`` subcommands (index, verify, inspect, head, cat, decompress):
+their output, their exit codes, and errors as messages rather than tracebacks."""
+
 import json
 import subprocess
 import sys

@@ -1,3 +1,6 @@
+"""Who reads what (data/plan.py): every record exactly once over ranks and workers,
+even splits, deterministic epoch-dependent shuffles, and rank resolution."""
+
 from collections import Counter
 
 import pytest

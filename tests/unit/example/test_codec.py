@@ -1,3 +1,6 @@
+"""make_example / parse_example and their SequenceExample pair: values and kinds,
+numpy and torch inputs, deterministic bytes, errors naming the key, round trips."""
+
 import numpy as np
 import pytest
 import torch

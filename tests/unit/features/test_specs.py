@@ -1,3 +1,6 @@
+"""Feature specs as users pass them to the datasets: presets, images, bytes and
+variable-length values, v2 transforms, collate, and the indexed dataset's random access."""
+
 import numpy as np
 import pytest
 import torch

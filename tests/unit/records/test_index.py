@@ -1,3 +1,6 @@
+"""Index files: built, loaded and checked against their shard (other files, changed
+files, malformed text, compressed shards), and random access through them."""
+
 import numpy as np
 import pytest
 
