@@ -1,11 +1,10 @@
-"""Feature specs as users pass them to the datasets: presets, images, bytes and
-variable-length values, v2 transforms, collate, and the indexed dataset's random access."""
+"""Feature specs as users pass them to the datasets: images, bytes, text and
+variable-length values, v2 transforms, batch mode, one feature under two names."""
 
 import numpy as np
 import pytest
 import torch
-from helpers import ids_of, png_bytes, write_shards
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, random_split
+from helpers import image_shards, png_bytes
 
 from tfrecord_torch import (
     Bytes,
@@ -18,50 +17,11 @@ from tfrecord_torch import (
     Text,
     TFRecordDataset,
     make_example,
-    pad_collate,
     parse_example,
     presets,
     read_records,
 )
 from tfrecord_torch.features.specs import decode_image, image_size
-
-
-def image_shards(tmp_path, keys=("image", "label"), fmt="PNG", sizes=((8, 10),) * 6, mode="RGB"):
-    rng = np.random.default_rng(0)
-    arrays = []
-    path = tmp_path / "img.tfrecord"
-    with RecordWriter(path) as w:
-        for i, (h, wd) in enumerate(sizes):
-            shape = (h, wd, 3) if mode == "RGB" else (h, wd)
-            a = rng.integers(0, 256, shape, dtype=np.uint8)
-            arrays.append(a)
-            w.write(make_example({keys[0]: png_bytes(a, fmt), keys[1]: i, "id": i}))
-    return path, arrays
-
-
-@pytest.mark.parametrize("preset, keys", [(presets.tfds, ("image", "label")),
-                                          (presets.slim, ("image/encoded", "image/class/label"))])
-def test_presets_decode_png_exactly(tmp_path, preset, keys):
-    _, arrays = image_shards(tmp_path, keys)
-    items = list(TFRecordDataset(tmp_path, features=preset()))
-    for i, item in enumerate(items):
-        assert item["image"].dtype == torch.uint8 and item["image"].shape == (3, 8, 10)
-        assert np.array_equal(item["image"].permute(1, 2, 0).numpy(), arrays[i])
-        assert item["label"].item() == i
-
-
-def test_raw_preset(tmp_path):
-    rng = np.random.default_rng(1)
-    a = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
-    with RecordWriter(tmp_path / "raw.tfrecord") as w:
-        w.write(make_example({"image_raw": a.tobytes(), "height": 4, "width": 5, "depth": 3, "label": 9}))
-        w.write(make_example({"image_raw": a.tobytes(), "height": 4, "width": 4, "depth": 3, "label": 9}))
-    ds = TFRecordDataset(tmp_path, features=presets.raw())
-    it = iter(ds)
-    item = next(it)
-    assert torch.equal(item["image"], torch.from_numpy(a).permute(2, 0, 1))
-    with pytest.raises(FeatureError, match="needs 48"):
-        next(it)
 
 
 def test_image_modes_and_formats():
@@ -141,18 +101,6 @@ def test_transforms_v2_pipeline(tmp_path):
         assert torch.equal(item["image"], ref["image"]) and torch.equal(item["label"], ref["label"])
 
 
-def test_pad_collate(tmp_path):
-    image_shards(tmp_path, sizes=[(4, 6), (7, 3), (5, 5)])
-    loader = DataLoader(TFRecordDataset(tmp_path, features=presets.tfds()), batch_size=3,
-                        collate_fn=pad_collate)
-    batch = next(iter(loader))
-    assert batch["image"].shape == (3, 3, 7, 6)
-    assert batch["image_size"].tolist() == [[4, 6], [7, 3], [5, 5]]
-    assert batch["image_mask"][1].sum() == 21 and not batch["image_mask"][1, 0, 3]
-    assert batch["label"].tolist() == [0, 1, 2]
-    assert (batch["image"][1, :, :, 3:] == 0).all()
-
-
 def test_batch_mode_images_stack_or_refuse_mixed_sizes(tmp_path):
     image_shards(tmp_path, sizes=[(4, 6)] * 4 + [(5, 5)] * 4)
     ds = TFRecordDataset(tmp_path, features=presets.tfds(), batch_size=4)
@@ -161,42 +109,6 @@ def test_batch_mode_images_stack_or_refuse_mixed_sizes(tmp_path):
     ds = TFRecordDataset(tmp_path, features=presets.tfds(), batch_size=8)
     with pytest.raises(MixedSizesError, match=r"record 4 at byte offset \d+ \(3x5x5\)"):
         next(iter(ds))
-
-
-# --- the map-style dataset ---------------------------------------------------
-
-def test_indexed_dataset_random_access(tmp_path):
-    write_shards(tmp_path, [4, 0, 6, 3])
-    ds = IndexedTFRecordDataset(tmp_path)
-    assert len(ds) == 13
-    assert [int(ds[i]["id"][0]) for i in range(13)] == list(range(13))
-    assert int(ds[-1]["id"][0]) == 12
-    with pytest.raises(IndexError):
-        ds[13]
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_indexed_dataset_with_samplers(tmp_path, workers):
-    write_shards(tmp_path, [10, 15])
-    ds = IndexedTFRecordDataset(tmp_path, features={"id": Int64()})
-    loader = DataLoader(ds, batch_size=4, sampler=RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
-                        num_workers=workers)
-    assert sorted(ids_of(loader)) == list(range(25))
-    seen = []
-    for rank in range(3):
-        sampler = DistributedSampler(ds, num_replicas=3, rank=rank, shuffle=True, drop_last=True)
-        seen.extend(ids_of(DataLoader(ds, batch_size=5, sampler=sampler, num_workers=workers)))
-    assert len(seen) == 24 and len(set(seen)) == 24
-    train, val = random_split(ds, [20, 5], generator=torch.Generator().manual_seed(1))
-    assert sorted(ids_of(DataLoader(train, batch_size=7)) + ids_of(DataLoader(val, batch_size=7))) == list(range(25))
-
-
-def test_indexed_dataset_refuses_compressed(tmp_path):
-    from tfrecord_torch import TFRecordError
-
-    write_shards(tmp_path, [3], compression="gzip")
-    with pytest.raises(TFRecordError, match="decompress"):
-        IndexedTFRecordDataset(tmp_path)
 
 
 def test_png_with_bad_zlib_checksum_is_an_error_not_a_crash():

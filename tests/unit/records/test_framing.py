@@ -22,10 +22,6 @@ def write(path, payloads, compression=None):
     return path
 
 
-
-
-
-
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
 def test_round_trip_mixed_sizes(tmp_path, compression):
     rng = np.random.default_rng(0)
