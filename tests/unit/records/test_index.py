@@ -1,5 +1,5 @@
 """Index files: built, loaded and checked against their shard (other files, changed
-files, malformed text, compressed shards), and random access through them."""
+files, malformed text, compressed shards), and offsets equal to a streaming read."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,6 @@ import pytest
 from tfrecord_torch import (
     IndexedReader,
     IndexMismatchError,
-    RecordWriter,
     TFRecordError,
     build_index,
     check_index,
@@ -16,18 +15,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.records.index import scan_index
 
-
-def write(path, payloads, compression=None):
-    with RecordWriter(path, compression=compression) as w:
-        for p in payloads:
-            w.write(p)
-    return path
-
-
-@pytest.fixture
-def shard(tmp_path):
-    payloads = [bytes([i % 256]) * (i * 7 % 50) for i in range(200)]
-    return write(tmp_path / "s.tfrecord", payloads), payloads
+from .conftest import write
 
 
 def test_build_and_load(shard):
@@ -42,35 +30,6 @@ def test_build_and_load(shard):
         lines = f.read().splitlines()
     assert lines[1] == f"{index[1, 0]} {index[1, 1]}"
     check_index(index, path)
-
-
-def test_random_access(shard):
-    path, payloads = shard
-    build_index(path)
-    reader = IndexedReader(path)
-    assert len(reader) == 200
-    order = np.random.default_rng(1).permutation(200)
-    assert [reader[int(i)] for i in order] == [payloads[i] for i in order]
-    assert reader[-1] == payloads[-1]
-    with pytest.raises(IndexError):
-        reader[200]
-
-
-def test_reader_without_index_file_scans(tmp_path):
-    path = write(tmp_path / "a.tfrecord", [b"a", b"bb"])
-    reader = IndexedReader(path)
-    assert [reader[0], reader[1]] == [b"a", b"bb"]
-    assert not (tmp_path / "a.tfrecord.index").exists()
-
-
-def test_reader_survives_pickling(shard):
-    import pickle
-
-    path, payloads = shard
-    reader = IndexedReader(path)
-    assert reader[3] == payloads[3]
-    clone = pickle.loads(pickle.dumps(reader))
-    assert clone[4] == payloads[4]
 
 
 def test_empty_file_index(tmp_path):
@@ -139,19 +98,3 @@ def test_index_matches_streaming_offsets(tmp_path):
     assert index[:, 1].tolist() == [len(p) + 16 for p in payloads]
     reader = IndexedReader(path, index=index)
     assert [reader[i] for i in range(len(payloads))] == list(read_records(path))
-
-
-def test_corrupt_record_through_index(shard):
-    path, _ = shard
-    build_index(path)
-    raw = bytearray(path.read_bytes())
-    index = load_index(str(path) + ".index")
-    offset = int(index[50, 0])
-    raw[offset + 14] ^= 1
-    path.write_bytes(bytes(raw))
-    reader = IndexedReader(path)
-    from tfrecord_torch import CorruptRecordError
-
-    with pytest.raises(CorruptRecordError) as info:
-        reader[50]
-    assert (info.value.offset, info.value.record) == (offset, 50)
