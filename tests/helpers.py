@@ -90,3 +90,16 @@ def in_threads(work, n=8):
     for t in threads:
         t.join()
     return errors
+
+
+def image_shards(tmp_path, keys=("image", "label"), fmt="PNG", sizes=((8, 10),) * 6, mode="RGB"):
+    rng = np.random.default_rng(0)
+    arrays = []
+    path = tmp_path / "img.tfrecord"
+    with RecordWriter(path) as w:
+        for i, (h, wd) in enumerate(sizes):
+            shape = (h, wd, 3) if mode == "RGB" else (h, wd)
+            a = rng.integers(0, 256, shape, dtype=np.uint8)
+            arrays.append(a)
+            w.write(make_example({keys[0]: png_bytes(a, fmt), keys[1]: i, "id": i}))
+    return path, arrays

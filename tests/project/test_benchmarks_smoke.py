@@ -1,0 +1,171 @@
+"""Smoke tests of the benchmark harness (``benchmarks/run.py``): the registry holds the
+rows the benchmark promises; a tiny run of the rows that need neither TensorFlow nor torch
+goes end to end (subprocess per row, a contender under another interpreter, a missing
+interpreter skipped with a note, the report, targets and chart). The full registry at tiny
+sizes is the slow test.
+
+They check that the benchmark works, not how fast anything is: there are no timing
+thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN = os.path.join(ROOT, "benchmarks", "run.py")
+
+# The rows the benchmark promises; the registry may hold more.
+REQUIRED = {
+    ("framing_1mib", "ours"),
+    ("framing_1mib", "tfrecord"),
+    ("framing_1mib", "tf.data"),
+    ("parse_small", "ours"),
+    ("parse_small", "ours_batched"),
+    ("parse_small", "tfrecord"),
+    ("parse_small", "tfrecord + DataLoader"),
+    ("parse_small", "tf.data batch+parse_example"),
+    ("parse_small", "tf.data parse_single+batch"),
+    ("images", "ours"),
+    ("images", "tf.data"),
+    ("images", "decode-only limit"),
+    ("small_loader", "ours"),
+    ("small_loader", "ours num_workers=2"),
+    ("small_loader", "tf.data batch+parse_example"),
+    ("small_loader", "tfrecord + DataLoader"),
+    ("memory", "ours"),
+    ("convert", "ours png"),
+    ("convert", "tf writer png"),
+    ("convert", "ours ImageFolder copy"),
+    ("convert", "cp -r"),
+    ("convert_scale", "serial"),
+    ("convert_scale", "2 processes"),
+    ("convert_scale", "dask 2 workers"),
+    ("remote_open", "ours, index files"),
+}
+THROUGHPUT_UNITS = ("GB/s", "MB/s", "records/s", "images/s")
+# Rows that import neither TensorFlow nor torch: a fresh process each costs well under a second.
+LIGHT = ["framing_1mib/ours", "framing_1mib/baseline: readinto", "parse_small/ours",
+         "parse_small/ours_batched", "convert/cp -r"]
+
+# A case module added from outside: the same contender three ways (this interpreter, another
+# interpreter named as a venv, and a venv that does not exist).
+EXTRA = '''
+from benchmarks.cases.small import parse_ours
+from benchmarks.harness.registry import case, target, worker
+
+case("harness_check", dataset="examples_small", unit="records/s", repeats=1, quick_repeats=1,
+     title="the harness itself")
+worker("harness_check", "ours", note="parse_ours")(parse_ours)
+worker("harness_check", "ours in venv alt", note="parse_ours under venv 'alt'", python="alt")(parse_ours)
+worker("harness_check", "ours in venv gone", note="parse_ours under a missing venv", python="gone")(parse_ours)
+target("harness_check", "ours in venv alt >= 0.001x ours", "ours in venv alt", "ours", at_least=0.001)
+'''
+
+
+def _registry() -> set[tuple[str, str]]:
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness import registry
+
+        registry.load_cases()
+        return {(c.name, i) for c in registry.CASES.values() for i in c.impls}
+    finally:
+        sys.path.remove(ROOT)
+
+
+def _without_venv() -> set[tuple[str, str]]:
+    """Rows whose own interpreter (a venv under benchmarks/venvs) is not installed here."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness import registry
+
+        registry.load_cases()
+        return {(c.name, i.name) for c in registry.CASES.values() for i in c.impls.values()
+                if i.python and registry.interpreter(i, sys.executable)[0] is None}
+    finally:
+        sys.path.remove(ROOT)
+
+
+def _run(out, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, RUN, "--tiny", "--out", str(out), *args], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _check_report(out, proc, expected: set[tuple[str, str]], skipped=frozenset()) -> dict:
+    report = json.loads((out / "results.json").read_text())
+    rows = {(r["case"], r["impl"]): r for r in report["results"]}
+    assert set(rows) == expected
+    for key, row in rows.items():
+        assert "error" not in row, (key, row.get("error"))
+        if key in skipped:
+            assert "missing" in row["skipped"], key
+            continue
+        if row["unit"] == "% RSS growth":  # a measured value: may be 0 or negative
+            assert math.isfinite(row["throughput"]), key
+            assert len(row["samples"]["total_rss"]) >= 2 and min(row["samples"]["total_rss"]) > 0, key
+            assert row.get("ours_is") is None, key
+            continue
+        if row["unit"] == "s":  # a measured time, with the requests it made
+            assert row["throughput"] > 0 and row["metrics"]["requests_per_shard"] > 0, key
+            assert row.get("ours_is") is None, key
+            continue
+        assert row["throughput"] > 0 and row["best"] > 0, key
+        assert row["unit"] in THROUGHPUT_UNITS, key
+    assert all(isinstance(t["met"], bool) for t in report["targets"])
+    table = (out / "results.md").read_text()
+    assert "| case | implementation |" in table
+    for case, impl in expected:
+        assert f"| {case} | {impl} |" in table
+    assert table in proc.stdout
+    assert "results.png" in table
+    png = (out / "results.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    return report
+
+
+def test_registry_holds_the_promised_rows():
+    assert REQUIRED <= _registry()
+
+
+def test_tiny_run_of_the_light_rows_with_other_interpreters(tmp_path):
+    (tmp_path / "bench_extra.py").write_text(EXTRA)
+    alt = tmp_path / "venvs" / "alt" / "bin" / "python"
+    alt.parent.mkdir(parents=True)
+    alt.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    alt.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "TFRECORD_BENCH_EXTRA_CASES": "bench_extra", "TFRECORD_BENCH_VENVS": str(tmp_path / "venvs")}
+    out = tmp_path / "bench"
+    proc = _run(out, "--only", ",".join(LIGHT + ["harness_check"]), env=env)
+    expected = {tuple(name.split("/", 1)) for name in LIGHT}
+    expected |= {("harness_check", "ours"), ("harness_check", "ours in venv alt"),
+                 ("harness_check", "ours in venv gone")}
+    report = _check_report(out, proc, expected, skipped={("harness_check", "ours in venv gone")})
+    rows = {(r["case"], r["impl"]): r for r in report["results"]}
+    assert rows[("harness_check", "ours in venv alt")]["python"] == str(alt)
+    assert "CorruptRecordError" in rows[("harness_check", "ours in venv alt")]["probe"]
+    table = (out / "results.md").read_text()
+    assert f"run by {alt}" in table
+    assert "| harness_check | ours in venv gone | skipped |" in table
+    assert {t["target"] for t in report["targets"]} >= {"ours in venv alt >= 0.001x ours"}
+    listing = subprocess.run([sys.executable, RUN, "--list"], capture_output=True, text=True, env=env,
+                             check=True).stdout
+    assert "harness_check/ours in venv gone: parse_ours under a missing venv [python: gone]" in listing
+
+
+@pytest.mark.slow
+def test_tiny_run_of_every_row(tmp_path):
+    out = tmp_path / "bench"
+    proc = _run(out)
+    report = _check_report(out, proc, _registry(), skipped=_without_venv())
+    assert {t["case"] for t in report["targets"]} >= {"images", "small_loader", "memory", "convert"}
+

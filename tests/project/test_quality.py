@@ -1,0 +1,138 @@
+"""The package's shape: layering, types, lint, a lazy and light import, a complete public API."""
+
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tfrecord_torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+
+
+def _tool(name: str) -> str:
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        path = shutil.which(name) or pytest.fail(f"{name} is not installed (pip install -e '.[test]')")
+    return path
+
+
+def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600, **kw)
+
+
+def test_layers_hold():
+    """import-linter's contracts in pyproject.toml: imports only point down the data's path."""
+    proc = _run([_tool("lint-imports"), "--no-cache"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_import_cycles():
+    import grimp
+
+    graph = grimp.build_graph("tfrecord_torch")
+    modules = sorted(m for m in graph.modules if m.startswith("tfrecord_torch."))
+    cycles = [(a, b) for a in modules for b in graph.find_modules_directly_imported_by(a)
+              if b != a and graph.find_shortest_chain(importer=b, imported=a)]
+    assert not cycles, cycles
+
+
+def test_mypy_clean():
+    proc = _run([sys.executable, "-m", "mypy", "tfrecord_torch"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_clean():
+    proc = _run([_tool("ruff"), "check", "tfrecord_torch", "tests", "benchmarks", "examples"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_all_is_sorted_and_every_name_resolves():
+    names = tfrecord_torch.__all__
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert getattr(tfrecord_torch, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        tfrecord_torch.nope  # noqa: B018
+
+
+def _public_callables():
+    for name in tfrecord_torch.__all__:
+        obj = getattr(tfrecord_torch, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj) and not issubclass(obj, BaseException):
+            for attr, member in vars(obj).items():
+                if inspect.isfunction(member) and (not attr.startswith("_") or attr == "__init__"):
+                    yield f"{name}.{attr}", member
+
+
+def test_public_api_is_annotated():
+    missing = []
+    for name, fn in _public_callables():
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values()
+                  if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if any(p.annotation is inspect.Parameter.empty for p in params):
+            missing.append(f"{name}: parameters")
+        if sig.return_annotation is inspect.Signature.empty:
+            missing.append(f"{name}: return")
+    assert not missing, missing
+
+
+def test_py_typed_ships():
+    assert os.path.exists(os.path.join(os.path.dirname(tfrecord_torch.__file__), "py.typed"))
+
+
+LIGHT = """
+import sys
+import tfrecord_torch
+from tfrecord_torch import read_records, RecordWriter, build_index, parse_example, make_example
+from tfrecord_torch import load_index, IndexedReader, TFRecordError, ErrorPolicy, Compression
+heavy = sorted(m for m in ("torch", "torchvision") if m in sys.modules)
+assert not heavy, heavy
+"""
+
+
+def test_import_does_not_import_torch():
+    proc = _run([sys.executable, "-c", LIGHT])
+    assert proc.returncode == 0, proc.stderr
+
+
+CLI = """
+import sys, runpy
+sys.argv = ["tfrecord-torch"] + sys.argv[1:]
+from tfrecord_torch.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "torchvision") if m in sys.modules)
+print("HEAVY", heavy)
+"""
+
+
+@pytest.mark.parametrize("command", ["index", "verify", "inspect", "head", "cat"])
+def test_light_cli_commands_do_not_import_torch(tmp_path, command):
+    from tfrecord_torch import RecordWriter, make_example
+
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(3):
+            w.write(make_example({"id": i, "name": f"n{i}"}))
+    args = [command, str(path)]
+    if command == "cat":
+        args = [command, str(path)]
+    proc = _run([sys.executable, "-c", CLI, *args])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "HEAVY []" in proc.stdout, proc.stdout
+
+
+def test_cli_help_is_light():
+    proc = _run([sys.executable, "-X", "importtime", "-m", "tfrecord_torch.cli", "--help"])
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "torch" not in imported and "numpy" not in imported, sorted(imported)[:50]

@@ -1,0 +1,255 @@
+"""The compiled helpers (features/images/_jpegcrop.c, example/_fastwire.c) on input
+built to break them: crop windows outside the image, varints protobuf refuses,
+shapes too large for an array, and index rows that are negative, overflow or
+change during a read. Each gives what the pure-Python path gives (a clear
+error, protobuf's answer, the records) and touches no memory it does not own;
+tests/scenarios/test_sanitizers.py runs this file under AddressSanitizer and UBSan."""
+
+import os
+
+import numpy as np
+import pytest
+from helpers import png_bytes
+
+from tfrecord_torch import (
+    ExampleDecodeError,
+    FeatureError,
+    IndexedTFRecordDataset,
+    Int64,
+    RecordWriter,
+    build_index,
+    load_index,
+    make_example,
+    make_sequence_example,
+    parse_example,
+    parse_sequence_example,
+)
+from tfrecord_torch.example import codec
+from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
+from tfrecord_torch.features.images import jpeg as jpeg_module
+from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg, decode_jpeg_window
+from tfrecord_torch.records import frames
+from tfrecord_torch.records.crc import crc32c, masked_crc32c
+
+compiled = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
+
+
+def jpeg(h=75, w=101):
+    rng = np.random.default_rng(0)
+    return png_bytes(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "JPEG", quality=90)
+
+
+# -- crop windows ---------------------------------------------------------------------------------
+
+OUTSIDE = [
+    (0, -8, 75, 109),  # a negative left whose sum with the width wraps to the image's width
+    (-8, 0, 83, 101),  # a negative top likewise
+    (0, -1, 75, 1),
+    (-1, -1, 1, 1),
+    (0, 0, 0, 5),
+    (0, 0, 5, -5),
+    (0, 0, 75, 2**32 + 101),  # wraps to 101 in 32 bits
+    (2**32, 0, 1, 1),
+    (0, 0, 75, 2**40),
+    (2**70, 0, 1, 1),
+    (0, 2**63 - 1, 1, 2**63 - 1),
+]
+
+
+@pytest.mark.parametrize("helper", [True, False])
+@pytest.mark.parametrize("box", OUTSIDE)
+def test_a_window_outside_the_image_is_refused(helper, box, monkeypatch):
+    if helper and not crop_decoding_available():
+        pytest.skip("the crop helper is not built")
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_CROP", None)
+    with pytest.raises(ValueError, match="crop window .*outside"):
+        decode_jpeg_window(jpeg(), box)
+
+
+def test_a_window_at_the_edges_equals_the_full_decode_sliced():
+    data = jpeg()
+    full = decode_jpeg(data)
+    for top, left, h, w in [(0, 0, 75, 101), (74, 100, 1, 1), (np.int64(3), np.int64(5), np.int64(7), 96)]:
+        got = decode_jpeg_window(data, (top, left, h, w))
+        np.testing.assert_array_equal(got, full[top:top + h, left:left + w])
+
+
+def test_a_batch_of_an_impossible_size_is_refused():
+    if not crop_decoding_available():
+        pytest.skip("the crop helper is not built")
+    out = np.empty((1, 1, 1, 3), np.uint8)
+    with pytest.raises(ValueError, match="not a JPEG size"):
+        jpeg_module._CROP.decode_many([jpeg()], out, -1, 2**40, True)
+
+
+# -- varints protobuf refuses ---------------------------------------------------------------------
+
+def varint(value, size):
+    """value as a varint of exactly size bytes (padded with continuation bytes)."""
+    return bytes(((value >> 7 * i) & 0x7F) | (0x80 if i < size - 1 else 0) for i in range(size))
+
+
+def delimited(number, body, tag_size=1, length_size=1):
+    return varint(number << 3 | 2, tag_size) + varint(len(body), length_size) + body
+
+
+def example_with(where, size):
+    """Example {"a": [5]} with the tag or length at ``where`` written in ``size`` bytes."""
+    sizes = dict.fromkeys(["example", "entry", "key", "list", "packed"], (1, 1))
+    sizes[where] = (size, 1) if where == "list" else (1, size) if where in ("key", "packed") else (size, size)
+    values = delimited(1, b"\x05", *sizes["packed"])  # Int64List.value, packed
+    feature = delimited(3, values)
+    entry = delimited(1, b"a", *sizes["key"]) + delimited(2, feature)
+    if where == "list":  # the Int64List's value unpacked: its own tag padded
+        feature = delimited(3, varint(1 << 3, size) + b"\x05")
+        entry = delimited(1, b"a") + delimited(2, feature)
+    features = delimited(1, entry, *sizes["entry"])
+    return delimited(1, features, *sizes["example"])
+
+
+def outcome(parse, payload):
+    try:
+        return {key: np.asarray(value).tolist() for key, value in parse(payload).items()}
+    except ExampleDecodeError:
+        return "refused"
+
+
+@compiled
+@pytest.mark.parametrize("where", ["example", "entry", "key", "list", "packed"])
+@pytest.mark.parametrize("size", range(1, 12))
+def test_padded_tags_and_lengths_get_protobufs_answer(where, size):
+    payload = example_with(where, size)
+    want = outcome(parse_example_protobuf, payload)
+    assert want == ({"a": [5]} if size <= 5 else "refused")  # what upb accepts: at most 5 bytes
+    assert outcome(parse_example, payload) == want
+    if size > 5:
+        assert codec._FAST.parse_example(payload) is None  # left to protobuf
+
+
+@compiled
+def test_a_tag_above_32_bits_gets_protobufs_answer():
+    payload = make_example({"a": 5})
+    for tag in (1 << 32 | 0x0A, (1 << 35) - 1):
+        crafted = varint(tag, 5) + payload[1:]
+        assert outcome(parse_example, crafted) == outcome(parse_example_protobuf, crafted) == "refused"
+
+
+@compiled
+@pytest.mark.parametrize("size", [5, 6, 10])
+def test_padded_sequence_example_tags_get_protobufs_answer(size):
+    lists = make_sequence_example({}, {"s": [[1], [2]]})
+    crafted = varint(2 << 3 | 2, size) + lists[1:]  # SequenceExample.feature_lists, its tag padded
+
+    def answer(parse):
+        try:
+            context, steps = parse(crafted)
+        except ExampleDecodeError:
+            return "refused"
+        return context, {key: [np.asarray(v).tolist() for v in value] for key, value in steps.items()}
+
+    assert answer(parse_sequence_example) == answer(parse_sequence_example_protobuf)
+    assert answer(parse_sequence_example_protobuf) == ("refused" if size > 5 else ({}, {"s": [[1], [2]]}))
+
+
+@compiled
+def test_empty_messages_decode_to_empty_dicts():
+    assert codec._FAST.parse_example(make_example({})) == {}
+    assert codec._FAST.parse_example(b"") == {}
+    assert codec._FAST.parse_sequence_example(b"") == ({}, {})
+    assert parse_sequence_example(make_sequence_example({}, {"s": []}))[1] == {"s": []}
+
+
+# -- shapes too large for an array ----------------------------------------------------------------
+
+@compiled
+@pytest.mark.parametrize("shape", [(2**32, 2**32), (2**62, 4), (2**31, 2**31, 3), (3, 2**61)])
+def test_a_shape_too_large_for_an_array_is_a_feature_error(tmp_path, shape):
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_example({"a": np.zeros(0, np.int64)}))
+        w.write(make_example({"a": [1, 2, 3]}))
+    build_index(path)
+    ds = IndexedTFRecordDataset(str(path), features={"a": Int64(shape=shape)})
+    for r in range(2):
+        with pytest.raises(FeatureError, match=rf"record {r} at byte offset \d+: feature 'a': holds"):
+            ds[r]
+
+
+# -- index rows ------------------------------------------------------------------------------------
+
+def frame(payload):
+    n = len(payload).to_bytes(8, "little")
+    return n + masked_crc32c(n).to_bytes(4, "little") + payload + masked_crc32c(payload).to_bytes(4, "little")
+
+
+@pytest.fixture
+def shard(tmp_path):
+    """(path, index, payloads): 6 records, the odd ones over 1 KiB (their CRC computed by crc)."""
+    path = tmp_path / "f.tfrecord"
+    payloads = [make_example({"i": i, "blob": b"x" * (1500 * (i % 2))}) for i in range(6)]
+    with RecordWriter(path) as w:
+        for p in payloads:
+            w.write(p)
+    build_index(path)
+    return path, load_index(f"{path}.index"), payloads
+
+
+def read_frames(path, index, r0, r1, verify=True, crc=crc32c):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return frames.read_frames(fd, index, r0, r1, verify, crc)
+    finally:
+        os.close(fd)
+
+
+BIG = 2**63 - 1
+CRAFTED = [
+    [[16, BIG]],  # offset + size overflows
+    [[0, BIG], [BIG, BIG], [-2, 102]],  # the sums wrap round to a 100-byte span
+    [[0, 2**62], [2**62, 2**62]],
+    [[-32, 48], [16, 32]],  # starts before the file
+    [[BIG - 16, 32]],
+    [[0, 32], [32, -16]],
+    [[0, 32], [32, 2**40]],
+]
+
+
+@compiled
+@pytest.mark.parametrize("rows", CRAFTED)
+def test_crafted_index_rows_are_left_to_the_usual_path(tmp_path, rows):
+    """Rows no shard can have: None (the usual path then reads and names the
+    record), never an allocation of their size or a read outside the buffer."""
+    path = tmp_path / "crafted.bin"
+    # a file whose first frame claims the length the first row implies, CRC and all
+    length = (rows[0][1] - 16) % 2**64
+    head = length.to_bytes(8, "little")
+    path.write_bytes(head + masked_crc32c(head).to_bytes(4, "little") + bytes(200))
+    index = np.array(rows, np.int64)
+    for verify in (True, False):
+        assert read_frames(path, index, 0, len(rows), verify) is None
+        for r in range(len(rows)):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                assert codec.read_item(fd, index, r, verify, (("a", b"a", False, ()),), np.asarray) is None
+                assert codec.read_example(fd, int(index[r, 0]), int(index[r, 1]), verify) is None
+            finally:
+                os.close(fd)
+
+
+@compiled
+@pytest.mark.parametrize("change", [17, "just past the read", 2**40, -(2**40)])
+def test_an_index_changed_during_the_read_does_not_move_the_frames(shard, change):
+    """crc runs Python code in the middle of the read: the rows are the ones
+    the call was given, whatever happens to the caller's array meanwhile."""
+    path, index, payloads = shard
+    index = index.copy()
+    if change == "just past the read":  # frame 2 would start a few bytes past the buffer
+        change = int(index[:, 1].sum())
+
+    def crc(data):  # the crc32c package's function, which also rewrites the index
+        index[:, 1] = change
+        index[:, 0] = change
+        return crc32c(data)
+
+    assert read_frames(path, index, 0, 6, True, crc) == payloads

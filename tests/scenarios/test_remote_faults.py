@@ -1,0 +1,270 @@
+"""Remote faults: which answers are final and which are retried,
+empty objects, and servers that ignore Range (S3 through moto, HTTP through
+a local server)."""
+
+import http.server
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from helpers import ids_of
+
+from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, read_records
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.records.writer import frame
+
+from .test_remote import S3
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FaultyS3(S3):
+    """The moto server, plus answers with any status for matching requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status: tuple[str, bytes] | None = None
+        self.status_count = 0
+        self.status_methods = ("GET", "HEAD")
+
+    def handle(self, environ, start_response):
+        method, path = environ["REQUEST_METHOD"], environ["PATH_INFO"]
+        if self.status and self.status_count and method in self.status_methods and self.fault_path in path:
+            self.status_count -= 1
+            self.requests.append((method, path, environ.get("HTTP_RANGE")))
+            start_response(self.status[0], [("Content-Type", "application/xml")])
+            return [b"" if method == "HEAD" else self.status[1]]
+        return super().handle(environ, start_response)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    import urllib.request
+
+    server = FaultyS3()
+    endpoint = server.options["client_kwargs"]["endpoint_url"]
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def opts(s3, monkeypatch, tmp_path):
+    """Only this package retries (s3fs and botocore give up at once), quickly."""
+    import s3fs
+
+    from tfrecord_torch.io import retry
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
+    monkeypatch.setattr(retry, "BACKOFF", 0.01)
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    s3.status, s3.status_count, s3.fault_path = None, 0, ""
+    return {**s3.options, "config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
+
+
+def retries_logged(caplog) -> int:
+    return sum(1 for r in caplog.records if r.name == "tfrecord_torch.io.retry" and "retrying" in r.getMessage())
+
+
+def put(s3, key, records):
+    with RecordWriter(f"s3://bucket/{key}", storage_options=s3.options) as w:
+        for r in records:
+            w.write(r)
+
+
+def test_an_empty_object_is_a_shard_of_no_records(s3, opts, caplog):
+    put(s3, "empty/a-0.tfrecord", [make_example({"id": i}) for i in range(3)])
+    s3.fs().pipe_file("bucket/empty/a-1.tfrecord", b"")
+    for index in (None, False):
+        ds = TFRecordDataset("s3://bucket/empty/a-*.tfrecord", storage_options=opts, index=index)
+        assert sorted(ids_of(ds)) == [0, 1, 2]
+    assert list(read_records("s3://bucket/empty/a-1.tfrecord", storage_options=opts)) == []
+    from tfrecord_torch.records.compression import compression_of
+
+    assert compression_of("s3://bucket/empty/a-1.tfrecord", "auto", opts) is None
+    assert retries_logged(caplog) == 0
+
+
+@pytest.mark.parametrize("url, kind", [
+    ("s3://bucket/missing/x.tfrecord", FileNotFoundError),
+    ("s3://no-such-bucket/x.tfrecord", FileNotFoundError),
+])
+def test_missing_key_or_bucket_is_final_and_named(s3, opts, caplog, url, kind):
+    key = url.split("://", 1)[1]
+    for call in (lambda: list(read_records(url, storage_options=opts)),
+                 lambda: TFRecordDataset(url, storage_options=opts)):
+        s3.requests.clear()
+        with pytest.raises(kind) as info:
+            call()
+        assert url in str(info.value)
+        asked = [r for r in s3.requests if key.split("/", 1)[0] in r[1]]
+        assert len(asked) <= 4, asked  # a stat or two, not rounds of retries
+    assert retries_logged(caplog) == 0
+
+
+@pytest.mark.parametrize("status", ["403 Forbidden", "400 Bad Request", "416 Requested Range Not Satisfiable"])
+def test_4xx_answers_are_final(s3, opts, caplog, status):
+    put(s3, "f4/a.tfrecord", [b"x"] * 5)
+    url = "s3://bucket/f4/a.tfrecord"
+    code = status.split()[0]
+    s3.status = (status, f"<Error><Code>{'AccessDenied' if code == '403' else 'Bad'}</Code>"
+                         f"<Message>injected {code}</Message></Error>".encode())
+    s3.status_count, s3.fault_path = 1000, "f4/a.tfrecord"
+    with pytest.raises((RemoteError, OSError)) as info:
+        list(read_records(url, storage_options=opts))
+    assert 1000 - s3.status_count <= 2  # answered once (a stat and a read at most), never retried
+    assert url in str(info.value)
+    if code == "403":
+        assert isinstance(info.value, RemoteError) and "denied" in str(info.value).lower()
+    assert retries_logged(caplog) == 0
+
+
+@pytest.mark.parametrize("status", ["503 Slow Down", "500 Internal Server Error"])
+def test_5xx_and_throttling_are_retried_everywhere(s3, opts, caplog, status):
+    put(s3, "f5/a.tfrecord", [make_example({"id": i}) for i in range(4)])
+    s3.status = (status, b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>")
+    s3.status_count, s3.fault_path = 2, "f5/a.tfrecord"  # the stat and the read both meet one
+    ds = TFRecordDataset("s3://bucket/f5/a.tfrecord", storage_options=opts, index=False)
+    assert ids_of(ds) == [0, 1, 2, 3]
+    assert s3.status_count == 0 and retries_logged(caplog) >= 1
+
+
+# --- HTTP -------------------------------------------------------------------------
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """Serves ``files`` (path -> bytes, or a callable giving (size, chunks)); ``ranges``
+    False ignores Range; ``fail`` maps a path to a list of statuses to answer first."""
+
+    files: dict = {}
+    ranges = True
+    fail: dict = {}
+    log: list = []
+
+    def do_HEAD(self):
+        self._answer(body=False)
+
+    def do_GET(self):
+        self._answer(body=True)
+
+    def _answer(self, body: bool) -> None:
+        self.log.append((self.command, self.path, self.headers.get("Range")))
+        pending = self.fail.get(self.path)
+        if pending:
+            self.send_error(pending.pop(0))
+            return
+        item = self.files.get(self.path)
+        if item is None:
+            self.send_error(404)
+            return
+        size, chunks = item() if callable(item) else (len(item), lambda: [item])
+        status, first, last = 200, 0, size - 1
+        asked = self.headers.get("Range")
+        if asked and self.ranges and size:
+            a, b = asked.split("=", 1)[1].split("-")
+            first, last = int(a), min(int(b) if b else size - 1, size - 1)
+            status = 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(last - first + 1))
+        self.send_header("Accept-Ranges", "bytes" if self.ranges else "none")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.end_headers()
+        if not body:
+            return
+        pos = 0
+        try:
+            for chunk in chunks():
+                lo, hi = max(first - pos, 0), min(last + 1 - pos, len(chunk))
+                if lo < hi:
+                    self.wfile.write(chunk[lo:hi])
+                pos += len(chunk)
+                if pos > last:
+                    break
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def web(tmp_path, monkeypatch):
+    from tfrecord_torch.io import retry
+
+    monkeypatch.setattr(retry, "BACKOFF", 0.01)
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+    Handler.files, Handler.ranges, Handler.fail, Handler.log = {}, True, {}, []
+
+
+def shard_bytes(n, size=8):
+    return b"".join(frame(make_example({"id": i, "pad": b"p" * size})) for i in range(n))
+
+
+def test_http_503_in_existence_checks_is_retried(web, caplog):
+    Handler.files["/d/a.tfrecord"] = shard_bytes(5)
+    Handler.fail["/d/a.tfrecord"] = [503, 503]
+    ds = TFRecordDataset(f"{web}/d/a.tfrecord", index=False)
+    assert ids_of(ds) == list(range(5))
+    assert retries_logged(caplog) >= 1
+
+
+def test_http_404_is_final_and_named(web, caplog):
+    url = f"{web}/d/none.tfrecord"
+    with pytest.raises(FileNotFoundError, match="none.tfrecord"):
+        TFRecordDataset(url)
+    assert len(Handler.log) <= 2 and retries_logged(caplog) == 0
+
+
+def test_http_without_ranges_needs_an_index_says_so_before_downloading(web):
+    data = shard_bytes(2000, 500)
+    Handler.files["/d/a.tfrecord"] = data
+    Handler.ranges = False
+    url = f"{web}/d/a.tfrecord"
+    with pytest.raises(RemoteError, match="range"):
+        TFRecordDataset(url)  # an index would be needed: refused before any record
+    assert ids_of(TFRecordDataset(url, index=False)) == list(range(2000))
+    assert sum(1 for r in read_records(url)) == 2000
+
+
+@pytest.mark.slow  # 300 MB through loopback twice: about 10 s here
+def test_http_without_ranges_streams_a_large_object_in_bounded_memory(web):
+    # ~300 MB of records generated as they are sent: the server holds none of it.
+    record = frame(make_example({"id": 1, "pad": b"z" * 10_000}))
+    count = 30_000
+    block = record * 100
+
+    def generated():
+        return len(record) * count, lambda: (block for _ in range(count // 100))
+
+    Handler.files["/big.tfrecord"] = generated
+    Handler.ranges = False
+    script = textwrap.dedent(f"""
+        from tfrecord_torch import read_records
+        def peak():  # VmHWM: ru_maxrss would carry the parent's peak over exec
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) // 1024
+        n = sum(1 for _ in read_records("{web}/big.tfrecord"))
+        first = peak()
+        import torch
+        from tfrecord_torch import TFRecordDataset
+        base = peak()
+        m = sum(1 for _ in TFRecordDataset("{web}/big.tfrecord", index=False))
+        print(n, m, first, base, peak())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    n, m, first, base, peak = (int(v) for v in out.stdout.split())
+    assert n == m == count, out.stderr
+    assert first < 150  # MB, reading a 300 MB object: nothing but the read-ahead is held
+    assert peak - base < 150, out.stderr  # the dataset, over torch's own import

@@ -1,0 +1,117 @@
+"""Who reads what (data/plan.py): every record exactly once over ranks and workers,
+even splits, deterministic epoch-dependent shuffles, and rank resolution."""
+
+from collections import Counter
+
+import pytest
+
+from tfrecord_torch.data.plan import plan_records, plan_shards, resolve_rank
+
+COUNTS = {
+    "one": [10],
+    "many": [3, 0, 7, 1, 0, 12],
+    "empty": [0, 0],
+    "fewer_than_readers": [2, 1],
+    "big": [1000, 999, 1],
+}
+
+
+def all_records(counts, world, workers, **kw):
+    per_rank = []
+    for rank in range(world):
+        got = []
+        for worker in range(workers):
+            for seg in plan_records(counts, rank=rank, world_size=world, worker=worker,
+                                    num_workers=workers, **kw):
+                got.extend((seg.shard, int(r)) for r in seg.records)
+        per_rank.append(got)
+    return per_rank
+
+
+@pytest.mark.parametrize("counts", COUNTS.values(), ids=COUNTS.keys())
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_exactly_once(counts, world, workers, shuffle):
+    per_rank = all_records(counts, world, workers, shuffle=shuffle, seed=5, epoch=2)
+    everything = [r for rank in per_rank for r in rank]
+    expected = [(s, r) for s, n in enumerate(counts) for r in range(n)]
+    assert sorted(everything) == expected
+    sizes = [len(r) for r in per_rank]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("counts", COUNTS.values(), ids=COUNTS.keys())
+@pytest.mark.parametrize("world", [2, 3, 5])
+@pytest.mark.parametrize("even", ["pad", "drop"])
+def test_even_modes(counts, world, even):
+    total = sum(counts)
+    per_rank = all_records(counts, world, 2, shuffle=True, seed=1, epoch=0, even=even)
+    sizes = {len(r) for r in per_rank}
+    assert len(sizes) == 1
+    size = sizes.pop()
+    everything = Counter(r for rank in per_rank for r in rank)
+    if even == "pad":
+        assert size == -(-total // world)
+        assert len(everything) == total  # every record at least once
+        assert max(everything.values(), default=1) <= 2 or total < world
+    else:
+        assert size == total // world
+        assert max(everything.values(), default=1) == 1
+        assert len(everything) == size * world
+
+
+def test_shuffle_is_deterministic_and_epoch_dependent():
+    counts = [50, 50, 50]
+    kw = dict(rank=0, world_size=1, worker=0, num_workers=1, shuffle=True, seed=3)
+
+    def flat(epoch):
+        return [(s.shard, int(r)) for s in plan_records(counts, epoch=epoch, **kw) for r in s.records]
+
+    assert flat(0) == flat(0)
+    assert flat(0) != flat(1)
+    assert sorted(flat(0)) == sorted(flat(1))
+    first = flat(0)
+    assert [r for s, r in first[:50]] != sorted(r for s, r in first[:50])  # permuted inside shards
+    seeded = [(s.shard, int(r)) for s in plan_records(counts, epoch=0, **{**kw, "seed": 4}) for r in s.records]
+    assert seeded != first
+
+
+def test_no_shuffle_is_in_order():
+    segs = plan_records([3, 2], rank=0, world_size=1, worker=0, num_workers=1, shuffle=False, seed=0, epoch=0)
+    assert [(s.shard, s.records.tolist()) for s in segs] == [(0, [0, 1, 2]), (1, [0, 1])]
+
+
+@pytest.mark.parametrize("shards", [0, 1, 4, 7])
+@pytest.mark.parametrize("world, workers", [(1, 1), (2, 3), (3, 2)])
+def test_plan_shards_exactly_once(shards, world, workers):
+    got = [s for rank in range(world) for w in range(workers)
+           for s in plan_shards(shards, rank=rank, world_size=world, worker=w, num_workers=workers,
+                                shuffle=True, seed=0, epoch=1)]
+    assert sorted(got) == list(range(shards))
+
+
+def test_resolve_rank(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert resolve_rank(None, None) == (0, 1)
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert resolve_rank(None, None) == (2, 4)
+    assert resolve_rank(1, 3) == (1, 3)
+    for rank, world in [(3, 3), (-1, 2), (0, 0), ("0", 1)]:
+        with pytest.raises(ValueError, match="rank|world_size"):
+            resolve_rank(rank, world)
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ValueError, match="RANK"):
+        resolve_rank(None, None)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(ValueError, match="set both or neither"):
+        resolve_rank(None, None)  # not silently rank 0 of 1, which would read every record on every rank
+
+
+def test_bad_even():
+    with pytest.raises(ValueError, match="even must be one of"):
+        plan_records([1], rank=0, world_size=1, worker=0, num_workers=1, shuffle=False, seed=0,
+                     epoch=0, even="round")

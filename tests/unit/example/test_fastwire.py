@@ -1,0 +1,138 @@
+"""The compiled Example decoder (example/_fastwire.c) against protobuf: values,
+keys, dtypes and errors equal, on generated Examples and on every kind of
+mutation; the shapes it leaves to protobuf; threads."""
+
+import numpy as np
+import pytest
+from helpers import in_threads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfrecord_torch import make_example, make_sequence_example, parse_example, parse_sequence_example
+from tfrecord_torch.example import codec
+from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
+
+from .test_layouts import FLIPS, assert_same, examples, mutations, outcome
+
+pytestmark = pytest.mark.skipif(codec._FAST is None, reason="the compiled decoder is not built")
+
+
+def ld(number, body):
+    return bytes([number << 3 | 2, len(body)]) + body
+
+
+def fast(payload):
+    return codec._FAST.parse_example(payload)
+
+
+def test_helper_is_built():
+    """setup.py builds it wherever a C compiler is (this machine has one)."""
+    assert codec._FAST is not None
+
+
+def test_common_records_take_the_compiled_path():
+    payload = make_example({"label": 3, "x": np.arange(4, dtype=np.float32), "key": b"abc",
+                            "ids": np.array([-1, 2**63 - 1, -(2**63)], np.int64), "none": np.zeros(0, np.int64)})
+    got = fast(payload)
+    assert got is not None
+    assert_same(got, parse_example_protobuf(payload))
+    assert_same(parse_example(payload), parse_example_protobuf(payload))
+    got["x"][0] = 9  # fresh, writable arrays
+    assert fast(payload)["x"][0] == 0
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(examples(empty_floats=True),
+       FLIPS)
+def test_generated_and_mutated_records_match_protobuf(mapping, flips):
+    payload = make_example(mapping)
+    assert_same(fast(payload), parse_example_protobuf(payload))
+    for mutated in mutations(payload, flips):
+        assert_same(outcome(parse_example, mutated), outcome(parse_example_protobuf, mutated))
+        have = fast(mutated)
+        if have is not None:  # where it answers, it is protobuf's answer
+            assert_same(have, outcome(parse_example_protobuf, mutated))
+    for cut in range(len(payload)):  # every truncation
+        assert_same(outcome(parse_example, payload[:cut]), outcome(parse_example_protobuf, payload[:cut]))
+
+
+def test_unusual_shapes_are_left_to_protobuf():
+    unpacked = ld(1, ld(1, ld(1, b"i") + ld(2, ld(3, b"\x08\x05\x08\x07"))))
+    assert fast(unpacked)["i"].tolist() == [5, 7]  # unpacked int64: handled
+    floats = ld(1, ld(1, ld(1, b"f") + ld(2, ld(2, b"\x0d\x00\x00\x80\x3f"))))
+    assert fast(floats)["f"].tolist() == [1.0]  # unpacked float: handled
+    duplicate = ld(1, ld(1, ld(1, b"k") + ld(2, ld(3, ld(1, b"\x01")))) + ld(1, ld(1, b"k") + ld(2, ld(3, ld(1, b"\x02")))))
+    no_kind = ld(1, ld(1, ld(1, b"k") + ld(2, b"")))
+    unknown = ld(1, ld(1, ld(1, b"k") + ld(2, ld(3, ld(1, b"\x01"))))) + b"\x10\x01"
+    bad_utf8 = ld(1, ld(1, ld(1, b"\xff") + ld(2, ld(3, ld(1, b"\x01")))))
+    no_key = ld(1, ld(1, ld(2, ld(3, ld(1, b"\x01")))))
+    for payload in (duplicate, no_kind, unknown, bad_utf8, no_key):
+        assert fast(payload) is None
+        assert_same(outcome(parse_example, payload), outcome(parse_example_protobuf, payload))
+    assert parse_example(duplicate)["k"].tolist() == [2]  # last one wins, as in protobuf
+    assert fast(b"") == {} == parse_example_protobuf(b"")
+
+
+def test_eight_threads_decode_alike():
+    payloads = [make_example({"i": np.arange(n, dtype=np.int64), "b": [b"x" * n]}) for n in range(50)]
+    expected = [parse_example_protobuf(p) for p in payloads]
+    errors = []
+
+    def run():
+        for _ in range(20):
+            for p, want in zip(payloads, expected):
+                have = fast(p)
+                if have["i"].tolist() != want["i"].tolist() or have["b"] != want["b"]:
+                    errors.append(p)
+
+    assert not in_threads(run) and not errors
+
+
+def sequence_outcome(parse, payload):
+    try:
+        return parse(payload)
+    except Exception as e:  # noqa: BLE001 -- the kind of failure is compared
+        return type(e).__name__
+
+
+def assert_same_sequence(have, want):
+    if isinstance(want, str) or isinstance(have, str):
+        assert have == want
+        return
+    assert_same(have[0], want[0])
+    assert list(have[1]) == list(want[1]) == sorted(want[1])
+    for key, steps in want[1].items():
+        assert len(have[1][key]) == len(steps), key
+        for h, w in zip(have[1][key], steps):
+            assert_same({"v": h}, {"v": w})
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(examples(), st.dictionaries(st.text(max_size=4), st.lists(examples().map(lambda m: next(iter(m.values()), [b""])),
+                                                                  max_size=4), max_size=3), FLIPS)
+def test_sequence_examples_match_protobuf(context, lists, flips):
+    payload = make_sequence_example(context, lists)
+    got = codec._FAST.parse_sequence_example(payload)
+    assert got is not None
+    assert_same_sequence(got, parse_sequence_example_protobuf(payload))
+    for mutated in [*mutations(payload, flips), *(payload[:cut] for cut in range(0, len(payload), 3))]:
+        want = sequence_outcome(parse_sequence_example_protobuf, mutated)
+        assert_same_sequence(sequence_outcome(parse_sequence_example, mutated), want)
+        have = codec._FAST.parse_sequence_example(mutated)
+        if have is not None:  # where it answers, it is protobuf's answer
+            assert_same_sequence(have, want)
+
+
+def test_sequence_example_shapes_left_to_protobuf():
+    step = ld(3, ld(1, b"\x07"))  # Feature int64_list [7]
+    entry = ld(1, ld(1, b"k") + ld(2, ld(1, step) + ld(1, step)))
+    assert codec._FAST.parse_sequence_example(ld(2, entry))[1]["k"][1].tolist() == [7]
+    no_value = ld(2, ld(1, ld(1, b"k")))  # a map entry without its FeatureList
+    no_kind = ld(2, ld(1, ld(1, b"k") + ld(2, ld(1, b""))))  # a step with no kind
+    twice = ld(2, entry) + ld(2, entry)  # feature_lists field twice: protobuf merges
+    unknown = ld(2, entry) + b"\x18\x01"
+    for payload in (no_value, no_kind, twice, unknown):
+        assert codec._FAST.parse_sequence_example(payload) is None
+        assert_same_sequence(parse_sequence_example(payload), parse_sequence_example_protobuf(payload))
+    assert parse_sequence_example(twice)[1]["k"][0].tolist() == [7]
+    assert codec._FAST.parse_sequence_example(b"") == ({}, {})

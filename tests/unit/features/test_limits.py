@@ -1,0 +1,181 @@
+"""Pixel limits read from the header of every format, frames included, before decoding."""
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from tfrecord_torch import FeatureError, Image
+from tfrecord_torch.features.images import decode as images
+from tfrecord_torch.features.images import limits
+from tfrecord_torch.features.images.decode import decode_image
+from tfrecord_torch.features.images.limits import read_header
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def gif_bomb(frames=2000, size=2000):
+    """A GIF of ``frames`` frames on a size x size canvas, each frame a 1x1 patch:
+    46 KB on disk, 24 GB if every frame is decoded to a full canvas."""
+    head = b"GIF89a" + size.to_bytes(2, "little") * 2 + bytes([0x80, 0, 0]) + b"\x00\x00\x00\xff\xff\xff"
+    frame = (b"\x21\xf9\x04\x00\x01\x00\x00\x00"  # graphic control extension: 10 ms
+             + b"\x2c" + bytes(4) + (1).to_bytes(2, "little") * 2 + b"\x00"  # a 1x1 frame
+             + b"\x02\x02\x44\x01\x00")  # LZW: clear, pixel 0, end
+    return head + frame * frames + b"\x3b"
+
+
+def encoded(fmt, size=(40, 30), **kw):
+    buf = io.BytesIO()
+    PILImage.fromarray(np.zeros(size[::-1] + (3,), np.uint8)).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def test_gif_header_counts_frames_without_decoding():
+    data = gif_bomb()
+    assert len(data) < 47_000
+    header = read_header(data)
+    assert (header.format, header.width, header.height, header.frames) == ("gif", 2000, 2000, 2000)
+
+
+@pytest.mark.parametrize("decoder", ["torchvision", "pillow"])
+def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(decoder):
+    """In a child whose address space is capped at 1 GiB over what torch's import
+    takes: the first frame decodes, all frames are refused from the header."""
+    code = textwrap.dedent(f"""
+        import os, resource, sys, time
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import torch, torchvision.io
+        from unit.features.test_limits import gif_bomb
+        from tfrecord_torch.features.images import decode as images
+        if {decoder!r} == "pillow":
+            images._torchvision_usable = lambda: False
+        status = open(f"/proc/{{os.getpid()}}/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+        data = gif_bomb()
+        start = time.perf_counter()
+        first = images.decode_image(data, "RGB")
+        assert tuple(first.shape) == (3, 2000, 2000), first.shape
+        try:
+            images.decode_image(data, "RGB", frames="all")
+            raise SystemExit("all frames decoded")
+        except ValueError as e:
+            assert "2000 frames of 2000x2000" in str(e), e
+        assert time.perf_counter() - start < 30
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fmt,kw", [("PNG", {}), ("JPEG", {}), ("GIF", {}), ("WEBP", {}),
+                                    ("WEBP", {"lossless": True}), ("BMP", {}), ("TIFF", {})])
+@pytest.mark.parametrize("decoder", ["torchvision", "pillow"])
+def test_pixel_limit_checked_from_every_header(fmt, kw, decoder, monkeypatch):
+    if decoder == "pillow":
+        monkeypatch.setattr(images, "_torchvision_usable", lambda: False)
+    data = encoded(fmt, **kw)
+    assert (read_header(data).width, read_header(data).height) == (40, 30)
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30 - 1)
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        decode_image(data)
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30)
+    assert decode_image(data).shape == (3, 30, 40)
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP"])
+def test_frame_count_times_pixels_is_limited(fmt, monkeypatch):
+    frames = [PILImage.fromarray(np.full((30, 40, 3), i * 60, np.uint8)) for i in range(4)]
+    buf = io.BytesIO()
+    frames[0].save(buf, format=fmt, save_all=True, append_images=frames[1:], duration=10, loop=0)
+    data = buf.getvalue()
+    assert read_header(data).frames == 4
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30 * 3)
+    assert decode_image(data).shape == (3, 30, 40)  # the first frame fits
+    with pytest.raises(ValueError, match="4 frames of 40x30"):
+        decode_image(data, frames="all")
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 40 * 30 * 4)
+    assert decode_image(data, frames="all").shape == (4, 3, 30, 40)
+
+
+def test_rgba_from_jpeg_names_the_key_and_cause():
+    with pytest.raises(FeatureError) as info:
+        Image("image/encoded", mode="RGBA").decode({"image/encoded": [encoded("JPEG")]})
+    assert info.value.key == "image/encoded" and "JPEG has no alpha channel" in str(info.value)
+
+
+def test_rgba_from_jpeg_in_a_dataset_names_file_record_and_key(tmp_path):
+    from tfrecord_torch import RecordWriter, TFRecordDataset, make_example
+
+    path = tmp_path / "j.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_example({"image/encoded": encoded("PNG")}))
+        w.write(make_example({"image/encoded": encoded("JPEG")}))
+    ds = TFRecordDataset(path, features={"image": Image("image/encoded", mode="RGBA")})
+    with pytest.raises(FeatureError) as info:
+        list(ds)
+    message = str(info.value)
+    assert info.value.record == 1 and str(path) in message and "image/encoded" in message
+    assert "JPEG has no alpha channel" in message and "mode='RGB'" in message
+
+
+@pytest.mark.slow  # 1,800 decodes of mutated images in a child process
+def test_mutated_images_never_crash_or_balloon():
+    """Bit flips, byte overwrites and truncations of every format, decoded in every
+    mode in a child capped at 1 GiB over torch's import: each gives a tensor or a
+    Python exception (which Image turns into a FeatureError), never a crash."""
+    code = textwrap.dedent(f"""
+        import io, os, resource, sys
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import numpy as np, torch, torchvision.io
+        from PIL import Image as PILImage
+        from unit.features.test_limits import gif_bomb
+        from tfrecord_torch.features.images.decode import decode_image
+        from tfrecord_torch.features.images.masks import decode_mask
+        status = open(f"/proc/{{os.getpid()}}/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+        rng = np.random.default_rng(14)
+        def save(a, fmt, **kw):
+            buf = io.BytesIO(); PILImage.fromarray(a).save(buf, format=fmt, **kw); return buf.getvalue()
+        a = rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)
+        frames = [PILImage.fromarray(np.roll(a, k, 0)) for k in range(3)]
+        buf = io.BytesIO(); frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:])
+        seeds = [save(a, "PNG"), save(a, "JPEG"), save(a, "JPEG", progressive=True), buf.getvalue(),
+                 save(a, "WEBP"), save(a, "WEBP", lossless=True), save(a, "BMP"), gif_bomb(4, 30),
+                 save(a[:, :, 0], "PNG"), save((a.astype(np.uint16) * 257)[:, :, 0], "PNG")]
+        outcomes = {{"ok": 0, "error": 0}}
+        for seed in seeds:
+            for trial in range(60):
+                data = bytearray(seed)
+                kind = trial % 3
+                if kind == 0:
+                    for _ in range(1 + trial % 4):
+                        data[int(rng.integers(0, len(data)))] ^= 1 << int(rng.integers(0, 8))
+                elif kind == 1:
+                    pos = int(rng.integers(0, len(data)))
+                    data[pos:pos + 4] = rng.integers(0, 256, 4, dtype=np.uint8).tobytes()
+                else:
+                    data = data[:int(rng.integers(0, len(data)))]
+                for mode, frames in (("RGB", "first"), ("unchanged", "all"), ("L", "first")):
+                    try:
+                        decode_image(bytes(data), mode, frames=frames)
+                        outcomes["ok"] += 1
+                    except Exception:
+                        outcomes["error"] += 1
+                try:
+                    decode_mask(bytes(data))
+                except Exception:
+                    pass
+        print(outcomes)
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert "'ok'" in out.stdout and "'error'" in out.stdout
