@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLAGS = "-fsanitize=address,undefined -fno-omit-frame-pointer -g"
 MODULES = ("tfrecord_torch.example._fastwire", "tfrecord_torch.records._frames", "tfrecord_torch.features.images._jpegcrop")
 TESTS = ["scenarios/test_fuzz.py", "unit/example/test_fastwire.py", "unit/example/test_compiled_read.py",
-         "unit/features/test_jpeg.py", "scenarios/test_c_safety.py"]
+         "unit/features/images/test_jpeg.py", "scenarios/test_c_safety.py"]
 
 RUN = """
 import importlib, sys

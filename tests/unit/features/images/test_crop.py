@@ -103,7 +103,7 @@ def test_parity_holds_on_a_cpu_without_avx2():
             "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
             f"sys.exit(pytest.main(['-n', '0', '-q', '-p', 'no:cacheprovider', {str(tests)!r}, '-k', 'equal']))\n")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tests.parents[3], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tests.parents[4], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "3 passed" in proc.stdout, proc.stdout[-4000:]

@@ -16,7 +16,7 @@ from tfrecord_torch.features.images import limits
 from tfrecord_torch.features.images.decode import decode_image
 from tfrecord_torch.features.images.limits import read_header
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 
 def gif_bomb(frames=2000, size=2000):
@@ -50,7 +50,7 @@ def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(decoder):
         import os, resource, sys, time
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
         import torch, torchvision.io
-        from unit.features.test_limits import gif_bomb
+        from unit.features.images.test_limits import gif_bomb
         from tfrecord_torch.features.images import decode as images
         if {decoder!r} == "pillow":
             images._torchvision_usable = lambda: False
@@ -135,7 +135,7 @@ def test_mutated_images_never_crash_or_balloon():
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
         import numpy as np, torch, torchvision.io
         from PIL import Image as PILImage
-        from unit.features.test_limits import gif_bomb
+        from unit.features.images.test_limits import gif_bomb
         from tfrecord_torch.features.images.decode import decode_image
         from tfrecord_torch.features.images.masks import decode_mask
         status = open(f"/proc/{{os.getpid()}}/status").read()
