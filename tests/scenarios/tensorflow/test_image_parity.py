@@ -180,7 +180,7 @@ def test_gif_frames_smaller_than_the_canvas_differ_from_tensorflow_as_documented
     """TF sizes the output by the first frame when it is smaller than the GIF's
     logical screen; here the output is the screen (the GIF spec, Pillow and
     torchvision), the frame at its place on it. The README says so."""
-    from unit.features import test_limits as test_image_limits
+    from unit.features.images import test_limits as test_image_limits
 
     data = test_image_limits.gif_bomb(frames=5, size=20)  # 1x1 frames at (0, 0) on a 20x20 screen
     theirs = tf.io.decode_image(data, expand_animations=False).numpy()
