@@ -60,10 +60,6 @@ class Chunk:
     def __len__(self) -> int:
         return len(self.starts)
 
-    @property
-    def first_record(self) -> int:
-        return int(self.numbers[0])
-
     def payloads(self) -> list[bytes]:
         """Each record's payload as bytes."""
         if self.sliced is not None:
