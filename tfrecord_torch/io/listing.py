@@ -12,6 +12,11 @@ from tfrecord_torch.io.retry import retrying
 
 __all__ = ["Listing", "expand", "list_files"]
 
+INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
+SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
+# Stores whose folder listings are real listings (one request per 1,000 objects on S3/GCS).
+_LISTABLE = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory")
+
 
 class Listing(NamedTuple):
     """What one pass of listing found: the matched ``files`` in order, and the size and
@@ -42,10 +47,6 @@ def _is_file(info: dict) -> bool:
 def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
     """Files matching paths, globs and folders, local or remote (see shards.expand_paths)."""
     return list_files(patterns, storage_options, skip).files
-
-
-# Stores whose folder listings are real listings (one request per 1,000 objects on S3/GCS).
-_LISTABLE = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory")
 
 
 def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
@@ -94,9 +95,6 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
         out.update(dict.fromkeys(found))
     _list_index_folders(list(out), storage_options, stats, folders)
     return Listing(list(out), stats, frozenset(folders), globs)
-
-
-INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
 
 
 def _list_index_folders(files: list[str], storage_options: dict | None, stats: dict, folders: set) -> None:
@@ -180,9 +178,6 @@ def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, 
         folders.add(parent)
         found.update(m for m in members if m in listed and _is_file(listed[m]))
     return found
-
-
-SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
 
 
 def _list_siblings(fs, protocol: str, pattern: str, infos: dict, stats: dict, folders: set) -> None:

@@ -90,6 +90,8 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
 
 _RUN = 4  # equal lengths in a row before a numpy step looks for a longer run
 _PROBE = 32  # rows a numpy step checks before it checks all the rest
+_LENGTH = struct.Struct("<Q")
+_ARANGE8 = np.arange(8)
 
 
 def _walk(data: bytes) -> tuple[np.ndarray, int]:
@@ -132,10 +134,6 @@ def _walk(data: bytes) -> tuple[np.ndarray, int]:
 
 def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list:
     return list(map(data.__getitem__, map(slice, starts.tolist(), (starts + lengths).tolist())))
-
-
-_LENGTH = struct.Struct("<Q")
-_ARANGE8 = np.arange(8)
 
 
 def _lengths(data: bytes, heads: np.ndarray) -> np.ndarray:
