@@ -78,9 +78,9 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
         slow.sort()
         parsed = [parse_one(rows.payload(i)) for i in slow]
         keys = {k for p in parsed for k in p}
-        where = np.array(slow, np.int64)
+        slow_rows = np.array(slow, np.int64)
         for key in keys:
-            columns.setdefault(key, []).append((where, [p.get(key) for p in parsed]))
+            columns.setdefault(key, []).append((slow_rows, [p.get(key) for p in parsed]))
     return {key: _assemble(pieces, n) for key, pieces in sorted(columns.items())}
 
 

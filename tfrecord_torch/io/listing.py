@@ -228,8 +228,8 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
                             for e in retrying("list", item, lambda: fs.ls(p, detail=True))
                             if not _is_file(e))
         subfolders = [n for n in subfolders if n != INDEX_FOLDER and not n.startswith(".")]
-        where = (f"; it has subfolders ({', '.join(n + '/' for n in subfolders[:5])}): pass one, or a glob "
-                 f"such as {item.rstrip('/') + '/**/*'!r}" if subfolders else "")
+        hint = (f"; it has subfolders ({', '.join(n + '/' for n in subfolders[:5])}): pass one, or a glob "
+                f"such as {item.rstrip('/') + '/**/*'!r}" if subfolders else "")
         raise FileNotFoundError(f"no TFRecord files directly under {item!r} (folders are not searched "
-                                f"recursively){where}")
+                                f"recursively){hint}")
     return found

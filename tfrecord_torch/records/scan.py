@@ -68,13 +68,14 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
         return Scan(good + HEADER_SIZE, numbers, lengths[keep], stop, 0, None, True, error, pieces)
     need = None
     if n - pos >= HEADER_SIZE:
-        number = record + len(heads)
+        record_number = record + len(heads)
         length, length_crc = HEADER.unpack_from(data, pos)
         error = None
         if verify and masked_crc32c(data[pos:pos + 8]) != length_crc:
-            error = CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
+            error = CorruptRecordError(name, base + pos, record_number,
+                                       "length CRC mismatch (header corrupted)")
         elif limit is not None and base + pos + length + OVERHEAD > limit:
-            error = CorruptRecordError(name, base + pos, number, (
+            error = CorruptRecordError(name, base + pos, record_number, (
                 f"truncated record: its length {length} runs past the end of the data: the compressed file "
                 f"decompresses to at most {limit} bytes") if bound else (
                 f"truncated record: its length {length} runs past the end of the data at byte {limit}"))
