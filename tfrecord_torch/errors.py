@@ -131,8 +131,8 @@ class FeatureError(TFRecordError):
                 reason = message
         self.key, self.reason = key, reason
         self.path, self.offset, self.record = path, offset, record
-        where = "" if path is None else f"{path}: record {record} at byte offset {offset}: "
-        super().__init__(f"{where}feature {key!r}: {reason}")
+        location = "" if path is None else f"{path}: record {record} at byte offset {offset}: "
+        super().__init__(f"{location}feature {key!r}: {reason}")
 
     def __reduce__(self):
         return (type(self), (self.key, self.reason, self.path, self.offset, self.record))

@@ -45,17 +45,17 @@ def _compression(args) -> str | None:
 def _cmd_index(args) -> int:
     from tqdm import tqdm
 
-    so = args.storage_options
+    storage_options = args.storage_options
     files = expand(args)
     if args.output and len(files) != 1:
         raise ValueError("--output needs exactly one input file")
-    sizes = {path: fs.size_and_version(path, so)[0] for path in files}
+    sizes = {path: fs.size_and_version(path, storage_options)[0] for path in files}
     failed = 0
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, disable=args.quiet) as bar:
         for path in files:
             done = bar.n
             try:
-                written = build_index(path, args.output, storage_options=so, progress=bar.update)
+                written = build_index(path, args.output, storage_options=storage_options, progress=bar.update)
             except TFRecordError as e:  # report it and index the other files
                 failed += 1
                 bar.write(f"tfrecord-torch index: error: {e}", file=sys.stderr)
@@ -63,7 +63,8 @@ def _cmd_index(args) -> int:
             finally:
                 bar.update(done + sizes[path] - bar.n)  # a failed file counts as read
             if not args.quiet:
-                bar.write(f"{path}: {len(load_index(written, storage_options=so))} records -> {written}")
+                count = len(load_index(written, storage_options=storage_options))
+                bar.write(f"{path}: {count} records -> {written}")
     return 1 if failed else 0
 
 
@@ -96,16 +97,17 @@ class _Collect(ErrorPolicy):
 
 
 def _cmd_verify(args) -> int:
-    so, bad = args.storage_options, 0
+    storage_options, bad = args.storage_options, 0
     for path in expand(args):
         found, count, note = _Collect(), 0, ""
         try:
-            for _ in read_records(path, compression=_compression(args), on_error=found, storage_options=so):
+            for _ in read_records(path, compression=_compression(args), on_error=found,
+                                  storage_options=storage_options):
                 count += 1
             for index_path in index_candidates(path):
-                if fs.exists(index_path, so):
-                    check_index(load_index(index_path, storage_options=so), path, index_path=index_path,
-                                storage_options=so)
+                if fs.exists(index_path, storage_options):
+                    check_index(load_index(index_path, storage_options=storage_options), path,
+                                index_path=index_path, storage_options=storage_options)
                     note += f", index {index_path} matches"
         except (TFRecordError, OSError) as e:  # an unreadable file or index: report it, check the rest
             found.errors.append(e)
@@ -121,13 +123,13 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    so = args.storage_options
+    storage_options = args.storage_options
     report = SchemaReport()
     sizes = []
     for path in expand(args):
-        compression = compression_of(path, _compression(args), so)
-        sizes.append((path, fs.size_and_version(path, so)[0], compression))
-        for payload in read_records(path, compression=compression, storage_options=so):
+        compression = compression_of(path, _compression(args), storage_options)
+        sizes.append((path, fs.size_and_version(path, storage_options)[0], compression))
+        for payload in read_records(path, compression=compression, storage_options=storage_options):
             report.records += 1
             if args.limit is not None and report.parsed + report.not_examples >= args.limit:
                 continue
@@ -195,11 +197,11 @@ def _cmd_print(args) -> int:
     limit = args.records if args.limit_arg else None
     for path in expand(args):
         with open_stream(path, _compression(args), args.storage_options) as stream:
-            for number, offset, payload in _located(stream, limit):
+            for record, offset, payload in _located(stream, limit):
                 try:
                     _print_one(payload, args)
                 except ExampleDecodeError as e:  # name the record, as a reader error does
-                    raise CorruptRecordError(path, offset, number, f"not a tf.train.Example: {e}") from e
+                    raise CorruptRecordError(path, offset, record, f"not a tf.train.Example: {e}") from e
     sys.stdout.flush()
     return 0
 
@@ -207,10 +209,10 @@ def _cmd_print(args) -> int:
 def _located(stream, limit: int | None):
     """(record number, byte offset, payload) of the first ``limit`` records."""
     for chunk in iter_chunks(stream):
-        for payload, offset, number in zip(chunk.payloads(), chunk.offsets.tolist(), chunk.numbers.tolist()):
-            if limit is not None and number >= limit:
+        for payload, offset, record in zip(chunk.payloads(), chunk.offsets.tolist(), chunk.numbers.tolist()):
+            if limit is not None and record >= limit:
                 return
-            yield number, offset, payload
+            yield record, offset, payload
 
 
 def _print_one(payload: bytes, args) -> None:
@@ -248,9 +250,9 @@ def _bytes(b: bytes, mode: str) -> str:
 
 def _cmd_decompress(args) -> int:
     count = 0
-    so = args.storage_options
-    with RecordWriter(args.output, storage_options=so) as writer:
-        for payload in read_records(args.input, storage_options=so):
+    storage_options = args.storage_options
+    with RecordWriter(args.output, storage_options=storage_options) as writer:
+        for payload in read_records(args.input, storage_options=storage_options):
             writer.write(payload)
             count += 1
     print(f"{args.input}: {count} records -> {args.output}")

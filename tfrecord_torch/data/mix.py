@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,8 +72,7 @@ class MixedDataset(torch.utils.data.IterableDataset):
         self.seed, self.stop_on_first_exhausted = int(seed), bool(stop_on_first_exhausted)
         self._epochs = EpochCounter()
         self.epoch = 0
-        self._position = 0
-        self._exhausted = [False] * len(self.datasets)
+        self._run = _Interleaving(self.datasets, (), self.weights, self.stop_on_first_exhausted)
         self._resume: dict | None = None
 
     def __repr__(self) -> str:
@@ -111,27 +110,10 @@ class MixedDataset(torch.utils.data.IterableDataset):
             lengths = [len(ds) for ds in self.datasets]
         except TypeError:
             raise TypeError("len() is unknown: some mixed dataset has no len()") from None
-        taken = [0] * len(lengths)
-        exhausted = [False] * len(lengths)
-        live = [w > 0 for w in self.weights]
-        steps = 0
-        for i in plan.mix_choices(self.weights, seed=self.seed, epoch=self._epochs.peek(), reader=self._reader()):
-            if not self.stop_on_first_exhausted and all(e or not ok for e, ok in zip(exhausted, live)):
-                return steps
-            if taken[i] == lengths[i]:  # the step that finds dataset i finished (as _mixed does)
-                if self.stop_on_first_exhausted:
-                    return steps
-                exhausted[i], taken[i] = True, 0
-                if all(e or not ok for e, ok in zip(exhausted, live)):
-                    return steps
-                if lengths[i] == 0:
-                    live[i] = False
-                    if not any(live):
-                        return steps
-                    continue
-            taken[i] += 1
-            steps += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+        choices = plan.mix_choices(self.weights, seed=self.seed, epoch=self._epochs.peek(), reader=self._reader())
+        # The same loop as __iter__, over stand-ins of the datasets' lengths.
+        ranges = [range(n) for n in lengths]
+        return sum(1 for _ in _Interleaving(ranges, choices, self.weights, self.stop_on_first_exhausted))
 
     # --- resuming ------------------------------------------------------------
 
@@ -149,8 +131,8 @@ class MixedDataset(torch.utils.data.IterableDataset):
         """
         check_position_known(self._epochs, type(self).__name__)
         children = [ds.state_dict() if hasattr(ds, "state_dict") else None for ds in self.datasets]
-        return {"format": FORMAT, "epoch": self.epoch, "position": self._position,
-                "exhausted": list(self._exhausted), "states": children, **self._settings()}
+        return {"format": FORMAT, "epoch": self.epoch, "position": self._run.position,
+                "exhausted": list(self._run.exhausted), "states": children, **self._settings()}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume after the saved step of the saved epoch; each dataset resumes
@@ -174,40 +156,62 @@ class MixedDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator:
         self.epoch = self._epochs.start()
-        skip, exhausted = 0, [False] * len(self.datasets)
-        if self._resume is not None:
-            skip, exhausted = int(self._resume["position"]), list(self._resume["exhausted"])
-            self._resume = None
-        self._position, self._exhausted = skip, exhausted
-        return self._mixed(skip)
+        resume, self._resume = self._resume, None
+        self._run = _Interleaving(self.datasets, self._choices(self._reader()), self.weights,
+                                  self.stop_on_first_exhausted,
+                                  skip=0 if resume is None else int(resume["position"]),
+                                  exhausted=None if resume is None else resume["exhausted"])
+        return iter(self._run)
 
-    def _mixed(self, skip: int) -> Iterator:
-        iterators: list[Iterator | None] = [None] * len(self.datasets)
+
+class _Interleaving:
+    """One epoch of a mix: the loop behind both ``iter()`` and ``len()`` of a MixedDataset.
+
+    Each choice takes the next item of that source. A source that runs out
+    ends the epoch (``stop_on_first_exhausted``) or starts again with a new
+    ``iter()`` (its next epoch) until every source with weight has been read
+    through once; a source still empty when started again drops out.
+
+    Attributes:
+        position: the steps of ``choices`` done (where a restored epoch resumes).
+        exhausted: which sources have been read through at least once.
+    """
+
+    def __init__(self, sources: Sequence[Iterable], choices: Iterable[int], weights: Sequence[float],
+                 stop_on_first_exhausted: bool, *, skip: int = 0, exhausted: Sequence[bool] | None = None) -> None:
+        self.sources, self.choices, self.weights = sources, choices, weights
+        self.stop_on_first_exhausted = stop_on_first_exhausted
+        self.position = skip
+        self.exhausted = [False] * len(sources) if exhausted is None else list(exhausted)
+
+    def __iter__(self) -> Iterator:
+        skip = self.position
+        iterators: list[Iterator | None] = [None] * len(self.sources)
         live = [w > 0 for w in self.weights]
-        for step, i in enumerate(self._choices(self._reader())):
+        for step, i in enumerate(self.choices):
             if step < skip:
-                continue  # each dataset resumes from its own state
-            if not self.stop_on_first_exhausted and all(e or not ok for e, ok in zip(self._exhausted, live)):
+                continue  # each source resumes from its own state
+            if not self.stop_on_first_exhausted and all(e or not ok for e, ok in zip(self.exhausted, live)):
                 return
             item = _END
-            for _attempt in range(2):  # a finished dataset starts again once (its next epoch)
+            for _attempt in range(2):  # a finished source starts again once (its next epoch)
                 if iterators[i] is None:
-                    iterators[i] = iter(self.datasets[i])
+                    iterators[i] = iter(self.sources[i])
                 item = next(iterators[i], _END)  # type: ignore[arg-type]
                 if item is not _END:
                     break
                 iterators[i] = None
                 if self.stop_on_first_exhausted:
                     return
-                if not self._exhausted[i]:
-                    self._exhausted[i] = True
-                    if all(e or not ok for e, ok in zip(self._exhausted, live)):
+                if not self.exhausted[i]:
+                    self.exhausted[i] = True
+                    if all(e or not ok for e, ok in zip(self.exhausted, live)):
                         return
             if item is _END:  # empty even when started again: it cannot give its share
                 live[i] = False
-                self._exhausted[i] = True
+                self.exhausted[i] = True
                 if not any(live):
                     return
                 continue
-            self._position = step + 1
+            self.position = step + 1
             yield item

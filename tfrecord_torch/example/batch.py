@@ -62,7 +62,7 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
         for _ in range(_MAX_LAYOUTS):
             if not len(todo):
                 break
-            layout = Layout.compile(matrix[todo[0]].tobytes())
+            layout = BatchLayout.compile(matrix[todo[0]].tobytes())
             if layout is None:
                 break
             sub = matrix if len(todo) == len(matrix) else matrix[todo]
@@ -78,9 +78,9 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
         slow.sort()
         parsed = [parse_one(rows.payload(i)) for i in slow]
         keys = {k for p in parsed for k in p}
-        where = np.array(slow, np.int64)
+        slow_rows = np.array(slow, np.int64)
         for key in keys:
-            columns.setdefault(key, []).append((where, [p.get(key) for p in parsed]))
+            columns.setdefault(key, []).append((slow_rows, [p.get(key) for p in parsed]))
     return {key: _assemble(pieces, n) for key, pieces in sorted(columns.items())}
 
 
@@ -187,15 +187,22 @@ class _Rows:
 
 
 @dataclass
-class Layout:
-    """The byte layout of one serialized Example, as a template for others."""
+class BatchLayout:
+    """One serialized Example as a template that a byte matrix of same-length records is matched against.
+
+    Where :class:`~tfrecord_torch.example.layouts.RecordLayout` checks and
+    slices one payload at a time (parse_example's per-record cache), this
+    compares every row of an [N, length] matrix with the template's structure
+    bits in one vectorized step and reads each feature out as a column.
+    """
 
     template: np.ndarray
     mask: np.ndarray  # bits that must equal the template's
     features: dict = field(default_factory=dict)  # key -> (kind, info)
 
     @classmethod
-    def compile(cls, payload: bytes) -> Layout | None:
+    def compile(cls, payload: bytes) -> BatchLayout | None:
+        """The template of ``payload``, or None if it is not a canonical Example."""
         try:
             walker = Walker(payload).walk()
         except Reject:
@@ -209,6 +216,8 @@ class Layout:
         return ((picked ^ self.template[structure]) & self.mask[structure] == 0).all(axis=1)
 
     def extract(self, rows: np.ndarray) -> dict:
+        """Each feature of ``rows`` (all matching this layout): numeric ones as [N, n] arrays,
+        bytes ones as N lists."""
         out: dict[str, Any] = {}
         n = len(rows)
         for key, (kind, info) in self.features.items():

@@ -124,7 +124,12 @@ def _empty(p: bytes, a: int, b: int) -> list:
 
 
 class RecordLayout:
-    """The structure of one serialized Example and where its values sit."""
+    """The structure of one serialized Example and where its values sit, for decoding one payload.
+
+    It compares a payload's structure runs with ``bytes.startswith`` and slices
+    the values out of it; :class:`~tfrecord_torch.example.batch.BatchLayout`
+    is the batch parser's counterpart, matched against many rows at once.
+    """
 
     __slots__ = ("checks", "fields", "many")
 

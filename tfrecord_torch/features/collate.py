@@ -112,6 +112,6 @@ def _pad_sequences(key: str, values: list, value: int) -> dict:
     if longest:  # every step in one copy: row i's steps go to i * longest + 0..len-1
         ends = lengths.cumsum(0)
         rows = torch.repeat_interleave(torch.arange(len(values)), lengths)
-        where = rows * longest + torch.arange(int(ends[-1])) - (ends - lengths)[rows]
-        padded.view(len(values) * longest, *values[0].shape[1:])[where] = torch.cat(values)
+        slots = rows * longest + torch.arange(int(ends[-1])) - (ends - lengths)[rows]
+        padded.view(len(values) * longest, *values[0].shape[1:])[slots] = torch.cat(values)
     return {key: padded, f"{key}_length": lengths}

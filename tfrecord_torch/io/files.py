@@ -124,7 +124,7 @@ class RemoteFile(io.RawIOBase):
 
     def __init__(self, url: str, storage_options: dict | None = None, start: int = 0,
                  end: int | None = None) -> None:
-        self.url, self._so = url, storage_options
+        self.url = url
         self._fs, self._path = filesystem(url, storage_options)
         self._pos, self._end = start, end
         self._file: Any = None

@@ -12,6 +12,11 @@ from tfrecord_torch.io.retry import retrying
 
 __all__ = ["Listing", "expand", "list_files"]
 
+INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
+SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
+# Stores whose folder listings are real listings (one request per 1,000 objects on S3/GCS).
+_LISTABLE = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory")
+
 
 class Listing(NamedTuple):
     """What one pass of listing found: the matched ``files`` in order, and the size and
@@ -42,10 +47,6 @@ def _is_file(info: dict) -> bool:
 def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
     """Files matching paths, globs and folders, local or remote (see shards.expand_paths)."""
     return list_files(patterns, storage_options, skip).files
-
-
-# Stores whose folder listings are real listings (one request per 1,000 objects on S3/GCS).
-_LISTABLE = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory")
 
 
 def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
@@ -94,9 +95,6 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
         out.update(dict.fromkeys(found))
     _list_index_folders(list(out), storage_options, stats, folders)
     return Listing(list(out), stats, frozenset(folders), globs)
-
-
-INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
 
 
 def _list_index_folders(files: list[str], storage_options: dict | None, stats: dict, folders: set) -> None:
@@ -182,9 +180,6 @@ def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, 
     return found
 
 
-SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
-
-
 def _list_siblings(fs, protocol: str, pattern: str, infos: dict, stats: dict, folders: set) -> None:
     """When a glob could not have matched its files' index objects (``*.tfrecord``), list the
     matches' folders (a few at most), so their index objects are known without asking for
@@ -233,8 +228,8 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
                             for e in retrying("list", item, lambda: fs.ls(p, detail=True))
                             if not _is_file(e))
         subfolders = [n for n in subfolders if n != INDEX_FOLDER and not n.startswith(".")]
-        where = (f"; it has subfolders ({', '.join(n + '/' for n in subfolders[:5])}): pass one, or a glob "
-                 f"such as {item.rstrip('/') + '/**/*'!r}" if subfolders else "")
+        hint = (f"; it has subfolders ({', '.join(n + '/' for n in subfolders[:5])}): pass one, or a glob "
+                f"such as {item.rstrip('/') + '/**/*'!r}" if subfolders else "")
         raise FileNotFoundError(f"no TFRecord files directly under {item!r} (folders are not searched "
-                                f"recursively){where}")
+                                f"recursively){hint}")
     return found

@@ -17,12 +17,12 @@ __all__ = ["Reader", "ReaderPool", "read_at"]
 
 # Bumped in a forked child: readers and pools compare it to notice a fork
 # (and reopen) without an os.getpid() system call on every read.
-_generation = 0
+_fork_generation = 0
 
 
 def _forked() -> None:
-    global _generation
-    _generation += 1
+    global _fork_generation
+    _fork_generation += 1
 
 
 if hasattr(os, "register_at_fork"):
@@ -34,15 +34,15 @@ class Reader:
     remotely. Reopens in a forked child."""
 
     def __init__(self, path: str, storage_options: dict | None = None) -> None:
-        self.path, self._so = path, storage_options
+        self.path, self._storage_options = path, storage_options
         self._url = is_url(path)
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
-        self._gen = -1  # the fork generation that opened the handle
+        self._fork_generation = -1  # the fork generation that opened the handle
 
     def _open(self) -> None:
-        if self._gen != _generation or self._handle is None:
-            self._gen = _generation
-            self._handle = filesystem(self.path, self._so) if self._url else \
+        if self._fork_generation != _fork_generation or self._handle is None:
+            self._fork_generation = _fork_generation
+            self._handle = filesystem(self.path, self._storage_options) if self._url else \
                 os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
 
     def descriptor(self) -> int | None:
@@ -68,12 +68,12 @@ class Reader:
         return data
 
     def close(self) -> None:
-        if self._handle is not None and self._gen == _generation and not self._url:
+        if self._handle is not None and self._fork_generation == _fork_generation and not self._url:
             os.close(self._handle)
         self._handle = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_handle": None, "_gen": -1}
+        return {**self.__dict__, "_handle": None, "_fork_generation": -1}
 
     def __del__(self) -> None:
         try:
@@ -108,16 +108,17 @@ class ReaderPool:
         # order is the order the paths were last returned to, oldest first
         self._free: dict[str, list[Reader]] = {}
         self._count = 0  # idle readers
-        self._gen = _generation
+        self._fork_generation = _fork_generation
         self._epoch = 0  # bumped by close(): a thread's kept reader goes back at its next read
         self._local = threading.local()  # per thread: (path, reader, epoch) kept by read()
 
     def _check_fork(self) -> None:
-        if self._gen != _generation:  # forked: the parent's readers (and lock state) are not ours
+        # forked: the parent's readers (and lock state) are not ours
+        if self._fork_generation != _fork_generation:
             self._reset()
 
     def _take(self, path: str) -> Reader:
-        if self._gen != _generation:
+        if self._fork_generation != _fork_generation:
             self._reset()
         with self._lock:
             free = self._free.get(path)
@@ -130,7 +131,7 @@ class ReaderPool:
         return Reader(path, self.storage_options)
 
     def _give_back(self, path: str, reader: Reader) -> None:
-        if self._gen != _generation:
+        if self._fork_generation != _fork_generation:
             self._reset()
         evicted = []
         with self._lock:
@@ -175,7 +176,7 @@ class ReaderPool:
         until this thread reads another path or closes the pool."""
         kept = getattr(self._local, "kept", None)
         if kept is not None and len(kept) == 4 and kept[0] == path and kept[2] == self._epoch and \
-                self._gen == _generation:
+                self._fork_generation == _fork_generation:
             return kept[3]
         reader = self._kept(path)
         fd = reader.descriptor()
@@ -183,7 +184,7 @@ class ReaderPool:
         return fd
 
     def _kept(self, path: str) -> Reader:
-        if self._gen != _generation:
+        if self._fork_generation != _fork_generation:
             self._reset()
         kept = getattr(self._local, "kept", None)
         if kept is not None:

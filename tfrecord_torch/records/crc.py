@@ -19,12 +19,6 @@ def masked_crc32c(data) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def unmask_crc(masked: int) -> int:
-    """Inverse of the mask: the plain CRC32C behind a masked value."""
-    rot = (masked - _MASK_DELTA) & 0xFFFFFFFF
-    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
-
-
 def mask_array(crcs: np.ndarray) -> np.ndarray:
     """Mask an array of plain CRCs (uint32) at once."""
     crcs = crcs.astype(np.uint32, copy=False)

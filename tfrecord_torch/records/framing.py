@@ -1,4 +1,4 @@
-"""TFRecord framing: reading and writing records.
+"""TFRecord framing: reading records (:mod:`tfrecord_torch.records.writer` writes them).
 
 Each record on disk is::
 
@@ -39,6 +39,9 @@ __all__ = ["Chunk", "iter_chunks", "parse_frame", "read_records"]
 BLOCK_SIZE = 1 << 20
 _MAX_STEP = 64 << 20  # largest single read of one record's bytes
 _LARGE = BLOCK_SIZE // 4  # records this big are read on their own
+_HEADER_CRCS: dict[int, int] = {}  # record length -> its masked length CRC, for parse_frame
+_FOOTER = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8  # as records/crc.py; parse_frame masks inline, one call fewer per record
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,6 @@ class Chunk:
 
     def __len__(self) -> int:
         return len(self.starts)
-
-    @property
-    def first_record(self) -> int:
-        return int(self.numbers[0])
 
     def payloads(self) -> list[bytes]:
         """Each record's payload as bytes."""
@@ -260,8 +259,3 @@ def parse_frame(data: bytes, *, name: str, offset: int, record: int, verify: boo
         if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _FOOTER.unpack_from(data, HEADER_SIZE + length)[0]:
             raise CorruptRecordError(name, offset, record, "payload CRC mismatch (data corrupted)")
     return payload
-
-
-_HEADER_CRCS: dict[int, int] = {}  # record length -> its masked length CRC, for parse_frame
-_FOOTER = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8

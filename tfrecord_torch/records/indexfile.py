@@ -85,15 +85,16 @@ def _bad_line(index_path: str, text: bytes, at: int, lines_before: int = 0,
     start = text.rfind(b"\n", 0, at) + 1
     stop = text.find(b"\n", at)
     line = text[start:stop if stop >= 0 else len(text)]
-    number = lines_before + text.count(b"\n", 0, start) + 1
-    return IndexMismatchError(index_path, None, f"line {number} is {line[:60]!r}: {why}")
+    line_number = lines_before + text.count(b"\n", 0, start) + 1
+    return IndexMismatchError(index_path, None, f"line {line_number} is {line[:60]!r}: {why}")
 
 
 def _odd_line(index_path: str, lines) -> IndexMismatchError:
     """The error for an odd count of numbers: the first line not holding pairs."""
-    for number, line in enumerate(lines, start=1):
+    for line_number, line in enumerate(lines, start=1):
         if len(line.split()) % 2:
-            return IndexMismatchError(index_path, None, f"line {number} is {line[:60]!r}, not 'offset size'")
+            return IndexMismatchError(index_path, None,
+                                      f"line {line_number} is {line[:60]!r}, not 'offset size'")
     return IndexMismatchError(index_path, None, "an odd count of numbers: not pairs of 'offset size'")
 
 

@@ -68,13 +68,14 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
         return Scan(good + HEADER_SIZE, numbers, lengths[keep], stop, 0, None, True, error, pieces)
     need = None
     if n - pos >= HEADER_SIZE:
-        number = record + len(heads)
+        record_number = record + len(heads)
         length, length_crc = HEADER.unpack_from(data, pos)
         error = None
         if verify and masked_crc32c(data[pos:pos + 8]) != length_crc:
-            error = CorruptRecordError(name, base + pos, number, "length CRC mismatch (header corrupted)")
+            error = CorruptRecordError(name, base + pos, record_number,
+                                       "length CRC mismatch (header corrupted)")
         elif limit is not None and base + pos + length + OVERHEAD > limit:
-            error = CorruptRecordError(name, base + pos, number, (
+            error = CorruptRecordError(name, base + pos, record_number, (
                 f"truncated record: its length {length} runs past the end of the data: the compressed file "
                 f"decompresses to at most {limit} bytes") if bound else (
                 f"truncated record: its length {length} runs past the end of the data at byte {limit}"))
@@ -90,6 +91,8 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
 
 _RUN = 4  # equal lengths in a row before a numpy step looks for a longer run
 _PROBE = 32  # rows a numpy step checks before it checks all the rest
+_LENGTH = struct.Struct("<Q")
+_ARANGE8 = np.arange(8)
 
 
 def _walk(data: bytes) -> tuple[np.ndarray, int]:
@@ -132,10 +135,6 @@ def _walk(data: bytes) -> tuple[np.ndarray, int]:
 
 def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list:
     return list(map(data.__getitem__, map(slice, starts.tolist(), (starts + lengths).tolist())))
-
-
-_LENGTH = struct.Struct("<Q")
-_ARANGE8 = np.arange(8)
 
 
 def _lengths(data: bytes, heads: np.ndarray) -> np.ndarray:

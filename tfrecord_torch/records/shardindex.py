@@ -99,8 +99,8 @@ def _entries(folder: str) -> list[str]:
 
 
 def _cache_path(path: str, identity: str) -> str:
-    where = path if fs.is_url(path) else os.path.abspath(fs.local(path))
-    key = f"{where}\0{identity}".encode("utf-8", "surrogateescape")
+    location = path if fs.is_url(path) else os.path.abspath(fs.local(path))
+    key = f"{location}\0{identity}".encode("utf-8", "surrogateescape")
     name = os.path.basename(path.rstrip("/"))[:60]
     return os.path.join(index_cache_dir(), f"{name}.{hashlib.sha256(key).hexdigest()[:24]}.index")
 
@@ -171,16 +171,15 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
             file is used but never saved.
         progress: called with the bytes read while the shard is scanned.
     """
-    so = storage_options
     if save not in ("cache", "beside"):
         raise ValueError(f"save must be 'cache' or 'beside', not {save!r}")
     if index_path is not None:
-        index = load_index(index_path, storage_options=so)
-        check_index(index, path, index_path=index_path, storage_options=so)
+        index = load_index(index_path, storage_options=storage_options)
+        check_index(index, path, index_path=index_path, storage_options=storage_options)
         return index
     if fs.is_url(path):
-        found = remote_shard_index(path, lister.Listing([path], {}, frozenset()), "auto", build, so, report,
-                                   progress)
+        listing = lister.Listing([path], {}, frozenset())
+        found = remote_shard_index(path, listing, "auto", build, storage_options, report, progress)
         if found is None:
             raise TFRecordError(f"{path}: a compressed file cannot be indexed")
         return found
@@ -207,7 +206,7 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
     if unchecked:
         # No stamp (another tool's index) or the shard changed since: checked in full, once.
         damage: list = []
-        fresh = scan_index(path, so, progress=progress, report=damage.append)
+        fresh = scan_index(path, storage_options, progress=progress, report=damage.append)
         if damage:  # a shard damaged since it was indexed keeps its index: the reader reports the damage
             return unchecked[0][1]
         for candidate, index in unchecked:
@@ -222,7 +221,7 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
     elif not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
     else:
-        index = scan_index(path, so, progress=progress, report=report)
+        index = scan_index(path, storage_options, progress=progress, report=report)
     if (int(index[-1].sum()) if len(index) else 0) != os.path.getsize(fs.local(path)):
         return index  # cut short by a bad length: kept for this run only
     if save == "beside":
@@ -240,23 +239,24 @@ def _write_beside(path: str, index: np.ndarray) -> None:
 
 
 def remote_shard_index(path: str, listing: lister.Listing, compression, build: bool,
-                       so: dict | None, report=None, progress=None) -> np.ndarray | None:
+                       storage_options: dict | None, report=None, progress=None) -> np.ndarray | None:
     """A remote shard's index: an index object its writer left (one request each, none
     when the listing shows there is none), or a cached one (none), or after a 12-byte
     sniff (one) a scan of the shard; None if the shard is compressed."""
     compression = check_compression(compression, allow_auto=True)
     if compression not in ("auto", None):
         return None
-    stat = listing.stats.get(path) or fs.size_and_version(path, so)
+    stat = listing.stats.get(path) or fs.size_and_version(path, storage_options)
     if stat[0] == 0:  # an empty object holds no records (and has no bytes to sniff)
         return np.zeros((0, 2), np.int64)
-    fs.require_ranges(path, so, stat[0])  # records are read by range: say so now if they cannot be
+    # records are read by range: say so now if they cannot be
+    fs.require_ranges(path, storage_options, stat[0])
     for candidate in index_candidates(path):
         if listing.knows(candidate) is False:
             continue
         known = listing.stats.get(candidate)
         try:  # one request when the listing saw it, two when it could not tell
-            text = fs.read_bytes(candidate, so, size=None if known is None else known[0])
+            text = fs.read_bytes(candidate, storage_options, size=None if known is None else known[0])
         except FileNotFoundError:
             continue
         try:
@@ -269,11 +269,13 @@ def remote_shard_index(path: str, listing: lister.Listing, compression, build: b
     hit = _cache_get(cached, path, stat[0])
     if hit is not None:
         return hit
-    if compression == "auto" and detect_compression(fs.read_range(path, 0, min(12, stat[0]), so), path) is not None:
-        return None
+    if compression == "auto":
+        head = fs.read_range(path, 0, min(12, stat[0]), storage_options)
+        if detect_compression(head, path) is not None:
+            return None
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, so, progress=progress, report=report)
+    index = scan_index(path, storage_options, progress=progress, report=report)
     if (int(index[-1].sum()) if len(index) else 0) != stat[0]:
         return index  # cut short by a bad length: kept for this run only
     _cache_put(cached, index)

@@ -40,10 +40,10 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
     while they are: ``progress=``), and a shard holding another count is an
     error naming it (map-style: checked at once).
     """
-    so = kwargs.get("storage_options")
-    paths, lengths = tfds_split(directory, split, so)
-    spec = tfds_features(directory, so) if features is None else features
-    pair = supervised_keys(read_info(directory, so))
+    storage_options = kwargs.get("storage_options")
+    paths, lengths = tfds_split(directory, split, storage_options)
+    spec = tfds_features(directory, storage_options) if features is None else features
+    pair = supervised_keys(read_info(directory, storage_options))
     if as_supervised:
         if pair is None:
             raise ValueError(f"as_supervised=True, but {directory}/dataset_info.json has no supervisedKeys")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.specs import Image
@@ -52,7 +54,7 @@ def tfds_features(directory, storage_options: dict | None = None) -> dict:
     directory = os.fspath(directory)
     tree = _load_json(os.path.join(directory, "features.json"), storage_options)
     spec: dict = {}
-    _walk(tree, "", spec, directory, storage_options=storage_options)
+    _walk(tree, _Walk(spec, directory, storage_options))
     if not spec:
         raise TFRecordError(f"{directory}/features.json: no features found")
     return spec
@@ -76,71 +78,134 @@ def _label_names(directory: str, key: str, storage_options: dict | None) -> list
     return fs.read_bytes(path, storage_options, limit=64 << 20).decode("utf-8").splitlines()
 
 
-def _walk(node: dict, prefix: str, spec: dict, directory: str, depth: int = 0, *, sequence: bool = False,
-          storage_options: dict | None = None) -> None:
-    if depth > 32:
-        raise TFRecordError(f"{directory}/features.json: features nested too deeply")
-    cls = node.get("pythonClassName", "")
-    if cls == _DICT or (not cls and "featuresDict" in node):
-        body = node.get("featuresDict")
-        children = body.get("features", {}) if isinstance(body, dict) else None
-        if not isinstance(children, dict):
-            raise TFRecordError(f"{directory}/features.json: bad featuresDict at {prefix!r}")
-        for key, child in children.items():
-            if not isinstance(child, dict):
-                raise TFRecordError(f"{directory}/features.json: bad entry {prefix}{key}")
-            _walk(child, f"{prefix}{key}/", spec, directory, depth + 1, sequence=sequence,
-                  storage_options=storage_options)
-        return
-    if cls == _SEQUENCE:  # a list of the inner feature: one more leading dimension (as TFDS's as_numpy)
-        body = node.get("sequence")
-        inner = body.get("feature") if isinstance(body, dict) else None
-        if not isinstance(inner, dict) or sequence:
-            raise TFRecordError(f"{directory}/features.json: unsupported Sequence at {prefix!r}")
-        _walk(inner, prefix, spec, directory, depth + 1, sequence=True, storage_options=storage_options)
-        return
-    key = prefix.rstrip("/")
-    lead = (-1,) if sequence else ()
-    if cls == _IMAGE:
-        if sequence:
-            raise TFRecordError(f"{directory}/features.json: a Sequence of images ({key!r}) is not supported")
-        body = node.get("image", {})
-        body = body if isinstance(body, dict) else {}
-        dims = _shape(body, key, directory)
-        channels = dims[-1] if dims else -1
-        mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels, "unchanged")
-        if body.get("dtype", "uint8") != "uint8":
-            mode = "unchanged"  # uint16 images keep their exact values
-        spec[key] = Image(key, mode=mode)
-    elif cls == _LABEL:
-        body = node.get("classLabel", {})
-        count = body.get("numClasses") if isinstance(body, dict) else None
-        spec[key] = ClassLabel(key, names=_label_names(directory, key, storage_options),
-                               num_classes=int(count) if count is not None else None,
-                               shape=None if sequence else ())
-    elif cls == _BBOX:
-        spec[key] = Float(key, shape=lead + (4,))
-    elif cls in (_TENSOR, _SCALAR):
-        body = node.get("tensor") or node.get("scalar") or {}
-        if not isinstance(body, dict):
-            raise TFRecordError(f"{directory}/features.json: bad tensor entry {key!r}")
-        dtype = str(body.get("dtype", ""))
-        shape = _shape(body, key, directory)
-        if body.get("encoding") in ("bytes", "zlib"):
-            if dtype not in _NUMERIC:
-                raise TFRecordError(f"{directory}/features.json: feature {key!r} has dtype {dtype!r}, "
-                                    "not a numeric dtype this package decodes from bytes")
-            spec[key] = RawTensor(key, dtype=dtype, shape=shape, zlib=body["encoding"] == "zlib")
-        elif dtype.startswith(("int", "uint", "bool", "float")):
-            shape = lead + shape
-            if shape.count(-1) > 1:  # more than one free dimension: the values, flat
-                shape = (-1,)
-            cls_ = Float if dtype.startswith("float") else Int64
-            spec[key] = cls_(key, shape=shape)
-        else:
-            spec[key] = Bytes(key, many=bool(lead + shape))
-    elif cls == _TEXT:
-        spec[key] = Text(key)
+@dataclass(frozen=True)
+class _Walk:
+    """Where the walk through ``features.json`` stands: one node's key and what every node shares.
+
+    Attributes:
+        spec: the feature spec being filled, flat keys joined with '/'.
+        directory: the dataset directory (for messages and ``<key>.labels.txt``).
+        storage_options: passed to the file system for the label files.
+        prefix: the key of the node, '/'-terminated.
+        depth: how many dicts and sequences enclose the node.
+        sequence: whether the node is inside a TFDS Sequence (one more leading dimension).
+    """
+
+    spec: dict
+    directory: str
+    storage_options: dict | None
+    prefix: str = ""
+    depth: int = 0
+    sequence: bool = False
+
+    @property
+    def key(self) -> str:
+        """The flat spec key of a leaf node."""
+        return self.prefix.rstrip("/")
+
+    def into(self, prefix: str, *, sequence: bool) -> _Walk:
+        """The walk one level down, at ``prefix``."""
+        return replace(self, prefix=prefix, depth=self.depth + 1, sequence=sequence)
+
+    def error(self, message: str) -> TFRecordError:
+        """A TFRecordError naming ``features.json`` of this directory."""
+        return TFRecordError(f"{self.directory}/features.json: {message}")
+
+
+def _features_dict(node: dict, at: _Walk) -> None:
+    body = node.get("featuresDict")
+    children = body.get("features", {}) if isinstance(body, dict) else None
+    if not isinstance(children, dict):
+        raise at.error(f"bad featuresDict at {at.prefix!r}")
+    for key, child in children.items():
+        if not isinstance(child, dict):
+            raise at.error(f"bad entry {at.prefix}{key}")
+        _walk(child, at.into(f"{at.prefix}{key}/", sequence=at.sequence))
+
+
+def _sequence(node: dict, at: _Walk) -> None:
+    """A list of the inner feature: one more leading dimension (as TFDS's ``as_numpy``)."""
+    body = node.get("sequence")
+    inner = body.get("feature") if isinstance(body, dict) else None
+    if not isinstance(inner, dict) or at.sequence:
+        raise at.error(f"unsupported Sequence at {at.prefix!r}")
+    _walk(inner, at.into(at.prefix, sequence=True))
+
+
+def _image(node: dict, at: _Walk) -> None:
+    if at.sequence:
+        raise at.error(f"a Sequence of images ({at.key!r}) is not supported")
+    body = node.get("image", {})
+    body = body if isinstance(body, dict) else {}
+    dims = _shape(body, at.key, at.directory)
+    channels = dims[-1] if dims else -1
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels, "unchanged")
+    if body.get("dtype", "uint8") != "uint8":
+        mode = "unchanged"  # uint16 images keep their exact values
+    at.spec[at.key] = Image(at.key, mode=mode)
+
+
+def _class_label(node: dict, at: _Walk) -> None:
+    body = node.get("classLabel", {})
+    count = body.get("numClasses") if isinstance(body, dict) else None
+    at.spec[at.key] = ClassLabel(at.key, names=_label_names(at.directory, at.key, at.storage_options),
+                                 num_classes=int(count) if count is not None else None,
+                                 shape=None if at.sequence else ())
+
+
+def _bbox(node: dict, at: _Walk) -> None:
+    lead = (-1,) if at.sequence else ()
+    at.spec[at.key] = Float(at.key, shape=lead + (4,))
+
+
+def _tensor(node: dict, at: _Walk) -> None:
+    """A Tensor or Scalar: raw bytes, a numeric list, or a list of byte strings."""
+    key = at.key
+    body = node.get("tensor") or node.get("scalar") or {}
+    if not isinstance(body, dict):
+        raise at.error(f"bad tensor entry {key!r}")
+    dtype = str(body.get("dtype", ""))
+    shape = _shape(body, key, at.directory)
+    lead = (-1,) if at.sequence else ()
+    if body.get("encoding") in ("bytes", "zlib"):
+        if dtype not in _NUMERIC:
+            raise at.error(f"feature {key!r} has dtype {dtype!r}, not a numeric dtype this package decodes "
+                           "from bytes")
+        at.spec[key] = RawTensor(key, dtype=dtype, shape=shape, zlib=body["encoding"] == "zlib")
+    elif dtype.startswith(("int", "uint", "bool", "float")):
+        shape = lead + shape
+        if shape.count(-1) > 1:  # more than one free dimension: the values, flat
+            shape = (-1,)
+        numeric = Float if dtype.startswith("float") else Int64
+        at.spec[key] = numeric(key, shape=shape)
     else:
-        raise TFRecordError(f"{directory}/features.json: feature {key!r} has a type this package "
-                            f"does not decode ({cls or 'unknown'})")
+        at.spec[key] = Bytes(key, many=bool(lead + shape))
+
+
+def _text(node: dict, at: _Walk) -> None:
+    at.spec[at.key] = Text(at.key)
+
+
+# One reader per TFDS feature connector, keyed by the ``pythonClassName`` TFDS writes.
+_CONNECTORS: dict[str, Callable[[dict, _Walk], None]] = {
+    _DICT: _features_dict,
+    _SEQUENCE: _sequence,
+    _IMAGE: _image,
+    _LABEL: _class_label,
+    _BBOX: _bbox,
+    _TENSOR: _tensor,
+    _SCALAR: _tensor,
+    _TEXT: _text,
+}
+
+
+def _walk(node: dict, at: _Walk) -> None:
+    if at.depth > 32:
+        raise at.error("features nested too deeply")
+    cls = node.get("pythonClassName", "")
+    if not cls and "featuresDict" in node:
+        cls = _DICT
+    connector = _CONNECTORS.get(cls) if isinstance(cls, str) else None
+    if connector is None:
+        raise at.error(f"feature {at.key!r} has a type this package does not decode ({cls or 'unknown'})")
+    connector(node, at)

@@ -97,8 +97,7 @@ def check_dataset_name(output_dir, name: str, storage_options: dict | None = Non
 
 def _update_info(output_dir: str, *, name: str, split: str, shard_lengths: list[int], num_bytes: int,
                  compression, storage_options: dict | None) -> None:
-    so = storage_options
-    info = check_dataset_name(output_dir, name, so)
+    info = check_dataset_name(output_dir, name, storage_options)
     info_path = os.path.join(output_dir, "dataset_info.json")
     template = TEMPLATE
     if compression == "gzip":
@@ -108,7 +107,7 @@ def _update_info(output_dir: str, *, name: str, split: str, shard_lengths: list[
                    "shardLengths": [str(n) for n in shard_lengths]})
     info.update({"fileFormat": "tfrecord", "name": name, "splits": splits,
                  "version": info.get("version", "1.0.0"), "moduleName": "tfrecord_torch"})
-    _write_json(info_path, info, so)
+    _write_json(info_path, info, storage_options)
 
 
 def _load_json(path: str, storage_options: dict | None = None) -> dict:

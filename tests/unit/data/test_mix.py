@@ -79,6 +79,19 @@ def test_stop_on_first_exhausted_and_len(tmp_path):
     assert sum(s == "a" for s, _ in got) == 10 and 8 <= sum(s == "b" for s, _ in got) <= 12
 
 
+@pytest.mark.parametrize("stop", [False, True])
+@pytest.mark.parametrize(("lengths", "weights"), [([10, 60], [1, 1]), ([0, 5], [1, 1]), ([3, 0, 40], [1, 2, 3]),
+                                                  ([7, 9], [1, 0]), ([1, 1, 1], [5, 1, 1]), ([0, 0], [1, 1])])
+def test_len_is_what_one_process_reads(lengths, weights, stop):
+    """len() of a mix equals the items its next epoch yields, for empty and zero-weight datasets too."""
+    sources = [[(d, i) for i in range(n)] for d, n in enumerate(lengths)]
+    for seed in range(5):
+        ds = mix(sources, weights=weights, seed=seed, stop_on_first_exhausted=stop)
+        for _epoch in range(2):
+            n = len(ds)
+            assert len(list(ds)) == n
+
+
 def test_epochs_and_determinism(tmp_path):
     ds = mix(_datasets(tmp_path, [20, 20]), seed=5)
     first, second = keys(ds), keys(ds)

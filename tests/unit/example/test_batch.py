@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrecord_torch import ExampleDecodeError, RecordWriter, make_example, parse_example
-from tfrecord_torch.example.batch import Layout, parse_example_batch
+from tfrecord_torch.example.batch import BatchLayout, parse_example_batch
 from tfrecord_torch.example.codec import parse_example_protobuf
 from tfrecord_torch.records.framing import iter_chunks
 from tfrecord_torch.records.streams import open_stream
@@ -76,7 +76,7 @@ def test_unpacked_and_reordered_records_fall_back_correctly():
     forward = ld(1, ld(1, entry_i) + ld(1, entry_j))
     backward = ld(1, ld(1, entry_j) + ld(1, entry_i))
     duplicate = ld(1, ld(1, entry_i) + ld(1, entry_i))
-    assert Layout.compile(duplicate) is None
+    assert BatchLayout.compile(duplicate) is None
     assert_same([forward] * 6 + [backward] * 6 + [duplicate] * 5)
 
 

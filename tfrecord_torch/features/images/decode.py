@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 IMAGE_MODES = ("RGB", "L", "RGBA", "unchanged")
 FRAMES = ("first", "all")
 _ANIMATED = ("gif", "webp")  # formats TF's decode_image(expand_animations=True) gives 4-D
+_WARNED = False  # the Pillow fallback after TensorFlow has been logged once
 
 
 def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> torch.Tensor:
@@ -134,6 +135,3 @@ def _torchvision_usable() -> bool:
                     "(importing torchvision after TensorFlow crashes when triton is installed; "
                     "import torchvision first to use its decoders)")
     return False
-
-
-_WARNED = False

@@ -150,6 +150,7 @@ class DecodeEngine:
     def __init__(self, options: ImageBatching, *, mode: str = "RGB", buffers: BufferProvider | None = None) -> None:
         self.options, self.mode = options, mode
         self._pool: ThreadPoolExecutor | None = None
+        self._threads = 0  # the pool's worker count (ThreadPoolExecutor keeps its own private)
         self._buffers: BufferProvider = buffers if buffers is not None else FreshBuffers()
         self._owner = -1
         self._lock = threading.Lock()
@@ -159,6 +160,7 @@ class DecodeEngine:
             if self._pool is None or self._owner != os.getpid():
                 threads = self.options.threads or default_threads()
                 self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tfrecord-decode")
+                self._threads = threads
                 self._owner = os.getpid()
             return self._pool
 
@@ -228,7 +230,7 @@ class DecodeEngine:
         work = [i for i in range(len(images)) if i not in failures]
         pool = self._executor()
         # one task per thread: each a GIL round trip, and whole JPEG runs decode without the GIL
-        step = max(1, -(-len(work) // pool._max_workers))
+        step = max(1, -(-len(work) // self._threads))
         chunks = [work[k:k + step] for k in range(0, len(work), step)]
         futures = [pool.submit(self._chunk, chunk, images, headers, jobs, plan, slots) for chunk in chunks]
 
