@@ -651,3 +651,51 @@ def test_fixed_len_sequence_feature_zero_dim_does_not_crash(tmp_path):
     for kwargs in ({"features": spec}, {"sequence_features": spec}):
         with pytest.raises(ValueError, match="dimensions must be positive"):
             TFRecordDataset(path, **kwargs)
+
+
+# Descriptions TF accepts that its tests above do not spell
+
+
+@pytest.mark.parametrize("default", [[[b"a", "b"], [b"c", b"d"]], np.array([[b"a", b"b"], [b"c", b"d"]]),
+                                     np.array([["a", "b"], ["c", "d"]])], ids=["nested list", "bytes array",
+                                                                            "str array"])
+def test_string_fixed_len_feature_default_of_its_shape(tmp_path, default):
+    payloads = serialized([example({"s": strings([b"w", b"x", b"y", b"z"])}), example({})])
+    want = check_examples(tmp_path, payloads, {"s": io.FixedLenFeature((2, 2), tf.string, default_value=default)})
+    assert [w["s"] for w in want] == [[b"w", b"x", b"y", b"z"], [b"a", b"b", b"c", b"d"]]
+
+
+def test_parse_example_batch_with_a_description_gives_batch_mode_values(tmp_path):
+    from tfrecord_torch import parse_example_batch
+
+    payloads = serialized([example({"a": floats([1, 2]), "v": ints([1, 2, 3]), "s": strings([b"x"])}),
+                           example({"a": floats([3, 4]), "v": ints([]), "s": strings([b"y"])})])
+    features = {"a": io.FixedLenFeature(2, tf.float32), "v": io.VarLenFeature(tf.int64),
+                "s": io.FixedLenFeature([], tf.string)}
+    want = [tf_example(p, features) for p in payloads]
+    batch = parse_example_batch(payloads, features)
+    (mode,) = list(TFRecordDataset(write(tmp_path, payloads), features=features, batch_size=2))
+    for k in features:
+        assert plain(batch[k]) == plain(mode[k]) == [w[k] for w in want], k
+    assert tuple(batch["a"].shape) == (2, 2)
+    assert parse_example_batch(payloads)["a"].tolist() == [[1, 2], [3, 4]]  # no description: the raw columns
+
+
+def test_sequence_varlen_and_ragged_features_in_every_reader(tmp_path):
+    """VarLen and Ragged feature lists (strings, numbers, partitions) read by
+    the datasets, map-style, batch mode and the parse functions, as TF reads them."""
+    payloads = serialized([
+        sequence_example(context={"n": ints([2])},
+                         feature_lists={"w": [strings([b"a", b"b"]), strings([])], "v": [ints([1]), ints([2, 3])],
+                                        "q": [strings([b"c"]), empty()], "r": [ints([1]), ints([2, 3])],
+                                        "lens": [ints([1, 0]), ints([2, 0])]}),
+        sequence_example(context={"n": ints([0])}),
+    ])
+    R = io.RaggedFeature
+    sequence = {"w": io.VarLenFeature(tf.string), "v": io.VarLenFeature(tf.int64), "q": R(tf.string),
+                "rows": R(tf.int64, value_key="r", partitions=[R.RowLengths("lens")])}
+    want = check_sequences(tmp_path, payloads, {"n": io.FixedLenFeature([], tf.int64)}, sequence)
+    assert want[0][1]["rows"] == [[[1], []], [[2, 3], []]] and want[1][1]["w"] == []
+    assert want[0][1]["q"] == [[b"c"], []]
+    _, lists, lengths = parse_sequence_example_batch(payloads, {"n": io.FixedLenFeature([], tf.int64)}, sequence)
+    assert lengths["w"].tolist() == [2, 0] and plain(lists["rows"][0]) == want[0][1]["rows"]

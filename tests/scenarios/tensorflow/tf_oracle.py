@@ -98,7 +98,7 @@ def tf_value(value, desc, sequence=False):
             return tf.RaggedTensor.from_sparse(value).to_list()
         return value.values.numpy().tolist()
     if kind == "FixedLenFeature" and _string(desc):
-        array = value.numpy()
+        array = np.asarray(value.numpy(), dtype=object)
         return array.reshape(-1).tolist() if array.ndim else array.item()
     if kind == "FixedLenSequenceFeature" and _string(desc):
         return _steps(value.numpy(), desc.shape)
