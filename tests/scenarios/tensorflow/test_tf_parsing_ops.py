@@ -699,3 +699,29 @@ def test_sequence_varlen_and_ragged_features_in_every_reader(tmp_path):
     assert want[0][1]["q"] == [[b"c"], []]
     _, lists, lengths = parse_sequence_example_batch(payloads, {"n": io.FixedLenFeature([], tf.int64)}, sequence)
     assert lengths["w"].tolist() == [2, 0] and plain(lists["rows"][0]) == want[0][1]["rows"]
+
+
+def test_inspect_prints_sequence_descriptions_tf_accepts(tmp_path, capsys):
+    """`tfrecord-torch inspect` of feature lists with steps of different
+    widths prints a description TF accepts (a VarLenFeature) and a spec of
+    ours; both read back TF's values."""
+    from tfrecord_torch import Bytes, Float, Int64  # noqa: F401 -- the printed spec's names
+    from tfrecord_torch.cli import main
+
+    payloads = [make_sequence_example({"label": i}, {"tokens": [np.arange(j + i, dtype=np.int64) for j in range(3)],
+                                                     "words": [[b"a"] * (i + 1), [b"b"]],
+                                                     "frames": [np.zeros(2, np.float32)] * i})
+                for i in range(3)]
+    path = write(tmp_path, payloads)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    described, spec = {}, {}
+    exec(out.split("sequence_features=...) also takes):\n")[1].split("\ntfrecord_torch spec")[0], {"tf": tf},
+         described)
+    exec(out.split("sequence_features=sequence_features)):\n")[1], {**globals(), **locals()}, spec)
+    assert type(described["sequence_features"]["tokens"]).__name__ == "VarLenFeature"
+    want = check_sequences(tmp_path, payloads, described["context_features"], described["sequence_features"])
+    assert want[2][1]["tokens"] == [[0, 1], [0, 1, 2], [0, 1, 2, 3]]
+    items = list(TFRecordDataset(path, features=spec["features"], sequence_features=spec["sequence_features"]))
+    for item, (c, s) in zip(items, want):
+        assert plain(item["label"]) == c["label"] and all(plain(item[k]) == s[k] for k in s)
