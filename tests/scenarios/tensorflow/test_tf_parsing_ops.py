@@ -23,9 +23,11 @@ Not applicable (TF machinery with no user-visible equivalent here):
   ``test_fixed_len_sequence_feature_zero_dim_does_not_crash``.
 - ``DecodeJSONExampleTest`` (6 methods): ``tf.io.decode_json_example``, a
   JSON-to-proto op; this library reads serialized protos only.
-- ``DecodeRawTest`` (8 methods): ``tf.io.decode_raw`` on string tensors,
-  with padding to ``fixed_length``; there is no op on string tensors here
-  (``RawTensor`` decodes one feature's array bytes, tested in tests/test_features.py).
+- ``DecodeRawTest``: 6 of its 8 methods decode a tensor of several strings
+  of different lengths at once, or pad each to ``fixed_length``; here a
+  record's bytes decode alone (``RawTensor``), with no padding option. The
+  two that decode equal-length strings are transcribed
+  (``test_decode_raw_equal_length``).
 - ``ParseTensorOpTest`` (4), ``ParseTensorVariantRegressionTest`` (1):
   ``tf.io.parse_tensor`` of TensorProtos, which this library does not read yet
   (the "serialized tensors" part of the same work, not done here).
@@ -725,3 +727,19 @@ def test_inspect_prints_sequence_descriptions_tf_accepts(tmp_path, capsys):
     items = list(TFRecordDataset(path, features=spec["features"], sequence_features=spec["sequence_features"]))
     for item, (c, s) in zip(items, want):
         assert plain(item["label"]) == c["label"] and all(plain(item[k]) == s[k] for k in s)
+
+
+# DecodeRawTest
+
+
+@pytest.mark.parametrize("decode_raw", [tf.compat.v1.decode_raw, tf.io.decode_raw], ids=["v1", "v2_fallback"])
+def test_decode_raw_equal_length(tmp_path, decode_raw):
+    """testDecodeRawV1EqualLength, testDecodeRawV2FallbackEqualLength: bytes
+    features read as uint8 by ``RawTensor``, as ``decode_raw`` reads them."""
+    from tfrecord_torch import RawTensor
+
+    words = [b"string1", b"string2"]
+    want = decode_raw(tf.constant(words), tf.uint8).numpy()
+    path = write(tmp_path, serialized([example({"w": strings([w])}) for w in words]))
+    got = [item["w"] for item in TFRecordDataset(path, features={"w": RawTensor(dtype="uint8")})]
+    assert [g.numpy().tolist() for g in got] == want.tolist() == [list(w) for w in words]
