@@ -9,11 +9,9 @@ close-and-flush methods run for each compression, as TF's three classes do.
 Not applicable: none; ``testBadFile`` (from earlier versions of the file) is
 kept. Not done yet, marked ``xfail(strict=True)`` so that doing them shows
 (the writer features of the same work: TF's flush, compression options,
-tailing a growing file, a closed random reader):
+tailing a growing file):
 ``testCompressionOptions``, ``testReadGrowingFile_preservesReadOffset``,
-``testReadTruncatedFile_preservesReadOffset``,
-``testClosingRandomReaderCausesErrorsForFurtherReading``,
-``testFlushAfterCloseIsError`` (x3).
+``testReadTruncatedFile_preservesReadOffset``, ``testFlushAfterCloseIsError`` (x3).
 """
 
 import gc
@@ -43,8 +41,8 @@ TEXT = b"""Gaily bedight,
 """  # the first verse of the poem TF's test uses
 NUM_FILES, NUM_RECORDS = 2, 7
 TF_TYPE = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
-LATER = pytest.mark.xfail(strict=True, reason="writer features (flush, compression options, tailing, "
-                                              "closed readers): not done yet")
+LATER = pytest.mark.xfail(strict=True, reason="writer features (flush, compression options, tailing): "
+                                              "not done yet")
 
 
 def record(f, r):
@@ -261,13 +259,17 @@ def test_random_reader_throws_error_for_invalid_offset(tmp_path):
         IndexedReader(path, index=index)[0]
 
 
-@LATER
 def test_closing_random_reader_causes_errors_for_further_reading(tmp_path):
     path = write(tmp_path / "uncompressed_records", [record(0, i) for i in range(NUM_RECORDS)])
-    reader = IndexedReader(path)
-    reader.close()
-    with pytest.raises(ValueError, match="closed"):
+    theirs = tf_record.tf_record_random_reader(str(path))
+    theirs.close()
+    with pytest.raises(tf.errors.FailedPreconditionError, match="closed"):
+        theirs.read(0)
+    with IndexedReader(path) as reader:
+        assert reader[0] == record(0, 0)
+    with pytest.raises(ValueError, match="closed IndexedReader"):
         reader[0]
+    reader.close()  # closing again is harmless
 
 
 # TFRecordWriterCloseAndFlushTests, ...GzipTests, ...ZlibTests
