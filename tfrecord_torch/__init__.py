@@ -63,10 +63,10 @@ _EXPORTS = {
     "make_sequence_example": "tfrecord_torch.example.codec",
     "mix": "tfrecord_torch.data.mix",
     "pad_collate": "tfrecord_torch.features.collate",
-    "parse_example": "tfrecord_torch.example.codec",
-    "parse_example_batch": "tfrecord_torch.example.batch",
-    "parse_sequence_example": "tfrecord_torch.example.codec",
-    "parse_sequence_example_batch": "tfrecord_torch.example.seqbatch",
+    "parse_example": "tfrecord_torch.features.parsing",
+    "parse_example_batch": "tfrecord_torch.features.parsing",
+    "parse_sequence_example": "tfrecord_torch.features.parsing",
+    "parse_sequence_example_batch": "tfrecord_torch.features.parsing",
     "read_records": "tfrecord_torch.records.framing",
     "tfds_dataset": "tfrecord_torch.tfds.dataset",
     "write_dataset": "tfrecord_torch.write.convert",
@@ -93,20 +93,19 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         StaleIndexError,
         TFRecordError,
     )
-    from tfrecord_torch.example.batch import parse_example_batch
-    from tfrecord_torch.example.codec import (
-        make_example,
-        make_sequence_example,
-        parse_example,
-        parse_sequence_example,
-    )
-    from tfrecord_torch.example.seqbatch import parse_sequence_example_batch
+    from tfrecord_torch.example.codec import make_example, make_sequence_example
     from tfrecord_torch.features import presets, tfspec
     from tfrecord_torch.features.collate import detection_collate, pad_collate
     from tfrecord_torch.features.images.boxes import Boxes
     from tfrecord_torch.features.images.engine import ImageBatching
     from tfrecord_torch.features.images.masks import Mask
     from tfrecord_torch.features.images.specs import Image, RawImage
+    from tfrecord_torch.features.parsing import (
+        parse_example,
+        parse_example_batch,
+        parse_sequence_example,
+        parse_sequence_example_batch,
+    )
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError

@@ -177,7 +177,7 @@ def _print_sequences(report: SchemaReport) -> None:
     print("schema (tf.io.parse_single_sequence_example's context_features= and sequence_features=, "
           "which TFRecordDataset(features=..., sequence_features=...) also takes):")
     print(report.sequence_description())
-    print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes; "
+    print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes, tfspec; "
           "TFRecordDataset(..., features=features, sequence_features=sequence_features)):")
     print(report.sequence_spec())
 

@@ -12,7 +12,7 @@ from tfrecord_torch.data.imagebatch import ImageBatches, SizeMismatch, drop_rows
 from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch_runs, fetch_scattered
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
-from tfrecord_torch.features.collate import pad_collate
+from tfrecord_torch.features.collate import sequence_collate
 from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
@@ -164,7 +164,7 @@ class BatchReader:
                    if r is not SKIPPED]
         if not decoded:
             return SKIPPED
-        batch = pad_collate(decoded, keys=(), sequences=tuple(cast(SequenceSpec, self.spec).sequence))
+        batch = sequence_collate(decoded, tuple(cast(SequenceSpec, self.spec).sequence))
         return self.transform(batch) if self.transform is not None else batch
 
 

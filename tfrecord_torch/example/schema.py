@@ -131,9 +131,6 @@ class SchemaReport:
         s = self.lists[key]
         if s.kind not in ("int64", "float", "bytes"):
             return f"steps of {s.kind} kind" if s.width.count else "no steps seen: kind unknown"
-        if s.fixed_width is None:
-            return f"steps of {s.width.min_len}-{s.width.max_len} values, no fixed step shape " \
-                   "(read it with parse_sequence_example)"
         return None
 
     def sequence_description(self) -> str:
@@ -144,6 +141,9 @@ class SchemaReport:
             s, problem = self.lists[key], self._list_problem(key)
             if problem is not None:
                 lists.append(f"    # {key!r}: {problem}")
+                continue
+            if s.fixed_width is None:  # steps of different widths: one row per step
+                lists.append(f"    {key!r}: tf.io.VarLenFeature({_TF_DTYPES[s.kind]}),")
                 continue
             shape = "" if s.fixed_width == 1 else str(s.fixed_width)
             missing = ", allow_missing=True" if s.steps.count < self.parsed else ""
@@ -162,6 +162,10 @@ class SchemaReport:
                 lists.append(f"    # {key!r}: {problem}")
                 continue
             options = []
+            if s.fixed_width is None:  # steps of different widths: a list of rows, as TF's VarLenFeature
+                dtype = {"int64": "int64", "float": "float32", "bytes": "string"}[s.kind]
+                lists.append(f"    {key!r}: tfspec.VarLenFeature({dtype!r}),")
+                continue
             if s.kind == "bytes":
                 name = "Bytes"
                 if s.fixed_width != 1:

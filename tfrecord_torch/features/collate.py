@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["detection_collate", "pad_collate"]
+__all__ = ["detection_collate", "pad_collate", "sequence_collate"]
 
 
 def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: int = 0,
@@ -53,6 +53,20 @@ def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: 
             out[key] = values  # default_collate would transpose lists of one length
         else:
             out[key] = default_collate(values)
+    return out
+
+
+def sequence_collate(batch: list, sequences: Sequence[str]) -> dict:
+    """Batch mode's collate for decoded SequenceExamples: the feature lists
+    ``sequences`` padded as :func:`pad_collate` pads them (with
+    ``<key>_length``); a context tensor stacked where every record's has one
+    shape, else a list of them (a VarLen or Ragged context feature), as batch
+    mode gives the variable-length values of Examples."""
+    ragged = {k for k, v in batch[0].items() if k not in sequences and isinstance(v, torch.Tensor)
+              and len({tuple(item[k].shape) for item in batch}) > 1}
+    out = pad_collate([{k: v for k, v in item.items() if k not in ragged} for item in batch], keys=(),
+                      sequences=sequences)
+    out.update({k: [item[k] for item in batch] for k in ragged})
     return out
 
 

@@ -7,7 +7,9 @@ for strings): ``values=[1, 2, 3, 4, 5]`` with ``RowLengths("lens")`` and
 Partitions run from the outermost to the innermost, as in TF. Each is
 checked as TF checks it (lengths that do not add up, splits that do not
 start at 0 or end at the values' count, row ids out of order): a
-``FeatureError`` naming the key.
+``FeatureError`` naming the key. A feature list read as TF reads a
+VarLenFeature or RaggedFeature in ``sequence_features`` is one such row per
+step (:class:`StepRows`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.specs import Feature
 
-__all__ = ["PARTITIONS", "RaggedRows"]
+__all__ = ["PARTITIONS", "RaggedRows", "StepRows"]
 
 PARTITIONS = ("RowSplits", "RowLengths", "RowStarts", "RowLimits", "ValueRowIds", "UniformRowLength")
 
@@ -46,6 +48,8 @@ class RaggedRows(Feature):
             raise FeatureError(self.key, f"holds {'numbers' if self.string else 'bytes'}, expected "
                                          f"{'bytes' if self.string else self.dtype}")
         elif not self.string:
+            if values.dtype != self.dtype:  # TF refuses another kind; a silent cast would change values
+                raise FeatureError(self.key, f"holds {values.dtype} values, expected {self.dtype}")
             values = np.asarray(values, self.dtype)
         rows: Any = values
         count = len(values)
@@ -63,7 +67,7 @@ class RaggedRows(Feature):
                 raise FeatureError(self.key, f"{n} values do not split into rows of {length}")
             return np.arange(0, n + 1, length, dtype=np.int64) if length else np.zeros(1, np.int64)
         part = record.get(arg)
-        if part is None:
+        if part is None or (isinstance(part, list) and not part):  # missing, or an empty Feature(), as in TF
             part = np.zeros(0, np.int64)
         if not isinstance(part, np.ndarray) or (len(part) and part.dtype != np.int64):
             raise FeatureError(arg, f"a {kind} partition must hold int64 values")
@@ -86,6 +90,33 @@ class RaggedRows(Feature):
             raise FeatureError(arg, f"{kind} {part.tolist()[:8]} do not split the {n} values into rows "
                                     f"(splits must start at 0, never decrease and end at {n})")
         return splits
+
+
+class StepRows(Feature):
+    """A feature list as TF reads a ``VarLenFeature`` or ``RaggedFeature`` in
+    ``sequence_features``: a list of T rows, one per step, each a 1-D tensor
+    of the step's values (a list of bytes for strings) -- or, with
+    ``partitions`` (as :class:`~tfrecord_torch.features.ragged.RaggedRows`,
+    each partition key a feature list with one step per value step), the
+    step's values nested by them. Equal to TF's ``RaggedTensor.to_list()``
+    (of ``tf.RaggedTensor.from_sparse`` for a VarLen's SparseTensor). A
+    missing feature list has no steps, as in TF."""
+
+    def __init__(self, key: str | None = None, *, dtype: str, partitions: tuple = ()) -> None:
+        super().__init__(key, default=None)
+        self.dtype, self.partitions = dtype, tuple(partitions)
+        RaggedRows(key, dtype=dtype, partitions=self.partitions)  # checks the partitions now
+
+    def decode_steps(self, lists: dict) -> list:
+        rows = RaggedRows(self.key, dtype=self.dtype, partitions=self.partitions)
+        steps = lists.get(self.key) or []
+        keys = [arg for kind, arg in self.partitions if kind != "UniformRowLength"]
+        for key in keys:
+            if len(lists.get(key) or []) != len(steps):
+                raise FeatureError(key, f"holds {len(lists.get(key) or [])} steps for the {len(steps)} steps of "
+                                        f"{self.key!r}: values and partitions are not aligned")
+        return [rows.decode({self.key: step, **{key: lists[key][t] for key in keys}})
+                for t, step in enumerate(steps)]
 
 
 def _tensors(rows: Any, depth: int, string: bool) -> Any:

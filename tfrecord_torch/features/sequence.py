@@ -6,7 +6,8 @@ shape is the shape of one step, as in TensorFlow's
 ``Float("frames", shape=(3,))`` float32 [T, 3]; ``Bytes``/``Text`` give a
 list of T values. A missing feature list is an error unless the feature has a
 ``default`` (any value: the list is then empty, [0, ...], as TF's
-``allow_missing=True``).
+``allow_missing=True``). TF's ``VarLenFeature`` and ``RaggedFeature`` in
+``sequence_features`` read as :class:`~tfrecord_torch.features.ragged.StepRows`: a list of T rows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.example.codec import parse_sequence_example
+from tfrecord_torch.features.ragged import StepRows
 from tfrecord_torch.features.specs import _REQUIRED, Feature, _Numeric, bind
 
 __all__ = ["SequenceSpec", "decode_steps", "hint_sequence_example", "make_spec"]
@@ -31,7 +33,7 @@ class SequenceSpec:
         self.context = bind(context) if context else {}
         self.sequence = bind(sequence)
         for name, feature in self.sequence.items():
-            if not isinstance(feature, (_Numeric,)) and feature.kind != "bytes":
+            if not isinstance(feature, (_Numeric, StepRows)) and feature.kind != "bytes":
                 raise ValueError(f"sequence_features[{name!r}]: {type(feature).__name__} cannot be a "
                                  "sequence feature (use Int64, Float, Bytes or Text)")
             if isinstance(feature, _Numeric) and feature.shape is None:
@@ -59,6 +61,8 @@ class SequenceSpec:
 
 def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
     """One feature list as a tensor [T, *shape] (numeric) or a list of T values."""
+    if isinstance(feature, StepRows):
+        return feature.decode_steps(lists)
     key = feature.key
     steps = lists.get(key)
     if steps is None:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.ragged import RaggedRows
+from tfrecord_torch.features.ragged import RaggedRows, StepRows
 from tfrecord_torch.features.specs import _REQUIRED, Bytes, Feature, Float, Int64
 
 __all__ = ["FixedLenFeature", "FixedLenSequenceFeature", "RaggedFeature", "SparseFeature", "VarLenFeature",
@@ -124,12 +124,23 @@ def _dtype(name: str, dtype: Any) -> str:
 
 
 def _shape(name: str, shape: Any) -> tuple:
+    if shape is None:  # TF refuses it too (a scalar is shape [])
+        raise ValueError(f"Missing shape for feature {name!r}: give [] for one value, [n, ...] otherwise")
+    if isinstance(shape, (int, np.integer)):  # TF reads FixedLenFeature(2, ...) as [2]
+        shape = [shape]
     try:
         dims = tuple(int(d) for d in (getattr(shape, "as_list", lambda: shape)() or ()))
     except (TypeError, ValueError):
         raise ValueError(f"features[{name!r}]: shape {shape!r} must be a list of ints") from None
     if any(d < 0 for d in dims):
         raise ValueError(f"features[{name!r}]: shape {shape!r} must be fully defined")
+    return dims
+
+
+def _step_shape(name: str, shape: Any) -> tuple:
+    dims = _shape(name, shape)
+    if 0 in dims:  # no step would hold a value: TF refuses it
+        raise ValueError(f"step shape {dims} of a FixedLenSequenceFeature: dimensions must be positive")
     return dims
 
 
@@ -178,9 +189,13 @@ def convert(description: dict, *, sequence: bool = False) -> dict:
 
 def _one(name: str, kind: str, desc: Any, dtype: str, sequence: bool) -> Feature:
     if sequence:
+        if kind in ("VarLenFeature", "RaggedFeature"):  # one row per step (nested by its partitions)
+            partitions = tuple(_partition(p) for p in getattr(desc, "partitions", ()))
+            return StepRows(getattr(desc, "value_key", None) or name, dtype=dtype, partitions=partitions)
         if kind != "FixedLenSequenceFeature":
-            raise ValueError("sequence features must be FixedLenSequenceFeature (as in TF)")
-        shape = _shape(name, desc.shape)
+            raise ValueError("sequence features must be FixedLenSequenceFeature, VarLenFeature or RaggedFeature "
+                             "(as in TF)")
+        shape = _step_shape(name, desc.shape)
         default = None if desc.allow_missing else _REQUIRED
         if dtype == "string":
             if not shape:
@@ -205,9 +220,12 @@ def _one(name: str, kind: str, desc: Any, dtype: str, sequence: bool) -> Feature
     if kind == "FixedLenSequenceFeature":  # in an Example: a flat list of steps
         if not desc.allow_missing:
             raise ValueError("in features= (an Example) TF requires allow_missing=True")
-        shape = _shape(name, desc.shape)
+        shape = _step_shape(name, desc.shape)
+        if desc.default_value is not None and np.size(desc.default_value) not in (1, math.prod(shape)):
+            # TF pads batches with it, so it must fill one step; it refuses any other
+            raise ValueError(f"default_value {desc.default_value!r} does not fill a step of shape {shape}")
         if dtype == "string":
-            return Bytes(name, many=True, default=[])
+            return ByteSteps(name, step_shape=shape) if shape else Bytes(name, many=True, default=[])
         return Steps(name, step_shape=shape, dtype=dtype)
     index_keys = (desc.index_key,) if isinstance(desc.index_key, str) else tuple(desc.index_key)
     size = (int(desc.size),) if isinstance(desc.size, int) else _shape(name, desc.size)
@@ -224,7 +242,9 @@ class FixedBytes(Bytes):
         super().__init__(key, many=bool(shape), default=default)
         self.shape = tuple(shape)
         if default is not _REQUIRED:
-            values = default if isinstance(default, (list, tuple)) else [default]
+            # nested lists and arrays (np.array(..., bytes), as TF takes them) count by their elements
+            values = np.asarray(default, dtype=object).reshape(-1).tolist() \
+                if isinstance(default, (list, tuple, np.ndarray)) else [default]
             if shape and len(values) == 1:
                 values = list(values) * math.prod(shape)
             if len(values) != max(math.prod(shape), 1) or not all(isinstance(v, (bytes, str)) for v in values):
@@ -257,12 +277,29 @@ class Steps(Feature):
         return torch.from_numpy(array.reshape((-1, *self.step_shape)).copy())
 
 
+class ByteSteps(Bytes):
+    """An Example's string FixedLenSequenceFeature with a step shape: a list of
+    N steps, each a list of prod(step_shape) bytes (TF's [N, *step_shape])."""
+
+    def __init__(self, key: str | None = None, *, step_shape: tuple) -> None:
+        super().__init__(key, many=True, default=[])
+        self.step_shape = tuple(step_shape)
+
+    def convert(self, value: Any) -> Any:
+        size = math.prod(self.step_shape)
+        if len(value) % size:
+            raise FeatureError(self.key, f"holds {len(value)} values, not a whole number of steps of "
+                                         f"shape {self.step_shape}")
+        return [list(value[i:i + size]) for i in range(0, len(value), size)]
+
+
 class Sparse(Feature):
     """A SparseFeature (any number of dimensions) as a dense tensor of shape
     ``size``: ``value_key``'s values at the positions the ``index_key`` lists
     give (one list per dimension), zeros elsewhere -- what
-    ``tf.sparse.to_dense`` gives of TF's SparseTensor. A position given twice
-    keeps its last value."""
+    ``tf.sparse.to_dense`` gives of TF's SparseTensor. A string one gives
+    nested lists of bytes of that shape, ``b""`` elsewhere. A position given
+    twice keeps its last value."""
 
     def __init__(self, key: str | None = None, *, index_key: str | Sequence[str], value_key: str, dtype: str,
                  size: int | Sequence[int]) -> None:
@@ -272,18 +309,22 @@ class Sparse(Feature):
         if len(self.index_keys) != len(self.size) or not self.size:
             raise ValueError(f"{len(self.index_keys)} index keys for a {len(self.size)}-D size {self.size}")
         self.index_key, self.value_key = self.index_keys[0], value_key
-        self.dtype = np.dtype(np.int64 if dtype == "int64" else np.float32) if dtype != "string" else None
-        if self.dtype is None:
-            raise ValueError("string SparseFeatures are not supported")
+        self.string = dtype == "string"
+        self.dtype = np.dtype(object if self.string else np.int64 if dtype == "int64" else np.float32)
 
     def decode(self, record: dict) -> Any:
-        values = record.get(self.value_key, np.zeros(0, self.dtype))
-        if not isinstance(values, np.ndarray) and values:
-            raise FeatureError(self.value_key, "holds bytes, expected numbers")
-        values = np.asarray(values, self.dtype)
+        values = record.get(self.value_key, [])
+        if isinstance(values, np.ndarray) == self.string and len(values):
+            raise FeatureError(self.value_key, f"holds {'numbers' if self.string else 'bytes'}, expected "
+                                               f"{'bytes' if self.string else self.dtype}")
+        if isinstance(values, np.ndarray) and values.dtype != self.dtype and len(values):
+            raise FeatureError(self.value_key, f"holds {values.dtype} values, expected {self.dtype}")
+        values = np.array(values, self.dtype) if len(values) else np.zeros(0, self.dtype)
         positions = []
         for key, n in zip(self.index_keys, self.size):
-            index = record.get(key, np.zeros(0, np.int64))
+            index = record.get(key, [])
+            if isinstance(index, list) and not index:  # missing, or an empty Feature()
+                index = np.zeros(0, np.int64)
             if not isinstance(index, np.ndarray) or (len(index) and index.dtype != np.int64):
                 raise FeatureError(key, "SparseFeature indices must be int64 values")
             if len(index) != len(values):
@@ -292,6 +333,6 @@ class Sparse(Feature):
             if bad.size:
                 raise FeatureError(key, f"index {int(index[bad[0]])} is out of range for size {n}")
             positions.append(index)
-        dense = np.zeros(self.size, self.dtype)
+        dense = np.full(self.size, b"", object) if self.string else np.zeros(self.size, self.dtype)
         dense[tuple(positions)] = values
-        return torch.from_numpy(dense)
+        return dense.tolist() if self.string else torch.from_numpy(dense)

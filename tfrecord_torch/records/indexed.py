@@ -39,6 +39,7 @@ class IndexedReader:
 
     def __init__(self, path: PathLike, *, index: PathLike | np.ndarray | None = None, verify: bool = True,
                  storage_options: dict | None = None) -> None:
+        self._closed = False
         self.path = os.fspath(path)
         self.verify = verify
         self._pool = pool.ReaderPool(storage_options, limit=4)
@@ -60,6 +61,8 @@ class IndexedReader:
         return f"IndexedReader({self.path!r}, {len(self):,} records, verify={self.verify})"
 
     def __getitem__(self, i: int) -> bytes:
+        if self._closed:
+            raise ValueError(f"read from a closed IndexedReader ({self.path}): open a new one")
         n = len(self.index)
         if not -n <= i < n:
             raise IndexError(f"record {i} out of range for {self.path} ({n} records)")
@@ -72,7 +75,11 @@ class IndexedReader:
             raise explain(e, self.index, self._pool.storage_options) from None
 
     def close(self) -> None:
-        """Close the file (it reopens on the next read)."""
+        """Close the file. Reading afterwards is a ValueError, as reading a
+        closed Python file is (and TF's random reader refuses it): a closed
+        reader that quietly reopened would keep a descriptor its owner
+        believes released."""
+        self._closed = True
         if getattr(self, "_pool", None) is not None:
             self._pool.close()
 
