@@ -17,6 +17,7 @@ without AVX2 (tests/test_crop_cpu_capability.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 from dataclasses import dataclass
@@ -93,16 +94,17 @@ def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
     if resample is None:
         return None, steps
     if type(head) is v2.RandomResizedCrop:
-        plan = CropPlan((head.size[0], head.size[1]), (float(head.scale[0]), float(head.scale[1])),
-                        (float(head.ratio[0]), float(head.ratio[1])), 0.0, resample)
+        plan = CropPlan(size=(head.size[0], head.size[1]), scale=(float(head.scale[0]), float(head.scale[1])),
+                        ratio=(float(head.ratio[0]), float(head.ratio[1])), flip=0.0, resample=resample)
     elif type(head) is v2.Resize and isinstance(head.size, (list, tuple)) and len(head.size) == 2 \
             and head.max_size is None:
-        plan = CropPlan((head.size[0], head.size[1]), None, None, 0.0, resample)
+        plan = CropPlan(size=(head.size[0], head.size[1]), scale=None, ratio=None, flip=0.0,
+                        resample=resample)
     else:
         return None, steps
     rest = steps[1:]
     if rest and type(rest[0]) is v2.RandomHorizontalFlip and rest[0].p > 0:
-        plan = CropPlan(plan.size, plan.scale, plan.ratio, float(rest[0].p), plan.resample)
+        plan = dataclasses.replace(plan, flip=float(rest[0].p))
         rest = rest[1:]
     return plan, rest
 

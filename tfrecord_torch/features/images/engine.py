@@ -258,7 +258,8 @@ class DecodeEngine:
             first = next(iter(known.values()))
             return first.height, first.width
         for i, h in known.items():
-            fits = h.height <= height and h.width <= width if self.options.pad else (h.height, h.width) == (height, width)
+            smaller = h.height <= height and h.width <= width
+            fits = smaller if self.options.pad else (h.height, h.width) == (height, width)
             if not fits:
                 failures[i] = ValueError(
                     f"image is {h.height}x{h.width}, but the batch's size is {height}x{width}: pass "
@@ -268,7 +269,8 @@ class DecodeEngine:
         return height, width
 
     def _chunk(self, chunk: list[int], images: Sequence[bytes], headers: list[Header | None],
-               jobs: list[CropParams | None], plan: CropPlan | None, slots: np.ndarray) -> list[Exception | None]:
+               jobs: list[CropParams | None], plan: CropPlan | None, slots: np.ndarray
+               ) -> list[Exception | None]:
         """Decode the images at positions ``chunk``; their errors (None: decoded).
         Runs of consecutive whole JPEGs go to the decoder in one call."""
         whole = plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
