@@ -10,7 +10,14 @@ from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import DecodedBatch, ImageBatches, SizeMismatch, drop_rows
-from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch_runs, fetch_scattered
+from tfrecord_torch.data.reading import (
+    SKIPPED,
+    Located,
+    ReadContext,
+    decode_or_skip,
+    fetch_runs,
+    fetch_scattered,
+)
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import pad_collate
@@ -66,6 +73,8 @@ class BatchReader:
         lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         count = n if n is not None else -(-(hi - lo) // size)
         readers = pool.ReaderPool(self.storage_options)
+        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
+                              report=self.policy.reporter(), readers=readers)
         plan = self._planner()
         batches = self._image_batches(())
         pending: Started | None = None  # the batch decoding while the next one is read
@@ -73,7 +82,7 @@ class BatchReader:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
                 try:
-                    payloads, items = self._batch_records(plan, a, min(a + size, hi), readers)
+                    payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
                     started = Started(position, self._begin_batch(payloads, items, batches, b))
                 except BaseException:
                     if pending is not None:  # the batch before the error still comes out first
@@ -91,20 +100,17 @@ class BatchReader:
             readers.close()
 
     def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int,
-                       readers: pool.ReaderPool) -> tuple[list[bytes], Callable[[], list[Located]]]:
+                       context: ReadContext) -> tuple[list[bytes], Callable[[], list[Located]]]:
         """The payloads of positions [a, b) of the plan, and a way to their locations.
         In order, they are runs of consecutive records, read in windows with no
         per-record objects; shuffled, they are gathered shard by shard."""
-        report = self.policy.reporter()
         if not self.shuffle:
             runs = [run for seg in plan.segments(a, b)
                     for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
-                                          verify=self.verify, readers=readers, report=report,
-                                          storage_options=self.storage_options)]
+                                          context)]
             payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
             return payloads, lambda: [i for r in runs for i in r.items()]
-        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), verify=self.verify,
-                                readers=readers, report=report, storage_options=self.storage_options)
+        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), context)
         items = [i for i in found if i is not None]
         return [i.payload for i in items], lambda: items
 
