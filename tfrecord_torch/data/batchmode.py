@@ -4,12 +4,20 @@ batches parsed column-wise and their images decoded into one buffer."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.imagebatch import ImageBatches, SizeMismatch, drop_rows
-from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, fetch_runs, fetch_scattered
+from tfrecord_torch.data.imagebatch import DecodedBatch, ImageBatches, SizeMismatch, drop_rows
+from tfrecord_torch.data.reading import (
+    SKIPPED,
+    Located,
+    ReadContext,
+    decode_or_skip,
+    fetch_runs,
+    fetch_scattered,
+)
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import sequence_collate
@@ -18,6 +26,14 @@ from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
 
 __all__ = ["BatchReader"]
+
+
+class Started(NamedTuple):
+    """A batch being decoded while the next is read: ``position`` is the
+    number of batches finished once it is delivered."""
+
+    position: int
+    batch: Pending[Any]
 
 
 class BatchReader:
@@ -57,45 +73,44 @@ class BatchReader:
         lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         count = n if n is not None else -(-(hi - lo) // size)
         readers = pool.ReaderPool(self.storage_options)
+        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
+                              report=self.policy.reporter(), readers=readers)
         plan = self._planner()
         batches = self._image_batches(())
-        pending = None  # the batch decoding while the next one is read
+        pending: Started | None = None  # the batch decoding while the next one is read
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
                 try:
-                    payloads, items = self._batch_records(plan, a, min(a + size, hi), readers)
-                    started = (position, self._begin_batch(payloads, items, batches, b))
+                    payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
+                    started = Started(position, self._begin_batch(payloads, items, batches, b))
                 except BaseException:
                     if pending is not None:  # the batch before the error still comes out first
                         done, pending = pending, None
-                        yield done[0], done[1]()
+                        yield done.position, done.batch.result()
                     raise
                 if pending is not None:
-                    yield pending[0], pending[1]()
+                    yield pending.position, pending.batch.result()
                 pending = started
             if pending is not None:
                 done, pending = pending, None
-                yield done[0], done[1]()
+                yield done.position, done.batch.result()
         finally:
             batches.close()
             readers.close()
 
     def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int,
-                       readers: pool.ReaderPool) -> tuple[list[bytes], Callable[[], list[Located]]]:
+                       context: ReadContext) -> tuple[list[bytes], Callable[[], list[Located]]]:
         """The payloads of positions [a, b) of the plan, and a way to their locations.
         In order, they are runs of consecutive records, read in windows with no
         per-record objects; shuffled, they are gathered shard by shard."""
-        report = self.policy.reporter()
         if not self.shuffle:
             runs = [run for seg in plan.segments(a, b)
                     for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
-                                          verify=self.verify, readers=readers, report=report,
-                                          storage_options=self.storage_options)]
+                                          context)]
             payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
             return payloads, lambda: [i for r in runs for i in r.items()]
-        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), verify=self.verify,
-                                readers=readers, report=report, storage_options=self.storage_options)
+        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), context)
         items = [i for i in found if i is not None]
         return [i.payload for i in items], lambda: items
 
@@ -112,46 +127,45 @@ class BatchReader:
         """One decoded batch of ``payloads``; a bad record is found (among
         ``items()``, the same records with their locations) and named, and when
         the policy skips, left out of the batch."""
-        return self._begin_batch(payloads, items, batches, number)()
+        return self._begin_batch(payloads, items, batches, number).result()
 
     def _begin_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
-                     batches: ImageBatches, number: int) -> Callable[[], Any]:
+                     batches: ImageBatches, number: int) -> Pending[Any]:
         """:meth:`_decode_batch`, started: its images decode on the engine's
-        threads meanwhile; the result gives the batch. Errors (and their
+        threads meanwhile; the result is the batch. Errors (and their
         reports) come from the result, so they follow the batches before."""
         if isinstance(self.spec, SequenceSpec):  # per record, then T padded (pad_collate)
-            return lambda: self._sequence_batch(items)
+            return Later(self._sequence_batch, items)
         try:
             if not payloads:
-                return lambda: SKIPPED
+                return Done(SKIPPED)
             if self.spec is None:  # a SequenceExample's feature lists too, not its context alone
                 batch = parse_record_batch(payloads)
-                return lambda: self.transform(batch) if self.transform is not None else batch
+                return Later(self.transform, batch) if self.transform is not None else Done(batch)
             columns = parse_example_batch(payloads)
             pending = batches.begin(columns, len(payloads), number)
         except (ExampleDecodeError, FeatureError):
-            return lambda: self._fallback_batch(items, batches, number)
+            return Later(self._fallback_batch, items, batches, number)
         except SizeMismatch as e:
-            error = mixed_sizes(e, items())
+            return Failed(mixed_sizes(e, items()))
+        return Later(self._end_batch, pending, items, batches, len(payloads))
 
-            def refuse():
-                raise error
-            return refuse
-
-        def result():
-            try:
-                batch, failures = pending()
-            except SizeMismatch as e:
-                raise mixed_sizes(e, items()) from None
-            if failures:  # images that did not decode: reported (or raised), their rows dropped
-                located = items()
-                for i, error in sorted(failures.items()):
-                    self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
-                if len(failures) == len(payloads):
-                    return SKIPPED
-                batch = drop_rows(batch, set(failures), len(payloads))
-            return batches.finish(batch)
-        return result
+    def _end_batch(self, pending: Pending[DecodedBatch], items: Callable[[], list[Located]],
+                   batches: ImageBatches, size: int) -> Any:
+        """The batch of :meth:`_begin_batch` once its images are decoded: the
+        records whose image failed reported (or raised) and dropped."""
+        try:
+            batch, failures = pending.result()
+        except SizeMismatch as e:
+            raise mixed_sizes(e, items()) from None
+        if failures:
+            located = items()
+            for i, error in sorted(failures.items()):
+                self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
+            if len(failures) == size:
+                return SKIPPED
+            batch = drop_rows(batch, set(failures), size)
+        return batches.finish(batch)
 
     def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
         """A batch that did not parse or decode as a whole: record by record."""

@@ -20,20 +20,21 @@ never depends on its data).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from tfrecord_torch._pending import Done, Pending
 from tfrecord_torch.data.transport.buffers import BatchBuffers
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
-from tfrecord_torch.features.images.engine import DecodeEngine, ImageBatching, MixedSizes
+from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform"]
+__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform"]
 
 _RESIZE_HINT = ("a transform that gives one size (v2.Resize((h, w)), v2.RandomResizedCrop(s), "
                 "v2.CenterCrop(s))")
@@ -141,6 +142,19 @@ def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatchin
     return fused, (v2.Compose(rest) if rest else None)
 
 
+class DecodedBatch(NamedTuple):
+    """A decoded batch, before the rows of its failed images are dropped.
+
+    Attributes:
+        batch: the decoded features (the failed images' rows zero-filled).
+        failures: the FeatureError of each record whose image did not
+            decode, by its position in the batch.
+    """
+
+    batch: dict
+    failures: dict[int, FeatureError]
+
+
 class ImageBatches:
     """Decodes parsed batches for one iterator (owns the engine's threads).
 
@@ -181,25 +195,19 @@ class ImageBatches:
         if self.engine is not None:
             self.engine.close()
 
-    def decode(self, columns: dict, size: int, number: int) -> tuple[dict, dict[int, FeatureError]]:
+    def decode(self, columns: dict, size: int, number: int) -> DecodedBatch:
         """Decode batch ``number`` (its parsed ``columns``, ``size`` records).
+        The rows of failed images are still in the batch (zero-filled) for
+        the caller to drop or refuse before :meth:`finish`."""
+        return self.begin(columns, size, number).result()
 
-        Returns:
-            (batch, failures): failures maps a record's position in the batch
-            to the FeatureError of its image; their rows are still in ``batch``
-            (zero-filled) for the caller to drop or refuse before :meth:`finish`.
-        """
-        return self.begin(columns, size, number)()
-
-    def begin(self, columns: dict, size: int, number: int) -> Callable[[], tuple[dict, dict[int, FeatureError]]]:
+    def begin(self, columns: dict, size: int, number: int) -> Pending[DecodedBatch]:
         """:meth:`decode`, started: the images decode on the engine's threads
-        while the caller goes on; call the result for (batch, failures)."""
+        while the caller goes on."""
         if self.engine is None or self.name is None:
             if self.per_record:
-                done: tuple[dict, dict[int, FeatureError]] = self._per_record(columns, size), {}
-            else:
-                done = self._stacked(decode_batch(columns, self.spec, size)), {}
-            return lambda: done
+                return Done(DecodedBatch(self._per_record(columns, size), {}))
+            return Done(DecodedBatch(self._stacked(decode_batch(columns, self.spec, size)), {}))
         feature = self.spec[self.name]
         others = {n: f for n, f in self.spec.items() if n != self.name}
         batch = decode_batch(columns, others, size) if others else {}
@@ -216,25 +224,11 @@ class ImageBatches:
         generator = torch.Generator().manual_seed(
             int(np.random.SeedSequence([*self.seed, number]).generate_state(1)[0]))
         try:
-            pending = self.engine.start(images, plan=self.plan, generator=generator)
+            decoding = self.engine.start(images, plan=self.plan, generator=generator)
         except MixedSizes:  # no fixed size: refused (named by the dataset), never a list
             batch.update(decode_batch(columns, {self.name: feature}, size))
-            stacked = self._stacked(batch)
-            return lambda: (stacked, {})
-        name = self.name
-
-        def finish() -> tuple[dict, dict[int, FeatureError]]:
-            pixels, sizes, errors = pending()
-            for i, e in errors.items():
-                failures.setdefault(i, FeatureError(feature.key, f"cannot decode image ({len(images[i])} "
-                                                                 f"bytes): {type(e).__name__}: {e}"))
-            batch[name] = pixels
-            if sizes is not None:
-                batch[f"{name}_size"] = sizes
-            if self.rest:
-                batch[name] = self._rest(pixels)
-            return batch, failures
-        return finish
+            return Done(DecodedBatch(self._stacked(batch), {}))
+        return _DecodingBatch(self, decoding, DecodedBatch(batch, failures), images)
 
     def _rest(self, pixels: torch.Tensor) -> Any:
         """The transforms after the fused head, per image (torch's global RNG)."""
@@ -284,6 +278,30 @@ class ImageBatches:
             stack = feature.stacks or isinstance(column, torch.Tensor)
             collated[key] = default_collate(values) if stack else values
         return collated
+
+
+class _DecodingBatch(Pending[DecodedBatch]):
+    """A batch whose images decode on the engine's threads: ``partial`` holds
+    the other features and the images that were refused before decoding."""
+
+    def __init__(self, owner: ImageBatches, images: Pending[DecodedImages], partial: DecodedBatch,
+                 encoded: list[bytes]) -> None:
+        self.owner, self.images, self.partial, self.encoded = owner, images, partial, encoded
+
+    def result(self) -> DecodedBatch:
+        owner, (batch, failures) = self.owner, self.partial
+        name = str(owner.name)
+        key = owner.spec[name].key
+        pixels, sizes, errors = self.images.result()
+        for i, e in errors.items():
+            failures.setdefault(i, FeatureError(key, f"cannot decode image ({len(self.encoded[i])} "
+                                                     f"bytes): {type(e).__name__}: {e}"))
+        batch[name] = pixels
+        if sizes is not None:
+            batch[f"{name}_size"] = sizes
+        if owner.rest:
+            batch[name] = owner._rest(pixels)
+        return DecodedBatch(batch, failures)
 
 
 def drop_rows(batch: Any, bad: set[int], size: int) -> Any:

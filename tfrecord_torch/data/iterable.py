@@ -19,6 +19,7 @@ from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
+    ReadContext,
     decode_or_skip,
     fetch_scattered,
     interleave,
@@ -290,6 +291,8 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
         readers = pool.ReaderPool(self.storage_options)
+        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
+                              report=self.policy.reporter(), readers=readers)
         done = 0  # units (records) of the plan finished before this group
         try:
             for shards, records in groups:
@@ -299,8 +302,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
                 start = max(skip - done, 0)
                 done += start
                 for item in fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
-                                            verify=self.verify, readers=readers, report=self.policy.reporter(),
-                                            storage_options=self.storage_options):
+                                            context):
                     done += 1
                     yield done, SKIPPED if item is None else self._decode(item)
         finally:
@@ -312,10 +314,10 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
-        report = self.policy.reporter()
-        opener = functools.partial(stream_shard, compression=self.compression, verify=self.verify,
-                                   report=report, storage_options=self.storage_options)
-        located = interleave([functools.partial(opener, self.paths[s]) for s in shards],
+        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
+                              report=self.policy.reporter())
+        located = interleave([functools.partial(stream_shard, self.paths[s], context,
+                                                compression=self.compression) for s in shards],
                              self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:

@@ -4,6 +4,7 @@ or by streaming whole shards, each payload with where it came from."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -20,8 +21,8 @@ from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "Run", "decode_item", "decode_or_skip", "decode_payload", "fetch", "fetch_runs",
-           "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
+__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or_skip", "decode_payload",
+           "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 16 << 20
 
@@ -47,29 +48,48 @@ class Run(NamedTuple):
                 for p, o, r in zip(self.payloads, self.offsets.tolist(), self.numbers.tolist())]
 
 
-def fetch(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-          readers: pool.ReaderPool | None = None, report=None, storage_options: dict | None = None
+@dataclass(frozen=True, kw_only=True)
+class ReadContext:
+    """How one iterator reads its records (the same for every shard it reads).
+
+    Attributes:
+        storage_options: fsspec options for URLs.
+        verify: check each record's CRCs.
+        report: the error policy's reporter: a bad record is reported to it
+            and skipped; None: it is raised.
+        readers: open readers to borrow; None: each call opens its own.
+    """
+
+    storage_options: dict | None = None
+    verify: bool = True
+    report: Callable[[CorruptRecordError], None] | None = None
+    readers: pool.ReaderPool | None = None
+
+
+_DEFAULT = ReadContext()
+
+
+def fetch(path: str, index: np.ndarray, records: np.ndarray, context: ReadContext = _DEFAULT
           ) -> Iterator[Located]:
     """The records ``records`` of an indexed shard, in that order (see :func:`fetch_runs`)."""
-    for run in fetch_runs(path, index, records, verify=verify, readers=readers, report=report,
-                          storage_options=storage_options):
+    for run in fetch_runs(path, index, records, context):
         yield from run.items()
 
 
-def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: bool = True,
-               readers: pool.ReaderPool | None = None, report=None, storage_options: dict | None = None
+def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadContext = _DEFAULT
                ) -> Iterator[Run]:
     """The records ``records`` of an indexed shard, in that order, a run at a time.
 
     An ascending run of consecutive records is read in windows of up to
     16 MiB, each one positioned read (one range request for a URL), then
-    scanned; other records are one positioned read each. With ``report``,
-    bad records are reported and skipped; when a bad length ends a window's
-    scan, reading resumes at the next record through the index.
+    scanned; other records are one positioned read each. With a ``report``
+    in the context, bad records are reported and skipped; when a bad length
+    ends a window's scan, reading resumes at the next record through the index.
     """
     if not len(records):
         return
-    with (readers or pool.ReaderPool(storage_options, limit=1)).borrow(path) as reader:
+    verify, report, so = context.verify, context.report, context.storage_options
+    with (context.readers or pool.ReaderPool(so, limit=1)).borrow(path) as reader:
         if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
                 (np.diff(records) == 1).all():
             first, last = int(records[0]), int(records[-1])
@@ -78,8 +98,7 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
             if payloads is not None:
                 yield Run(payloads, path, index[first:last + 1, 0], np.arange(first, last + 1))
                 return
-            yield from _windows(path, index, int(records[0]), int(records[-1]), reader, verify, report,
-                                storage_options)
+            yield from _windows(path, index, int(records[0]), int(records[-1]), reader, context)
             return
         payloads, numbers = [], []
         for r in records.tolist():
@@ -88,7 +107,7 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
                 payloads.append(parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
                                             verify=verify))
             except CorruptRecordError as e:
-                error = explain(e, index, storage_options)  # a stale index is raised, never skipped
+                error = explain(e, index, so)  # a stale index is raised, never skipped
                 if report is None or error is not e:
                     raise error from None
                 report(e)
@@ -98,14 +117,13 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, *, verify: boo
         yield Run(payloads, path, index[found, 0], found)
 
 
-def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records: np.ndarray, *,
-                    verify: bool = True, readers: pool.ReaderPool | None = None, report=None,
-                    storage_options: dict | None = None) -> list[Located | None]:
+def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records: np.ndarray,
+                    context: ReadContext = _DEFAULT) -> list[Located | None]:
     """Records from many shards, in the given order, read shard by shard in
     ascending offsets (runs of consecutive records in one read each): a
     shuffled group costs about one positioned read per record, never a seek
     back. Item ``i`` is record ``records[i]`` of shard ``shards[i]``, or None
-    where ``report`` skipped a bad record."""
+    where the context's ``report`` skipped a bad record."""
     found: dict[tuple[int, int], Located] = {}
     for shard in np.unique(shards).tolist():
         wanted = np.unique(records[shards == shard])
@@ -114,14 +132,15 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
         singles = [r for r in runs if len(r) == 1]
         pieces = [r for r in runs if len(r) > 1] + ([np.concatenate(singles)] if singles else [])
         for piece in pieces:
-            for run in fetch_runs(paths[shard], indexes[shard], piece, verify=verify, readers=readers,
-                                  report=report, storage_options=storage_options):
+            for run in fetch_runs(paths[shard], indexes[shard], piece, context):
                 for item in run.items():
                     found[(shard, item.record)] = item
     return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
 
 
-def _windows(path, index, first, last, reader, verify, report, so=None) -> Iterator[Run]:
+def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
+             context: ReadContext) -> Iterator[Run]:
+    verify, report, so = context.verify, context.report, context.storage_options
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
     while first <= last:
@@ -137,7 +156,8 @@ def _windows(path, index, first, last, reader, verify, report, so=None) -> Itera
             if explained is not error:  # a stale index is raised, never skipped
                 raise explained
             stopped_at.append(error.record)
-            report(error)
+            if report is not None:  # it is: note is given to the scan only with a report
+                report(error)
 
         stream = open_bytes(reader.read(start, size), path)
         done = first - 1
@@ -160,11 +180,11 @@ def _windows(path, index, first, last, reader, verify, report, so=None) -> Itera
             first = stop + 1
 
 
-def stream_shard(path: str, *, compression="auto", verify: bool = True, report=None,
-                 storage_options: dict | None = None) -> Iterator[Located]:
-    """Every record of a shard, streamed (compressed shards need this)."""
-    with open_stream(path, compression, storage_options) as stream:
-        for chunk in iter_chunks(stream, verify=verify, report=report, payloads=True):
+def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="auto") -> Iterator[Located]:
+    """Every record of a shard, streamed (compressed shards need this); the
+    context's readers are not used."""
+    with open_stream(path, compression, context.storage_options) as stream:
+        for chunk in iter_chunks(stream, verify=context.verify, report=context.report, payloads=True):
             for i, payload in enumerate(chunk.payloads()):
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
 

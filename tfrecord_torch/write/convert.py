@@ -128,8 +128,10 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
             log.info("%s-%s: %d of %d shards already written by an earlier run of this plan; writing the rest",
                      name, split, len(done), len(plan.shards))
         recipe = source_of(dataset) if executor is not None else None
-        tasks = [ShardTask(spec, length, seed, shuffle, compression, options, fingerprint, digest, recipe,
-                           storage_options) for spec in plan.shards if spec.index not in done]
+        tasks = [ShardTask(spec=spec, length=length, seed=seed, shuffle=shuffle, compression=compression,
+                           options=options, fingerprint=fingerprint, files_digest=digest, source=recipe,
+                           storage_options=storage_options)
+                 for spec in plan.shards if spec.index not in done]
         workers = 0
         if executor is None:
             workers = num_workers if num_workers is not None else \

@@ -44,9 +44,10 @@ __all__ = ["MARKER_FOLDER", "ShardResult", "ShardTask", "marker_path", "use_data
 MARKER_VERSION = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardTask:
-    """Everything one shard's task needs (picklable).
+    """Everything one shard's task needs (picklable), built by keyword only:
+    ten fields in a row are too easy to put in the wrong order.
 
     Attributes:
         spec: the shard.

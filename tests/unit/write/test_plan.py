@@ -247,7 +247,8 @@ def test_max_shard_bytes_sets_the_shard_count_from_encoded_sizes(tmp_path):
 
 def test_shard_tasks_pickle_small(tmp_path):
     plan = plan_conversion(10 ** 6, tmp_path, name="d", split="train", num_shards=1000)
-    task = ShardTask(plan.shards[7], 10 ** 6, 0, True, None, {"format": "png", "quality": 95, "class_names": None},
-                     "f" * 64, None, source_of(fake()))
+    task = ShardTask(spec=plan.shards[7], length=10 ** 6, seed=0, shuffle=True, compression=None,
+                     options={"format": "png", "quality": 95, "class_names": None}, fingerprint="f" * 64,
+                     files_digest=None, source=source_of(fake()))
     assert len(pickle.dumps(task)) < 2000  # no order, no samples: a spec and a recipe
     assert marker_path(plan.shards[7].path) == str(tmp_path / ".shard_markers" / "d-train.tfrecord-00007-of-01000.done")

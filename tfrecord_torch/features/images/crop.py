@@ -17,10 +17,11 @@ without AVX2 (tests/test_crop_cpu_capability.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from tfrecord_torch.features.images.limits import check_pixels, read_header
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.images.wrap import as_image
 
-__all__ = ["CropPlan", "CroppedImage", "crop_params", "plan_transform", "resize_into"]
+__all__ = ["Box", "CropParams", "CropPlan", "CroppedImage", "crop_params", "plan_transform", "resize_into"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,29 @@ class CropPlan:
     resample: str
 
 
+class Box(NamedTuple):
+    """A window of an image, in pixels."""
+
+    top: int
+    left: int
+    height: int
+    width: int
+
+
+class CropParams(NamedTuple):
+    """One image's draw: the crop window, then whether it is flipped."""
+
+    top: int
+    left: int
+    height: int
+    width: int
+    flip: bool
+
+    @property
+    def box(self) -> Box:
+        return Box(self.top, self.left, self.height, self.width)
+
+
 def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
     """Split a v2 transform into a fusable head and the transforms left over.
 
@@ -70,16 +94,17 @@ def plan_transform(transform: Any) -> tuple[CropPlan | None, list]:
     if resample is None:
         return None, steps
     if type(head) is v2.RandomResizedCrop:
-        plan = CropPlan((head.size[0], head.size[1]), (float(head.scale[0]), float(head.scale[1])),
-                        (float(head.ratio[0]), float(head.ratio[1])), 0.0, resample)
+        plan = CropPlan(size=(head.size[0], head.size[1]), scale=(float(head.scale[0]), float(head.scale[1])),
+                        ratio=(float(head.ratio[0]), float(head.ratio[1])), flip=0.0, resample=resample)
     elif type(head) is v2.Resize and isinstance(head.size, (list, tuple)) and len(head.size) == 2 \
             and head.max_size is None:
-        plan = CropPlan((head.size[0], head.size[1]), None, None, 0.0, resample)
+        plan = CropPlan(size=(head.size[0], head.size[1]), scale=None, ratio=None, flip=0.0,
+                        resample=resample)
     else:
         return None, steps
     rest = steps[1:]
     if rest and type(rest[0]) is v2.RandomHorizontalFlip and rest[0].p > 0:
-        plan = CropPlan(plan.size, plan.scale, plan.ratio, float(rest[0].p), plan.resample)
+        plan = dataclasses.replace(plan, flip=float(rest[0].p))
         rest = rest[1:]
     return plan, rest
 
@@ -95,9 +120,8 @@ def _resample(step: Any) -> str | None:
     return mode if mode in ("bilinear", "bicubic") else None
 
 
-def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Generator | None
-                ) -> tuple[int, int, int, int, bool]:
-    """(top, left, h, w, flip) for one image of ``height`` x ``width``.
+def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Generator | None) -> CropParams:
+    """The crop window and flip for one image of ``height`` x ``width``.
 
     The crop is drawn with the same calls, in the same order, as
     ``v2.RandomResizedCrop.make_params`` (then ``RandomHorizontalFlip``'s
@@ -110,10 +134,10 @@ def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Genera
     else:
         top, left, h, w = _random_resized_crop(plan.scale, plan.ratio, height, width, generator)
     flip = plan.flip > 0 and bool(torch.rand(1, generator=generator) < plan.flip)
-    return top, left, h, w, flip
+    return CropParams(top, left, h, w, flip)
 
 
-def _random_resized_crop(scale, ratio, height, width, generator) -> tuple[int, int, int, int]:
+def _random_resized_crop(scale, ratio, height, width, generator) -> Box:
     area = height * width
     log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
@@ -125,7 +149,7 @@ def _random_resized_crop(scale, ratio, height, width, generator) -> tuple[int, i
         if 0 < w <= width and 0 < h <= height:
             i = int(torch.randint(0, height - h + 1, size=(1,), generator=generator).item())
             j = int(torch.randint(0, width - w + 1, size=(1,), generator=generator).item())
-            return i, j, h, w
+            return Box(i, j, h, w)
     in_ratio = float(width) / float(height)  # torchvision's fallback: a central crop
     if in_ratio < min(ratio):
         w = width
@@ -135,12 +159,11 @@ def _random_resized_crop(scale, ratio, height, width, generator) -> tuple[int, i
         w = int(round(h * max(ratio)))
     else:
         w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
+    return Box((height - h) // 2, (width - w) // 2, h, w)
 
 
-def resize_into(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, resample: str,
-                out: np.ndarray) -> None:
-    """Crop ``box`` = (top, left, h, w) of an RGB uint8 [H, W, 3] image, resize
+def resize_into(image: np.ndarray, box: Box, flip: bool, resample: str, out: np.ndarray) -> None:
+    """Crop ``box`` of an RGB uint8 [H, W, 3] image, resize
     it to ``out``'s size and write it (flipped if asked) into ``out`` (a
     C-contiguous uint8 [h', w', 3] array).
 
@@ -230,13 +253,14 @@ class CroppedImage(Image):
         try:
             header = read_header(data)
             check_pixels(header)
-            top, left, h, w, flip = crop_params(self.plan, header.height, header.width, None)
-            if fast_jpeg(header):
-                window, box = decode_jpeg_window(data, (top, left, h, w), decoder="accurate"), (0, 0, h, w)
+            crop = crop_params(self.plan, header.height, header.width, None)
+            if fast_jpeg(header):  # only the window is decoded
+                window = decode_jpeg_window(data, crop.box, decoder="accurate")
+                box = Box(0, 0, crop.height, crop.width)
             else:
-                window, box = decode_image(data, "RGB").permute(1, 2, 0).numpy(), (top, left, h, w)
+                window, box = decode_image(data, "RGB").permute(1, 2, 0).numpy(), crop.box
             out = np.empty((*self.plan.size, 3), np.uint8)
-            resize_into(window, box, flip, self.plan.resample, out)
+            resize_into(window, box, crop.flip, self.plan.resample, out)
         except Exception as e:  # decoders raise many types
             raise FeatureError(self.key, f"cannot decode image ({len(data)} bytes): "
                                          f"{type(e).__name__}: {e}") from e

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
-from tfrecord_torch.features.images.crop import CropPlan, crop_params, resize_into
+from tfrecord_torch._pending import Pending
+from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params, resize_into
 from tfrecord_torch.features.images.decode import decode_image
 from tfrecord_torch.features.images.jpeg import (
     JPEG_DECODERS,
@@ -43,8 +44,8 @@ from tfrecord_torch.features.images.jpeg import (
 )
 from tfrecord_torch.features.images.limits import Header, check_pixels, read_header
 
-__all__ = ["LAYOUTS", "BufferProvider", "DecodeEngine", "FreshBuffers", "ImageBatching", "MixedSizes",
-           "default_threads"]
+__all__ = ["LAYOUTS", "BufferProvider", "DecodeEngine", "DecodedImages", "FreshBuffers", "ImageBatching",
+           "MixedSizes", "default_threads"]
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -132,6 +133,22 @@ class FreshBuffers:
         return batch
 
 
+class DecodedImages(NamedTuple):
+    """One decoded batch of images.
+
+    Attributes:
+        pixels: uint8 (float32 with ``normalize``) [B, 3, H, W] channels_last
+            or [B, H, W, 3].
+        sizes: int64 [B, 2], the images' own sizes, when padding; else None.
+        failures: the position of each image that could not be decoded (its
+            slot zero-filled) and its error.
+    """
+
+    pixels: torch.Tensor
+    sizes: torch.Tensor | None
+    failures: dict[int, Exception]
+
+
 class DecodeEngine:
     """Decodes batches of encoded images with a thread pool it owns.
 
@@ -178,28 +195,19 @@ class DecodeEngine:
         self.close()
 
     def decode(self, images: Sequence[bytes], *, plan: CropPlan | None = None,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None,
-                                                                  dict[int, Exception]]:
+               generator: torch.Generator | None = None) -> DecodedImages:
         """Decode one batch: :meth:`start`, then wait for its result."""
-        return self.start(images, plan=plan, generator=generator)()
+        return self.start(images, plan=plan, generator=generator).result()
 
     def start(self, images: Sequence[bytes], *, plan: CropPlan | None = None,
-              generator: torch.Generator | None = None
-              ) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None, dict[int, Exception]]]:
-        """Start decoding one batch on the threads; what to call for its result
-        (the caller may read the next batch meanwhile).
+              generator: torch.Generator | None = None) -> Pending[DecodedImages]:
+        """Start decoding one batch on the threads; its ``.result()`` waits
+        for them (the caller may read the next batch meanwhile).
 
         Args:
             images: the encoded images, one per record.
             plan: a fused crop/resize (+ flip) applied to each image, or None.
             generator: draws each image's crop and flip, in batch order.
-
-        Returns:
-            (batch, sizes, failures): ``batch`` uint8 (float32 with
-            ``normalize``) [B, 3, H, W] channels_last or [B, H, W, 3];
-            ``sizes`` int64 [B, 2] of the images' own sizes when padding,
-            else None; ``failures`` maps the position of each image that
-            could not be decoded (its slot zero-filled) to its error.
         """
         failures: dict[int, Exception] = {}
         headers: list[Header | None] = []
@@ -210,7 +218,7 @@ class DecodeEngine:
             except Exception as e:  # noqa: BLE001 - every decoder error is the image's
                 failures[i], header = e, None
             headers.append(header)
-        jobs: list[tuple[int, int, int, int, bool] | None] = [None] * len(images)
+        jobs: list[CropParams | None] = [None] * len(images)
         if plan is not None:
             gen = generator or torch.Generator().manual_seed(0)
             for i, h in enumerate(headers):
@@ -233,44 +241,38 @@ class DecodeEngine:
         step = max(1, -(-len(work) // self._threads))
         chunks = [work[k:k + step] for k in range(0, len(work), step)]
         futures = [pool.submit(self._chunk, chunk, images, headers, jobs, plan, slots) for chunk in chunks]
-
-        def result() -> tuple[torch.Tensor, torch.Tensor | None, dict[int, Exception]]:
-            for chunk, future in zip(chunks, futures):
-                for i, error in zip(chunk, future.result()):
-                    if error is not None:
-                        failures[i] = error
-                        slots[i] = 0
-            batch = buffer.permute(0, 3, 1, 2) if self.options.layout == "NCHW" else buffer
-            return self._buffers.ship(batch, token), sizes, failures
-        return result
+        return _DecodingImages(self, chunks, futures, buffer, token, sizes, failures)
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:
         """The batch's (H, W): the fixed size, else the largest image's. An
         image that does not fit fails; without a fixed size and padding, mixed
         sizes raise MixedSizes."""
-        known = [(i, (h.height, h.width)) for i, h in enumerate(headers) if h is not None]
+        known = {i: h for i, h in enumerate(headers) if h is not None}
         if self.options.size is not None:
-            size = (int(self.options.size[0]), int(self.options.size[1]))
+            height, width = int(self.options.size[0]), int(self.options.size[1])
         elif not known:
             return 1, 1
         elif self.options.pad:
-            return max(s[0] for _, s in known), max(s[1] for _, s in known)
-        elif len({s for _, s in known}) > 1:
+            return max(h.height for h in known.values()), max(h.width for h in known.values())
+        elif len({(h.height, h.width) for h in known.values()}) > 1:
             raise MixedSizes
         else:
-            return known[0][1]
-        for i, other in known:
-            fits = other[0] <= size[0] and other[1] <= size[1] if self.options.pad else other == size
+            first = next(iter(known.values()))
+            return first.height, first.width
+        for i, h in known.items():
+            smaller = h.height <= height and h.width <= width
+            fits = smaller if self.options.pad else (h.height, h.width) == (height, width)
             if not fits:
                 failures[i] = ValueError(
-                    f"image is {other[0]}x{other[1]}, but the batch's size is {size[0]}x{size[1]}: pass "
+                    f"image is {h.height}x{h.width}, but the batch's size is {height}x{width}: pass "
                     f"ImageBatching(pad=True), or a transform starting with v2.Resize((h, w)) or "
                     f"v2.RandomResizedCrop")
                 headers[i] = None
-        return size
+        return height, width
 
-    def _chunk(self, chunk: list[int], images: Sequence[bytes], headers: list[Header | None], jobs: list,
-               plan: CropPlan | None, slots: np.ndarray) -> list[Exception | None]:
+    def _chunk(self, chunk: list[int], images: Sequence[bytes], headers: list[Header | None],
+               jobs: list[CropParams | None], plan: CropPlan | None, slots: np.ndarray
+               ) -> list[Exception | None]:
         """Decode the images at positions ``chunk``; their errors (None: decoded).
         Runs of consecutive whole JPEGs go to the decoder in one call."""
         whole = plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
@@ -293,25 +295,25 @@ class DecodeEngine:
                 errors[i] = self._one(images[i], header, jobs[i], plan, slots[i])
         return [errors[i] for i in chunk]
 
-    def _one(self, data: bytes, header: Header | None, job, plan: CropPlan | None, slot: np.ndarray
-             ) -> Exception | None:
+    def _one(self, data: bytes, header: Header | None, job: CropParams | None, plan: CropPlan | None,
+             slot: np.ndarray) -> Exception | None:
         """Decode one image into ``slot``; its error, or None."""
         try:
             direct = plan is None and self.options.normalize is None and not self.options.pad
-            box = job[:4] if plan is not None else None
+            box = job.box if plan is not None and job is not None else None
             if header is not None and fast_jpeg(header) and self.mode == "RGB":
                 if box is not None:  # only the crop window is decoded
                     image = decode_jpeg_window(data, box, decoder=self.options.decoder)
-                    box = (0, 0, box[2], box[3])
+                    box = Box(0, 0, box.height, box.width)
                 else:
                     image = decode_jpeg(data, decoder=self.options.decoder, out=slot if direct else None)
             else:
                 image = decode_image(data, self.mode).permute(1, 2, 0).numpy()
                 if direct:
                     slot[...] = image
-            if plan is not None and box is not None:
+            if plan is not None and box is not None and job is not None:
                 target = slot if self.options.normalize is None else np.empty(slot.shape, np.uint8)
-                resize_into(image, box, job[4], plan.resample, target)
+                resize_into(image, box, job.flip, plan.resample, target)
                 image = target
             if self.options.normalize is not None:
                 mean, std = (np.asarray(v, np.float32) for v in self.options.normalize)
@@ -323,3 +325,24 @@ class DecodeEngine:
         except Exception as e:  # noqa: BLE001 - reported per image, the batch goes on
             return e
         return None
+
+
+class _DecodingImages(Pending[DecodedImages]):
+    """A batch decoding on the engine's threads: ``futures[k]`` decodes the
+    images at positions ``chunks[k]`` into ``buffer``."""
+
+    def __init__(self, engine: DecodeEngine, chunks: list[list[int]], futures: list[Future],
+                 buffer: torch.Tensor, token: Any, sizes: torch.Tensor | None,
+                 failures: dict[int, Exception]) -> None:
+        self.engine, self.chunks, self.futures = engine, chunks, futures
+        self.buffer, self.token, self.sizes, self.failures = buffer, token, sizes, failures
+
+    def result(self) -> DecodedImages:
+        slots = self.buffer.numpy()
+        for chunk, future in zip(self.chunks, self.futures):
+            for i, error in zip(chunk, future.result()):
+                if error is not None:
+                    self.failures[i] = error
+                    slots[i] = 0
+        batch = self.buffer.permute(0, 3, 1, 2) if self.engine.options.layout == "NCHW" else self.buffer
+        return DecodedImages(self.engine._buffers.ship(batch, self.token), self.sizes, self.failures)

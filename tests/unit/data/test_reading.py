@@ -1,0 +1,67 @@
+"""Fetching indexed records (tfrecord_torch/data/reading.py) with a ReadContext:
+a reporter skips a bad record and is told of it, no reporter raises, and a
+shared reader pool is used as given."""
+
+import numpy as np
+import pytest
+
+import tfrecord_torch as tt
+from tfrecord_torch.data.reading import ReadContext, fetch, fetch_scattered
+from tfrecord_torch.errors import CorruptRecordError
+from tfrecord_torch.io.pool import ReaderPool
+from tfrecord_torch.records.index import scan_index
+
+
+def _shard(tmp_path, n=6, bad=None):
+    path = str(tmp_path / "a.tfrecord")
+    with tt.RecordWriter(path) as w:
+        for i in range(n):
+            w.write(f"record {i}".encode())
+    index = scan_index(path)
+    if bad is not None:  # flip a payload byte: its CRC no longer matches
+        with open(path, "r+b") as f:
+            f.seek(int(index[bad, 0]) + 12)
+            byte = f.read(1)
+            f.seek(int(index[bad, 0]) + 12)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    return path, index
+
+
+@pytest.mark.parametrize("records", [[0, 1, 2, 3, 4, 5], [5, 2, 0, 3]])
+def test_fetch_reads_what_was_written(tmp_path, records):
+    path, index = _shard(tmp_path)
+    readers = ReaderPool()
+    try:
+        found = list(fetch(path, index, np.array(records), ReadContext(readers=readers)))
+    finally:
+        readers.close()
+    assert [bytes(i.payload) for i in found] == [f"record {r}".encode() for r in records]
+    assert [i.record for i in found] == records
+    assert [i.offset for i in found] == [int(index[r, 0]) for r in records]
+
+
+@pytest.mark.parametrize("records", [[0, 1, 2, 3, 4, 5], [5, 2, 0, 3]])
+def test_a_reporter_skips_a_bad_record_and_no_reporter_raises(tmp_path, records):
+    path, index = _shard(tmp_path, bad=2)
+    reported = []
+    found = list(fetch(path, index, np.array(records), ReadContext(report=reported.append)))
+    assert [i.record for i in found] == [r for r in records if r != 2]
+    assert len(reported) == 1 and isinstance(reported[0], CorruptRecordError)
+    assert reported[0].record == 2 and reported[0].path == path
+    with pytest.raises(CorruptRecordError):
+        list(fetch(path, index, np.array(records), ReadContext()))
+
+
+def test_scattered_records_come_in_the_order_asked(tmp_path):
+    path, index = _shard(tmp_path)
+    shards, records = np.zeros(4, np.int64), np.array([3, 0, 5, 1])
+    found = fetch_scattered([path], [index], shards, records, ReadContext(verify=False))
+    assert [i.record for i in found] == [3, 0, 5, 1]
+
+
+def test_a_read_context_is_frozen_and_keyword_only():
+    context = ReadContext(verify=False)
+    with pytest.raises(AttributeError):
+        context.verify = True
+    with pytest.raises(TypeError):
+        ReadContext(None, False)
