@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch.utils.data
 
-from tfrecord_torch._types import CompressionArg, PathLike, Paths
-from tfrecord_torch.data import plan as sharding
+from tfrecord_torch._args import check_flag, check_instance, check_int
+from tfrecord_torch._types import Paths
+from tfrecord_torch.data import plan
 from tfrecord_torch.data.batchmode import BatchReader
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.epochs import EpochCounter
 from tfrecord_torch.data.imagebatch import fuse_per_sample
+from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -28,7 +30,6 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, index_argum
 from tfrecord_torch.data.state import ResumableReader
 from tfrecord_torch.data.usage import check_positional, no_random_access
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.features.engine import ImageBatching
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
@@ -49,57 +50,31 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         sequence_features: read SequenceExamples: a spec of their feature
             lists, each feature's shape being one step's (``Int64("tokens")``
             gives int64 [T], ``Float("frames", shape=(3,))`` float32 [T, 3]).
-        index: None to use each uncompressed shard's index (found beside it,
-            else built and kept in the local index cache, never in the shards'
-            folder); "beside" to write the indexes it builds beside the shards
-            (``<shard>.index``, as DALI's tfrecord2idx does); a list of index
-            paths, one per shard; False to stream every shard.
-        shuffle: a global shuffle: indexed shards are read in a permutation
-            of all (shard, record) pairs, new every epoch; streamed shards are
-            dealt in a shuffled order, ``cycle_length`` of them interleaved,
-            through ``shuffle_buffer``. Deterministic in ``seed`` and the epoch:
-            each iteration starts the next epoch (also with
-            ``persistent_workers=True``) unless :meth:`set_epoch` names one.
-        seed: the shuffle seed (same on every rank).
-        shuffle_block: 1 (default) for a true permutation; k > 1 permutes runs
-            of k consecutive records (fewer, longer reads, for remote
-            storage) and mixes the records of 256 runs at a time.
-        shuffle_buffer: size of a buffer that further mixes the record stream
-            (per record mode only). Default: 0 for indexed shards (already a
-            true permutation), 10,000 for streamed (compressed) shards.
-        cycle_length: streamed shards a reader interleaves at once (as
-            tf.data's ``interleave``), default 4.
         transform: a callable applied to each item; in batch mode, to each
             batch -- except a torchvision v2 transform, which is applied to
             each record (each image its own random crop and flip).
-        rank, world_size: this process's rank; default torch.distributed, then
-            the RANK / WORLD_SIZE environment, then (0, 1).
-        even: None (ranks may get one record more or less), "pad" (every rank
-            gets ceil(N / world_size): the first records of the epoch repeat) or
-            "drop" (floor(N / world_size): the last records are left out this
-            epoch). DistributedDataParallel hangs on unequal counts.
+        shuffle: a global shuffle: True, or a :class:`Shuffling` saying how
+            (block, buffer, cycle_length). Indexed shards are read in a
+            permutation of all (shard, record) pairs, new every epoch; streamed
+            shards are dealt in a shuffled order, ``cycle_length`` of them
+            interleaved, through a shuffle buffer. Deterministic in ``seed`` and
+            the epoch: each iteration starts the next epoch (also with
+            ``persistent_workers=True``) unless :meth:`set_epoch` names one.
+        seed: the shuffle seed (same on every rank).
         batch_size: decode whole batches at once (use ``DataLoader(batch_size=None)``):
             items are then dicts of batched tensors [B, ...]. With indexed shards,
             batches are dealt to workers in turn, so their order does not depend
             on ``num_workers``; streamed shards are batched per worker.
-        drop_last: in batch mode, drop each epoch's final short batch.
-        images: batch mode's image fast path: True (default options), an
-            :class:`ImageBatching` (threads, layout, JPEG decoder, fused crop,
-            normalisation, fixed size, padding), or False to decode and
-            transform each image as the per-sample path does, then stack.
-        compression: of the shards: "auto", None, "gzip" or "zlib".
-        verify: check record CRCs.
         on_error: "raise", "skip", "warn" or a callable (see :mod:`tfrecord_torch.policy`): what a corrupt record or a feature
             that fails to decode does (:mod:`tfrecord_torch.policy`); skips are
             logged and counted in :meth:`errors`, across worker processes.
         storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
-        lengths: each shard's record count, known in advance (a TFDS folder's
-            ``shardLengths``): ``len()`` and the split plan use them without
-            reading anything, and the shards are indexed only when first read
-            (an index that disagrees is an error naming the shard).
-        progress: a progress bar on stderr while shards without index files
-            are indexed: None (default) shows it when stderr is a terminal
-            and not in a DataLoader worker; True or False always or never.
+        sharding: a :class:`Sharding`: rank, world_size (default torch.distributed,
+            then the RANK / WORLD_SIZE environment, then (0, 1)) and ``even``.
+        source: a :class:`Source`: index files, known shard lengths,
+            compression, CRC checks, the indexing progress bar.
+        batching: a :class:`Batching`: ``drop_last`` in batch mode, and
+            ``images``, the image fast path's options.
 
     Every record is read exactly once per epoch over all ranks and workers.
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
@@ -107,50 +82,45 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
 
     def __new__(cls, *args, **kwargs):
         check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        refuse_moved_keywords(cls.__name__, {k: v for k, v in kwargs.items() if k in MOVED})
         return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
-                 index: Sequence[PathLike] | str | bool | None = None,
-                 shuffle: bool = False, seed: int = 0, shuffle_block: int = 1,
-                 shuffle_buffer: int | None = None, cycle_length: int = 4, transform: Callable | None = None,
-                 rank: int | None = None, world_size: int | None = None, even: str | None = None,
-                 batch_size: int | None = None, drop_last: bool = False,
-                 images: ImageBatching | bool = True, compression: CompressionArg = "auto",
-                 verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None,
-                 lengths: Sequence[int] | None = None, progress: bool | None = None) -> None:
+                 transform: Callable | None = None, shuffle: bool | Shuffling = False, seed: int = 0,
+                 batch_size: int | None = None, on_error: OnError = "raise", storage_options: dict | None = None,
+                 sharding: Sharding | None = None, source: Source | None = None,
+                 batching: Batching | None = None) -> None:
         super().__init__()
+        check_int("batch_size", batch_size, minimum=1, optional=True)
+        shuffling = Shuffling() if not isinstance(shuffle, Shuffling) else shuffle
+        if not isinstance(shuffle, Shuffling):
+            check_flag("shuffle", shuffle)
+        sharding = check_instance("sharding", sharding or Sharding(), Sharding, "a Sharding")
+        source = check_instance("source", source or Source(), Source, "a Source")
+        batching = check_instance("batching", batching or Batching(), Batching, "a Batching")
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
         self.spec = make_spec(features, sequence_features)
-        self.rank, self.world_size = sharding.resolve_rank(rank, world_size)
-        if even not in sharding.EVEN_MODES:
-            raise ValueError(f"even must be one of {sharding.EVEN_MODES}, got {even!r}")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
-        if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 0):
-            raise ValueError(f"shuffle_buffer must be an int >= 0 or None, got {shuffle_buffer!r}")
-        for name, value in (("shuffle_block", shuffle_block), ("cycle_length", cycle_length)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        self.shuffle, self.seed, self.even = shuffle, seed, even
-        self.shuffle_block, self.cycle_length = shuffle_block, cycle_length
-        self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
-        if not isinstance(images, (bool, ImageBatching)):
-            raise ValueError(f"images must be True, False or an ImageBatching, got {images!r}")
-        self.images = ImageBatching() if images is True else images or None
+        self.rank, self.world_size = plan.resolve_rank(sharding.rank, sharding.world_size)
+        even = sharding.even
+        self.shuffle, self.seed, self.even = shuffle is not False, seed, even
+        self.shuffle_block, self.cycle_length = shuffling.block, shuffling.cycle_length
+        self.transform, self.batch_size, self.drop_last = transform, batch_size, batching.drop_last
+        self.images = batching.image_options
         self._fused: tuple = ()  # (spec, transform, images) -> what the per-sample path decodes with
-        self.compression, self.verify = compression, verify
+        self.compression, self.verify = source.compression, source.verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
-        self.progress = progress
-        self._lengths = self._check_lengths(lengths, index)
-        self._index_args = (index, listing)
+        self.progress = source.progress
+        self._lengths = self._check_lengths(source.lengths)
+        self._index_args = (source.index, listing)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
+        shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self._epochs = EpochCounter()
         self.epoch = 0  # the epoch of this reader's current (or next) iteration
@@ -166,17 +136,13 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         self.__dict__.update(state)
         self._index_lock = threading.Lock()
 
-    def _check_lengths(self, lengths, index) -> list[int] | None:
+    def _check_lengths(self, lengths) -> list[int] | None:
         if lengths is None:
             return None
-        lengths = [int(n) for n in lengths]
-        if len(lengths) != len(self.paths) or any(n < 0 for n in lengths):
+        if len(lengths) != len(self.paths):
             raise ValueError(f"lengths: got {len(lengths)} record counts for {len(self.paths)} shards "
                              "(one count >= 0 per shard)")
-        if index is False:
-            raise ValueError("lengths= reads shards by position (they are indexed when read); "
-                             "it cannot go with index=False")
-        return lengths
+        return list(lengths)
 
     @property
     def indexes(self) -> list:
@@ -236,7 +202,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
             raise TypeError("len() is unknown: some shards are compressed and cannot be indexed")
-        lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
+        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         n = hi - lo
         if self.batch_size is None:
             return n
@@ -271,21 +237,21 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         """Apply the shuffle buffer (on references or undecoded payloads)."""
         return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
 
-    def _planner(self) -> sharding.RangePlanner:
-        return sharding.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+    def _planner(self) -> plan.RangePlanner:
+        return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                      block=self.shuffle_block)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
         sequence, read a group at a time (shard by shard, ascending offsets)."""
         planner = self._planner()
-        lo, hi = sharding.rank_positions(planner.total, self.rank, self.world_size, self.even)
-        lo, hi = sharding.split_range(lo, hi, worker, workers)
+        lo, hi = plan.rank_positions(planner.total, self.rank, self.world_size, self.even)
+        lo, hi = plan.split_range(lo, hi, worker, workers)
         if not self.shuffle:  # in order: long sequential windows
             groups = ((s.shard * np.ones(len(s.records), np.int64), s.records) for s in planner.segments(lo, hi))
         else:
-            size = self.shuffle_block * sharding.SHUFFLE_WINDOW
-            groups = (planner.pairs(a, b) for a, b in sharding.read_groups(lo, hi, size))
+            size = self.shuffle_block * plan.SHUFFLE_WINDOW
+            groups = (planner.pairs(a, b) for a, b in plan.read_groups(lo, hi, size))
             if self.shuffle_buffer > 1:
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
@@ -309,7 +275,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
         are read again but not decoded."""
-        shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
+        shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
         report = self.policy.reporter()
