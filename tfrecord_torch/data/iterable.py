@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch.utils.data
@@ -12,10 +13,9 @@ import torch.utils.data
 from tfrecord_torch._args import check_flag, check_instance, check_int
 from tfrecord_torch._types import Paths
 from tfrecord_torch.data import plan
-from tfrecord_torch.data.batchmode import BatchReader
+from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.epochs import EpochCounter
 from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
 from tfrecord_torch.data.reading import (
@@ -27,9 +27,10 @@ from tfrecord_torch.data.reading import (
     stream_shard,
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
-from tfrecord_torch.data.state import ResumableReader
+from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_random_access
 from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.features.engine import ImageBatching
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
@@ -37,8 +38,12 @@ from tfrecord_torch.policy import OnError
 __all__ = ["TFRecordDataset"]
 
 
-class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDataset):
+class TFRecordDataset(torch.utils.data.IterableDataset):
     """Records from TFRecord shards, split over DataLoader workers and ranks.
+
+    It owns its collaborators: a :class:`~tfrecord_torch.data.state.ResumeState`
+    (epoch and position, for ``state_dict``), and in batch mode a
+    :class:`~tfrecord_torch.data.batchmode.BatchPipeline` per iteration.
 
     Args:
         paths: a path, a glob pattern, a directory, or a list of these.
@@ -108,12 +113,12 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         self.shuffle_block, self.cycle_length = shuffling.block, shuffling.cycle_length
         self.transform, self.batch_size, self.drop_last = transform, batch_size, batching.drop_last
         self.images = batching.image_options
-        self._fused: tuple = ()  # (spec, transform, images) -> what the per-sample path decodes with
+        self._fused: tuple[_Settings, PerSample] | None = None  # what the per-sample path decodes with
         self.compression, self.verify = source.compression, source.verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
         self.progress = source.progress
         self._lengths = self._check_lengths(source.lengths)
-        self._index_args = (source.index, listing)
+        self._index_args = _IndexArgs(source.index, listing)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
@@ -122,10 +127,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
                              "(cannot be indexed); decompress them or use even=None")
         shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
-        self._epochs = EpochCounter()
-        self.epoch = 0  # the epoch of this reader's current (or next) iteration
-        self._resume: dict | None = None
-        self._position = 0
+        self._resume = ResumeState(type(self).__name__)
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
         state = dict(self.__dict__)
@@ -151,7 +153,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         if self._indexes_built is None:
             with self._index_lock:
                 if self._indexes_built is None:
-                    self._indexes_built = self._build_indexes(*self._index_args)
+                    self._indexes_built = self._build_indexes(self._index_args.index, self._index_args.listing)
         return self._indexes_built
 
     def _build_indexes(self, index, listing) -> list:
@@ -177,6 +179,60 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         if self._lengths is not None and self._indexes_built is None:
             return list(self._lengths)
         return None if self.streamed else [len(i) for i in self.indexes]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of this reader's current (or next) iteration."""
+        return self._resume.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
+
+        Not needed to reshuffle: each iteration already starts the next epoch.
+        Call it before ``iter(loader)``; it reaches persistent workers too.
+        """
+        self._resume.set_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        """Where iteration stands: the epoch, this reader's position in it, and
+        the settings that give the position its meaning (format version, seed,
+        shards with record counts, rank, world size, worker, shuffle, mode).
+
+        The position counts the units (records, or batches in batch mode) this
+        reader has finished, delivered or skipped by the error policy. Inside a
+        DataLoader worker this is the worker's own state, which is what
+        torchdata's StatefulDataLoader saves and restores per worker. After
+        :meth:`load_state_dict` and before iterating, it is the loaded state.
+
+        Raises:
+            RuntimeError: called in the main process while a plain DataLoader's
+                workers read the dataset (use StatefulDataLoader's state_dict).
+        """
+        return self._resume.state_dict(self._settings())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the next iteration reads the saved epoch from after the saved
+        position (no :meth:`set_epoch` needed); nothing is repeated or skipped,
+        and what came before is not read again (streamed shards are re-read but
+        not decoded). Later iterations go on with the following epochs.
+
+        Raises:
+            ValueError: the state comes from another seed, shard list, rank,
+                world size, worker split, shuffle setting or mode (named), or
+                another format version; or, when iterating, it was loaded in
+                another reader than the one iterating (the main process's, read
+                by DataLoader workers).
+        """
+        self._resume.load_state_dict(state, self._settings())
+
+    def _settings(self) -> dict:
+        """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`)."""
+        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                "worker": _reader(),
+                "shards": describe_shards_for_state(self.paths, self.counts),
+                "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
+                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
+                "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
 
     def errors(self) -> dict:
         """Records skipped under ``on_error="skip"/"warn"`` so far, over all
@@ -211,11 +267,8 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        self.epoch = self._epochs.start()
-        skip = self._take_resume()
-        self._position = skip
+        worker, workers = _reader()
+        skip = self._resume.start([worker, workers])
         if self.streamed:
             units = self._streamed(worker, workers, skip)
         elif self.batch_size is not None:
@@ -226,7 +279,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
 
     def _deliver(self, units) -> Iterator:
         for position, value in units:  # (units finished so far, the value or SKIPPED)
-            self._position = position
+            self._resume.position = position
             if value is not SKIPPED:
                 yield value
 
@@ -240,6 +293,21 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     def _planner(self) -> plan.RangePlanner:
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                      block=self.shuffle_block)
+
+    def _pipeline(self) -> BatchPipeline:
+        """Batch mode's pipeline for one iteration, from the settings as they stand."""
+        return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
+                             images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
+                             policy=self.policy, verify=self.verify, storage_options=self.storage_options)
+
+    def _batches(self, worker: int, workers: int, skip: int):
+        """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
+        of this rank's sequence; worker w decodes batches w, w + workers, ...
+        (after ``skip`` of its own)."""
+        size = cast(int, self.batch_size)
+        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
+        count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
+        return self._pipeline().batches(self._planner(), lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
@@ -286,24 +354,54 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
             units = chunked(units, self.batch_size, self.drop_last)
-        batches = self._image_batches((worker,))
+        pipeline = self._pipeline()
+        batches = pipeline.image_batches((worker,))
         try:
             for position, unit in enumerate(units, start=1):
                 if position > skip:
                     yield position, (self._decode(unit) if self.batch_size is None else
-                                     self._decode_streamed_batch(unit, batches, position))
+                                     pipeline.decode_streamed_batch(unit, batches, position))
         finally:
             batches.close()
 
     def _decode(self, item: Located):
-        spec, transform = self._per_sample()
-        return decode_or_skip(item, spec, transform, self.policy.reporter())
+        fused = self._per_sample()
+        return decode_or_skip(item, fused.spec, fused.transform, self.policy.reporter())
 
-    def _per_sample(self) -> tuple:
+    def _per_sample(self) -> PerSample:
         """The spec and transform the per-sample path decodes with: a fusable
         head of the transform done while decoding (:func:`fuse_per_sample`),
         worked out again if ``spec``, ``transform`` or ``images`` is reassigned."""
-        key = (self.spec, self.transform, self.images)
-        if not self._fused or any(a is not b for a, b in zip(self._fused[0], key)):
-            self._fused = (key, fuse_per_sample(*key))
+        given = _Settings(self.spec, self.transform, self.images)
+        if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
+            self._fused = (given, PerSample(*fuse_per_sample(*given)))
         return self._fused[1]
+
+
+class _IndexArgs(NamedTuple):
+    """What building the indexes needs, kept until they are first needed."""
+
+    index: Any  # Source.index
+    listing: Any  # the shard listing (find_shards)
+
+
+class _Settings(NamedTuple):
+    """The dataset's settings the per-sample path's decoding is worked out from."""
+
+    spec: Any
+    transform: Callable | None
+    images: ImageBatching | None
+
+
+class PerSample(NamedTuple):
+    """What the per-sample path decodes with: the spec (with a fused crop) and
+    the rest of the transform."""
+
+    spec: Any
+    transform: Callable | None
+
+
+def _reader() -> list[int]:
+    """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
+    info = torch.utils.data.get_worker_info()
+    return [0, 1] if info is None else [info.id, info.num_workers]
