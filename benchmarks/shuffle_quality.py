@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfrecord_torch import Int64, RecordWriter, TFRecordDataset, make_example  # noqa: E402
+from tfrecord_torch import Int64, RecordWriter, Shuffling, TFRecordDataset, make_example  # noqa: E402
 
 
 def mean_distinct(labels, batch: int) -> float:
@@ -57,10 +57,10 @@ def main() -> None:
         spec = {"id": Int64()}
         rows.append(("no shuffle", mean_distinct(labels_of(TFRecordDataset(plain, features=spec)), args.batch)))
         for block in (1, 4, 16):
-            ds = TFRecordDataset(plain, features=spec, shuffle=True, shuffle_block=block)
+            ds = TFRecordDataset(plain, features=spec, shuffle=Shuffling(block=block))
             rows.append((f"indexed, shuffle_block={block}", mean_distinct(labels_of(ds), args.batch)))
         for cycle, buffer in ((1, 10_000), (4, 0), (4, 1_000), (4, 10_000), (16, 10_000)):
-            ds = TFRecordDataset(packed, features=spec, shuffle=True, cycle_length=cycle, shuffle_buffer=buffer)
+            ds = TFRecordDataset(packed, features=spec, shuffle=Shuffling(cycle_length=cycle, buffer=buffer))
             rows.append((f"streamed, cycle_length={cycle}, shuffle_buffer={buffer}",
                          mean_distinct(labels_of(ds), args.batch)))
     print(f"{args.records} records, {args.classes} classes sorted, {args.shards} shards, batch {args.batch}")

@@ -26,8 +26,8 @@ def main(out: str = "demo-output") -> int:
     out = os.path.join(out, "fake")
     source = torchvision.datasets.FakeData(size=1000, image_size=(3, 64, 64), num_classes=10)
     start = time.perf_counter()
-    paths = tt.write_dataset(source, out, name="fake", split="train", shard_size=250,
-                             num_workers=2, progress=False)
+    paths = tt.write_dataset(source, out, name="fake", split="train", shards=tt.ShardLayout(size=250),
+                             execution=tt.Execution(num_workers=2, progress=False))
     print(f"converted {len(source)} FakeData images into {len(paths)} shards in "
           f"{time.perf_counter() - start:.1f}s: {out}/\n")
 

@@ -27,14 +27,15 @@ import tfrecord_torch as tt
 
 def prepare(directory: str) -> None:
     source = torchvision.datasets.FakeData(size=600, image_size=(3, 32, 32), num_classes=10)
-    tt.write_dataset(source, directory, name="fake", shard_size=150, progress=False)
+    tt.write_dataset(source, directory, name="fake", shards=tt.ShardLayout(size=150),
+                     execution=tt.Execution(progress=False))
     print(f"wrote sample shards to {directory}")
 
 
 def train(directory: str, epochs: int) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    dataset = tt.tfds_dataset(directory, "train", shuffle=True, seed=0, even="pad",
+    dataset = tt.tfds_dataset(directory, "train", shuffle=True, seed=0, sharding=tt.Sharding(even="pad"),
                               transform=lambda d: (d["image"].float() / 255, d["label"]))
     loader = DataLoader(dataset, batch_size=32, num_workers=1)
     net = DistributedDataParallel(nn.Sequential(

@@ -36,8 +36,8 @@ def main() -> None:
     args = parser.parse_args()
 
     source = torchvision.datasets.FakeData(size=args.images, image_size=(3, 32, 32), num_classes=10)
-    paths = tt.write_dataset(source, args.out, name="fake", split="train", shard_size=500,
-                             num_workers=args.workers, progress=False)
+    paths = tt.write_dataset(source, args.out, name="fake", split="train", shards=tt.ShardLayout(size=500),
+                             execution=tt.Execution(num_workers=args.workers, progress=False))
     print(f"wrote {len(paths)} shards to {args.out}")
 
     dataset = tt.tfds_dataset(args.out, "train", shuffle=True, seed=0,

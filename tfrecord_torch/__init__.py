@@ -26,13 +26,16 @@ if "tensorflow" in sys.modules and "torchvision" not in sys.modules:
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "Batching": "tfrecord_torch.data.options",
     "Boxes": "tfrecord_torch.features.images.boxes",
     "Bytes": "tfrecord_torch.features.specs",
     "Compression": "tfrecord_torch.records.compression",
     "CorruptRecordError": "tfrecord_torch.errors",
     "DatasetSource": "tfrecord_torch.write.source",
+    "Encoding": "tfrecord_torch.write.options",
     "ErrorPolicy": "tfrecord_torch.policy",
     "ExampleDecodeError": "tfrecord_torch.errors",
+    "Execution": "tfrecord_torch.write.options",
     "Feature": "tfrecord_torch.features.specs",
     "FeatureError": "tfrecord_torch.errors",
     "Float": "tfrecord_torch.features.specs",
@@ -50,7 +53,11 @@ _EXPORTS = {
     "ReaderPool": "tfrecord_torch.io.pool",
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
+    "ShardLayout": "tfrecord_torch.write.options",
     "ShardedWriter": "tfrecord_torch.write.sharded",
+    "Sharding": "tfrecord_torch.data.options",
+    "Shuffling": "tfrecord_torch.data.options",
+    "Source": "tfrecord_torch.data.options",
     "StaleIndexError": "tfrecord_torch.errors",
     "TFRecordDataset": "tfrecord_torch.data.iterable",
     "TFRecordError": "tfrecord_torch.errors",
@@ -83,6 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.data.iterable import TFRecordDataset
     from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
     from tfrecord_torch.data.mix import mix
+    from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source
     from tfrecord_torch.errors import (
         CorruptRecordError,
         ExampleDecodeError,
@@ -116,6 +124,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.records.writer import RecordWriter
     from tfrecord_torch.tfds.dataset import tfds_dataset
     from tfrecord_torch.write.convert import write_dataset
+    from tfrecord_torch.write.options import Encoding, Execution, ShardLayout
     from tfrecord_torch.write.plan import write_order
     from tfrecord_torch.write.sharded import ShardedWriter
     from tfrecord_torch.write.source import DatasetSource

@@ -94,12 +94,14 @@ def _timed_conversion(convert) -> Callable[[], dict]:
 def _convert_png(path, workers: int):
     import numpy as np
 
-    from tfrecord_torch import write_dataset
+    from tfrecord_torch import Encoding, Execution, ShardLayout, write_dataset
 
     data = ArrayImages(np.load(os.path.join(path, "arrays.npy")), SPEC["params"]["classes"])
     # two shards: a shard is one task, so two processes need two
-    return _timed_conversion(lambda dst: write_dataset(data, dst, name="bench", image_format="png", num_shards=2,
-                                                       num_workers=workers, progress=False))
+    return _timed_conversion(lambda dst: write_dataset(data, dst, name="bench",
+                                                       encoding=Encoding(image_format="png"),
+                                                       shards=ShardLayout(count=2),
+                                                       execution=Execution(num_workers=workers, progress=False)))
 
 
 @worker("convert", "ours png",
@@ -148,11 +150,11 @@ def convert_tf_png(path):
 def convert_ours_folder(path):
     from torchvision.datasets import ImageFolder
 
-    from tfrecord_torch import write_dataset
+    from tfrecord_torch import Execution, write_dataset
 
     folder = os.path.join(path, "folder")
     return _timed_conversion(lambda dst: write_dataset(ImageFolder(folder), dst, name="bench",
-                                                       progress=False))
+                                                       execution=Execution(progress=False)))
 
 
 @worker("convert", "cp -r", ref="ours ImageFolder copy", yardstick=True,
@@ -207,12 +209,13 @@ class NpyImages:
 
 
 def _scaled(path: str, **where):
-    from tfrecord_torch import DatasetSource, write_dataset
+    from tfrecord_torch import DatasetSource, Execution, ShardLayout, write_dataset
 
     source = DatasetSource(NpyImages, os.path.join(path, "arrays.npy"), SPEC["params"]["classes"])
     shards = min(8, SPEC["params"]["records"])
-    return _timed_conversion(lambda dst: write_dataset(source, dst, name="bench", num_shards=shards,
-                                                       progress=False, **where))
+    return _timed_conversion(lambda dst: write_dataset(source, dst, name="bench",
+                                                       shards=ShardLayout(count=shards),
+                                                       execution=Execution(**where, progress=False)))
 
 
 @worker("convert_scale", "serial", note="write_dataset(DatasetSource(NpyImages, 'arrays.npy'), num_shards=8, "

@@ -59,10 +59,10 @@ def _transform():
 def _ours_batched(path, workers: int, **options):
     import torch.utils.data
 
-    from tfrecord_torch import ImageBatching, TFRecordDataset, presets
+    from tfrecord_torch import Batching, ImageBatching, TFRecordDataset, presets
 
     ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH, transform=_transform(),
-                         images=ImageBatching(**options))
+                         batching=Batching(images=ImageBatching(**options)))
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
 
 

@@ -21,6 +21,7 @@ from tfrecord_torch import (
     IndexedTFRecordDataset,
     Int64,
     RecordWriter,
+    Source,
     Text,
     TFRecordDataset,
     make_example,
@@ -167,7 +168,7 @@ def _foreign_files(folder):
 def test_a_file_that_is_not_a_tfrecord_says_what_it_is(tmp_path, index):
     for path, what in _foreign_files(tmp_path):
         with pytest.raises(CorruptRecordError) as err:
-            list(TFRecordDataset(path, index=index))
+            list(TFRecordDataset(path, source=Source(index=index)))
         message = str(err.value)
         assert message.startswith(f"{path}: record 0 at byte offset 0: not a TFRecord file: {what}")
         assert "CRC" not in message and "check the paths" in message

@@ -20,8 +20,11 @@ import torchvision
 from torchvision.transforms import v2
 
 from tfrecord_torch import (
+    Execution,
     IndexedReader,
     IndexedTFRecordDataset,
+    ShardLayout,
+    Source,
     TFRecordDataset,
     parse_example,
     presets,
@@ -110,7 +113,7 @@ def test_every_reader_leaves_the_tf_teams_folder_as_it_was(tf_folder):
 
 def test_indexes_beside_shards_only_when_asked(tf_folder):
     before = set(os.listdir(tf_folder))
-    assert len(TFRecordDataset(tf_folder, index="beside")) == SHARDS * PER_SHARD
+    assert len(TFRecordDataset(tf_folder, source=Source(index="beside"))) == SHARDS * PER_SHARD
     added = set(os.listdir(tf_folder)) - before
     assert added == {f"train-{s:05d}-of-{SHARDS:05d}{x}" for s in range(SHARDS) for x in (".index", ".index.json")}
     mapped = IndexedTFRecordDataset(tf_folder)  # indexes beside shards keep being found
@@ -120,7 +123,8 @@ def test_indexes_beside_shards_only_when_asked(tf_folder):
 def test_what_the_library_writes_is_globbed_as_shards_only(tmp_path):
     source = torchvision.datasets.FakeData(size=24, image_size=(3, 12, 10), num_classes=4, random_offset=1)
     out = tmp_path / "out"
-    paths = write_dataset(source, out, name="fake", shard_size=8, progress=False)
+    paths = write_dataset(source, out, name="fake", shards=ShardLayout(size=8),
+                          execution=Execution(progress=False))
     shards = sorted(paths)
     for pattern in ("fake-train*", "*.tfrecord*", "*-of-*"):
         matched = sorted(tf.io.gfile.glob(os.path.join(str(out), pattern)))

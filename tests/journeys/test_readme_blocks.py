@@ -188,7 +188,7 @@ def _converted_photos(root: Path) -> None:
     """`records/photos/*-of-*`: the photos folder as `write_dataset` converts it."""
     _photo_folder(root / "source")
     tt.write_dataset(torchvision.datasets.ImageFolder(root / "source" / "photos"), root / "records" / "photos",
-                     name="photos", progress=False)
+                     name="photos", execution=tt.Execution(progress=False))
     shutil.rmtree(root / "source")
 
 

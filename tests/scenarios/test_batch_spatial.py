@@ -21,6 +21,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from tfrecord_torch import (
+    Batching,
     Image,
     ImageBatching,
     Int64,
@@ -105,7 +106,8 @@ def per_sample(path, spec, transform, workers):
 
 
 def batch_mode(path, spec, transform, workers, images):
-    ds = TFRecordDataset(path, features=spec, batch_size=BATCH, transform=transform, images=images)
+    ds = TFRecordDataset(path, features=spec, batch_size=BATCH, transform=transform,
+                         batching=Batching(images=images))
     torch.manual_seed(SEED)
     loader = DataLoader(ds, batch_size=None, num_workers=workers,
                         worker_init_fn=_seed_worker if workers else None)
@@ -184,7 +186,7 @@ def test_mixed_sizes_without_a_fixed_size_are_refused_by_name(tmp_path, images, 
     """Never a tensor for one batch and a list for the next: the first batch
     of mixed sizes is an error naming two of its records and the fixes."""
     path = _mixed_heights(tmp_path / "a.tfrecord")
-    ds = TFRecordDataset(path, features=SPEC, batch_size=8, images=images)
+    ds = TFRecordDataset(path, features=SPEC, batch_size=8, batching=Batching(images=images))
     seen = []
     with pytest.raises(MixedSizesError) as raised:
         for batch in DataLoader(ds, batch_size=None, num_workers=workers):
@@ -201,8 +203,8 @@ def test_mixed_sizes_without_a_fixed_size_are_refused_by_name(tmp_path, images, 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_fixed_size_gives_tensors_from_mixed_sizes(tmp_path, workers):
     path = _mixed_heights(tmp_path / "a.tfrecord")
-    for kw in ({"images": ImageBatching(pad=True)}, {"transform": v2.Resize((20, 24))},
-               {"images": False, "transform": v2.Resize((20, 24))}):
+    for kw in ({"batching": Batching(images=ImageBatching(pad=True))}, {"transform": v2.Resize((20, 24))},
+               {"batching": Batching(images=False), "transform": v2.Resize((20, 24))}):
         ds = TFRecordDataset(path, features=SPEC, batch_size=8, **kw)
         shapes = [tuple(b["image"].shape) for b in DataLoader(ds, batch_size=None, num_workers=workers)]
         assert shapes == [(8, 3, 20, 24)] * 3, kw
@@ -224,13 +226,14 @@ def test_fast_path_options_where_the_fast_path_is_not_taken_are_refused(tmp_path
     records decoded whole (masks beside the image, or an unfused v2
     transform): refused, not ignored."""
     seg = segmentation(tmp_path / "seg.tfrecord", [(20, 24)] * 3)
-    ds = TFRecordDataset(seg, features=presets.segmentation_raw(), batch_size=3, images=ImageBatching(**options))
+    ds = TFRecordDataset(seg, features=presets.segmentation_raw(), batch_size=3,
+                         batching=Batching(images=ImageBatching(**options)))
     with pytest.raises(ValueError, match=r"images=ImageBatching\(.*\) applies to the image fast path only.*"
                                          r"'image', 'mask'"):
         list(ds)
     path = _mixed_heights(tmp_path / "a.tfrecord", n=3, odd=())
-    ds = TFRecordDataset(path, features=SPEC, batch_size=3, images=ImageBatching(**options),
-                         transform=v2.RandomHorizontalFlip())
+    ds = TFRecordDataset(path, features=SPEC, batch_size=3, transform=v2.RandomHorizontalFlip(),
+                         batching=Batching(images=ImageBatching(**options)))
     with pytest.raises(ValueError, match="runs on each record whole"):
         list(ds)
     ds.transform = None  # not a v2 transform: the fast path, which applies them
@@ -251,6 +254,8 @@ def test_a_fixed_size_that_disagrees_with_the_fused_head_is_refused(tmp_path):
     path = _mixed_heights(tmp_path / "a.tfrecord", n=4, odd=())
     crop = v2.RandomResizedCrop(16)
     with pytest.raises(ValueError, match=r"size=\(20, 24\)\) disagrees with .* \(16, 16\)"):
-        list(TFRecordDataset(path, features=SPEC, batch_size=4, transform=crop, images=ImageBatching(size=(20, 24))))
-    batch, = TFRecordDataset(path, features=SPEC, batch_size=4, transform=crop, images=ImageBatching(size=(16, 16)))
+        list(TFRecordDataset(path, features=SPEC, batch_size=4, transform=crop,
+                             batching=Batching(images=ImageBatching(size=(20, 24)))))
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=4, transform=crop,
+                             batching=Batching(images=ImageBatching(size=(16, 16))))
     assert batch["image"].shape == (4, 3, 16, 16)

@@ -13,7 +13,7 @@ import torchvision
 from helpers import assert_same_files
 from helpers import listing as visible
 
-from tfrecord_torch import DatasetSource, tfds_dataset, write_dataset
+from tfrecord_torch import DatasetSource, Execution, ShardLayout, tfds_dataset, write_dataset
 from tfrecord_torch.cli import main
 
 from .test_remote import s3  # noqa: F401  (the moto S3 fixture, shared)
@@ -46,9 +46,11 @@ def serial(tmp_path_factory):
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, (5 + i % 4, 7, 3), dtype=np.uint8)).save(folder / f"{i}.png")
     fake = torchvision.datasets.FakeData(**FAKE)
-    write_dataset(fake, root / "fake", name="fake", num_shards=8, num_workers=0, progress=False)
+    write_dataset(fake, root / "fake", name="fake", shards=ShardLayout(count=8),
+                  execution=Execution(num_workers=0, progress=False))
     folder = torchvision.datasets.ImageFolder(str(root / "images"))
-    write_dataset(folder, root / "folder", name="folder", num_shards=8, num_workers=0, progress=False)
+    write_dataset(folder, root / "folder", name="folder", shards=ShardLayout(count=8),
+                  execution=Execution(num_workers=0, progress=False))
     return root
 
 
@@ -57,9 +59,11 @@ def test_dask_conversion_equals_a_serial_one_and_tfds_loads_it(client, serial, t
 
     executor = client.get_executor()
     fake = torchvision.datasets.FakeData(**FAKE)  # sent as FakeData(**its arguments)
-    write_dataset(fake, tmp_path / "fake", name="fake", num_shards=8, executor=executor, progress=False)
+    write_dataset(fake, tmp_path / "fake", name="fake", shards=ShardLayout(count=8),
+                  execution=Execution(executor=executor, progress=False))
     folder = torchvision.datasets.ImageFolder(str(serial / "images"))
-    write_dataset(folder, tmp_path / "folder", name="folder", num_shards=8, executor=executor, progress=False)
+    write_dataset(folder, tmp_path / "folder", name="folder", shards=ShardLayout(count=8),
+                  execution=Execution(executor=executor, progress=False))
     for name in ("fake", "folder"):
         assert len([f for f in visible(tmp_path / name) if f.endswith(".index")]) == 8
         assert_same_files(serial / name, tmp_path / name)
@@ -73,8 +77,9 @@ def test_dask_conversion_to_s3_equals_the_serial_files(client, serial, s3):  # n
     for name, source in (("fake", DatasetSource(torchvision.datasets.FakeData, **FAKE)),
                          ("folder", torchvision.datasets.ImageFolder(str(serial / "images")))):
         url = f"s3://bucket/dask/{name}"
-        paths = write_dataset(source, url, name=name, num_shards=8, executor=executor, progress=False,
-                              storage_options=s3.options)
+        paths = write_dataset(source, url, name=name,
+                              storage_options=s3.options, shards=ShardLayout(count=8),
+                              execution=Execution(executor=executor, progress=False))
         assert len(paths) == 8
         fs = s3.fs()
         prefix = f"bucket/dask/{name}/"
@@ -107,8 +112,8 @@ def test_a_worker_killed_mid_shard_leaves_no_partial_shard(client, serial, tmp_p
 
     at = int(write_order(24)[13])  # the second record of shard 4 (3 records a shard)
     source = DatasetSource(KillOnce, tmp_path / "killed", at)
-    write_dataset(source, tmp_path / "out", name="fake", num_shards=8, executor=client.get_executor(),
-                  progress=False)
+    write_dataset(source, tmp_path / "out", name="fake", shards=ShardLayout(count=8),
+                  execution=Execution(executor=client.get_executor(), progress=False))
     assert (tmp_path / "killed").exists()  # a worker did die mid-task
     assert not [f for f in os.listdir(tmp_path / "out") if f.endswith(".partial")]
     assert_same_files(serial / "fake", tmp_path / "out")

@@ -12,11 +12,12 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import torch.distributed as dist
     from torch.utils.data import DataLoader
-    from tfrecord_torch import TFRecordDataset, Int64
+    from tfrecord_torch import Int64, Sharding, TFRecordDataset
 
     rank, world, init, data, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    ds = TFRecordDataset(data, features={"id": Int64()}, shuffle=True, seed=3, even="pad")
+    ds = TFRecordDataset(data, features={"id": Int64()}, shuffle=True, seed=3,
+                         sharding=Sharding(even="pad"))
     assert (ds.rank, ds.world_size) == (rank, world), "rank detected from torch.distributed"
     ids = [int(i) for b in DataLoader(ds, batch_size=4, num_workers=2) for i in b["id"]]
     gathered = [None] * world
@@ -73,10 +74,11 @@ def test_two_ranks_read_a_converted_dataset_exactly_once(tmp_path):
     read by 2 gloo ranks x 2 DataLoader workers, gives every record to exactly one."""
     import numpy as np
 
-    from tfrecord_torch import write_dataset
+    from tfrecord_torch import Execution, ShardLayout, write_dataset
 
     samples = [(np.full((2, 2, 1), i, np.uint8), i) for i in range(22)]  # label = the sample's id
-    write_dataset(samples, tmp_path / "data", name="ids", num_shards=3, progress=False)
+    write_dataset(samples, tmp_path / "data", name="ids", shards=ShardLayout(count=3),
+                  execution=Execution(progress=False))
     script = tmp_path / "worker.py"
     script.write_text(CONVERTED)
     init, out = f"file://{tmp_path / 'rendezvous'}", tmp_path / "out.json"

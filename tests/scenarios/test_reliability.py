@@ -20,7 +20,7 @@ CONVERT = textwrap.dedent("""
     import sys, time
     import numpy as np
     import torch
-    from tfrecord_torch import write_dataset
+    from tfrecord_torch import Execution, ShardLayout, write_dataset
 
     class Slowish(torch.utils.data.Dataset):
         def __len__(self):
@@ -30,8 +30,8 @@ CONVERT = textwrap.dedent("""
             return np.full((8, 8, 3), i % 251, np.uint8), i % 7
 
     print("start", flush=True)
-    write_dataset(Slowish(), sys.argv[1], name="crash", shard_size=25, progress=False,
-                  num_workers=int(sys.argv[3]))
+    write_dataset(Slowish(), sys.argv[1], name="crash", shards=ShardLayout(size=25),
+                  execution=Execution(num_workers=int(sys.argv[3]), progress=False))
     print("done", flush=True)
 """)
 

@@ -14,10 +14,13 @@ from helpers import ids_of, listing, write_shards
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import (
+    Execution,
     IndexedReader,
     IndexedTFRecordDataset,
     RecordWriter,
     ShardedWriter,
+    ShardLayout,
+    Source,
     TFRecordDataset,
     build_index,
     load_index,
@@ -158,7 +161,7 @@ def test_glob_and_stream_with_two_workers_exactly_once(s3, cache):
     assert sorted(got) == list(range(24))
     # Streamed without indexes (read-ahead, shards dealt whole to the workers).
     s3.requests.clear()
-    streamed = TFRecordDataset(pattern, storage_options=s3.options, index=False)
+    streamed = TFRecordDataset(pattern, storage_options=s3.options, source=Source(index=False))
     assert sorted(ids_of(DataLoader(streamed, batch_size=None, num_workers=2))) == list(range(24))
     gets = [r for r in s3.requests if r[0] == "GET" and "/w2/data-train.tfrecord-" in r[1]
             and not r[1].endswith(".index")]
@@ -204,8 +207,8 @@ def test_remote_index_built_once_into_the_cache(s3, cache):
 
 def test_converter_to_bucket_and_tfds_reader(s3, cache):
     source = torchvision.datasets.FakeData(size=12, image_size=(3, 8, 8), num_classes=3)
-    write_dataset(source, "s3://bucket/conv", name="fake", shard_size=5, progress=False,
-                  storage_options=s3.options)
+    write_dataset(source, "s3://bucket/conv", name="fake",
+                  storage_options=s3.options, shards=ShardLayout(size=5), execution=Execution(progress=False))
     ds = tfds_dataset("s3://bucket/conv", "train", storage_options=s3.options)
     assert len(ds) == 12
     assert [int(d["label"]) for d in ds] == [source[i][1] for i in write_order(12)]
@@ -350,7 +353,7 @@ def test_workers_forked_after_the_parent_used_the_filesystem(s3, cache):
     ds = TFRecordDataset(pattern, storage_options=cached)
     assert sorted(ids_of(ds)) == list(range(12))  # the parent reads first: instance and loop exist
     for index in (None, False):
-        ds = TFRecordDataset(pattern, storage_options=cached, index=index)
+        ds = TFRecordDataset(pattern, storage_options=cached, source=Source(index=index))
         assert sorted(ids_of(DataLoader(ds, batch_size=None, num_workers=2))) == list(range(12))
 
 
@@ -366,17 +369,20 @@ def test_converter_to_bucket_fails_then_reruns_only_missing_shards(s3, tmp_path)
     url, fs = "s3://bucket/resume", s3.fs()
     last = int(write_order(20)[-1])  # a sample of the last shard: the first three get uploaded
     with pytest.raises(OSError, match="injected failure"):
-        write_dataset(Flaky(counter, bad=last), url, name="k", num_shards=4, retries=1, progress=False,
-                      storage_options=s3.options)
+        write_dataset(Flaky(counter, bad=last), url, name="k",
+                      storage_options=s3.options, shards=ShardLayout(count=4),
+                      execution=Execution(retries=1, progress=False))
     first = {p[len("bucket/resume/"):] for p in fs.find("bucket/resume")}
     assert "dataset_info.json" not in first
     shards = sorted(n for n in first if n.startswith("k-train"))
     assert all(f"index/{n}.index" in first for n in shards) and len(shards) == 3
     counter.write_text("0")
     again = Flaky(counter, bad=last)
-    write_dataset(again, url, name="k", num_shards=4, progress=False, storage_options=s3.options)
+    write_dataset(again, url, name="k", storage_options=s3.options, shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
     assert again.calls == 5 * (4 - len(shards))  # the uploaded shards were kept
-    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", num_shards=4, progress=False)
+    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
     fs.invalidate_cache()
     remote = {p[len("bucket/resume/"):]: p for p in fs.find("bucket/resume")}  # hidden objects too: no markers
     assert sorted(remote) == listing(tmp_path / "ref")  # remote indexes need no stamps (ETag-keyed)

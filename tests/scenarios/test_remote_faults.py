@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import ids_of
 
-from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, read_records
+from tfrecord_torch import RecordWriter, Source, TFRecordDataset, make_example, read_records
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.records.writer import frame
 
@@ -80,7 +80,8 @@ def test_an_empty_object_is_a_shard_of_no_records(s3, opts, caplog):
     put(s3, "empty/a-0.tfrecord", [make_example({"id": i}) for i in range(3)])
     s3.fs().pipe_file("bucket/empty/a-1.tfrecord", b"")
     for index in (None, False):
-        ds = TFRecordDataset("s3://bucket/empty/a-*.tfrecord", storage_options=opts, index=index)
+        ds = TFRecordDataset("s3://bucket/empty/a-*.tfrecord", storage_options=opts,
+                             source=Source(index=index))
         assert sorted(ids_of(ds)) == [0, 1, 2]
     assert list(read_records("s3://bucket/empty/a-1.tfrecord", storage_options=opts)) == []
     from tfrecord_torch.records.compression import compression_of
@@ -128,7 +129,7 @@ def test_5xx_and_throttling_are_retried_everywhere(s3, opts, caplog, status):
     put(s3, "f5/a.tfrecord", [make_example({"id": i}) for i in range(4)])
     s3.status = (status, b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>")
     s3.status_count, s3.fault_path = 2, "f5/a.tfrecord"  # the stat and the read both meet one
-    ds = TFRecordDataset("s3://bucket/f5/a.tfrecord", storage_options=opts, index=False)
+    ds = TFRecordDataset("s3://bucket/f5/a.tfrecord", storage_options=opts, source=Source(index=False))
     assert ids_of(ds) == [0, 1, 2, 3]
     assert s3.status_count == 0 and retries_logged(caplog) >= 1
 
@@ -213,7 +214,7 @@ def shard_bytes(n, size=8):
 def test_http_503_in_existence_checks_is_retried(web, caplog):
     Handler.files["/d/a.tfrecord"] = shard_bytes(5)
     Handler.fail["/d/a.tfrecord"] = [503, 503]
-    ds = TFRecordDataset(f"{web}/d/a.tfrecord", index=False)
+    ds = TFRecordDataset(f"{web}/d/a.tfrecord", source=Source(index=False))
     assert ids_of(ds) == list(range(5))
     assert retries_logged(caplog) >= 1
 
@@ -232,7 +233,7 @@ def test_http_without_ranges_needs_an_index_says_so_before_downloading(web):
     url = f"{web}/d/a.tfrecord"
     with pytest.raises(RemoteError, match="range"):
         TFRecordDataset(url)  # an index would be needed: refused before any record
-    assert ids_of(TFRecordDataset(url, index=False)) == list(range(2000))
+    assert ids_of(TFRecordDataset(url, source=Source(index=False))) == list(range(2000))
     assert sum(1 for r in read_records(url)) == 2000
 
 
@@ -256,9 +257,9 @@ def test_http_without_ranges_streams_a_large_object_in_bounded_memory(web):
         n = sum(1 for _ in read_records("{web}/big.tfrecord"))
         first = peak()
         import torch
-        from tfrecord_torch import TFRecordDataset
+        from tfrecord_torch import Source, TFRecordDataset
         base = peak()
-        m = sum(1 for _ in TFRecordDataset("{web}/big.tfrecord", index=False))
+        m = sum(1 for _ in TFRecordDataset("{web}/big.tfrecord", source=Source(index=False)))
         print(n, m, first, base, peak())
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,

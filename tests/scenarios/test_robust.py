@@ -20,6 +20,7 @@ from tfrecord_torch import (
     IndexedTFRecordDataset,
     RecordWriter,
     ShardedWriter,
+    Source,
     TFRecordDataset,
     TFRecordError,
     build_index,
@@ -144,7 +145,7 @@ def test_a_real_file_with_glob_characters(tmp_path):
     with RecordWriter(path) as w:
         w.write(make_example({"id": 7}))
     assert ids_of(TFRecordDataset(path)) == [7]
-    assert ids_of(TFRecordDataset(str(path), index=False)) == [7]
+    assert ids_of(TFRecordDataset(str(path), source=Source(index=False))) == [7]
 
 
 def test_a_symlink_loop_is_named(tmp_path):

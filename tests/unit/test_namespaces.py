@@ -51,14 +51,24 @@ def test_every_earlier_top_level_name_still_imports():
 @pytest.mark.parametrize("face, names", [
     ("tfrecord_torch.records", ["Compression", "IndexedReader", "RecordWriter", "build_index", "check_index",
                                 "load_index", "read_records"]),
-    ("tfrecord_torch.example", ["make_example", "make_sequence_example", "parse_example", "parse_example_batch",
-                                "parse_sequence_example", "parse_sequence_example_batch"]),
+    # the top-level parse_* take an optional feature description (features/parsing.py); example/'s are raw
+    ("tfrecord_torch.example", ["make_example", "make_sequence_example"]),
     ("tfrecord_torch.features.images", ["Boxes", "Image", "ImageBatching", "Mask", "RawImage"]),
 ])
 def test_the_top_level_and_the_namespaces_give_the_same_objects(face, names):
     package = importlib.import_module(face)
     for name in names:
         assert getattr(tfrecord_torch, name) is getattr(package, name), name
+
+
+def test_the_top_level_parse_functions_give_the_raw_parse_without_a_description():
+    from tfrecord_torch import example
+
+    payload = example.make_example({"a": [1, 2], "b": b"x"})
+    for name in ("parse_example", "parse_example_batch"):
+        raw = getattr(example, name)(payload if name == "parse_example" else [payload])
+        top = getattr(tfrecord_torch, name)(payload if name == "parse_example" else [payload])
+        assert repr(top) == repr(raw), name
 
 
 def test_the_light_namespaces_import_no_torch():

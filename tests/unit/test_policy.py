@@ -14,6 +14,7 @@ from tfrecord_torch import (
     FeatureError,
     Int64,
     RecordWriter,
+    Source,
     TFRecordDataset,
     build_index,
     make_example,
@@ -104,8 +105,8 @@ def test_dataset_skips_and_counts_across_workers(tmp_path, workers, batch_size):
     size = len(paths[0].read_bytes()) // 10  # equal-size records
     corrupt(paths[0], size, 3, "payload")
     corrupt(paths[1], size, 4, "header")  # the index says where record 5 starts: resume there
-    ds = TFRecordDataset(tmp_path, index=[str(p) + ".index" for p in paths], on_error="skip",
-                         batch_size=batch_size)
+    ds = TFRecordDataset(tmp_path, on_error="skip",
+                         batch_size=batch_size, source=Source(index=[str(p) + ".index" for p in paths]))
     got = ids_of(DataLoader(ds, batch_size=None, num_workers=workers))
     assert sorted(got) == [i for i in range(30) if i not in (3, 14)]
     assert ds.errors() == {"total": 2, "per_shard": {str(paths[0]): 1, str(paths[1]): 1}}
@@ -113,7 +114,8 @@ def test_dataset_skips_and_counts_across_workers(tmp_path, workers, batch_size):
 
 def test_dataset_errors_reach_main_process_with_location(tmp_path):
     paths = write_shards(tmp_path, [6, 6])
-    TFRecordDataset(tmp_path, index="beside")  # index files beside the shards while the data is good
+    TFRecordDataset(tmp_path,
+                    source=Source(index="beside"))  # index files beside the shards while the data is good
     size = len(paths[1].read_bytes()) // 6
     corrupt(paths[1], size, 2, "payload")
     ds = TFRecordDataset(tmp_path)

@@ -46,24 +46,28 @@ def add_convert_parser(sub, parents=()) -> None:
 
 def _cmd_convert(args) -> int:
     from tfrecord_torch.write.convert import write_dataset
+    from tfrecord_torch.write.options import Encoding, Execution, ShardLayout
 
     source, default_name = _source_dataset(args)
     dataset = source.build()  # once per process: write_dataset reuses it
     split = args.split or ("test" if args.train is False else "train")
     name = args.name or default_name
-    options = dict(name=name, split=split, image_format=args.format, quality=args.quality,
-                   shard_size=args.shard_size, num_shards=args.num_shards, seed=args.seed, shuffle=args.shuffle,
-                   compression=None if args.compression == "none" else args.compression,
-                   progress=not args.quiet, storage_options=args.storage_options)
+    options = dict(name=name, split=split, seed=args.seed, shuffle=args.shuffle,
+                   shards=ShardLayout(size=args.shard_size, count=args.num_shards,
+                                      compression=None if args.compression == "none" else args.compression),
+                   encoding=Encoding(image_format=args.format, quality=args.quality),
+                   storage_options=args.storage_options)
     if args.dask_scheduler:
         try:
             from distributed import Client
         except ImportError as e:
             raise ValueError("--dask-scheduler needs Dask: pip install 'tfrecord_torch[dask]'") from e
         with Client(args.dask_scheduler) as client:
-            paths = write_dataset(source, args.output, executor=client.get_executor(), **options)
+            paths = write_dataset(source, args.output, **options,
+                                  execution=Execution(executor=client.get_executor(), progress=not args.quiet))
     else:
-        paths = write_dataset(source, args.output, num_workers=args.workers, **options)
+        paths = write_dataset(source, args.output, **options,
+                              execution=Execution(num_workers=args.workers, progress=not args.quiet))
     print(f"{len(dataset)} records in {len(paths)} shards -> {args.output} ({name}-{split})")
     return 0
 

@@ -1,10 +1,11 @@
 """Batch mode of :class:`~tfrecord_torch.data.iterable.TFRecordDataset`: whole
-batches parsed column-wise and their images decoded into one buffer."""
+batches parsed column-wise and their images decoded into one buffer, by a
+:class:`BatchPipeline` the dataset builds for each iteration."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
@@ -25,7 +26,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
 
-__all__ = ["BatchReader"]
+__all__ = ["BatchPipeline", "mixed_sizes"]
 
 
 class Started(NamedTuple):
@@ -36,47 +37,47 @@ class Started(NamedTuple):
     batch: Pending[Any]
 
 
-class BatchReader:
-    """The batch-mode methods of the dataset (``batch_size`` set), a mixin:
-    they read the attributes the dataset's constructor sets."""
+class BatchPipeline:
+    """Batch mode of one iteration (``batch_size`` set): reads whole batches
+    of records and decodes them column-wise, their images into one buffer.
 
-    paths: list[str]
-    spec: Any
-    transform: Callable | None
-    images: ImageBatching | None
-    batch_size: int | None
-    drop_last: bool
-    shuffle: bool
-    seed: int
-    epoch: int
-    rank: int
-    world_size: int
-    even: str | None
-    verify: bool
-    policy: SharedErrorPolicy
-    storage_options: dict | None
+    The dataset builds one per iteration from its settings as they stand
+    (``spec``, ``transform`` and ``images`` may be reassigned between
+    iterations); the per-epoch plan comes as :meth:`batches`' arguments.
 
-    if TYPE_CHECKING:
-        def _planner(self) -> sharding.RangePlanner: ...
-        def __len__(self) -> int: ...
-        @property
-        def indexes(self) -> list: ...
-        @property
-        def counts(self) -> list[int] | None: ...
+    Args:
+        paths: the shards.
+        indexes: each shard's index (None where streamed: then only
+            :meth:`decode_streamed_batch` applies).
+        spec: the dataset's feature spec (None, a dict or a SequenceSpec).
+        transform: the dataset's transform.
+        images: the image fast path's options; None when it is off.
+        shuffle: whether the epoch's sequence is shuffled (positions then
+            gather from many shards).
+        seed_key: the ints that seed the fused crops of this iteration
+            (seed, epoch, rank).
+        policy: the dataset's error policy (skips counted across workers).
+        verify: check record CRCs.
+        storage_options: fsspec options for URLs.
+    """
 
-    def _batches(self, worker: int, workers: int, skip: int):
-        """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
-        of this rank's sequence; worker w decodes batches w, w + workers, ...
-        (after ``skip`` of its own)."""
-        n = len(self) if self.drop_last else None
-        size = cast(int, self.batch_size)
-        lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
-        count = n if n is not None else -(-(hi - lo) // size)
+    def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
+                 images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
+                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None) -> None:
+        self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
+        self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
+        self.verify, self.storage_options = verify, storage_options
+
+    def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
+                worker: int, workers: int, skip: int):
+        """Batches over indexed shards: batch b holds positions [lo + b*size,
+        lo + (b+1)*size) of the plan (up to ``hi``); worker w decodes batches
+        w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
+        (units finished, the batch or SKIPPED)."""
         readers = pool.ReaderPool(self.storage_options)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
-        plan = self._planner()
-        batches = self._image_batches(())
+        batches = self.image_batches(())
         pending: Started | None = None  # the batch decoding while the next one is read
         try:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
@@ -114,12 +115,14 @@ class BatchReader:
         items = [i for i in found if i is not None]
         return [i.payload for i in items], lambda: items
 
-    def _image_batches(self, where: tuple[int, ...]) -> ImageBatches:
+    def image_batches(self, where: tuple[int, ...]) -> ImageBatches:
         """The batch decoder of one iterator; ``where`` adds to the crop seed."""
         return ImageBatches(self.spec if isinstance(self.spec, dict) else {}, self.transform, self.images,
-                            (self.seed, self.epoch, self.rank, *where))
+                            (*self.seed_key, *where))
 
-    def _decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
+    def decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
+        """One decoded batch of streamed records ``items`` (``number``: its
+        position, for the crop seed)."""
         return self._decode_batch([i.payload for i in items], lambda: items, batches, number)
 
     def _decode_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
@@ -171,7 +174,7 @@ class BatchReader:
         """A batch that did not parse or decode as a whole: record by record."""
         good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
                 is not SKIPPED]  # raises under "raise", naming the record
-        return self._decode_streamed_batch(good, batches, number)
+        return self.decode_streamed_batch(good, batches, number)
 
     def _sequence_batch(self, items: Callable[[], list[Located]]):
         decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch.utils.data
 
-from tfrecord_torch._types import CompressionArg, PathLike, Paths
-from tfrecord_torch.data import plan as sharding
-from tfrecord_torch.data.batchmode import BatchReader
+from tfrecord_torch._args import check_flag, check_instance, check_int
+from tfrecord_torch._types import Paths
+from tfrecord_torch.data import plan
+from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.epochs import EpochCounter
 from tfrecord_torch.data.imagebatch import fuse_per_sample
+from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -26,7 +28,7 @@ from tfrecord_torch.data.reading import (
     stream_shard,
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
-from tfrecord_torch.data.state import ResumableReader
+from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_random_access
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.engine import ImageBatching
@@ -37,8 +39,12 @@ from tfrecord_torch.policy import OnError
 __all__ = ["TFRecordDataset"]
 
 
-class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDataset):
+class TFRecordDataset(torch.utils.data.IterableDataset):
     """Records from TFRecord shards, split over DataLoader workers and ranks.
+
+    It owns its collaborators: a :class:`~tfrecord_torch.data.state.ResumeState`
+    (epoch and position, for ``state_dict``), and in batch mode a
+    :class:`~tfrecord_torch.data.batchmode.BatchPipeline` per iteration.
 
     Args:
         paths: a path, a glob pattern, a directory, or a list of these.
@@ -50,57 +56,31 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         sequence_features: read SequenceExamples: a spec of their feature
             lists, each feature's shape being one step's (``Int64("tokens")``
             gives int64 [T], ``Float("frames", shape=(3,))`` float32 [T, 3]).
-        index: None to use each uncompressed shard's index (found beside it,
-            else built and kept in the local index cache, never in the shards'
-            folder); "beside" to write the indexes it builds beside the shards
-            (``<shard>.index``, as DALI's tfrecord2idx does); a list of index
-            paths, one per shard; False to stream every shard.
-        shuffle: a global shuffle: indexed shards are read in a permutation
-            of all (shard, record) pairs, new every epoch; streamed shards are
-            dealt in a shuffled order, ``cycle_length`` of them interleaved,
-            through ``shuffle_buffer``. Deterministic in ``seed`` and the epoch:
-            each iteration starts the next epoch (also with
-            ``persistent_workers=True``) unless :meth:`set_epoch` names one.
-        seed: the shuffle seed (same on every rank).
-        shuffle_block: 1 (default) for a true permutation; k > 1 permutes runs
-            of k consecutive records (fewer, longer reads, for remote
-            storage) and mixes the records of 256 runs at a time.
-        shuffle_buffer: size of a buffer that further mixes the record stream
-            (per record mode only). Default: 0 for indexed shards (already a
-            true permutation), 10,000 for streamed (compressed) shards.
-        cycle_length: streamed shards a reader interleaves at once (as
-            tf.data's ``interleave``), default 4.
         transform: a callable applied to each item; in batch mode, to each
             batch -- except a torchvision v2 transform, which is applied to
             each record (each image its own random crop and flip).
-        rank, world_size: this process's rank; default torch.distributed, then
-            the RANK / WORLD_SIZE environment, then (0, 1).
-        even: None (ranks may get one record more or less), "pad" (every rank
-            gets ceil(N / world_size): the first records of the epoch repeat) or
-            "drop" (floor(N / world_size): the last records are left out this
-            epoch). DistributedDataParallel hangs on unequal counts.
+        shuffle: a global shuffle: True, or a :class:`Shuffling` saying how
+            (block, buffer, cycle_length). Indexed shards are read in a
+            permutation of all (shard, record) pairs, new every epoch; streamed
+            shards are dealt in a shuffled order, ``cycle_length`` of them
+            interleaved, through a shuffle buffer. Deterministic in ``seed`` and
+            the epoch: each iteration starts the next epoch (also with
+            ``persistent_workers=True``) unless :meth:`set_epoch` names one.
+        seed: the shuffle seed (same on every rank).
         batch_size: decode whole batches at once (use ``DataLoader(batch_size=None)``):
             items are then dicts of batched tensors [B, ...]. With indexed shards,
             batches are dealt to workers in turn, so their order does not depend
             on ``num_workers``; streamed shards are batched per worker.
-        drop_last: in batch mode, drop each epoch's final short batch.
-        images: batch mode's image fast path: True (default options), an
-            :class:`ImageBatching` (threads, layout, JPEG decoder, fused crop,
-            normalisation, fixed size, padding), or False to decode and
-            transform each image as the per-sample path does, then stack.
-        compression: of the shards: "auto", None, "gzip" or "zlib".
-        verify: check record CRCs.
         on_error: "raise", "skip", "warn" or a callable (see :mod:`tfrecord_torch.policy`): what a corrupt record or a feature
             that fails to decode does (:mod:`tfrecord_torch.policy`); skips are
             logged and counted in :meth:`errors`, across worker processes.
         storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
-        lengths: each shard's record count, known in advance (a TFDS folder's
-            ``shardLengths``): ``len()`` and the split plan use them without
-            reading anything, and the shards are indexed only when first read
-            (an index that disagrees is an error naming the shard).
-        progress: a progress bar on stderr while shards without index files
-            are indexed: None (default) shows it when stderr is a terminal
-            and not in a DataLoader worker; True or False always or never.
+        sharding: a :class:`Sharding`: rank, world_size (default torch.distributed,
+            then the RANK / WORLD_SIZE environment, then (0, 1)) and ``even``.
+        source: a :class:`Source`: index files, known shard lengths,
+            compression, CRC checks, the indexing progress bar.
+        batching: a :class:`Batching`: ``drop_last`` in batch mode, and
+            ``images``, the image fast path's options.
 
     Every record is read exactly once per epoch over all ranks and workers.
     Shards that cannot be indexed (compressed) are streamed and dealt whole.
@@ -108,55 +88,47 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
 
     def __new__(cls, *args, **kwargs):
         check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        refuse_moved_keywords(cls.__name__, {k: v for k, v in kwargs.items() if k in MOVED})
         return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
-                 index: Sequence[PathLike] | str | bool | None = None,
-                 shuffle: bool = False, seed: int = 0, shuffle_block: int = 1,
-                 shuffle_buffer: int | None = None, cycle_length: int = 4, transform: Callable | None = None,
-                 rank: int | None = None, world_size: int | None = None, even: str | None = None,
-                 batch_size: int | None = None, drop_last: bool = False,
-                 images: ImageBatching | bool = True, compression: CompressionArg = "auto",
-                 verify: bool = True, on_error: OnError = "raise", storage_options: dict | None = None,
-                 lengths: Sequence[int] | None = None, progress: bool | None = None) -> None:
+                 transform: Callable | None = None, shuffle: bool | Shuffling = False, seed: int = 0,
+                 batch_size: int | None = None, on_error: OnError = "raise", storage_options: dict | None = None,
+                 sharding: Sharding | None = None, source: Source | None = None,
+                 batching: Batching | None = None) -> None:
         super().__init__()
+        check_int("batch_size", batch_size, minimum=1, optional=True)
+        shuffling = Shuffling() if not isinstance(shuffle, Shuffling) else shuffle
+        if not isinstance(shuffle, Shuffling):
+            check_flag("shuffle", shuffle)
+        sharding = check_instance("sharding", sharding or Sharding(), Sharding, "a Sharding")
+        source = check_instance("source", source or Source(), Source, "a Source")
+        batching = check_instance("batching", batching or Batching(), Batching, "a Batching")
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
         self.spec = make_spec(features, sequence_features)
-        self.rank, self.world_size = sharding.resolve_rank(rank, world_size)
-        if even not in sharding.EVEN_MODES:
-            raise ValueError(f"even must be one of {sharding.EVEN_MODES}, got {even!r}")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
-        if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 0):
-            raise ValueError(f"shuffle_buffer must be an int >= 0 or None, got {shuffle_buffer!r}")
-        for name, value in (("shuffle_block", shuffle_block), ("cycle_length", cycle_length)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        self.shuffle, self.seed, self.even = shuffle, seed, even
-        self.shuffle_block, self.cycle_length = shuffle_block, cycle_length
-        self.transform, self.batch_size, self.drop_last = transform, batch_size, drop_last
-        if not isinstance(images, (bool, ImageBatching)):
-            raise ValueError(f"images must be True, False or an ImageBatching, got {images!r}")
-        self.images = ImageBatching() if images is True else images or None
-        self._fused: tuple = ()  # (spec, transform, images) -> what the per-sample path decodes with
-        self.compression, self.verify = compression, verify
+        self.rank, self.world_size = plan.resolve_rank(sharding.rank, sharding.world_size)
+        even = sharding.even
+        self.shuffle, self.seed, self.even = shuffle is not False, seed, even
+        self.shuffle_block, self.cycle_length = shuffling.block, shuffling.cycle_length
+        self.transform, self.batch_size, self.drop_last = transform, batch_size, batching.drop_last
+        self.images = batching.image_options
+        self._fused: tuple[_Settings, PerSample] | None = None  # what the per-sample path decodes with
+        self.compression, self.verify = source.compression, source.verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
-        self.progress = progress
-        self._lengths = self._check_lengths(lengths, index)
-        self._index_args = (index, listing)
+        self.progress = source.progress
+        self._lengths = self._check_lengths(source.lengths)
+        self._index_args = _IndexArgs(source.index, listing)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
+        shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
-        self._epochs = EpochCounter()
-        self.epoch = 0  # the epoch of this reader's current (or next) iteration
-        self._resume: dict | None = None
-        self._position = 0
+        self._resume = ResumeState(type(self).__name__)
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
         state = dict(self.__dict__)
@@ -167,17 +139,13 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         self.__dict__.update(state)
         self._index_lock = threading.Lock()
 
-    def _check_lengths(self, lengths, index) -> list[int] | None:
+    def _check_lengths(self, lengths) -> list[int] | None:
         if lengths is None:
             return None
-        lengths = [int(n) for n in lengths]
-        if len(lengths) != len(self.paths) or any(n < 0 for n in lengths):
+        if len(lengths) != len(self.paths):
             raise ValueError(f"lengths: got {len(lengths)} record counts for {len(self.paths)} shards "
                              "(one count >= 0 per shard)")
-        if index is False:
-            raise ValueError("lengths= reads shards by position (they are indexed when read); "
-                             "it cannot go with index=False")
-        return lengths
+        return list(lengths)
 
     @property
     def indexes(self) -> list:
@@ -186,7 +154,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         if self._indexes_built is None:
             with self._index_lock:
                 if self._indexes_built is None:
-                    self._indexes_built = self._build_indexes(*self._index_args)
+                    self._indexes_built = self._build_indexes(self._index_args.index, self._index_args.listing)
         return self._indexes_built
 
     def _build_indexes(self, index, listing) -> list:
@@ -213,6 +181,60 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
             return list(self._lengths)
         return None if self.streamed else [len(i) for i in self.indexes]
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of this reader's current (or next) iteration."""
+        return self._resume.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
+
+        Not needed to reshuffle: each iteration already starts the next epoch.
+        Call it before ``iter(loader)``; it reaches persistent workers too.
+        """
+        self._resume.set_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        """Where iteration stands: the epoch, this reader's position in it, and
+        the settings that give the position its meaning (format version, seed,
+        shards with record counts, rank, world size, worker, shuffle, mode).
+
+        The position counts the units (records, or batches in batch mode) this
+        reader has finished, delivered or skipped by the error policy. Inside a
+        DataLoader worker this is the worker's own state, which is what
+        torchdata's StatefulDataLoader saves and restores per worker. After
+        :meth:`load_state_dict` and before iterating, it is the loaded state.
+
+        Raises:
+            RuntimeError: called in the main process while a plain DataLoader's
+                workers read the dataset (use StatefulDataLoader's state_dict).
+        """
+        return self._resume.state_dict(self._settings())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the next iteration reads the saved epoch from after the saved
+        position (no :meth:`set_epoch` needed); nothing is repeated or skipped,
+        and what came before is not read again (streamed shards are re-read but
+        not decoded). Later iterations go on with the following epochs.
+
+        Raises:
+            ValueError: the state comes from another seed, shard list, rank,
+                world size, worker split, shuffle setting or mode (named), or
+                another format version; or, when iterating, it was loaded in
+                another reader than the one iterating (the main process's, read
+                by DataLoader workers).
+        """
+        self._resume.load_state_dict(state, self._settings())
+
+    def _settings(self) -> dict:
+        """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`)."""
+        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                "worker": _reader(),
+                "shards": describe_shards_for_state(self.paths, self.counts),
+                "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
+                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
+                "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
+
     def errors(self) -> dict:
         """Records skipped under ``on_error="skip"/"warn"`` so far, over all
         worker processes: ``{"total": n, "per_shard": {path: n}}``."""
@@ -237,7 +259,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
             raise TypeError("len() is unknown: some shards are compressed and cannot be indexed")
-        lo, hi = sharding.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
+        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         n = hi - lo
         if self.batch_size is None:
             return n
@@ -246,11 +268,8 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        self.epoch = self._epochs.start()
-        skip = self._take_resume()
-        self._position = skip
+        worker, workers = _reader()
+        skip = self._resume.start([worker, workers])
         if self.streamed:
             units = self._streamed(worker, workers, skip)
         elif self.batch_size is not None:
@@ -261,7 +280,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
 
     def _deliver(self, units) -> Iterator:
         for position, value in units:  # (units finished so far, the value or SKIPPED)
-            self._position = position
+            self._resume.position = position
             if value is not SKIPPED:
                 yield value
 
@@ -272,21 +291,36 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         """Apply the shuffle buffer (on references or undecoded payloads)."""
         return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
 
-    def _planner(self) -> sharding.RangePlanner:
-        return sharding.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+    def _planner(self) -> plan.RangePlanner:
+        return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                      block=self.shuffle_block)
+
+    def _pipeline(self) -> BatchPipeline:
+        """Batch mode's pipeline for one iteration, from the settings as they stand."""
+        return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
+                             images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
+                             policy=self.policy, verify=self.verify, storage_options=self.storage_options)
+
+    def _batches(self, worker: int, workers: int, skip: int):
+        """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
+        of this rank's sequence; worker w decodes batches w, w + workers, ...
+        (after ``skip`` of its own)."""
+        size = cast(int, self.batch_size)
+        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
+        count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
+        return self._pipeline().batches(self._planner(), lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
         sequence, read a group at a time (shard by shard, ascending offsets)."""
         planner = self._planner()
-        lo, hi = sharding.rank_positions(planner.total, self.rank, self.world_size, self.even)
-        lo, hi = sharding.split_range(lo, hi, worker, workers)
+        lo, hi = plan.rank_positions(planner.total, self.rank, self.world_size, self.even)
+        lo, hi = plan.split_range(lo, hi, worker, workers)
         if not self.shuffle:  # in order: long sequential windows
             groups = ((s.shard * np.ones(len(s.records), np.int64), s.records) for s in planner.segments(lo, hi))
         else:
-            size = self.shuffle_block * sharding.SHUFFLE_WINDOW
-            groups = (planner.pairs(a, b) for a, b in sharding.read_groups(lo, hi, size))
+            size = self.shuffle_block * plan.SHUFFLE_WINDOW
+            groups = (planner.pairs(a, b) for a, b in plan.read_groups(lo, hi, size))
             if self.shuffle_buffer > 1:
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
@@ -311,7 +345,7 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
         are read again but not decoded."""
-        shards = sharding.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
+        shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
@@ -322,24 +356,54 @@ class TFRecordDataset(ResumableReader, BatchReader, torch.utils.data.IterableDat
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
             units = chunked(units, self.batch_size, self.drop_last)
-        batches = self._image_batches((worker,))
+        pipeline = self._pipeline()
+        batches = pipeline.image_batches((worker,))
         try:
             for position, unit in enumerate(units, start=1):
                 if position > skip:
                     yield position, (self._decode(unit) if self.batch_size is None else
-                                     self._decode_streamed_batch(unit, batches, position))
+                                     pipeline.decode_streamed_batch(unit, batches, position))
         finally:
             batches.close()
 
     def _decode(self, item: Located):
-        spec, transform = self._per_sample()
-        return decode_or_skip(item, spec, transform, self.policy.reporter())
+        fused = self._per_sample()
+        return decode_or_skip(item, fused.spec, fused.transform, self.policy.reporter())
 
-    def _per_sample(self) -> tuple:
+    def _per_sample(self) -> PerSample:
         """The spec and transform the per-sample path decodes with: a fusable
         head of the transform done while decoding (:func:`fuse_per_sample`),
         worked out again if ``spec``, ``transform`` or ``images`` is reassigned."""
-        key = (self.spec, self.transform, self.images)
-        if not self._fused or any(a is not b for a, b in zip(self._fused[0], key)):
-            self._fused = (key, fuse_per_sample(*key))
+        given = _Settings(self.spec, self.transform, self.images)
+        if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
+            self._fused = (given, PerSample(*fuse_per_sample(*given)))
         return self._fused[1]
+
+
+class _IndexArgs(NamedTuple):
+    """What building the indexes needs, kept until they are first needed."""
+
+    index: Any  # Source.index
+    listing: Any  # the shard listing (find_shards)
+
+
+class _Settings(NamedTuple):
+    """The dataset's settings the per-sample path's decoding is worked out from."""
+
+    spec: Any
+    transform: Callable | None
+    images: ImageBatching | None
+
+
+class PerSample(NamedTuple):
+    """What the per-sample path decodes with: the spec (with a fused crop) and
+    the rest of the transform."""
+
+    spec: Any
+    transform: Callable | None
+
+
+def _reader() -> list[int]:
+    """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
+    info = torch.utils.data.get_worker_info()
+    return [0, 1] if info is None else [info.id, info.num_workers]

@@ -9,31 +9,22 @@ one read per run of adjacent records, and hands them back in the order asked.
 
 from __future__ import annotations
 
-import bisect
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
+from tfrecord_torch._args import check_flag
 from tfrecord_torch._types import PathLike, Paths
-from tfrecord_torch.data.batched import fetch_items
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.reading import decode_payload
+from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.usage import check_positional
-from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
-from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
-from tfrecord_torch.features.sequence import SequenceSpec, make_spec
-from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
-from tfrecord_torch.features.undecoded import apply_transform
-from tfrecord_torch.io import pool
-from tfrecord_torch.io.files import is_url
+from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
-from tfrecord_torch.records.framing import parse_frame
-from tfrecord_torch.records.stale import explain
 
 __all__ = ["IndexedTFRecordDataset"]
 
@@ -77,6 +68,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
                  index: Sequence[PathLike] | str | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
+        check_flag("verify", verify)
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
         self.policy = SharedErrorPolicy(on_error, self.paths)
@@ -90,19 +82,33 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         for p, i in zip(self.paths, indexes):
             if i is None:
                 raise _compressed(p)
-        self.indexes: list[np.ndarray] = [i for i in indexes if i is not None]
-        self._readers = pool.ReaderPool(storage_options)
-        self._stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
-        self.ends = np.cumsum([len(i) for i in self.indexes], dtype=np.int64)
-        self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call
-        self._starts: list[int] = [0, *self._ends[:-1]]
-        self._len = self._ends[-1] if self._ends else 0
-        self.spec = make_spec(features, sequence_features)
-        self._planned = _plan(self.spec)
-        self.transform, self.verify = transform, verify
+        self._fetcher = ItemFetcher(paths=self.paths, indexes=[i for i in indexes if i is not None],
+                                    spec=make_spec(features, sequence_features), transform=transform,
+                                    verify=verify, policy=self.policy, storage_options=storage_options)
+        self.indexes: list[np.ndarray] = self._fetcher.indexes
+        self.ends = self._fetcher.ends
+        self.verify = verify
+
+    @property
+    def spec(self) -> Any:
+        """The feature spec; may be replaced (the reader plans for it afresh)."""
+        return self._fetcher.spec
+
+    @spec.setter
+    def spec(self, spec: Any) -> None:
+        self._fetcher.spec = spec
+
+    @property
+    def transform(self) -> Callable | None:
+        """The transform applied to each item; may be replaced."""
+        return self._fetcher.transform
+
+    @transform.setter
+    def transform(self, transform: Callable | None) -> None:
+        self._fetcher.transform = transform
 
     def __len__(self) -> int:
-        return self._len
+        return self._fetcher.length
 
     def __repr__(self) -> str:
         features = sorted(self.spec) if self.spec is not None else None
@@ -110,28 +116,11 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard number, record number in the shard) of item ``i``."""
-        i = self._check(i)
-        shard = bisect.bisect_right(self._ends, i)
-        return shard, i - self._starts[shard]
-
-    def _check(self, i) -> int:
-        """``i`` as an index in [0, len), negative ones counted from the end."""
-        i = operator.index(i)
-        n = self._len
-        if not -n <= i < n:
-            raise IndexError(f"index {i} out of range for {n} records")
-        return i + n if i < 0 else i
+        return self._fetcher.locate(i)
 
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
-        j = i if type(i) is int and 0 <= i < self._len else self._check(i)
-        if self._stand_in:
-            j = self._stand_in.get(j, j)  # a bad item met before: straight to its stand-in
-        shard = bisect.bisect_right(self._ends, j) if len(self._ends) > 1 else 0
-        try:
-            return self._read(shard, j - self._starts[shard])
-        except (CorruptRecordError, FeatureError) as e:
-            return self._substitute(j, e)
+        return self._fetcher.item(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The decoded records ``indices``, in that order: what ``ds[i]`` gives
@@ -141,106 +130,17 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         calls this for a batch. Every index is checked (IndexError) before
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
-        return fetch_items(self, [self._check(i) for i in indices])
-
-    def _substitute(self, j: int, error: TFRecordError):
-        """After item ``j`` failed with ``error``: report it (raises under
-        on_error="raise"), then the next readable item stands in, and is
-        remembered as the stand-in of every bad item passed over."""
-        n = self._len
-        self.policy.report(error)
-        passed = [j]  # unreadable items passed over on the way to a readable one
-        for _ in range(n - 1):
-            j = self._stand_in.get((j + 1) % n, (j + 1) % n)  # a run of bad items found before: jump past it
-            shard, r = self.locate(j)
-            try:
-                item = self._read(shard, r)
-            except (CorruptRecordError, FeatureError) as e:
-                self.policy.report(e)
-                passed.append(j)
-                continue
-            for k in passed:  # later requests for these jump straight here: linear, not quadratic
-                self._stand_in[k] = j
-            return item
-        raise TFRecordError(f"none of the {n} records of {len(self.paths)} shard(s) is readable")
+        check = self._fetcher.check
+        return self._fetcher.items([check(i) for i in indices])
 
     def errors(self) -> dict:
         """Records replaced under ``on_error="skip"/"warn"`` so far, over all
         worker processes: ``{"total": n, "per_shard": {path: n}}``."""
         return self.policy.summary()
 
-    def _read(self, shard: int, r: int):
-        path, index, spec = self.paths[shard], self.indexes[shard], self.spec
-        planned = self._planned
-        if planned[0] is not spec:  # the spec was replaced since
-            planned = self._planned = _plan(spec)
-        if planned[3]:
-            item = self._read_compiled(path, index, r, spec, planned)
-            if item is not None:
-                return apply_transform(self.transform, item, path, index.item(r, 0), r)
-        offset, size = index.item(r, 0), index.item(r, 1)
-        data = self._readers.read(path, offset, size)
-        try:
-            return self._decode(data, path, offset, r)
-        except CorruptRecordError as e:  # a stale index is raised, never replaced
-            error = explain(e, index, self._readers.storage_options)
-            if error is e:
-                raise
-            raise error from None
-
-    def _compiled_items(self, targets: list[int]) -> list | None:
-        """Items ``targets`` (checked indices) read in file order by the
-        compiled reader: a list in the order asked, None where it left the
-        record to the usual path; None altogether where it cannot read."""
-        spec, planned = self.spec, self._planned
-        if planned[0] is not spec:
-            planned = self._planned = _plan(spec)
-        if not planned[3] or any(map(is_url, self.paths)):
-            return None
-        out: list = [None] * len(targets)
-        for pos in sorted(range(len(targets)), key=targets.__getitem__):
-            j = targets[pos]
-            shard = bisect.bisect_right(self._ends, j)
-            item = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], spec,
-                                       planned)
-            if item is not None:
-                r = j - self._starts[shard]
-                out[pos] = apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
-        return out
-
-    def _read_compiled(self, path: str, index: np.ndarray, r: int, spec: Any, planned: tuple):
-        """Record ``r`` read, checked and decoded by the compiled reader, for a
-        local file and a record of the usual shape; None otherwise (then the
-        usual path reads it, and raises the error that names it)."""
-        fd = self._readers.descriptor(path)
-        if fd is None:
-            return None
-        _, plan, owned, _ = planned
-        if plan is not None:  # numbers only: the wanted features straight to tensors
-            return read_item(fd, index, r, self.verify, plan, torch.from_numpy)
-        parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
-        if parsed is None or spec is None:
-            return parsed
-        try:
-            return decode_owned(parsed, spec) if owned else decode(parsed, spec)
-        except FeatureError:
-            return None
-
-    def _decode(self, frame: bytes, path: str, offset: int, r: int):
-        payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
-        return decode_payload(payload, path, offset, r, self.spec, self.transform, self._planned[2])
-
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""
-        self._readers.close()
-
-
-def _plan(spec) -> tuple:
-    """(spec, its plan for the compiled reader or None, whether decoding may
-    keep the parsed arrays, whether the compiled reader reads for it): what
-    :meth:`IndexedTFRecordDataset._read` needs of a spec."""
-    return (spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
-            compiled_reader() and not isinstance(spec, SequenceSpec))
+        self._fetcher.close()
 
 
 def _compressed(path: str) -> TFRecordError:

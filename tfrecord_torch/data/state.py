@@ -14,11 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch.utils.data
-
 from tfrecord_torch.data.epochs import EpochCounter
 
-__all__ = ["FORMAT", "ResumableReader", "check_position_known", "check_state", "describe_shards_for_state"]
+__all__ = ["FORMAT", "ResumeState", "check_position_known", "check_state", "describe_shards_for_state"]
 
 FORMAT = 1  # bump when the meaning of a position changes
 
@@ -115,85 +113,59 @@ def _shard_difference(theirs: Any, mine: list) -> str:
     return "shards differ"
 
 
-class ResumableReader:
-    """Epochs and resume states of :class:`~tfrecord_torch.TFRecordDataset`
-    (its attributes: ``_epochs``, ``epoch``, ``_position``, ``_resume`` and the
-    settings listed in :meth:`_settings`)."""
+class ResumeState:
+    """Where a reader stands: the epoch, its position in it (units finished),
+    and a loaded state not yet resumed from. Owned by
+    :class:`~tfrecord_torch.TFRecordDataset`, which passes the settings that
+    give a position its meaning (:func:`check_state`) to each call.
 
-    _epochs: Any
-    epoch: int
-    _position: int
-    _resume: dict | None
-    paths: list[str]
-    seed: int
-    rank: int
-    world_size: int
-    shuffle: bool
-    shuffle_block: int
-    shuffle_buffer: int
-    cycle_length: int
-    batch_size: int | None
-    drop_last: bool
-    even: str | None
+    Args:
+        what: the owner's class name, for messages.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.epochs = EpochCounter()  # iterations so far, shared with DataLoader workers
+        self.epoch = 0  # the epoch of the current (or next) iteration
+        self.position = 0
+        self.loaded: dict | None = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
-
-        Not needed to reshuffle: each iteration already starts the next epoch.
-        Call it before ``iter(loader)``; it reaches persistent workers too.
-        """
-        self._epochs.set(epoch)
+        """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...)."""
+        self.epochs.set(epoch)
         self.epoch = int(epoch)
-        self._position = 0  # a state taken now means the start of ``epoch``
+        self.position = 0  # a state taken now means the start of ``epoch``
 
-    def _settings(self) -> dict:
-        info = torch.utils.data.get_worker_info()
-        return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                "worker": [0, 1] if info is None else [info.id, info.num_workers],
-                "shards": describe_shards_for_state(self.paths, self._counts()),
-                "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
-                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
-                "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
+    def start(self, worker: list[int]) -> int:
+        """Start an iteration in reader ``worker`` ([worker, workers]): its
+        epoch becomes current; returns the position it resumes from (0 unless
+        a state was loaded)."""
+        self.epoch = self.epochs.start()
+        self.position = self._take(worker)
+        return self.position
 
-    def _counts(self) -> list[int] | None:
-        return getattr(self, "counts", None)
-
-    def state_dict(self) -> dict:
-        """Where iteration stands: the epoch, this reader's position in it, and
-        the settings that give the position its meaning (format version, seed,
-        shards with record counts, rank, world size, worker, shuffle, mode).
-
-        The position counts the units (records, or batches in batch mode) this
-        reader has finished, delivered or skipped by the error policy. Inside a
-        DataLoader worker this is the worker's own state, which is what
-        torchdata's StatefulDataLoader saves and restores per worker. After
-        :meth:`load_state_dict` and before iterating, it is the loaded state.
+    def state_dict(self, settings: dict) -> dict:
+        """The state: format, epoch, position and ``settings``.
 
         Raises:
-            RuntimeError: called in the main process while a plain DataLoader's
-                workers read the dataset (use StatefulDataLoader's state_dict).
+            RuntimeError: DataLoader workers, not this process, hold the position.
         """
-        check_position_known(self._epochs, type(self).__name__)
-        position = self._position if self._resume is None else int(self._resume["position"])
-        return {"format": FORMAT, "epoch": self.epoch, "position": position, **self._settings()}
+        check_position_known(self.epochs, self.what)
+        position = self.position if self.loaded is None else int(self.loaded["position"])
+        return {"format": FORMAT, "epoch": self.epoch, "position": position, **settings}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Resume: the next iteration reads the saved epoch from after the saved
-        position (no :meth:`set_epoch` needed); nothing is repeated or skipped,
-        and what came before is not read again (streamed shards are re-read but
-        not decoded). Later iterations go on with the following epochs.
+    def load_state_dict(self, state: dict, settings: dict) -> None:
+        """Keep ``state`` (checked against ``settings``) for the next iteration.
 
         Raises:
-            ValueError: the state comes from another seed, shard list, rank,
-                world size, worker split, shuffle setting or mode (named), or
-                another format version.
+            ValueError: the state was made under other settings (named).
         """
-        state = check_state(state, self._settings(), what=type(self).__name__)
+        state = check_state(state, settings, what=self.what)
         self.epoch = int(state["epoch"])
-        self._epochs.restore(self.epoch)
-        self._resume = dict(state)
+        self.epochs.restore(self.epoch)
+        self.loaded = dict(state)
 
-    def _take_resume(self) -> int:
+    def _take(self, here: list[int]) -> int:
         """The position a loaded state resumes from (0 if none), once.
 
         Raises:
@@ -201,13 +173,12 @@ class ResumableReader:
                 iterating (the main process's, read by DataLoader workers):
                 its position counts another split of the epoch.
         """
-        if self._resume is None:
+        if self.loaded is None:
             return 0
-        state, self._resume = self._resume, None
-        here = self._settings()["worker"]
+        state, self.loaded = self.loaded, None
         if _worker_of(state) != here:
             raise ValueError(
-                f"{type(self).__name__}: a state saved as reader {_worker_of(state)} (worker, workers) cannot "
+                f"{self.what}: a state saved as reader {_worker_of(state)} (worker, workers) cannot "
                 f"resume in DataLoader worker {here}: each worker reads its own share of the epoch. Resume "
                 "through torchdata's StatefulDataLoader (loader.load_state_dict), which gives each worker its "
                 "own state, or iterate with num_workers=0")

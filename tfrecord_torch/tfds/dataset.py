@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tfrecord_torch._types import PathLike
 from tfrecord_torch.data.iterable import TFRecordDataset
 from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
+from tfrecord_torch.data.options import Source
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.records.compression import compression_from_name
 from tfrecord_torch.tfds.features import ClassLabel, tfds_features
@@ -37,7 +39,7 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
     target, or of the only ClassLabel; None if there are none). The shard
     lengths in ``dataset_info.json`` give ``len()`` without reading anything;
     shards without index files are indexed when first read (a progress bar
-    while they are: ``progress=``), and a shard holding another count is an
+    while they are: ``source=Source(progress=...)``), and a shard holding another count is an
     error naming it (map-style: checked at once).
     """
     storage_options = kwargs.get("storage_options")
@@ -58,7 +60,10 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
         dataset: TFRecordDataset | IndexedTFRecordDataset = IndexedTFRecordDataset(paths, features=spec, **kwargs)
     else:  # len() from shardLengths; the shards are indexed when first read (compressed ones streamed)
         known = lengths if lengths and not any(compression_from_name(p) for p in paths) else None
-        dataset = TFRecordDataset(paths, features=spec, lengths=known, **kwargs)
+        source = kwargs.pop("source", None) or Source()
+        if known is not None and isinstance(source, Source) and source.lengths is None:
+            source = dataclasses.replace(source, lengths=known)
+        dataset = TFRecordDataset(paths, features=spec, source=source, **kwargs)
     labels = [f for f in spec.values() if isinstance(f, ClassLabel)]
     target = spec.get(pair[1]) if pair is not None else None
     named = target if isinstance(target, ClassLabel) else labels[0] if len(labels) == 1 else None

@@ -9,7 +9,6 @@ record schema is in ``encode.py``.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import json
 import logging
@@ -17,7 +16,8 @@ import math
 import os
 from typing import Any, cast
 
-from tfrecord_torch._types import CompressionArg, PathLike
+from tfrecord_torch._args import check_instance, moved_keywords
+from tfrecord_torch._types import PathLike
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
@@ -25,6 +25,7 @@ from tfrecord_torch.tfds.metadata import check_dataset_name
 from tfrecord_torch.write.commit import commit, finished_shards
 from tfrecord_torch.write.encode import FORMATS, encode_sample, file_samples
 from tfrecord_torch.write.executor import default_workers, run_tasks, shard_executor
+from tfrecord_torch.write.options import MOVED, Encoding, Execution, ShardLayout
 from tfrecord_torch.write.plan import MAX_SHARDS, ConversionPlan, plan_conversion, write_order
 from tfrecord_torch.write.source import DatasetSource, describe, recipe_of, source_of
 from tfrecord_torch.write.stats import ImageStats
@@ -35,15 +36,13 @@ __all__ = ["FORMATS", "write_dataset"]
 log = logging.getLogger(__name__)
 AUTO_PROCESSES_FROM = 5_000  # num_workers=None: below this many samples, processes cost more than they save
 _PLAN_VERSION = 1
-_SIZE_SAMPLE = 16  # records encoded to estimate the shard count from max_shard_bytes
+_SIZE_SAMPLE = 16  # records encoded to estimate the shard count from ShardLayout.max_bytes
 
 
-def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str = "train", image_format: str = "png",
-                  quality: int = 95, shard_size: int = 10_000, num_shards: int | None = None,
-                  max_shard_bytes: int | None = None, compression: CompressionArg = None, shuffle: bool = True,
-                  seed: int = 0, executor: cf.Executor | None = None, num_workers: int | None = None,
-                  retries: int = 2, class_names: list[str] | None = None, progress: bool = True,
-                  storage_options: dict | None = None) -> list[str]:
+@moved_keywords(MOVED)
+def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str = "train", shuffle: bool = True,
+                  seed: int = 0, shards: ShardLayout | None = None, encoding: Encoding | None = None,
+                  execution: Execution | None = None, storage_options: dict | None = None) -> list[str]:
     """Write a dataset of images and labels as TFDS-style sharded TFRecords.
 
     The conversion is planned first (the write order and every shard's range
@@ -63,28 +62,17 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
         output_dir: the folder for shards, indexes and TFDS metadata, or a URL
             (``s3://bucket/prefix``).
         name, split: TFDS dataset and split names.
-        image_format: for decoded pixels: "png" (lossless, default), "jpeg"
-            (``quality``) or "raw" (HWC bytes with the shape).
-        shard_size: records per shard, at most (shards get equal shares).
-        num_shards: the number of shards (instead of ``shard_size``).
-        max_shard_bytes: also at least enough shards for shards of about
-            this size, estimated from the first records' encoded size.
-        compression: None or "gzip". tf.data reads GZIP shards (with
-            ``compression_type="GZIP"``) but TFDS and random access need
-            uncompressed ones; only those get indexes.
         shuffle: write the samples in a seeded random order (as TFDS does),
             so every shard mixes classes; False keeps the source order.
         seed: the write order's seed; record ``j`` of the split is source
             sample ``write_order(len(dataset), seed=seed)[j]``.
-        executor: a ``concurrent.futures.Executor`` running one task per
-            shard, e.g. ``distributed.Client(address).get_executor()``. Its
-            tasks receive a picklable recipe of the source (see
-            :class:`DatasetSource`).
-        num_workers: without ``executor``: processes writing shards (0: this
-            process; None: one per core for 5,000 samples or more).
-        retries: times a failed shard task is tried again.
-        class_names: label names for the metadata (default: ``dataset.classes``).
-        progress: show a progress bar over shards.
+        shards: a :class:`ShardLayout`: records per shard (``size``, default
+            10,000), or the shard ``count``, or ``max_bytes`` per shard, and
+            the ``compression``.
+        encoding: an :class:`Encoding`: ``image_format`` ("png", "jpeg" or
+            "raw"), JPEG ``quality``, ``class_names``.
+        execution: an :class:`Execution`: an ``executor`` or ``num_workers``
+            processes, ``retries``, ``progress`` (a bar over shards, default on).
         storage_options: fsspec options when ``output_dir`` is a URL.
 
     Returns:
@@ -93,29 +81,21 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
     Raises:
         TypeError: a sample cannot be converted; the message names its index.
     """
-    if image_format not in FORMATS:
-        raise ValueError(f"image_format must be one of {FORMATS}, got {image_format!r}")
-    if not isinstance(quality, int) or not 1 <= quality <= 100:
-        raise ValueError(f"quality must be in [1, 100], got {quality!r}")
-    for arg, value in (("shard_size", shard_size), ("max_shard_bytes", max_shard_bytes), ("num_shards", num_shards)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ValueError(f"{arg} must be a positive int{' or None' if arg != 'shard_size' else ''}, got {value!r}")
-    if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 0):
-        raise ValueError(f"num_workers must be an int >= 0 or None, got {num_workers!r}")
-    if executor is not None and num_workers:
-        raise ValueError("give executor= or num_workers=, not both")
-    if executor is not None and not isinstance(executor, cf.Executor):
-        raise ValueError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
-    if not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+    layout = check_instance("shards", shards or ShardLayout(), ShardLayout, "a ShardLayout")
+    encoding = check_instance("encoding", encoding or Encoding(), Encoding, "an Encoding")
+    execution = check_instance("execution", execution or Execution(), Execution, "an Execution")
+    image_format, compression = encoding.image_format, layout.compression
+    executor, num_workers, retries, progress = (execution.executor, execution.num_workers, execution.retries,
+                                                execution.progress)
+    num_shards = layout.count
     source = dataset.build() if isinstance(dataset, DatasetSource) else dataset
     files = file_samples(source)
-    class_names = class_names if class_names is not None else _classes(source)
-    options = {"format": image_format, "quality": quality, "class_names": class_names}
+    class_names = encoding.class_names if encoding.class_names is not None else _classes(source)
+    options = {"format": image_format, "quality": encoding.quality, "class_names": class_names}
     length = len(source)
     check_dataset_name(output_dir, name, storage_options)  # before any shard, not after all of them
     if num_shards is None:
-        num_shards = _shard_count(source, files, options, length, shard_size, max_shard_bytes, seed, shuffle)
+        num_shards = _shard_count(source, files, options, length, layout.size, layout.max_bytes, seed, shuffle)
     elif num_shards > max(1, length):
         raise ValueError(f"num_shards must be at most the number of samples ({length}), got {num_shards}")
     plan = plan_conversion(length, output_dir, name=name, split=split, num_shards=num_shards, seed=seed,
@@ -169,7 +149,7 @@ def _shard_count(dataset: Any, files: list | None, options: dict, length: int, s
         count = max(count, math.ceil(mean * length / max_bytes))
     if count > MAX_SHARDS:
         raise ValueError(f"{length} samples need {count} shards, more than TFDS names allow ({MAX_SHARDS}); "
-                         "raise shard_size or max_shard_bytes")
+                         "lower ShardLayout(size=) or raise ShardLayout(max_bytes=)")
     return max(1, min(count, length))
 
 

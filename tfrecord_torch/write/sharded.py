@@ -10,6 +10,7 @@ import tempfile
 import warnings
 from typing import cast
 
+from tfrecord_torch._args import check_int
 from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic, listing
@@ -54,9 +55,8 @@ class ShardedWriter:
             if not isinstance(text, str) or not SAFE_NAME.fullmatch(text) or text.startswith("."):
                 raise ValueError(f"{arg} must be letters, digits, '_' and '.' (not first), "
                                  f"as TFDS names are; got {text!r}")
-        for arg, value in (("max_records", max_records), ("max_bytes", max_bytes)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{arg} must be a positive int or None, got {value!r}")
+        check_int("max_records", max_records, minimum=1, optional=True)
+        check_int("max_bytes", max_bytes, minimum=1, optional=True)
         if max_records is None and max_bytes is None:
             max_records = 10_000
         self.output_dir = os.fspath(output_dir)

@@ -5,7 +5,7 @@ import pytest
 from helpers import ids_of, write_shards
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import Int64, TFRecordDataset
+from tfrecord_torch import Int64, Sharding, Shuffling, TFRecordDataset
 from tfrecord_torch.data.plan import RangePlanner, global_order, read_groups
 from tfrecord_torch.data.reading import interleave
 
@@ -102,19 +102,19 @@ def test_interleave_round_robin_and_refill():
 
 def test_streamed_shards_interleave(tmp_path):
     write_shards(tmp_path, [30, 30, 30, 30], compression="gzip")
-    ds = TFRecordDataset(tmp_path, shuffle=True, shuffle_buffer=0, cycle_length=4)
+    ds = TFRecordDataset(tmp_path, shuffle=Shuffling(buffer=0, cycle_length=4))
     got = ids_of(ds)
     assert sorted(got) == list(range(120))
     assert {g // 30 for g in got[:4]} == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("change, named", [
-    ({"seed": 8}, "seed"), ({"world_size": 2, "rank": 1}, "rank"), ({"batch_size": 4}, "mode"),
-    ({"shuffle": False}, "shuffle"), ({"shuffle_block": 4}, "shuffle"),
+    ({"seed": 8}, "seed"), ({"sharding": Sharding(rank=1, world_size=2)}, "rank"), ({"batch_size": 4}, "mode"),
+    ({"shuffle": False}, "shuffle"), ({"shuffle": Shuffling(block=4)}, "shuffle"),
 ])
 def test_load_state_refuses_other_settings(tmp_path, change, named):
     write_shards(tmp_path, [10, 10])
-    kw = dict(shuffle=True, seed=7, rank=0, world_size=1)
+    kw = dict(shuffle=True, seed=7, sharding=Sharding(rank=0, world_size=1))
     ds = TFRecordDataset(tmp_path, **kw)
     it = iter(ds)
     next(it)

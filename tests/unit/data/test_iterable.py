@@ -5,7 +5,16 @@ import torch
 from helpers import ids_of, write_shards
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import CorruptRecordError, FeatureError, Float, Int64, TFRecordDataset
+from tfrecord_torch import (
+    CorruptRecordError,
+    FeatureError,
+    Float,
+    Int64,
+    Sharding,
+    Shuffling,
+    Source,
+    TFRecordDataset,
+)
 
 SHARDS = {"several": [5, 0, 9, 3], "single": [17], "with_empty": [0, 4, 0], "all_empty": [0, 0]}
 
@@ -23,7 +32,7 @@ def test_exactly_once_grid(tmp_path, layout, workers, world):
     total = sum(layout)
     seen = []
     for rank in range(world):
-        ds = TFRecordDataset(tmp_path, rank=rank, world_size=world, shuffle=True, seed=1)
+        ds = TFRecordDataset(tmp_path, shuffle=True, seed=1, sharding=Sharding(rank=rank, world_size=world))
         got = run(ds, workers)
         assert len(got) == len(ds)
         seen.extend(got)
@@ -36,7 +45,7 @@ def test_exactly_once_compressed_shards(tmp_path, workers, world):
     write_shards(tmp_path, [4, 0, 6, 2, 7], compression="gzip")
     seen = []
     for rank in range(world):
-        ds = TFRecordDataset(tmp_path, rank=rank, world_size=world, shuffle=True)
+        ds = TFRecordDataset(tmp_path, shuffle=True, sharding=Sharding(rank=rank, world_size=world))
         assert ds.streamed
         with pytest.raises(TypeError, match="compressed"):
             len(ds)
@@ -53,7 +62,8 @@ def test_batch_mode_exactly_once_and_worker_independent_order(tmp_path, workers,
     for w in (0, workers):
         seen = []
         for rank in range(world):
-            ds = TFRecordDataset(tmp_path, rank=rank, world_size=world, batch_size=8, shuffle=shuffle,
+            ds = TFRecordDataset(tmp_path, batch_size=8, shuffle=shuffle,
+                                 sharding=Sharding(rank=rank, world_size=world),
                                  features={"id": Int64(), "x": Float(shape=(3,))})
             batches = list(DataLoader(ds, batch_size=None, num_workers=w))
             assert len(batches) == len(ds)
@@ -71,7 +81,7 @@ def test_even_ranks(tmp_path, even, workers):
     counts = []
     seen = set()
     for rank in range(3):
-        ds = TFRecordDataset(tmp_path, rank=rank, world_size=3, even=even, shuffle=True)
+        ds = TFRecordDataset(tmp_path, shuffle=True, sharding=Sharding(rank=rank, world_size=3, even=even))
         got = run(ds, workers)
         counts.append(len(got))
         assert len(got) == len(ds)
@@ -99,7 +109,7 @@ def test_shuffle_determinism(tmp_path):
 
 def test_shuffle_buffer_mixes_across_shards(tmp_path):
     write_shards(tmp_path, [20, 20])
-    ds = TFRecordDataset(tmp_path, shuffle=True, shuffle_buffer=40)
+    ds = TFRecordDataset(tmp_path, shuffle=Shuffling(buffer=40))
     got = ids_of(ds)
     assert sorted(got) == list(range(40))
     assert {g < 20 for g in got[:10]} == {True, False}
@@ -262,11 +272,14 @@ def test_corrupt_record_in_dataset_names_location(tmp_path):
 
 def test_bad_arguments(tmp_path):
     write_shards(tmp_path, [1])
-    for kwargs, match in [({"rank": 2, "world_size": 2}, "rank"), ({"even": "x"}, "even"),
-                          ({"batch_size": 0}, "batch_size"), ({"shuffle_buffer": -1}, "shuffle_buffer"),
-                          ({"features": {"a": 1}}, "Feature"), ({"index": ["a", "b"]}, "index")]:
+    for kwargs, match in [(lambda: {"sharding": Sharding(rank=2, world_size=2)}, "rank"),
+                          (lambda: {"sharding": Sharding(even="x")}, "even"),
+                          (lambda: {"batch_size": 0}, "batch_size"),
+                          (lambda: {"shuffle": Shuffling(buffer=-1)}, "Shuffling.buffer"),
+                          (lambda: {"features": {"a": 1}}, "Feature"),
+                          (lambda: {"source": Source(index=["a", "b"])}, "index")]:
         with pytest.raises(ValueError, match=match):
-            TFRecordDataset(tmp_path, **kwargs)
+            TFRecordDataset(tmp_path, **kwargs())
     with pytest.raises(FileNotFoundError):
         TFRecordDataset(tmp_path / "nothing-*.tfrecord")
 
@@ -293,13 +306,13 @@ def test_indexes_built_for_read_shards_go_to_the_cache_not_the_folder(tmp_path, 
 
 def test_stale_index_is_rebuilt(tmp_path):
     (path,) = write_shards(tmp_path, [4])
-    TFRecordDataset(tmp_path, index="beside")
+    TFRecordDataset(tmp_path, source=Source(index="beside"))
     index_file = tmp_path / (path.name + ".index")
     assert index_file.exists()
     write_shards(tmp_path, [6])
     assert len(TFRecordDataset(tmp_path)) == 6  # without being asked, the stale index beside is not rewritten
     assert len(index_file.read_text().splitlines()) == 4
-    assert len(TFRecordDataset(tmp_path, index="beside")) == 6
+    assert len(TFRecordDataset(tmp_path, source=Source(index="beside"))) == 6
     assert len(index_file.read_text().splitlines()) == 6
 
 
@@ -308,4 +321,4 @@ def test_explicit_mismatched_index_is_refused(tmp_path):
 
     a, b = write_shards(tmp_path, [4, 5])
     with pytest.raises(IndexMismatchError):
-        TFRecordDataset([a], index=[build_index(b, tmp_path / "b.idx")])
+        TFRecordDataset([a], source=Source(index=[build_index(b, tmp_path / "b.idx")]))

@@ -7,7 +7,7 @@ import pytest
 from helpers import write_shards
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, mix
+from tfrecord_torch import RecordWriter, Sharding, TFRecordDataset, make_example, mix
 from tfrecord_torch.data.plan import mix_choices
 
 
@@ -47,7 +47,8 @@ def _datasets(tmp_path, sizes, **kw):
 def test_weights_exact_under_workers_and_ranks(tmp_path, workers, world):
     got = []
     for rank in range(world):
-        sets = [TFRecordDataset(write(tmp_path / n, n, 400), shuffle=True, rank=rank, world_size=world)
+        sets = [TFRecordDataset(write(tmp_path / n, n, 400), shuffle=True,
+                                sharding=Sharding(rank=rank, world_size=world))
                 for n in "ab"]
         ds = mix(sets, weights=[0.75, 0.25], seed=3, stop_on_first_exhausted=True)
         got += keys(DataLoader(ds, num_workers=workers, batch_size=None))

@@ -10,6 +10,7 @@ from tfrecord_torch import (
     FeatureError,
     Int64,
     RecordWriter,
+    Source,
     TFRecordDataset,
     make_example,
     pad_collate,
@@ -154,7 +155,7 @@ def test_multi_dimensional_sparse_features_equal_tensorflow(tmp_path, io):
         with RecordWriter(bad) as w:
             w.write(make_example(record))
         with pytest.raises(FeatureError, match=message):
-            list(TFRecordDataset(bad, features=spec(io), index=False))
+            list(TFRecordDataset(bad, features=spec(io), source=Source(index=False)))
         with pytest.raises(tf.errors.InvalidArgumentError):  # TensorFlow refuses it too
             tf.sparse.to_dense(tf.io.parse_single_example(make_example(record), spec(tf.io))["grid"])
     with pytest.raises(ValueError, match="2 index keys for a 1-D size"):

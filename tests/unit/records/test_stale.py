@@ -17,6 +17,7 @@ from tfrecord_torch import (
     IndexMismatchError,
     Int64,
     RecordWriter,
+    Source,
     StaleIndexError,
     TFRecordDataset,
     build_index,
@@ -67,8 +68,8 @@ def test_every_indexed_reader_reports_a_stale_index(stale):
         # headers: the swapped pair comes out as the file holds it, each record once
         for shuffle in (False, True):
             try:
-                items = list(TFRecordDataset(path, features=SPEC, index=[index], shuffle=shuffle,
-                                             on_error=on_error))
+                items = list(TFRecordDataset(path, features=SPEC, shuffle=shuffle,
+                                             on_error=on_error, source=Source(index=[index])))
             except StaleIndexError:
                 continue
             assert sorted(int(r["id"]) for r in items) == list(range(40))
@@ -106,7 +107,7 @@ def test_an_index_of_another_file_of_the_same_size(tmp_path):
     index = build_index(other, tmp_path / "b.index")
     for shuffle in (False, True):
         with pytest.raises((StaleIndexError, IndexMismatchError)):
-            list(TFRecordDataset(path, index=[index], shuffle=shuffle, on_error="skip"))
+            list(TFRecordDataset(path, shuffle=shuffle, on_error="skip", source=Source(index=[index])))
 
 
 def test_windows_that_scan_clean_but_hold_other_records(tmp_path):
@@ -121,7 +122,7 @@ def test_windows_that_scan_clean_but_hold_other_records(tmp_path):
     assert path.stat().st_size == other.stat().st_size
     index = build_index(other, tmp_path / "b.index")
     with pytest.raises(StaleIndexError, match=r"hold 200 records"):
-        list(TFRecordDataset(path, index=[index]))
+        list(TFRecordDataset(path, source=Source(index=[index])))
 
 
 def _rewrite_in_place(path, payloads, *, keep_mtime):

@@ -8,13 +8,22 @@ import shutil
 import pytest
 import torchvision
 
-from tfrecord_torch import TFRecordDataset, TFRecordError, tfds_dataset, write_dataset
+from tfrecord_torch import (
+    Execution,
+    ShardLayout,
+    Source,
+    TFRecordDataset,
+    TFRecordError,
+    tfds_dataset,
+    write_dataset,
+)
 
 
 @pytest.fixture()
 def folder(tmp_path, monkeypatch):
     data = torchvision.datasets.FakeData(size=30, image_size=(3, 8, 8), num_classes=3, random_offset=1)
-    write_dataset(data, tmp_path, name="fake", shard_size=8, progress=False)
+    write_dataset(data, tmp_path, name="fake", shards=ShardLayout(size=8),
+                  execution=Execution(progress=False))
     shutil.rmtree(tmp_path / "index")  # no index files: as TFDS writes a folder
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path.parent / f"{tmp_path.name}-cache"))
     return tmp_path
@@ -61,9 +70,9 @@ def test_a_shard_holding_another_count_is_named(folder, tmp_path):
 
 
 def test_progress_bar_while_indexing(folder, capsys):
-    list(tfds_dataset(folder, "train", progress=True))
+    list(tfds_dataset(folder, "train", source=Source(progress=True)))
     assert "indexing 4 shards" in capsys.readouterr().err
-    list(tfds_dataset(folder, "train", progress=True))  # indexed now: nothing to show
+    list(tfds_dataset(folder, "train", source=Source(progress=True)))  # indexed now: nothing to show
     assert capsys.readouterr().err == ""
     for index in cached(folder):
         index.unlink()
@@ -74,8 +83,8 @@ def test_progress_bar_while_indexing(folder, capsys):
 def test_lengths_are_checked_and_the_dataset_pickles(folder):
     paths = [str(p) for p in shards(folder)]
     with pytest.raises(ValueError, match="3 record counts for 4 shards"):
-        TFRecordDataset(paths, lengths=lengths(folder)[:3])
+        TFRecordDataset(paths, source=Source(lengths=lengths(folder)[:3]))
     with pytest.raises(ValueError, match="cannot go with index=False"):
-        TFRecordDataset(paths, lengths=lengths(folder), index=False)
-    ds = pickle.loads(pickle.dumps(TFRecordDataset(paths, lengths=lengths(folder))))
+        Source(lengths=lengths(folder), index=False)
+    ds = pickle.loads(pickle.dumps(TFRecordDataset(paths, source=Source(lengths=lengths(folder)))))
     assert len(ds) == 30 and len(list(ds)) == 30

@@ -19,8 +19,11 @@ from helpers import assert_same_files, listing, png_bytes
 from PIL import Image as PILImage
 
 from tfrecord_torch import (
+    Encoding,
+    Execution,
     IndexedTFRecordDataset,
     ShardedWriter,
+    ShardLayout,
     TFRecordDataset,
     TFRecordError,
     check_index,
@@ -58,7 +61,8 @@ def tf_records(folder, pattern="*-train.tfrecord-*", compression=None):
 
 def test_tf_data_reads_png_shards_exactly(tmp_path):
     source = fake()
-    paths = write_dataset(source, tmp_path, name="fake", shard_size=15, progress=False)
+    paths = write_dataset(source, tmp_path, name="fake", shards=ShardLayout(size=15),
+                          execution=Execution(progress=False))
     assert [os.path.basename(p) for p in paths] == [f"fake-train.tfrecord-0000{i}-of-00003" for i in range(3)]
     records = tf_records(tmp_path)
     assert len(records) == 40
@@ -77,8 +81,9 @@ def test_tfds_builder_from_directory_loads_output(tmp_path):
     import tensorflow_datasets as tfds
 
     source = fake(n=20)
-    write_dataset(source, tmp_path, name="fake", split="train", shard_size=8, progress=False)
-    write_dataset(fake(n=6), tmp_path, name="fake", split="test", progress=False)
+    write_dataset(source, tmp_path, name="fake", split="train", shards=ShardLayout(size=8),
+                  execution=Execution(progress=False))
+    write_dataset(fake(n=6), tmp_path, name="fake", split="test", execution=Execution(progress=False))
     builder = tfds.builder_from_directory(str(tmp_path))
     assert builder.info.splits["train"].num_examples == 20
     assert builder.info.splits["test"].num_examples == 6
@@ -90,7 +95,8 @@ def test_tfds_builder_from_directory_loads_output(tmp_path):
 
 def test_our_reader_of_our_output_and_len_without_scanning(tmp_path):
     source = fake(n=25)
-    write_dataset(source, tmp_path, name="fake", shard_size=10, progress=False, class_names=list("abcde"))
+    write_dataset(source, tmp_path, name="fake", shards=ShardLayout(size=10),
+                  execution=Execution(progress=False), encoding=Encoding(class_names=list("abcde")))
     assert (tmp_path / "label.labels.txt").read_text().split() == list("abcde")
     ds = tfds_dataset(tmp_path, "train")
     assert len(ds) == 25
@@ -105,7 +111,8 @@ def test_our_reader_of_our_output_and_len_without_scanning(tmp_path):
 def test_written_indexes_are_stamped_so_the_first_read_scans_nothing(tmp_path, monkeypatch, workers):
     from tfrecord_torch.records import shardindex
 
-    paths = write_dataset(fake(n=30), tmp_path, name="fake", shard_size=10, num_workers=workers, progress=False)
+    paths = write_dataset(fake(n=30), tmp_path, name="fake", shards=ShardLayout(size=10),
+                          execution=Execution(num_workers=workers, progress=False))
     for p in paths:
         assert stamp_matches(p, writer_index_path(p), 10)
 
@@ -120,7 +127,8 @@ def test_written_indexes_are_stamped_so_the_first_read_scans_nothing(tmp_path, m
 @pytest.mark.parametrize("fmt", ["jpeg", "raw"])
 def test_jpeg_and_raw_formats(tmp_path, fmt):
     source = fake(n=8)
-    write_dataset(source, tmp_path, name="fake", image_format=fmt, quality=90, progress=False)
+    write_dataset(source, tmp_path, name="fake", encoding=Encoding(image_format=fmt, quality=90),
+                  execution=Execution(progress=False))
     records = tf_records(tmp_path)
     order = write_order(8)
     for i, r in enumerate(records):
@@ -145,7 +153,8 @@ def test_jpeg_and_raw_formats(tmp_path, fmt):
 
 def test_gzip_output(tmp_path):
     # tf.data reads GZIP shards (compression_type="GZIP"); TFDS reads only uncompressed ones.
-    write_dataset(fake(n=10), tmp_path, name="fake", compression="gzip", shard_size=4, progress=False)
+    write_dataset(fake(n=10), tmp_path, name="fake", shards=ShardLayout(compression="gzip", size=4),
+                  execution=Execution(progress=False))
     assert len(tf_records(tmp_path, "*-train.tfrecord-*.gz", "GZIP")) == 10
     assert not list(tmp_path.glob("*.index"))
     assert len(list(tfds_dataset(tmp_path, "train"))) == 10
@@ -156,7 +165,8 @@ def test_byte_identical_for_any_process_count(tmp_path):
     outputs = []
     for workers in (0, 1, 3):
         out = tmp_path / f"w{workers}"
-        write_dataset(source, out, name="fake", shard_size=40, num_workers=workers, progress=False)
+        write_dataset(source, out, name="fake", shards=ShardLayout(size=40),
+                      execution=Execution(num_workers=workers, progress=False))
         outputs.append(out)
     assert len([n for n in listing(outputs[0]) if n.endswith(".index")]) == 4
     for other in outputs[1:]:
@@ -180,7 +190,7 @@ def make_image_folder(root, n_per_class=3):
 def test_image_folder_copies_original_bytes(tmp_path):
     files = make_image_folder(tmp_path / "images")
     folder = torchvision.datasets.ImageFolder(tmp_path / "images")
-    write_dataset(folder, tmp_path / "out", name="pets", progress=False)
+    write_dataset(folder, tmp_path / "out", name="pets", execution=Execution(progress=False))
     records = tf_records(tmp_path / "out", "pets-train.tfrecord-*")
     assert len(records) == 6
     for r, (path, label) in zip(records, [files[k] for k in write_order(6)]):
@@ -284,7 +294,7 @@ class Odd(torch.utils.data.Dataset):
 ])
 def test_unsupported_samples_name_their_index(tmp_path, bad, match):
     with pytest.raises(TypeError, match=match):
-        write_dataset(Odd(bad), tmp_path, name="odd", progress=False)
+        write_dataset(Odd(bad), tmp_path, name="odd", execution=Execution(progress=False))
     assert not [f for f in os.listdir(tmp_path) if not f.startswith(".")]
 
 
@@ -299,7 +309,8 @@ def test_dict_samples_tensors_and_pil(tmp_path):
                     {"image": torch.from_numpy(array).permute(2, 0, 1), "label": torch.tensor(i)},
                     {"image": array}][i]
 
-    write_dataset(Mixed(), tmp_path, name="mixed", progress=False, shuffle=False)  # in the source's order
+    write_dataset(Mixed(), tmp_path, name="mixed", shuffle=False,
+                  execution=Execution(progress=False))  # in the source's order
     records = tf_records(tmp_path, "mixed-train.tfrecord-*")
     assert [int(r["label"]) for r in records] == [0, 1, -1]
     for i, r in enumerate(records):
@@ -332,7 +343,7 @@ KILL_SCRIPT = textwrap.dedent("""
     import sys, time
     import numpy as np
     import torch
-    from tfrecord_torch import write_dataset
+    from tfrecord_torch import Execution, ShardLayout, write_dataset
 
     class Slow(torch.utils.data.Dataset):
         def __len__(self):
@@ -343,7 +354,7 @@ KILL_SCRIPT = textwrap.dedent("""
                 time.sleep(60)
             return np.full((6, 6, 3), i, np.uint8), i % 3
 
-    write_dataset(Slow(), sys.argv[1], name="slow", shard_size=10, progress=False)
+    write_dataset(Slow(), sys.argv[1], name="slow", shards=ShardLayout(size=10), execution=Execution(progress=False))
     print("done", flush=True)
 """)
 
@@ -445,7 +456,7 @@ def test_metadata_updates_of_two_splits_wait_for_each_other(tmp_path):
 
 def test_second_dataset_name_in_a_folder_fails_before_writing(tmp_path):
     source = torchvision.datasets.FakeData(size=4, image_size=(3, 8, 8), num_classes=2)
-    write_dataset(source, tmp_path, name="first", progress=False)
+    write_dataset(source, tmp_path, name="first", execution=Execution(progress=False))
     with pytest.raises(TFRecordError, match="describes dataset 'first', not 'second'"):
-        write_dataset(source, tmp_path, name="second", progress=False)
+        write_dataset(source, tmp_path, name="second", execution=Execution(progress=False))
     assert not [f for f in os.listdir(tmp_path) if f.startswith(("second", ".second"))]

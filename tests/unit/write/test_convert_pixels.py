@@ -11,7 +11,7 @@ import torchvision
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
-from tfrecord_torch import Image, TFRecordDataset, presets, write_dataset, write_order
+from tfrecord_torch import Encoding, Execution, Image, TFRecordDataset, presets, write_dataset, write_order
 from tfrecord_torch.write.png16 import encode_png16
 
 rng = np.random.default_rng(16)
@@ -33,9 +33,10 @@ def test_16_bit_images_stay_16_bit(tmp_path):
     rgb = [rng.integers(0, 65536, (5, 4, 3), dtype=np.uint16) for _ in range(2)]
     pil = PILImage.fromarray(gray[0])  # mode I;16, as Pillow opens a 16-bit gray PNG
     assert pil.mode.startswith("I;16")
-    write_dataset([(g, 0) for g in gray] + [(pil, 1)], tmp_path / "g", name="g", progress=False)
+    write_dataset([(g, 0) for g in gray] + [(pil, 1)], tmp_path / "g", name="g",
+                  execution=Execution(progress=False))
     write_dataset([(torch.from_numpy(a).permute(2, 0, 1), 1) for a in rgb], tmp_path / "c", name="c",
-                  progress=False)
+                  execution=Execution(progress=False))
     for folder, arrays in (("g", gray + [gray[0]]), ("c", rgb)):
         arrays = [arrays[k] for k in write_order(len(arrays))]  # the seeded write order
         ours = list(TFRecordDataset(tmp_path / folder, features={"image": Image(mode="unchanged")}))
@@ -52,7 +53,8 @@ def test_16_bit_images_stay_16_bit(tmp_path):
 
 def test_16_bit_raw_and_jpeg(tmp_path):
     arrays = [rng.integers(0, 65536, (4, 5, 3), dtype=np.uint16) for _ in range(2)]
-    write_dataset([(a, 0) for a in arrays], tmp_path, name="r", image_format="raw", progress=False)
+    write_dataset([(a, 0) for a in arrays], tmp_path, name="r", encoding=Encoding(image_format="raw"),
+                  execution=Execution(progress=False))
     spec = presets.converted(raw=True, dtype="uint16")
     ours = list(TFRecordDataset(tmp_path, features=spec))
     desc = {"image": tf.io.FixedLenFeature([], tf.string)}
@@ -62,7 +64,8 @@ def test_16_bit_raw_and_jpeg(tmp_path):
         assert np.array_equal(theirs.reshape(a.shape), a)
         assert np.array_equal(item["image"].permute(1, 2, 0).numpy(), a)
     with pytest.raises(TypeError, match="sample 0: JPEG cannot store 16-bit"):
-        write_dataset([(arrays[0], 0)], tmp_path / "j", name="j", image_format="jpeg", progress=False)
+        write_dataset([(arrays[0], 0)], tmp_path / "j", name="j", encoding=Encoding(image_format="jpeg"),
+                      execution=Execution(progress=False))
 
 
 def voc_folder(root, sizes=((48, 64), (40, 30))):
@@ -93,7 +96,9 @@ def test_detection_dataset_writes_the_od_api_layout(tmp_path):
     image, target = wrapped[0]
     assert isinstance(target["boxes"], tv_tensors.BoundingBoxes)
     from torchvision.tv_tensors._dataset_wrapper import VOC_DETECTION_CATEGORIES as names  # the wrapper's ids
-    write_dataset(wrapped, tmp_path / "out", name="voc", image_format="jpeg", class_names=names, progress=False)
+    write_dataset(wrapped, tmp_path / "out", name="voc",
+                  encoding=Encoding(image_format="jpeg", class_names=names),
+                  execution=Execution(progress=False))
     # TensorFlow reads it with the OD API's TfExampleDecoder keys
     keys = {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/format": tf.io.FixedLenFeature([], tf.string),
             "image/height": tf.io.FixedLenFeature([], tf.int64), "image/width": tf.io.FixedLenFeature([], tf.int64),
@@ -128,7 +133,8 @@ def test_raw_conversion_describes_the_image_for_any_sizes(tmp_path, sizes):
     from tfrecord_torch import tfds_dataset
 
     arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
-    write_dataset([(a, i) for i, a in enumerate(arrays)], tmp_path, name="r", image_format="raw", progress=False)
+    write_dataset([(a, i) for i, a in enumerate(arrays)], tmp_path, name="r",
+                  encoding=Encoding(image_format="raw"), execution=Execution(progress=False))
     arrays = [arrays[k] for k in write_order(len(arrays))]  # as written: in the seeded order
     features = json.loads((tmp_path / "features.json").read_text())["featuresDict"]["features"]
     assert {"image", "height", "width", "channels", "label"} <= set(features)

@@ -15,6 +15,8 @@ from helpers import assert_same_files, listing
 
 from tfrecord_torch import (
     DatasetSource,
+    Execution,
+    ShardLayout,
     parse_example,
     read_records,
     tfds_dataset,
@@ -77,8 +79,10 @@ def test_shuffled_by_default_so_every_shard_mixes_classes(tmp_path):
         def __getitem__(self, i):
             return np.full((2, 2, 1), i, np.uint8), i // 16
 
-    write_dataset(Sorted(), tmp_path / "mixed", name="s", num_shards=4, progress=False)
-    write_dataset(Sorted(), tmp_path / "kept", name="s", num_shards=4, shuffle=False, progress=False)
+    write_dataset(Sorted(), tmp_path / "mixed", name="s", shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
+    write_dataset(Sorted(), tmp_path / "kept", name="s", shuffle=False, shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
     mixed, kept = (shard_labels(tmp_path / folder, "s") for folder in ("mixed", "kept"))
     assert kept == [[c] * 16 for c in range(4)]
     assert all(len(set(labels)) >= 3 for labels in mixed)
@@ -88,14 +92,17 @@ def test_shuffled_by_default_so_every_shard_mixes_classes(tmp_path):
 
 def test_byte_identical_serially_with_processes_and_any_executor(tmp_path):
     source = fake()
-    write_dataset(source, tmp_path / "serial", name="f", num_shards=4, seed=9, num_workers=0, progress=False)
-    write_dataset(source, tmp_path / "pool", name="f", num_shards=4, seed=9, num_workers=2, progress=False)
+    write_dataset(source, tmp_path / "serial", name="f", seed=9, shards=ShardLayout(count=4),
+                  execution=Execution(num_workers=0, progress=False))
+    write_dataset(source, tmp_path / "pool", name="f", seed=9, shards=ShardLayout(count=4),
+                  execution=Execution(num_workers=2, progress=False))
     with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as ex:
-        write_dataset(source, tmp_path / "executor", name="f", num_shards=4, seed=9, executor=ex, progress=False)
+        write_dataset(source, tmp_path / "executor", name="f", seed=9, shards=ShardLayout(count=4),
+                      execution=Execution(executor=ex, progress=False))
     with cf.ThreadPoolExecutor(1) as ex:  # one thread: FakeData seeds torch's global generator, not thread-safe
         write_dataset(DatasetSource(torchvision.datasets.FakeData, size=24, image_size=(3, 6, 5), num_classes=4,
-                                    random_offset=7), tmp_path / "threads", name="f", num_shards=4, seed=9,
-                      executor=ex, progress=False)
+                                    random_offset=7), tmp_path / "threads", name="f", seed=9,
+                                    shards=ShardLayout(count=4), execution=Execution(executor=ex, progress=False))
     assert len([n for n in listing(tmp_path / "serial") if n.endswith(".index")]) == 4
     for other in ("pool", "executor", "threads"):
         assert_same_files(tmp_path / "serial", tmp_path / other)
@@ -136,8 +143,9 @@ class Local(torch.utils.data.Dataset):
 
 def test_an_unpicklable_source_with_an_executor_says_what_to_do(tmp_path):
     with cf.ThreadPoolExecutor(1) as ex, pytest.raises(ValueError, match="cannot be pickled.*DatasetSource"):
-        write_dataset(Local(), tmp_path, name="l", executor=ex, progress=False)
-    write_dataset(Local(), tmp_path, name="l", num_workers=2, num_shards=2, progress=False)  # forked: not pickled
+        write_dataset(Local(), tmp_path, name="l", execution=Execution(executor=ex, progress=False))
+    write_dataset(Local(), tmp_path, name="l", execution=Execution(num_workers=2, progress=False),
+                  shards=ShardLayout(count=2))  # forked: not pickled
     assert len(tfds_dataset(tmp_path, "train")) == 4
 
 
@@ -150,7 +158,7 @@ def test_a_recipe_that_rebuilds_another_dataset_is_refused(tmp_path):
         original = convert.source_of
         convert.source_of = lambda d: wrong
         try:
-            write_dataset(task_source, tmp_path, name="w", executor=ex, progress=False)
+            write_dataset(task_source, tmp_path, name="w", execution=Execution(executor=ex, progress=False))
         finally:
             convert.source_of = original
     assert listing(tmp_path) == []
@@ -180,9 +188,11 @@ class Flaky(torch.utils.data.Dataset):
 def test_a_task_that_raises_once_is_retried(tmp_path, caplog):
     counter = tmp_path / "fails"
     counter.write_text("1")
-    write_dataset(Flaky(counter), tmp_path / "out", name="k", num_shards=4, progress=False)
+    write_dataset(Flaky(counter), tmp_path / "out", name="k", shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
     assert counter.read_text() == "0" and "retrying" in caplog.text
-    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", num_shards=4, progress=False)
+    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
     assert_same_files(tmp_path / "out", tmp_path / "ref")
     assert not [f for f in os.listdir(tmp_path / "out") if f.endswith(".partial")]
 
@@ -191,7 +201,8 @@ def test_rerun_after_a_failure_writes_only_the_missing_shards(tmp_path):
     counter = tmp_path / "fails"
     counter.write_text("5")
     with pytest.raises(OSError, match="injected failure at sample 5"):
-        write_dataset(Flaky(counter), tmp_path / "out", name="k", num_shards=4, retries=1, progress=False)
+        write_dataset(Flaky(counter), tmp_path / "out", name="k", shards=ShardLayout(count=4),
+                      execution=Execution(retries=1, progress=False))
     out = tmp_path / "out"
     assert "dataset_info.json" not in listing(out)  # not committed
     bad_shard = int(np.where(write_order(20) == 5)[0][0]) // 5
@@ -200,13 +211,15 @@ def test_rerun_after_a_failure_writes_only_the_missing_shards(tmp_path):
     inodes = {n: os.stat(out / n).st_ino for n in kept}
     counter.write_text("0")
     again = Flaky(counter)
-    write_dataset(again, out, name="k", num_shards=4, progress=False)
+    write_dataset(again, out, name="k", shards=ShardLayout(count=4), execution=Execution(progress=False))
     assert again.calls == 5 * (4 - len(kept))  # only the missing shards were written
     assert {n: os.stat(out / n).st_ino for n in kept} == inodes
-    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", num_shards=4, progress=False)
+    write_dataset(Flaky(tmp_path / "none"), tmp_path / "ref", name="k", shards=ShardLayout(count=4),
+                  execution=Execution(progress=False))
     assert_same_files(out, tmp_path / "ref")
     # a rerun of another plan (another seed) rewrites everything and drops what no longer belongs
-    write_dataset(Flaky(tmp_path / "none"), out, name="k", num_shards=2, seed=1, progress=False)
+    write_dataset(Flaky(tmp_path / "none"), out, name="k", seed=1, shards=ShardLayout(count=2),
+                  execution=Execution(progress=False))
     assert [n for n in listing(out) if ".tfrecord-" in n] == \
         [f"index/k-train.tfrecord-0000{i}-of-00002.index" for i in range(2)] + \
         [f"k-train.tfrecord-0000{i}-of-00002" for i in range(2)]
@@ -227,7 +240,7 @@ def test_bad_samples_fail_at_once_without_retries(tmp_path):
             return "not an image", 0
 
     with pytest.raises(TypeError, match="sample [0-2]: cannot convert an image of type str"):
-        write_dataset(Bad(), tmp_path, name="b", progress=False)
+        write_dataset(Bad(), tmp_path, name="b", execution=Execution(progress=False))
     assert Bad.calls == 1
 
 
@@ -239,7 +252,8 @@ def test_max_shard_bytes_sets_the_shard_count_from_encoded_sizes(tmp_path):
         def __getitem__(self, i):
             return np.random.default_rng(i).integers(0, 256, (16, 16, 3), dtype=np.uint8), 0
 
-    paths = write_dataset(Noise(), tmp_path, name="n", max_shard_bytes=4000, progress=False)
+    paths = write_dataset(Noise(), tmp_path, name="n", shards=ShardLayout(max_bytes=4000),
+                          execution=Execution(progress=False))
     sizes = [os.path.getsize(p) for p in paths]
     assert len(paths) >= 8 and max(sizes) < 5000  # PNG of noise: about 800 bytes a record
     assert sum(len(list(read_records(p))) for p in paths) == 40

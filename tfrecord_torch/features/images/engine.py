@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import torch
 
+from tfrecord_torch._args import check_int
 from tfrecord_torch._pending import Pending
 from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params, resize_into
 from tfrecord_torch.features.images.decode import decode_image
@@ -92,8 +93,7 @@ class ImageBatching:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.decoder not in JPEG_DECODERS:
             raise ValueError(f"decoder must be one of {JPEG_DECODERS}, got {self.decoder!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise ValueError(f"threads must be a positive int or None, got {self.threads!r}")
+        check_int("threads", self.threads, minimum=1, optional=True)
         if self.size is not None and (len(self.size) != 2 or any(int(v) < 1 for v in self.size)):
             raise ValueError(f"size must be (height, width), got {self.size!r}")
         if self.normalize is not None and (len(self.normalize) != 2 or

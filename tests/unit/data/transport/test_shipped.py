@@ -14,7 +14,7 @@ import torch.multiprocessing  # noqa: F401 - registers torch's reductions with F
 from helpers import in_threads, png_bytes
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
+from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
 from tfrecord_torch.data.transport.shipped import SharedBuffers, Shipped
 
 SPEC = {"image": Image(), "label": Int64()}
@@ -151,7 +151,8 @@ def test_padding_and_bad_images_on_reused_segments(tmp_path, counted):
     sizes = [(40, 48) if i % 3 else (16, 20) for i in range(96)]  # a period the batch of 4 does not share
     path = _write(tmp_path / "a.tfrecord", sizes, bad={5, 33, 70})
     options = ImageBatching(pad=True, size=(40, 48))
-    ds = TFRecordDataset(path, features=SPEC, batch_size=4, images=options, on_error="skip")
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4, on_error="skip",
+                         batching=Batching(images=options))
     alone = [{k: v.clone() for k, v in b.items()} for b in DataLoader(ds, batch_size=None, num_workers=0)]
     assert len(alone) == 24
     loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)

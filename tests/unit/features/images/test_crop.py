@@ -19,7 +19,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from tfrecord_torch import Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
+from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
 from tfrecord_torch.features.images.crop import crop_params, plan_transform
 
 SPEC = {"image": Image(), "label": Int64()}
@@ -49,7 +49,8 @@ def test_per_sample_fused_crop_equals_unfused_with_color_jitter(tmp_path):
     path = shard(tmp_path)
     transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), JITTER])
     fused = TFRecordDataset(path, features=SPEC, transform=transform)
-    plain = TFRecordDataset(path, features=SPEC, transform=transform, images=ImageBatching(fused=False))
+    plain = TFRecordDataset(path, features=SPEC, transform=transform,
+                            batching=Batching(images=ImageBatching(fused=False)))
     assert fused._per_sample()[1] is not transform  # the head is fused
     out = {}
     for name, ds in (("fused", fused), ("plain", plain)):
@@ -70,7 +71,7 @@ def test_batch_fused_resize_equals_unfused_with_color_jitter(tmp_path):
     for name, fused in (("fused", True), ("plain", False)):
         torch.manual_seed(4)
         ds = TFRecordDataset(path, features=SPEC, batch_size=8, transform=transform,
-                             images=ImageBatching(fused=fused, decoder="accurate"))
+                             batching=Batching(images=ImageBatching(fused=fused, decoder="accurate")))
         out[name] = torch.cat([b["image"] for b in ds])
     assert out["fused"].shape == (24, 3, 36, 44)
     assert torch.equal(out["fused"], out["plain"])
@@ -84,7 +85,8 @@ def test_batch_fused_crop_equals_resized_crop_with_color_jitter(tmp_path):
     transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), JITTER])
     torch.manual_seed(5)
     batch, = TFRecordDataset(path, features=SPEC, batch_size=24, transform=transform, seed=5)
-    full, = TFRecordDataset(path, features=SPEC, batch_size=24, images=ImageBatching(fused=False))
+    full, = TFRecordDataset(path, features=SPEC, batch_size=24,
+                            batching=Batching(images=ImageBatching(fused=False)))
     plan, _ = plan_transform(transform)
     generator = torch.Generator().manual_seed(int(np.random.SeedSequence([5, 0, 0, 0]).generate_state(1)[0]))
     boxes = [crop_params(plan, 60, 80, generator) for _ in range(24)]

@@ -12,6 +12,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from tfrecord_torch import (
+    Batching,
     CorruptRecordError,
     FeatureError,
     Image,
@@ -55,7 +56,8 @@ def test_pixels_equal_tensorflow_default_and_accurate(tmp_path):
     images.append(png_bytes(photo(4, 40, 56)[..., 0], "JPEG", quality=90))  # gray JPEG -> RGB
     path = write(tmp_path / "a.tfrecord", images)
     fast, = TFRecordDataset(path, features=SPEC, batch_size=16)
-    accurate, = TFRecordDataset(path, features=SPEC, batch_size=16, images=ImageBatching(decoder="accurate"))
+    accurate, = TFRecordDataset(path, features=SPEC, batch_size=16,
+                                batching=Batching(images=ImageBatching(decoder="accurate")))
     assert fast["image"].shape == (9, 3, 40, 56) and fast["image"].is_contiguous(memory_format=torch.channels_last)
     for i, data in enumerate(images):
         tf_fast = tf.io.decode_image(data, channels=3).numpy()  # decode_jpeg's default: the fast IDCT
@@ -69,11 +71,13 @@ def test_pixels_equal_tensorflow_default_and_accurate(tmp_path):
 def test_nhwc_and_normalize(tmp_path):
     path = write(tmp_path / "a.tfrecord", [jpeg(i) for i in range(4)])
     plain, = TFRecordDataset(path, features=SPEC, batch_size=4)
-    nhwc, = TFRecordDataset(path, features=SPEC, batch_size=4, images=ImageBatching(layout="NHWC"))
+    nhwc, = TFRecordDataset(path, features=SPEC, batch_size=4,
+                            batching=Batching(images=ImageBatching(layout="NHWC")))
     assert nhwc["image"].shape == (4, 40, 56, 3) and nhwc["image"].is_contiguous()
     assert torch.equal(nhwc["image"].permute(0, 3, 1, 2), plain["image"])
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-    normed, = TFRecordDataset(path, features=SPEC, batch_size=4, images=ImageBatching(normalize=(mean, std)))
+    normed, = TFRecordDataset(path, features=SPEC, batch_size=4,
+                              batching=Batching(images=ImageBatching(normalize=(mean, std))))
     expected = F.normalize(plain["image"].float() / 255, mean, std)
     assert normed["image"].dtype == torch.float32
     torch.testing.assert_close(normed["image"], expected, atol=1e-5, rtol=1e-5)
@@ -153,8 +157,10 @@ def test_size_mismatch_is_a_clear_error_unless_padding(tmp_path):
     with pytest.raises(MixedSizesError, match=r"record 1 .*\(3x30x56\).*ImageBatching\(pad=True\)"):
         list(TFRecordDataset(path, features=SPEC, batch_size=3))  # no fixed size: never a list
     with pytest.raises(FeatureError, match=r"record 1 .*30x56, but the batch's size is 40x56"):
-        list(TFRecordDataset(path, features=SPEC, batch_size=3, images=ImageBatching(size=(40, 56))))
-    padded, = TFRecordDataset(path, features=SPEC, batch_size=3, images=ImageBatching(pad=True))
+        list(TFRecordDataset(path, features=SPEC, batch_size=3,
+                             batching=Batching(images=ImageBatching(size=(40, 56)))))
+    padded, = TFRecordDataset(path, features=SPEC, batch_size=3,
+                              batching=Batching(images=ImageBatching(pad=True)))
     assert padded["image"].shape == (3, 3, 40, 56)
     assert padded["image_size"].tolist() == [[40, 56], [30, 56], [40, 56]]
     assert padded["image"][1, :, 30:].eq(0).all()
@@ -224,7 +230,8 @@ def test_switches_turn_the_fused_path_off(tmp_path):
     path = write(tmp_path / "a.tfrecord", images)
     for options in (False, ImageBatching(fused=False)):
         torch.manual_seed(7)
-        batch, = TFRecordDataset(path, features=SPEC, batch_size=6, transform=CROP, images=options)
+        batch, = TFRecordDataset(path, features=SPEC, batch_size=6, transform=CROP,
+                                 batching=Batching(images=options))
         torch.manual_seed(7)
         expected = [CROP(x["image"]) for x in TFRecordDataset(path, features=SPEC)]
         assert batch["image"].shape == (6, 3, 48, 48)
@@ -240,7 +247,7 @@ def test_bad_options_are_refused():
         with pytest.raises(ValueError, match=next(iter(bad))):
             ImageBatching(**bad)
     with pytest.raises(ValueError, match="images must be"):
-        TFRecordDataset([], images="yes")
+        TFRecordDataset([], batching=Batching(images="yes"))
 
 
 def test_per_sample_fused_crop_equals_unfused(tmp_path):
@@ -250,7 +257,8 @@ def test_per_sample_fused_crop_equals_unfused(tmp_path):
     images = [jpeg(i, 120, 90) for i in range(6)] + [png_bytes(photo(7, 64, 80)), gray]
     path = write(tmp_path / "a.tfrecord", images)
     fused = TFRecordDataset(path, features=SPEC, transform=CROP)
-    plain = TFRecordDataset(path, features=SPEC, transform=CROP, images=ImageBatching(fused=False))
+    plain = TFRecordDataset(path, features=SPEC, transform=CROP,
+                            batching=Batching(images=ImageBatching(fused=False)))
     assert fused._per_sample()[1] is None and plain._per_sample()[1] is CROP
     out = {}
     for name, ds in (("fused", fused), ("plain", plain)):

@@ -1,0 +1,260 @@
+"""Reading items of a map-style dataset by global record number: one item
+(``ds[i]``) or a batch of them in one pass (``ds.__getitems__``).
+
+An :class:`ItemFetcher` owns what reading needs: the shards with their
+indexes (cumulative record counts to find the shard), a reader pool, the
+spec with its plan for the compiled reader, and the stand-ins of bad records.
+A batch is read in file order (a global index grows with the shard and with
+the record's offset in it), one positioned read per run of adjacent records,
+each record read once however often it is asked for; then each index asked
+is decoded on its own, so every item is a fresh object.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from tfrecord_torch.data.counts import SharedErrorPolicy
+from tfrecord_torch.data.reading import decode_payload
+from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
+from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
+from tfrecord_torch.features.sequence import SequenceSpec
+from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
+from tfrecord_torch.features.undecoded import apply_transform
+from tfrecord_torch.io import pool
+from tfrecord_torch.io.files import is_url
+from tfrecord_torch.records.framing import parse_frame
+from tfrecord_torch.records.stale import explain
+
+__all__ = ["Frame", "ItemFetcher", "SpecPlan"]
+
+_MAX_READ = 16 << 20  # bytes of adjacent records read at once
+
+
+class SpecPlan(NamedTuple):
+    """What reading an item needs to know of a spec, worked out once per spec."""
+
+    spec: Any
+    plan: Any  # the compiled reader's plan (numbers only), or None
+    owned: bool  # decoding may keep the parsed arrays
+    compiled: bool  # the compiled reader reads records for this spec
+
+    @classmethod
+    def of(cls, spec: Any) -> SpecPlan:
+        return cls(spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
+                   compiled_reader() and not isinstance(spec, SequenceSpec))
+
+
+class Frame(NamedTuple):
+    """One record's frame bytes and where they were read."""
+
+    data: bytes
+    path: str
+    offset: int
+    record: int
+
+
+class ItemFetcher:
+    """Items by global record number over indexed shards, as decoded items.
+
+    Args:
+        paths: the shards (uncompressed).
+        indexes: each shard's index (``[n, 2]`` offsets and sizes).
+        spec: the feature spec (None, a dict or a SequenceSpec); may be
+            reassigned (it is planned afresh).
+        transform: a callable applied to each item; may be reassigned.
+        verify: check record CRCs.
+        policy: what a bad record does (see :meth:`item`).
+        storage_options: fsspec options for URLs.
+    """
+
+    def __init__(self, *, paths: list[str], indexes: list[np.ndarray], spec: Any, transform: Callable | None,
+                 verify: bool, policy: SharedErrorPolicy, storage_options: dict | None) -> None:
+        self.paths, self.indexes = paths, indexes
+        self.spec, self.transform, self.verify, self.policy = spec, transform, verify, policy
+        self.readers = pool.ReaderPool(storage_options)
+        self.stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
+        self.ends = np.cumsum([len(i) for i in indexes], dtype=np.int64)
+        self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call
+        self._starts: list[int] = [0, *self._ends[:-1]]
+        self.length = self._ends[-1] if self._ends else 0
+        self._planned = SpecPlan.of(spec)
+
+    def check(self, i: Any) -> int:
+        """``i`` as an index in [0, len), negative ones counted from the end."""
+        i = operator.index(i)
+        n = self.length
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} records")
+        return i + n if i < 0 else i
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(shard number, record number in the shard) of item ``i``."""
+        i = self.check(i)
+        shard = bisect.bisect_right(self._ends, i)
+        return shard, i - self._starts[shard]
+
+    def item(self, i: Any):
+        """The decoded item ``i``; a bad one is reported under the policy and
+        the next readable item stands in for it (remembered, so a run of k bad
+        items costs O(k) reads)."""
+        j = i if type(i) is int and 0 <= i < self.length else self.check(i)
+        if self.stand_in:
+            j = self.stand_in.get(j, j)  # a bad item met before: straight to its stand-in
+        shard = bisect.bisect_right(self._ends, j) if len(self._ends) > 1 else 0
+        try:
+            return self._read(shard, j - self._starts[shard])
+        except (CorruptRecordError, FeatureError) as e:
+            return self._substitute(j, e)
+
+    def items(self, indices: list[int]) -> list:
+        """``[self.item(i) for i in indices]`` (checked, non-negative indices), read in one pass."""
+        if not indices:
+            return []
+        targets = [self.stand_in.get(i, i) for i in indices]  # bad items met before: their stand-ins
+        compiled = self._compiled_items(targets)
+        if compiled is not None:  # what it left (bad records too): one by one, in the order asked
+            return [item if item is not None else self.item(i) for i, item in zip(indices, compiled)]
+        unique, inverse = np.unique(np.asarray(targets, np.int64), return_inverse=True)
+        frames = self._read_frames(unique)
+        out: list[Any] = [None] * len(indices)
+        failed = []
+        for pos, u in enumerate(inverse.tolist()):
+            frame = frames[u]
+            try:
+                out[pos] = self._decode(frame.data, frame.path, frame.offset, frame.record)
+            except (CorruptRecordError, FeatureError):
+                failed.append(pos)
+        for pos in failed:  # in the order asked: exactly what item(i), one by one, reports and returns
+            out[pos] = self.item(indices[pos])
+        return out
+
+    def close(self) -> None:
+        """Close the open shard files (they reopen on the next read)."""
+        self.readers.close()
+
+    def _substitute(self, j: int, error: TFRecordError):
+        """After item ``j`` failed with ``error``: report it (raises under
+        on_error="raise"), then the next readable item stands in, and is
+        remembered as the stand-in of every bad item passed over."""
+        n = self.length
+        self.policy.report(error)
+        passed = [j]  # unreadable items passed over on the way to a readable one
+        for _ in range(n - 1):
+            j = self.stand_in.get((j + 1) % n, (j + 1) % n)  # a run of bad items found before: jump past it
+            shard, r = self.locate(j)
+            try:
+                item = self._read(shard, r)
+            except (CorruptRecordError, FeatureError) as e:
+                self.policy.report(e)
+                passed.append(j)
+                continue
+            for k in passed:  # later requests for these jump straight here: linear, not quadratic
+                self.stand_in[k] = j
+            return item
+        raise TFRecordError(f"none of the {n} records of {len(self.paths)} shard(s) is readable")
+
+    def _plan(self) -> SpecPlan:
+        planned = self._planned
+        if planned.spec is not self.spec:  # the spec was replaced since
+            planned = self._planned = SpecPlan.of(self.spec)
+        return planned
+
+    def _read(self, shard: int, r: int):
+        path, index = self.paths[shard], self.indexes[shard]
+        planned = self._planned
+        if planned.spec is not self.spec:
+            planned = self._plan()
+        if planned.compiled:
+            item = self._read_compiled(path, index, r, planned)
+            if item is not None:
+                return apply_transform(self.transform, item, path, index.item(r, 0), r)
+        offset, size = index.item(r, 0), index.item(r, 1)
+        data = self.readers.read(path, offset, size)
+        try:
+            return self._decode(data, path, offset, r)
+        except CorruptRecordError as e:  # a stale index is raised, never replaced
+            error = explain(e, index, self.readers.storage_options)
+            if error is e:
+                raise
+            raise error from None
+
+    def _compiled_items(self, targets: list[int]) -> list | None:
+        """Items ``targets`` (checked indices) read in file order by the
+        compiled reader: a list in the order asked, None where it left the
+        record to the usual path; None altogether where it cannot read."""
+        planned = self._plan()
+        if not planned.compiled or any(map(is_url, self.paths)):
+            return None
+        out: list = [None] * len(targets)
+        for pos in sorted(range(len(targets)), key=targets.__getitem__):
+            j = targets[pos]
+            shard = bisect.bisect_right(self._ends, j)
+            r = j - self._starts[shard]
+            item = self._read_compiled(self.paths[shard], self.indexes[shard], r, planned)
+            if item is not None:
+                out[pos] = apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
+        return out
+
+    def _read_compiled(self, path: str, index: np.ndarray, r: int, planned: SpecPlan):
+        """Record ``r`` read, checked and decoded by the compiled reader, for a
+        local file and a record of the usual shape; None otherwise (then the
+        usual path reads it, and raises the error that names it)."""
+        fd = self.readers.descriptor(path)
+        if fd is None:
+            return None
+        if planned.plan is not None:  # numbers only: the wanted features straight to tensors
+            return read_item(fd, index, r, self.verify, planned.plan, torch.from_numpy)
+        parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
+        if parsed is None or planned.spec is None:
+            return parsed
+        try:
+            return decode_owned(parsed, planned.spec) if planned.owned else decode(parsed, planned.spec)
+        except FeatureError:
+            return None
+
+    def _decode(self, frame: bytes, path: str, offset: int, r: int):
+        payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
+        return decode_payload(payload, path, offset, r, self.spec, self.transform, self._plan().owned)
+
+    def _read_frames(self, unique: np.ndarray) -> list[Frame]:
+        """The frames of the sorted global indices ``unique``."""
+        shards = np.searchsorted(self.ends, unique, side="right")
+        frames: list[Frame] = []
+        cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(unique)]
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            shard = int(shards[lo])
+            path = self.paths[shard]
+            records = unique[lo:hi] - self._starts[shard]
+            rows = self.indexes[shard][records]
+            with self.readers.borrow(path) as reader:
+                _read_shard(reader, path, rows[:, 0].tolist(), rows[:, 1].tolist(), records.tolist(), frames)
+        return frames
+
+
+def _read_shard(reader, path: str, offsets: list[int], sizes: list[int], records: list[int],
+                frames: list[Frame]) -> None:
+    """Append the frames of one shard's records (ascending), one read per run
+    of adjacent records of at most 16 MiB (at least one record)."""
+    k, n = 0, len(offsets)
+    while k < n:
+        start = offsets[k]
+        end = start + sizes[k]
+        stop = k + 1
+        while stop < n and offsets[stop] == end and end + sizes[stop] - start <= _MAX_READ:
+            end += sizes[stop]
+            stop += 1
+        data = reader.read(start, end - start)
+        if stop == k + 1:
+            frames.append(Frame(data, path, start, records[k]))
+        else:
+            for j in range(k, stop):
+                a = offsets[j] - start
+                frames.append(Frame(data[a:a + sizes[j]], path, offsets[j], records[j]))
+        k = stop
