@@ -24,6 +24,7 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
+from tfrecord_torch.features.items import Item
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
@@ -174,6 +175,10 @@ class ItemFetcher:
         if planned.compiled:
             item = self._read_compiled(path, index, r, planned)
             if item is not None:
+                if self.transform is None and type(item) is dict:  # the common case, inline: ~0.2 us a record
+                    item = Item(item)
+                    item.at = (path, index.item(r, 0), r)
+                    return item
                 return apply_transform(self.transform, item, path, index.item(r, 0), r)
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self.readers.read(path, offset, size)
