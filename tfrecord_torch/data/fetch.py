@@ -24,7 +24,6 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
-from tfrecord_torch.features.items import Item
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
@@ -94,6 +93,13 @@ class ItemFetcher:
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for {n} records")
         return i + n if i < 0 else i
+
+    def location(self, j: int) -> tuple[str, int, int]:
+        """(path, byte offset, record number) of checked item ``j`` (or the item standing in for it)."""
+        j = self.stand_in.get(j, j)
+        shard = bisect.bisect_right(self._ends, j) if len(self._ends) > 1 else 0
+        r = j - self._starts[shard]
+        return self.paths[shard], self.indexes[shard].item(r, 0), r
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard number, record number in the shard) of item ``i``."""
@@ -175,9 +181,7 @@ class ItemFetcher:
         if planned.compiled:
             item = self._read_compiled(path, index, r, planned)
             if item is not None:
-                if self.transform is None and type(item) is dict:  # the common case, inline: ~0.2 us a record
-                    item = Item(item)
-                    item.at = (path, index.item(r, 0), r)
+                if self.transform is None:  # a plain dict: __getitems__ marks a batch for default_collate
                     return item
                 return apply_transform(self.transform, item, path, index.item(r, 0), r)
         offset, size = index.item(r, 0), index.item(r, 1)

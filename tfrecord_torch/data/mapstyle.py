@@ -22,6 +22,7 @@ from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.usage import check_positional
 from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.features.items import as_batch_head
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
@@ -130,8 +131,12 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         calls this for a batch. Every index is checked (IndexError) before
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
-        check = self._fetcher.check
-        return self._fetcher.items([check(i) for i in indices])
+        fetcher = self._fetcher
+        checked = [fetcher.check(i) for i in indices]
+        out = fetcher.items(checked)
+        if out and type(out[0]) is dict:  # default_collate names the records of values that do not stack
+            out[0] = as_batch_head(out[0], fetcher.location(checked[0]), lambda k: fetcher.location(checked[k]))
+        return out
 
     def errors(self) -> dict:
         """Records replaced under ``on_error="skip"/"warn"`` so far, over all

@@ -21,14 +21,15 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
-__all__ = ["Item", "as_item"]
+__all__ = ["Item", "as_batch_head", "as_item"]
 
 
 class Item(dict):
     """A decoded record: a dict that knows where it came from (:attr:`where`)."""
 
-    __slots__ = ("at",)
+    __slots__ = ("at", "locate")
     at: tuple | None  # (path, byte offset, record number), or None
+    locate: Any  # for the first item of a map-style batch: the location of the batch's k-th item
 
     def __reduce__(self):
         return (_rebuild, (dict(self), getattr(self, "at", None)))
@@ -53,6 +54,15 @@ def as_item(value: Any, at: tuple) -> Any:
         return value
     item = Item(value)
     item.at = at
+    return item
+
+
+def as_batch_head(value: dict, at: tuple, locate: Any) -> Item:
+    """The first item of a batch of plain dicts as an :class:`Item` that can
+    locate the others (``locate(k)``), so default_collate of the batch names
+    the records of values that do not stack, at one Item a batch."""
+    item = Item(value)
+    item.at, item.locate = at, locate
     return item
 
 
@@ -84,7 +94,7 @@ def unequal_sizes(key: str, values: list, batch: list) -> str | None:
         return None
     first = sizes[0]
     odd = next(i for i, s in enumerate(sizes) if s != first)
-    seen = f"{list(first)} ({_where(batch[0])}) and {list(sizes[odd])} ({_where(batch[odd])})"
+    seen = f"{list(first)} ({_where(batch, 0)}) and {list(sizes[odd])} ({_where(batch, odd)})"
     message = f"default_collate cannot stack feature {key!r}: its values differ in size in this batch, {seen}; "
     if type(values[0]).__name__ == "BoundingBoxes":
         return message + ("each image has its own number of boxes: batch them with "
@@ -97,8 +107,15 @@ def unequal_sizes(key: str, values: list, batch: list) -> str | None:
                       f"longest, with {key}_length; lists of bytes stay lists), or give the feature a fixed shape")
 
 
-def _where(item: Any) -> str:
-    return item.where if isinstance(item, Item) else "record unknown"
+def _where(batch: list, k: int) -> str:
+    item = batch[k]
+    if isinstance(item, Item) and getattr(item, "at", None) is not None:
+        return item.where
+    locate = getattr(batch[0], "locate", None)
+    if locate is None:
+        return "record unknown"
+    path, offset, record = locate(k)
+    return f"{path}: record {record} at byte offset {offset}"
 
 
 def _flatten(item: Item) -> tuple[list, tuple]:
