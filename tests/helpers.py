@@ -103,3 +103,17 @@ def image_shards(tmp_path, keys=("image", "label"), fmt="PNG", sizes=((8, 10),) 
             arrays.append(a)
             w.write(make_example({keys[0]: png_bytes(a, fmt), keys[1]: i, "id": i}))
     return path, arrays
+
+
+def import_tfds():
+    """``import tensorflow_datasets``, after collecting garbage. While TFDS is first imported, etils'
+    ``lazy_imports`` replaces ``builtins.__import__``; a DataLoader iterator an earlier test left
+    for the garbage collector, collected meanwhile, imports ``multiprocessing.connection.wait`` in
+    its ``__del__``, gets a LazyModule and fails (a PytestUnraisableExceptionWarning in whichever
+    test imports TFDS)."""
+    import gc
+
+    gc.collect()
+    import tensorflow_datasets
+
+    return tensorflow_datasets

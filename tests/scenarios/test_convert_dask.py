@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torchvision
-from helpers import assert_same_files
+from helpers import assert_same_files, import_tfds
 from helpers import listing as visible
 
 from tfrecord_torch import DatasetSource, Execution, ShardLayout, tfds_dataset, write_dataset
@@ -55,7 +55,7 @@ def serial(tmp_path_factory):
 
 
 def test_dask_conversion_equals_a_serial_one_and_tfds_loads_it(client, serial, tmp_path):
-    import tensorflow_datasets as tfds
+    tfds = import_tfds()
 
     executor = client.get_executor()
     fake = torchvision.datasets.FakeData(**FAKE)  # sent as FakeData(**its arguments)

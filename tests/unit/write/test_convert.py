@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import torch
 import torchvision
-from helpers import assert_same_files, listing, png_bytes
+from helpers import assert_same_files, import_tfds, listing, png_bytes
 from PIL import Image as PILImage
 
 from tfrecord_torch import (
@@ -78,7 +78,7 @@ def test_tf_data_reads_png_shards_exactly(tmp_path):
 
 
 def test_tfds_builder_from_directory_loads_output(tmp_path):
-    import tensorflow_datasets as tfds
+    tfds = import_tfds()
 
     source = fake(n=20)
     write_dataset(source, tmp_path, name="fake", split="train", shards=ShardLayout(size=8),
@@ -145,7 +145,7 @@ def test_jpeg_and_raw_formats(tmp_path, fmt):
     items = list(TFRecordDataset(tmp_path, features=presets.converted(raw=fmt == "raw")))
     assert items[0]["image"].shape == (3, 12, 10)
     if fmt == "raw":
-        import tensorflow_datasets as tfds
+        tfds = import_tfds()
 
         example = next(iter(tfds.builder_from_directory(str(tmp_path)).as_dataset(split="train")))
         assert np.array_equal(example["image"].numpy(), np.asarray(source[order[0]][0]))
@@ -390,7 +390,7 @@ def test_sigkill_mid_conversion_then_rerun(tmp_path):
 
 
 def test_tfds_prepared_directory_reads_without_tensorflow(tmp_path):
-    import tensorflow_datasets as tfds
+    tfds = import_tfds()
 
     class Tiny(tfds.core.GeneratorBasedBuilder):
         VERSION = tfds.core.Version("1.0.0")

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import torch
 import torchvision
+from helpers import import_tfds
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
@@ -128,7 +129,7 @@ def test_detection_dataset_writes_the_od_api_layout(tmp_path):
 def test_raw_conversion_describes_the_image_for_any_sizes(tmp_path, sizes):
     """Fixed or variable sizes: features.json keeps the image and its size
     features; TFDS loads it and reshapes by height/width/channels to the source."""
-    import tensorflow_datasets as tfds
+    tfds = import_tfds()
 
     from tfrecord_torch import tfds_dataset
 
