@@ -208,7 +208,8 @@ class ItemFetcher:
             r = j - self._starts[shard]
             item = self._read_compiled(self.paths[shard], self.indexes[shard], r, planned)
             if item is not None:
-                out[pos] = apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
+                out[pos] = item if self.transform is None else \
+                    apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
         return out
 
     def _read_compiled(self, path: str, index: np.ndarray, r: int, planned: SpecPlan):
