@@ -20,6 +20,7 @@ from tfrecord_torch.records.framing import iter_chunks, read_records
 from tfrecord_torch.records.index import build_index, check_index, load_index
 from tfrecord_torch.records.shardindex import (
     cache_limit,
+    cache_usage,
     clear_index_cache,
     index_cache_dir,
     index_candidates,
@@ -69,18 +70,12 @@ def _cmd_index(args) -> int:
 
 
 def _cmd_cache(args) -> int:
-    import os
-
     folder = index_cache_dir()
     if args.clear:
         print(f"removed {clear_index_cache()} cached indexes from {folder}")
         return 0
-    try:
-        names = [n for n in os.listdir(folder) if n.endswith(".index")]
-    except FileNotFoundError:
-        names = []
-    total = sum(os.path.getsize(os.path.join(folder, n)) for n in names)
-    print(f"{folder}: {len(names)} cached indexes, {total:,} bytes (limit {cache_limit():,} bytes, "
+    count, total = cache_usage()
+    print(f"{folder}: {count} cached indexes, {total:,} bytes (limit {cache_limit():,} bytes, "
           "set by TFRECORD_TORCH_CACHE_LIMIT; clear with `tfrecord-torch cache --clear`)")
     return 0
 

@@ -135,7 +135,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         checked = [fetcher.check(i) for i in indices]
         out = fetcher.items(checked)
         if out and type(out[0]) is dict:  # default_collate names the records of values that do not stack
-            out[0] = as_batch_head(out[0], fetcher.location(checked[0]), lambda k: fetcher.location(checked[k]))
+            out[0] = as_batch_head(out[0], lambda k: fetcher.location(checked[k]))
         return out
 
     def errors(self) -> dict:

@@ -57,12 +57,13 @@ def as_item(value: Any, at: tuple) -> Any:
     return item
 
 
-def as_batch_head(value: dict, at: tuple, locate: Any) -> Item:
+def as_batch_head(value: dict, locate: Any) -> Item:
     """The first item of a batch of plain dicts as an :class:`Item` that can
-    locate the others (``locate(k)``), so default_collate of the batch names
-    the records of values that do not stack, at one Item a batch."""
+    locate every item of the batch (``locate(k)``: path, offset, record), so
+    default_collate of the batch names the records of values that do not
+    stack, at one Item a batch."""
     item = Item(value)
-    item.at, item.locate = at, locate
+    item.at, item.locate = None, locate
     return item
 
 

@@ -46,7 +46,7 @@ from tfrecord_torch.records.index import (
 )
 from tfrecord_torch.records.stamp import local_identity, stamp_matches, write_stamp
 
-__all__ = ["SaveIndex", "cache_limit", "clear_index_cache", "index_cache_dir",
+__all__ = ["SaveIndex", "cache_limit", "cache_usage", "clear_index_cache", "index_cache_dir",
            "index_candidates", "remote_shard_index", "shard_index"]
 
 log = logging.getLogger(__name__)
@@ -132,16 +132,28 @@ def _cache_put(cached: str, index: np.ndarray) -> None:
     _prune(os.path.dirname(cached), keep=cached)
 
 
-def _prune(folder: str, keep: str) -> None:
-    """Drop the least recently used entries while the cache is over its bound."""
-    limit = cache_limit()
-    sizes = {}
+def _stats(folder: str) -> dict[str, tuple[int, int]]:
+    """Each cache entry's (last use in ns, size), skipping entries removed meanwhile."""
+    found = {}
     for name in _entries(folder):
         try:
             st = os.stat(os.path.join(folder, name))
         except FileNotFoundError:
             continue
-        sizes[name] = (st.st_mtime_ns, st.st_size)
+        found[name] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
+def cache_usage() -> tuple[int, int]:
+    """The index cache's number of entries and their bytes."""
+    found = _stats(index_cache_dir())
+    return len(found), sum(size for _, size in found.values())
+
+
+def _prune(folder: str, keep: str) -> None:
+    """Drop the least recently used entries while the cache is over its bound."""
+    limit = cache_limit()
+    sizes = _stats(folder)
     total = sum(size for _, size in sizes.values())
     for name in sorted(sizes, key=lambda n: sizes[n][0]):
         if total <= limit:
