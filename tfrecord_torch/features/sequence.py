@@ -81,7 +81,7 @@ def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
         if kinds is None or kinds - {(feature.dtype, size)}:
             _check_steps(feature, steps, size, shape)
         flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)  # a fresh array
-        return torch.from_numpy(flat.reshape((len(steps), *shape)))
+        return feature.finish(torch.from_numpy(flat.reshape((len(steps), *shape))))
     out = []
     for t, step in enumerate(steps):
         if isinstance(step, np.ndarray):
