@@ -156,3 +156,10 @@ def test_records_that_are_not_examples_point_to_payload(tmp_path, reader):
         else:
             list(TFRecordDataset(tmp_path, batch_size=2 if reader == "batches" else None,
                                  features={"id": Int64()} if reader == "spec" else None))
+
+
+def test_printing_the_datasets_shows_the_payload_mode(tmp_path):
+    write_json_shards(tmp_path, [3])
+    assert repr(TFRecordDataset(tmp_path, features=Payload(decode=json.loads))).endswith(
+        "3 records, features=Payload(decode=json.loads))")
+    assert repr(IndexedTFRecordDataset(tmp_path, features=Payload())).endswith("3 records, features=Payload())")
