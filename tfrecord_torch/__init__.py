@@ -48,6 +48,7 @@ _EXPORTS = {
     "Mask": "tfrecord_torch.features.images.masks",
     "MixedSizesError": "tfrecord_torch.errors",
     "OnError": "tfrecord_torch.policy",
+    "Payload": "tfrecord_torch.features.payload",
     "RawImage": "tfrecord_torch.features.images.specs",
     "RawTensor": "tfrecord_torch.features.specs",
     "ReaderPool": "tfrecord_torch.io.pool",
@@ -114,6 +115,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         parse_sequence_example,
         parse_sequence_example_batch,
     )
+    from tfrecord_torch.features.payload import Payload
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError
