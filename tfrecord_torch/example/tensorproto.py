@@ -34,6 +34,7 @@ __all__ = ["DTYPES", "MAX_TENSOR_BYTES", "DType", "Decoded", "decode_tensor_prot
 
 MAX_TENSOR_BYTES = 1 << 31  # a repeated field's last value fills at most this much (a 20-byte record may ask for TBs)
 _MAX_DIMS = 254  # TensorShape::MaxDimensions()
+_STRING_REF = 8  # what one more list entry costs, for MAX_TENSOR_BYTES
 
 
 class DType(NamedTuple):
@@ -177,27 +178,33 @@ def _fill(values: np.ndarray, n: int) -> np.ndarray:
 
 
 def _repeated(message, dtype: DType, n: int) -> np.ndarray:
+    values = _typed_values(message, dtype)
+    assert dtype.storage is not None
+    _check_fill(dtype, n, len(values), dtype.storage.itemsize)
+    return _fill(values, n)
+
+
+def _typed_values(message, dtype: DType) -> np.ndarray:
+    """The values of the dtype's repeated field, as its storage (range-checked)."""
     storage = dtype.storage
     assert storage is not None
     field = dtype.field
     if field in ("scomplex_val", "dcomplex_val"):  # (real, imaginary) pairs; an odd last one is no element
         parts = np.array(getattr(message, field), "<f4" if field == "scomplex_val" else "<f8")
-        values = parts[:len(parts) // 2 * 2].view(storage)
-    elif field == "float8_val":
-        values = np.frombuffer(message.float8_val, storage)
-    elif field in ("float_val", "double_val", "bool_val"):
-        values = np.array(getattr(message, field), storage)
-    else:  # integer fields, and bit patterns in half_val
-        wide = np.array(getattr(message, field), np.uint64 if field == "uint64_val" else np.int64)
-        info = np.iinfo(storage)
-        bad = np.flatnonzero((wide < info.min) | (wide > info.max))
-        if len(bad):
-            what = "bit pattern" if field == "half_val" else "value"
-            raise TensorDecodeError(f"holds {field} {what} {int(wide[bad[0]])}, outside {dtype.name}'s range "
-                                    f"[{info.min}, {info.max}]")
-        values = wide.astype(storage)
-    _check_fill(dtype, n, len(values), storage.itemsize)
-    return _fill(values, n)
+        return parts[:len(parts) // 2 * 2].view(storage)
+    if field == "float8_val":
+        return np.frombuffer(message.float8_val, storage)
+    if field in ("float_val", "double_val", "bool_val"):
+        return np.array(getattr(message, field), storage)
+    # integer fields, and bit patterns in half_val
+    wide = np.array(getattr(message, field), np.uint64 if field == "uint64_val" else np.int64)
+    info = np.iinfo(storage)
+    bad = np.flatnonzero((wide < info.min) | (wide > info.max))
+    if len(bad):
+        what = "bit pattern" if field == "half_val" else "value"
+        raise TensorDecodeError(f"holds {field} {what} {int(wide[bad[0]])}, outside {dtype.name}'s range "
+                                f"[{info.min}, {info.max}]")
+    return wide.astype(storage)
 
 
 def _strings(message, n: int) -> list[bytes]:
@@ -206,7 +213,7 @@ def _strings(message, n: int) -> list[bytes]:
     if message.tensor_content:  # TF's string encoding: n varint lengths, then the bytes (DecodeStringList)
         return _string_list(message.tensor_content, n)
     values = list(message.string_val)
-    _check_fill(DTYPES[7], n, len(values), 8)
+    _check_fill(DTYPES[7], n, len(values), _STRING_REF)
     if len(values) >= n:
         return values[:n]
     return values + [values[-1] if values else b""] * (n - len(values))
@@ -296,7 +303,17 @@ def looks_like_tensorproto(payload: Any) -> bool:
         count, odd = divmod(count, 2)
         if odd:
             return False
-    return 1 <= count <= n
+    if not 1 <= count <= n:
+        return False
+    try:
+        if dtype.storage is None:
+            _check_fill(dtype, n, count, _STRING_REF)
+        else:
+            _check_fill(dtype, n, count, dtype.storage.itemsize)
+            _typed_values(message, dtype)
+    except TensorDecodeError:
+        return False
+    return True
 
 
 def _unknown_fields(message) -> bool:

@@ -155,8 +155,12 @@ def _strings(value: Any) -> bytes:
     except ValueError as e:
         raise ValueError(f"nested lists of strings must be rectangular: {e}") from None
     flat = array.reshape(-1).tolist()
-    bad = next((v for v in flat if not isinstance(v, (bytes, str))), None)
-    if bad is not None:
+    for bad in flat:
+        if isinstance(bad, (bytes, str)):
+            continue
+        if isinstance(bad, (list, tuple)):  # numpy makes ragged lists an array of lists
+            raise ValueError(f"nested lists of strings must be rectangular (all rows of one length), "
+                             f"got {value!r:.80}")
         raise TypeError(f"a string tensor holds bytes or str, not {type(bad).__name__} ({bad!r:.50}); give "
                         f"numbers as a torch tensor so their dtype is explicit")
     data = [v.encode("utf-8") if isinstance(v, str) else v for v in flat]

@@ -10,8 +10,7 @@ record file written by ``tf.io.TFRecordWriter`` read by the datasets.
 Not applicable from ``ParseTensorOpTest``: the second half of
 ``testInvalidInput`` ("Expected `serialized` to be a scalar, got shape: [1]")
 feeds a batch of strings to the graph op; :func:`parse_tensor` takes one
-payload (a list is refused as a TypeError-free ``TensorDecodeError`` since
-it is not bytes, tested in ``test_invalid_input``).
+payload, and a list of them is refused (``test_invalid_input``).
 ``ParseTensorVariantRegressionTest`` crashes TensorFlow 2.21 itself (its
 docstring says so), so it runs here without TF: a variant TensorProto is
 refused cleanly (``test_variant_tensor_list_is_refused``).
@@ -168,6 +167,8 @@ def test_invalid_input():
         tf.io.parse_tensor(b"bogus", tf.uint16)
     with pytest.raises(TensorDecodeError, match="is not a serialized TensorProto"):
         parse_tensor(b"bogus", torch.uint16)
+    with pytest.raises(TensorDecodeError, match="is not a serialized TensorProto"):
+        parse_tensor([b"bogus"], torch.uint16)
 
 
 def test_variant_tensor_list_is_refused():
@@ -312,3 +313,31 @@ def test_tf_reads_what_make_example_wrote(tmp_path):
     np.testing.assert_array_equal(tf.io.parse_tensor(parsed["t"], tf.int16).numpy(), t.numpy())
     np.testing.assert_array_equal(parsed["plain"].numpy(), t.reshape(-1).numpy())  # a plain tensor: as before
 
+
+
+def test_refused_where_tf_gives_a_value_that_cannot_be_meant():
+    """TF reads an unknown rank as a scalar, truncates int_val values outside
+    the dtype (300 as uint8 is 44) and masks half_val bit patterns to 16 bits;
+    each is a writer's bug, so each is refused here rather than guessed."""
+    unknown = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[2.0])
+    unknown.tensor_shape.unknown_rank = True
+    wide = tensor_pb2.TensorProto(dtype=types_pb2.DT_UINT8, int_val=[300, 1])
+    wide.tensor_shape.dim.add().size = 2
+    bits = tensor_pb2.TensorProto(dtype=types_pb2.DT_HALF, half_val=[0x13C00])
+    bits.tensor_shape.dim.add().size = 1
+    cases = [(unknown, tf.float32, 2.0, "unknown rank"), (wide, tf.uint8, [44, 1], "outside uint8's range"),
+             (bits, tf.float16, [1.0], "bit pattern 80896")]
+    for proto, dtype, tf_value, match in cases:
+        payload = proto.SerializeToString()
+        assert tf.io.parse_tensor(payload, dtype).numpy().tolist() == tf_value
+        with pytest.raises(TensorDecodeError, match=match):
+            parse_tensor(payload)
+
+
+def test_an_empty_shape_ignores_its_content_as_tf_does():
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_content=b"abcd")
+    proto.tensor_shape.dim.add().size = 2
+    proto.tensor_shape.dim.add().size = 0
+    payload = proto.SerializeToString()
+    assert tf.io.parse_tensor(payload, tf.float32).shape == (2, 0)
+    assert parse_tensor(payload).shape == (2, 0)
