@@ -31,11 +31,10 @@ from tfrecord_torch.example.tensorproto import (
     decode_tensor_proto,
     dtype_named,
     encode_tensor_proto,
-    looks_like_tensorproto,
 )
 from tfrecord_torch.features.specs import _REQUIRED, Feature
 
-__all__ = ["SerializedTensor", "looks_like_tensorproto", "parse_tensor", "serialize_tensor"]
+__all__ = ["SerializedTensor", "parse_tensor", "serialize_tensor", "tf_dtype", "to_torch"]
 
 # torch dtype -> TF's dtype (the quantized types only by name: torch's own need a scale)
 _FROM_TORCH = {getattr(torch, d.torch): d for d in sorted(DTYPES.values(), key=lambda d: d.enum, reverse=True)
@@ -98,7 +97,8 @@ def to_torch(decoded: Decoded) -> Any:
         return np.array(values, dtype=object).reshape(decoded.shape).tolist() if decoded.shape else values[0]
     target = getattr(torch, dtype.torch, None)
     if target is None:
-        raise TensorDecodeError(f"holds a {dtype.name} tensor; this torch has no torch.{dtype.torch}")
+        raise TensorDecodeError(f"holds a {dtype.name} tensor; this torch has no torch.{dtype.torch} (torch 2.3 "
+                                f"added uint16, uint32 and uint64): upgrade torch to read it")
     # torch warns on read-only memory (np.ascontiguousarray would make a scalar 1-D)
     array = values if values.flags.writeable and values.flags.c_contiguous else values.copy()
     tensor = torch.from_numpy(array)

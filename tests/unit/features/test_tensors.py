@@ -49,6 +49,18 @@ def test_unsigned_values_past_int64_stay_exact():
     assert parse_tensor(serialize_tensor(torch.tensor([2**32 - 1], dtype=torch.uint32))).tolist() == [2**32 - 1]
 
 
+def test_a_dtype_this_torch_lacks_is_refused_not_wrapped():
+    """A torch without the dtype (uint16/32/64 came in torch 2.3) gives an
+    error, never the values reinterpreted as a signed type."""
+    from tfrecord_torch.example.tensorproto import DType, decode_tensor_proto
+    from tfrecord_torch.features.tensors import to_torch
+
+    decoded = decode_tensor_proto(serialize_tensor(torch.tensor([2**32 - 1], dtype=torch.uint32)))
+    missing = decoded._replace(dtype=DType("uint32", 22, np.dtype("<u4"), "uint32_val", "no_such_dtype"))
+    with pytest.raises(TensorDecodeError, match="this torch has no torch.no_such_dtype.*upgrade torch"):
+        to_torch(missing)
+
+
 def test_strings_are_nested_lists_of_bytes():
     assert parse_tensor(serialize_tensor([["a", b"b"], ["é", b""]])) == [[b"a", b"b"], ["é".encode(), b""]]
     assert parse_tensor(serialize_tensor(b"x")) == b"x"
