@@ -126,12 +126,16 @@ def decode_tensor_proto(payload: Any) -> Decoded:
     if dtype.storage is None:
         return Decoded(dtype, shape, _strings(message, n))
     if n == 0:
-        return Decoded(dtype, shape, np.zeros(shape, dtype.storage.newbyteorder("=")))
+        try:
+            return Decoded(dtype, shape, np.zeros(shape, dtype.storage.newbyteorder("=")))
+        except ValueError as e:  # numpy counts the nonzero dimensions' bytes, even of an empty array
+            raise TensorDecodeError(f"holds an empty TensorProto of shape {list(shape)}, which no array can "
+                                    f"have: {e}") from e
     content = message.tensor_content
     if content:
         want = n * dtype.storage.itemsize
         if len(content) != want:
-            raise TensorDecodeError(f"tensor_content holds {len(content)} bytes; {n} {dtype.name} values of "
+            raise TensorDecodeError(f"holds tensor_content of {len(content)} bytes; {n} {dtype.name} values of "
                                     f"shape {list(shape)} take {want}")
         array = np.frombuffer(content, dtype.storage)
     else:
@@ -156,8 +160,20 @@ def _shape(message) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise TensorDecodeError(f"holds a TensorProto of shape {list(dims)}: a dimension is unknown (negative); "
                                 f"a serialized tensor needs a full shape")
-    if math.prod(dims) >= 1 << 63:
-        raise TensorDecodeError(f"holds a TensorProto of shape {list(dims)}, more elements than an int64 counts")
+    lists = 1  # the lists nesting a string tensor, up to its first 0 dimension (each costs a list object)
+    for d in dims[:-1]:
+        if not d:
+            break
+        lists *= d
+        if message.dtype == 7 and lists * _STRING_REF > MAX_TENSOR_BYTES:
+            raise TensorDecodeError(f"holds a string TensorProto of shape {list(dims)}, whose nested lists take "
+                                    f"more than MAX_TENSOR_BYTES ({MAX_TENSOR_BYTES})")
+    count = 1
+    for d in dims:  # a running product, as TF checks it: an overflow before a 0 dimension is refused too
+        count *= d
+        if count >= 1 << 63:
+            raise TensorDecodeError(f"holds a TensorProto of shape {list(dims)}, more elements than an int64 "
+                                    f"counts")
     return dims
 
 
@@ -209,7 +225,7 @@ def _typed_values(message, dtype: DType) -> np.ndarray:
 
 def _strings(message, n: int) -> list[bytes]:
     if n == 0:
-        return []
+        return []  # (the empty lists that nest it are counted by _shape)
     if message.tensor_content:  # TF's string encoding: n varint lengths, then the bytes (DecodeStringList)
         return _string_list(message.tensor_content, n)
     values = list(message.string_val)
@@ -287,7 +303,13 @@ def looks_like_tensorproto(payload: Any) -> bool:
     set_fields = [f.name for f, _ in message.ListFields() if f.name not in ("dtype", "tensor_shape",
                                                                            "version_number")]
     if n == 0:
-        return not set_fields
+        if set_fields:
+            return False
+        try:
+            decode_tensor_proto(payload)  # cheap: no elements
+        except TensorDecodeError:
+            return False
+        return True
     if set_fields == ["tensor_content"]:
         if dtype.storage is None:
             try:

@@ -17,6 +17,7 @@ scalar: bytes), as a string SparseFeature's dense value does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -83,7 +84,10 @@ def parse_tensor(payload: Any, dtype: Any = None) -> Any:
         ValueError: ``dtype`` names no dtype.
     """
     want = None if dtype is None else tf_dtype(dtype)
-    decoded = decode_tensor_proto(payload)
+    try:
+        decoded = decode_tensor_proto(payload)
+    except TensorDecodeError as e:
+        raise TensorDecodeError(f"payload {e}") from e
     if want is not None and want.enum != decoded.dtype.enum:
         raise TensorDecodeError(f"Type mismatch between parsed tensor ({decoded.dtype.name}) and dtype "
                                 f"({want.name})")
@@ -94,7 +98,7 @@ def to_torch(decoded: Decoded) -> Any:
     """A decoded TensorProto as a tensor (nested lists of bytes for strings)."""
     dtype, values = decoded.dtype, decoded.values
     if dtype.storage is None:
-        return np.array(values, dtype=object).reshape(decoded.shape).tolist() if decoded.shape else values[0]
+        return _nest(values, decoded.shape)
     target = getattr(torch, dtype.torch, None)
     if target is None:
         raise TensorDecodeError(f"holds a {dtype.name} tensor; this torch has no torch.{dtype.torch} (torch 2.3 "
@@ -103,6 +107,16 @@ def to_torch(decoded: Decoded) -> Any:
     array = values if values.flags.writeable and values.flags.c_contiguous else values.copy()
     tensor = torch.from_numpy(array)
     return tensor.view(target) if tensor.dtype != target else tensor  # bfloat16, half, float8: their bits
+
+
+def _nest(values: list, shape: tuple[int, ...]) -> Any:
+    """A flat list (C order) as nested lists of ``shape``; a scalar's one value."""
+    if not shape:
+        return values[0]
+    if len(shape) == 1:
+        return list(values)
+    step = math.prod(shape[1:])
+    return [_nest(values[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 def serialize_tensor(value: Any) -> bytes:

@@ -239,7 +239,7 @@ def test_string_tensor_content():
         parse_tensor(proto.SerializeToString())
 
 
-@pytest.mark.parametrize("edit", ["short_content", "long_content", "negative_dim", "invalid_dtype"])
+@pytest.mark.parametrize("edit", ["short_content", "long_content", "negative_dim", "invalid_dtype", "overflow"])
 def test_refused_as_tf_refuses(edit):
     proto = tensor_util.make_tensor_proto(np.arange(6, dtype=np.float32).reshape(2, 3))
     if edit == "short_content":
@@ -248,6 +248,10 @@ def test_refused_as_tf_refuses(edit):
         proto.tensor_content += b"\0\0\0\0"
     elif edit == "negative_dim":
         proto.tensor_shape.dim[0].size = -1
+    elif edit == "overflow":  # more elements than an int64 counts, before a 0 dimension
+        proto.tensor_shape.dim[0].size = 2**62
+        proto.tensor_shape.dim[1].size = 4
+        proto.tensor_shape.dim.add().size = 0
     else:
         proto.dtype = types_pb2.DT_INVALID
     payload = proto.SerializeToString()
@@ -341,3 +345,8 @@ def test_an_empty_shape_ignores_its_content_as_tf_does():
     payload = proto.SerializeToString()
     assert tf.io.parse_tensor(payload, tf.float32).shape == (2, 0)
     assert parse_tensor(payload).shape == (2, 0)
+    proto.tensor_shape.dim[1].size = 2**40  # a 0 first: no overflow, as TF counts
+    proto.tensor_shape.dim[0].size = 0
+    proto.tensor_shape.dim.add().size = 4
+    payload = proto.SerializeToString()
+    assert tf.io.parse_tensor(payload, tf.float32).shape == parse_tensor(payload).shape == (0, 2**40, 4)
