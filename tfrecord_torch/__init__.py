@@ -55,6 +55,7 @@ _EXPORTS = {
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
     "ShardLayout": "tfrecord_torch.write.options",
+    "SerializedTensor": "tfrecord_torch.features.tensors",
     "ShardedWriter": "tfrecord_torch.write.sharded",
     "Sharding": "tfrecord_torch.data.options",
     "Shuffling": "tfrecord_torch.data.options",
@@ -62,6 +63,7 @@ _EXPORTS = {
     "StaleIndexError": "tfrecord_torch.errors",
     "TFRecordDataset": "tfrecord_torch.data.iterable",
     "TFRecordError": "tfrecord_torch.errors",
+    "TensorDecodeError": "tfrecord_torch.errors",
     "Text": "tfrecord_torch.features.specs",
     "build_index": "tfrecord_torch.records.index",
     "detection_collate": "tfrecord_torch.features.collate",
@@ -75,7 +77,9 @@ _EXPORTS = {
     "parse_example_batch": "tfrecord_torch.features.parsing",
     "parse_sequence_example": "tfrecord_torch.features.parsing",
     "parse_sequence_example_batch": "tfrecord_torch.features.parsing",
+    "parse_tensor": "tfrecord_torch.features.tensors",
     "read_records": "tfrecord_torch.records.framing",
+    "serialize_tensor": "tfrecord_torch.features.tensors",
     "tfds_dataset": "tfrecord_torch.tfds.dataset",
     "write_dataset": "tfrecord_torch.write.convert",
     "write_order": "tfrecord_torch.write.plan",
@@ -100,6 +104,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         MixedSizesError,
         RemoteError,
         StaleIndexError,
+        TensorDecodeError,
         TFRecordError,
     )
     from tfrecord_torch.example.codec import make_example, make_sequence_example
@@ -117,6 +122,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from tfrecord_torch.features.payload import Payload
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
+    from tfrecord_torch.features.tensors import SerializedTensor, parse_tensor, serialize_tensor
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError
     from tfrecord_torch.records.compression import Compression
