@@ -96,11 +96,11 @@ def test_inspect(shards, capsys):
     assert "'label': tf.io.FixedLenFeature([], tf.int64)" in text
     assert "'opt': tf.io.VarLenFeature(tf.int64)" in text
     assert "'name': tf.io.FixedLenFeature([], tf.string)" in text
-    assert "'label': Int64()," in text and "'opt': Int64(shape=None)," in text and "'name': Bytes()," in text
+    assert "'label': Int64()," in text and "'opt': Int64(shape=None, default=[])," in text and "'name': Bytes()," in text
 
 
 def test_head_and_cat(shards, capsys):
-    assert main(["head", "-n", "2", str(shards[0])]) == 0
+    assert main(["head", "-n", "2", "--full", str(shards[0])]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
