@@ -256,14 +256,15 @@ def _bytes(b: bytes, mode: str) -> str:
 
 
 def _summary(b: bytes) -> str:
-    """Short printable UTF-8 as its text; anything else as ``<N bytes>``,
+    """Short printable UTF-8 (tabs and line breaks allowed) as its text;
+    anything else as ``<N bytes>``,
     with the format when a sniffer knows it (``<8149 bytes, JPEG>``)."""
     if len(b) <= SHORT_TEXT:
         try:
             text = b.decode("utf-8")
         except UnicodeDecodeError:
             text = None
-        if text is not None and text.isprintable():
+        if text is not None and all(c.isprintable() or c in "\t\n\r" for c in text):
             return text
     found = sniff(b)
     return f"<{len(b)} bytes{f', {found.name}' if found else ''}>"

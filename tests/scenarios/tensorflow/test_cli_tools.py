@@ -91,7 +91,8 @@ def test_preview_draws_tensorflow_images(tmp_path, capsys):
         assert "5 images from 'image/encoded', labels from 'image/class/label'" in text
         assert f"cell 4: {path} record 4, image/class/label 14, {fmt} 50x24" in text
         layout = Layout(5, 3, 96)
-        sheet = np.asarray(PILImage.open(out).convert("RGB")).astype(int)
+        with PILImage.open(out) as im:
+            sheet = np.asarray(im.convert("RGB")).astype(int)
         assert sheet.shape == (layout.height, layout.width, 3) == (2 * (96 + 14 + 4) + 4, 3 * 100 + 4, 3)
         payloads = list(tf.data.TFRecordDataset(str(path)).as_numpy_iterator())
         for i, payload in enumerate(payloads):

@@ -187,18 +187,18 @@ def test_head_summarises_long_and_binary_bytes(tmp_path, capsys):
 
     jpeg = png_bytes(np.zeros((16, 16, 3), np.uint8), "JPEG")
     values = {"short": "héllo wörld", "long": "x" * 65, "edge": "y" * 64, "binary": b"\x00\x01\xff",
-              "control": "tab\there", "jpeg": jpeg, "many": [b"a", jpeg]}
+              "control": "\x07bell", "lines": "a\tb\nc", "jpeg": jpeg, "many": [b"a", jpeg]}
     path = tmp_path / "b.tfrecord"
     with RecordWriter(path) as w:
         w.write(make_example(values))
     assert main(["head", str(path)]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got == {"short": ["héllo wörld"], "long": ["<65 bytes>"], "edge": ["y" * 64], "binary": ["<3 bytes>"],
-                   "control": ["<8 bytes>"], "jpeg": [f"<{len(jpeg)} bytes, JPEG>"],
+                   "control": ["<5 bytes>"], "lines": ["a\tb\nc"], "jpeg": [f"<{len(jpeg)} bytes, JPEG>"],
                    "many": ["a", f"<{len(jpeg)} bytes, JPEG>"]}
     assert main(["head", "--full", str(path)]) == 0
     full = json.loads(capsys.readouterr().out)
-    assert full["long"] == ["x" * 65] and full["binary"] == ["base64:AAH/"] and full["control"] == ["tab\there"]
+    assert full["long"] == ["x" * 65] and full["binary"] == ["base64:AAH/"] and full["control"] == ["\x07bell"]
     assert main(["cat", "--bytes", "summary", str(path)]) == 0
     assert json.loads(capsys.readouterr().out) == got
 

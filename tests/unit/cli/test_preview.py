@@ -21,7 +21,8 @@ def centre(sheet: np.ndarray, layout: Layout, index: int) -> np.ndarray:
 
 
 def read_sheet(path) -> np.ndarray:
-    return np.asarray(PILImage.open(path).convert("RGB")).astype(int)
+    with PILImage.open(path) as im:
+        return np.asarray(im.convert("RGB")).astype(int)
 
 
 def test_every_image_layout_in_its_cell(tmp_path, capsys):
@@ -48,7 +49,8 @@ def test_every_image_layout_in_its_cell(tmp_path, capsys):
     layout = Layout(7, 4, 64)
     sheet = read_sheet(out)
     assert sheet.shape == (layout.height, layout.width, 3)
-    gif = np.asarray(PILImage.open(io.BytesIO(solid[5][1])).convert("RGB"))[4, 4]
+    with PILImage.open(io.BytesIO(solid[5][1])) as im:
+        gif = np.asarray(im.convert("RGB"))[4, 4]
     for i, (name, _, colour) in enumerate(solid):
         want = gif if colour is None else colour
         assert np.abs(centre(sheet, layout, i) - np.asarray(want)).max() <= 2, name
@@ -138,3 +140,15 @@ def test_preview_imports_no_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_preview_of_a_url(tmp_path, capsys):
+    """Files are opened as the other commands open them: URLs too."""
+    url = "memory://preview-test/a.tfrecord"
+    with RecordWriter(url) as w:
+        for i in range(3):
+            w.write(make_example({"jpeg": png_bytes(np.full((6, 9, 3), 90, np.uint8), "JPEG"), "label": i}))
+    out = tmp_path / "remote.png"
+    assert main(["preview", url, "--out", str(out)]) == 0
+    assert f"cell 2: {url} record 2, label 2, JPEG 9x6" in capsys.readouterr().out
+    assert read_sheet(out).shape == (Layout(3, 3, 128).height, Layout(3, 3, 128).width, 3)
