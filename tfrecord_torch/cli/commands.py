@@ -257,8 +257,8 @@ def _bytes(b: bytes, mode: str) -> str:
 
 def _summary(b: bytes) -> str:
     """Short printable UTF-8 (tabs and line breaks allowed) as its text;
-    anything else as ``<N bytes>``,
-    with the format when a sniffer knows it (``<8149 bytes, JPEG>``)."""
+    anything else as ``<N bytes>``, with the format when a sniffer knows it
+    (``<8149 bytes, JPEG>``)."""
     if len(b) <= SHORT_TEXT:
         try:
             text = b.decode("utf-8")

@@ -126,12 +126,13 @@ def _tf_note(content: ContentStats) -> str:
 
 
 _SPEC_NAME = re.compile(r"(?<![\w.])([A-Z]\w*|tfspec)[.(]")
+_NOTE = re.compile(r"\s+# .*$")  # a spec line's trailing comment (its summary), which may name formats
 
 
 def spec_imports(*sources: str) -> str:
     """``from tfrecord_torch import ...`` for the names a printed spec uses."""
     names = sorted({m for text in sources for line in text.splitlines()
-                    for m in _SPEC_NAME.findall(line.split("#")[0])})
+                    for m in _SPEC_NAME.findall(_NOTE.sub("", line))})
     return f"from tfrecord_torch import {', '.join(names)}" if names else ""
 
 
