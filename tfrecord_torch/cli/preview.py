@@ -91,7 +91,7 @@ def run(args) -> int:
     label_key = args.label or _label_key(records)
     pictures, shown, missing = [], [], 0
     for path, offset, number, features in records:
-        if key not in features:
+        if key not in features or kind_of(features[key]) == "empty":  # an empty Feature() holds no image either
             missing += 1
             continue
         picture, fmt = _decode(features[key], key, path, offset, number)

@@ -12,6 +12,7 @@ from PIL import Image as PILImage
 from tfrecord_torch import RecordWriter, make_example
 from tfrecord_torch.cli import main
 from tfrecord_torch.cli.preview import Layout
+from tfrecord_torch.example.protos import Example, Feature, Features, Int64List
 
 
 def centre(sheet: np.ndarray, layout: Layout, index: int) -> np.ndarray:
@@ -111,9 +112,12 @@ def test_records_without_the_image_are_left_out(tmp_path, capsys):
     with RecordWriter(path) as w:
         for i in range(4):
             w.write(make_example({"label": i, **({"image": png_bytes(np.zeros((4, 4), np.uint8))} if i % 2 else {})}))
+        empty = Example(features=Features(feature={"label": Feature(int64_list=Int64List(value=[4])),
+                                                   "image": Feature()}))  # present, with no value
+        w.write(empty.SerializeToString())
     assert main(["preview", str(path), "--out", str(tmp_path / "s.png")]) == 0
     text = capsys.readouterr().out
-    assert "2 images from 'image'" in text and "2 of the first 4 records have no 'image'" in text
+    assert "2 images from 'image'" in text and "3 of the first 5 records have no 'image'" in text
     assert "cell 1: " in text and "record 3, label 3" in text
 
 
