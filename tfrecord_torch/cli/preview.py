@@ -202,9 +202,9 @@ def _decode(value, key: str, path: str, offset: int, number: int):
             im.load()
     except Exception as e:  # Pillow and the header reader raise many types for bytes that are no image
         found = sniff(data)
-        if found is None:
-            reason = (f"holds bytes that are not an image ({len(data)} bytes, starting {data[:12]!r}); "
-                      "name the image key with --key")
+        if found is None or found.what != "images":
+            what = f"{found.name} {found.what}" if found else f"bytes starting {data[:12]!r}"
+            reason = f"holds {what} ({len(data)} bytes), not an image; name the image key with --key"
         else:
             reason = f"holds {found.name} bytes that do not decode ({len(data)} bytes): {type(e).__name__}: {e}"
         raise FeatureError(key, reason, path, offset, number) from e

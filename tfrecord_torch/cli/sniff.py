@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tfrecord_torch.example.schema import Content
+from tfrecord_torch.example.tensorproto import DTYPES, TensorProto, looks_like_tensorproto
 from tfrecord_torch.features.images.limits import image_format, read_header
 
-__all__ = ["BYTES_SNIFFERS", "sniff", "sniff_image"]
+__all__ = ["BYTES_SNIFFERS", "sniff", "sniff_image", "sniff_tensor"]
 
 _IMAGE_NAMES = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "webp": "WebP"}
 
@@ -35,7 +36,21 @@ def sniff_image(value: bytes) -> Content | None:
     return Content(_IMAGE_NAMES[fmt], "images", "Image()", size, "tf.io.decode_image")
 
 
-BYTES_SNIFFERS: list[Callable[[bytes], Content | None]] = [sniff_image]
+def sniff_tensor(value: bytes) -> Content | None:
+    """A serialized tensor (``tf.io.serialize_tensor``'s TensorProto), named by its
+    TensorFlow dtype; ``SerializedTensor()`` reads it, ``tf.io.parse_tensor`` in TF."""
+    if not looks_like_tensorproto(value):
+        return None
+    name = DTYPES[TensorProto.FromString(value).dtype].name
+    name = _TF_NAMES.get(name, name)
+    return Content(f"serialized {name}", "tensors", "SerializedTensor()",
+                   tf_hint=f"tf.io.parse_tensor(x, out_type=tf.{name})")
+
+
+# TensorFlow's DataTypeString names that differ from its Python dtype names.
+_TF_NAMES = {"float": "float32", "double": "float64", "half": "float16"}
+
+BYTES_SNIFFERS: list[Callable[[bytes], Content | None]] = [sniff_image, sniff_tensor]
 
 
 def sniff(value: bytes) -> Content | None:
