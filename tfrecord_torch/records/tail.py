@@ -86,7 +86,8 @@ class RecordTail(Iterator[bytes]):
         self._head = b""  # raw bytes kept back while "auto" waits for enough to decide
         self._zip: zlib._Decompress | None = None
         self._carry = b""  # compressed bytes after a finished GZIP member (or ZLIB stream)
-        self._buf = bytearray()  # decompressed bytes from ``offset`` on
+        self._buf = bytearray()  # decompressed bytes; those from ``_pos`` on are not handed out yet
+        self._pos = 0  # cut off when more comes, not per record: a cut moves the whole buffer
         self._closed = False
         self.offset = 0
         """Byte offset of the next record (in the decompressed stream for a compressed file)."""
@@ -109,7 +110,7 @@ class RecordTail(Iterator[bytes]):
         """Bytes read past :attr:`offset` and not handed out (decompressed
         bytes for a compressed file). After an iteration stops, these are the
         start of a partial last record: 0 when the data ends at a record boundary."""
-        return len(self._buf) + len(self._head)
+        return len(self._buf) - self._pos + len(self._head)
 
     def __iter__(self) -> RecordTail:
         return self
@@ -136,18 +137,19 @@ class RecordTail(Iterator[bytes]):
         """
         while self._fill():
             pass
-        at, record, buf = 0, self.records, self._buf
+        at, record, buf = self._pos, self.records, self._buf
         while len(buf) - at >= _HEADER_SIZE:
             length, length_crc = _HEADER.unpack_from(buf, at)
             if self.verify and masked_crc32c(bytes(buf[at:at + 8])) != length_crc:
-                raise CorruptRecordError(self.name, self.offset + at, record, "length CRC mismatch (header corrupted)")
+                raise CorruptRecordError(self.name, self.offset + at - self._pos, record,
+                                         "length CRC mismatch (header corrupted)")
             if len(buf) - at < length + _OVERHEAD:
                 break
             at += length + _OVERHEAD
             record += 1
         partial = len(buf) - at + len(self._head)
         if partial:
-            raise CorruptRecordError(self.name, self.offset + at, record,
+            raise CorruptRecordError(self.name, self.offset + at - self._pos, record,
                                      f"truncated record: the data ends {partial} bytes into it")
 
     def close(self) -> None:
@@ -168,22 +170,28 @@ class RecordTail(Iterator[bytes]):
 
     def _take(self) -> bytes | None:
         """The next complete record out of the buffer, or None if it is not all there."""
-        buf = self._buf
-        if len(buf) < _HEADER_SIZE:
+        buf, at = self._buf, self._pos
+        if len(buf) - at < _HEADER_SIZE:
             return None
-        length, length_crc = _HEADER.unpack_from(buf, 0)
-        if self.verify and masked_crc32c(bytes(buf[:8])) != length_crc:
+        length, length_crc = _HEADER.unpack_from(buf, at)
+        if self.verify and masked_crc32c(bytes(buf[at:at + 8])) != length_crc:
             raise CorruptRecordError(self.name, self.offset, self.records, "length CRC mismatch (header corrupted)")
         size = length + _OVERHEAD
-        if len(buf) < size:
+        if len(buf) - at < size:
             return None
-        payload = bytes(buf[_HEADER_SIZE:_HEADER_SIZE + length])
-        if self.verify and masked_crc32c(payload) != int.from_bytes(buf[size - 4:size], "little"):
+        payload = bytes(buf[at + _HEADER_SIZE:at + _HEADER_SIZE + length])
+        if self.verify and masked_crc32c(payload) != int.from_bytes(buf[at + size - 4:at + size], "little"):
             raise CorruptRecordError(self.name, self.offset, self.records, "payload CRC mismatch (data corrupted)")
-        del buf[:size]
+        self._pos += size
         self.offset += size
         self.records += 1
         return payload
+
+    def _append(self, data: bytes) -> None:
+        if self._pos:
+            del self._buf[:self._pos]
+            self._pos = 0
+        self._buf += data
 
     def _fill(self) -> bool:
         """Add what the file holds beyond the buffer; False when nothing came."""
@@ -203,7 +211,7 @@ class RecordTail(Iterator[bytes]):
                     self._start(detect_compression(self._head, self.name))
                     data, self._head = self._head, b""
             if self._zip is None:
-                self._buf += data
+                self._append(data)
                 return True
             if self._inflate(data):
                 return True
@@ -218,7 +226,7 @@ class RecordTail(Iterator[bytes]):
         if self._zip.eof:  # what follows is another GZIP member (or ZLIB stream), now or later
             self._carry = self._zip.unused_data
             self._zip = zlib.decompressobj(WBITS[self._compression])
-        self._buf += piece
+        self._append(piece)
         return bool(piece)
 
     def _start(self, compression: str | None) -> None:
