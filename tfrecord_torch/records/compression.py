@@ -93,7 +93,7 @@ class CompressionOptions:
         if isinstance(self.strategy, int):  # the zlib constant: kept by its name, as repr shows it
             object.__setattr__(self, "strategy", {v: k for k, v in STRATEGIES.items()}[self.strategy])
 
-    def compressor(self, compression: str):
+    def compressor(self, compression: str) -> zlib._Compress:
         """A zlib compressor writing a ``compression`` ("gzip" or "zlib") stream."""
         wbits = self.window_bits
         if compression == "gzip":  # zlib takes 8 as 9 but refuses it outright with a GZIP wrapper
