@@ -30,6 +30,7 @@ _EXPORTS = {
     "Boxes": "tfrecord_torch.features.images.boxes",
     "Bytes": "tfrecord_torch.features.specs",
     "Compression": "tfrecord_torch.records.compression",
+    "CompressionOptions": "tfrecord_torch.records.compression",
     "CorruptRecordError": "tfrecord_torch.errors",
     "DatasetSource": "tfrecord_torch.write.source",
     "Encoding": "tfrecord_torch.write.options",
@@ -52,6 +53,7 @@ _EXPORTS = {
     "RawImage": "tfrecord_torch.features.images.specs",
     "RawTensor": "tfrecord_torch.features.specs",
     "ReaderPool": "tfrecord_torch.io.pool",
+    "RecordTail": "tfrecord_torch.records.tail",
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
     "ShardLayout": "tfrecord_torch.write.options",
@@ -125,10 +127,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.tensors import SerializedTensor, parse_tensor, serialize_tensor
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError
-    from tfrecord_torch.records.compression import Compression
+    from tfrecord_torch.records.compression import Compression, CompressionOptions
     from tfrecord_torch.records.framing import read_records
     from tfrecord_torch.records.index import build_index, check_index, load_index
     from tfrecord_torch.records.indexed import IndexedReader
+    from tfrecord_torch.records.tail import RecordTail
     from tfrecord_torch.records.writer import RecordWriter
     from tfrecord_torch.tfds.dataset import tfds_dataset
     from tfrecord_torch.write.convert import write_dataset
