@@ -1,16 +1,22 @@
-"""Every ```python block of README.md runs as written, imports included.
+"""Every code block of README.md and docs/**/*.md runs as written, imports included.
 
-The blocks are read from the README itself, so a new block is tested as soon as it is
-written. Each runs in its own Python process (so it imports what it uses, as a reader's
-script must), in a fresh folder holding the data its paths name, made here with this
-library's writers. Where a block's line says ``# prints X``, what the block prints must be
-those lines, in order. A block that cannot run here (a cluster, a download, TensorFlow's
-side) has ``<!-- not run: REASON; covered by tests/FILE.py::TEST -->`` just above it, and
-the test it names must exist.
+The blocks are read from the pages themselves, so a new block is tested as soon as it is
+written. A ```python block runs in a fresh namespace (so it imports what it uses, as a
+reader's script must) with a fresh working folder holding the data its paths name, made here
+by this library's writers; a ```bash block runs in bash there, with the package's command on
+the PATH. A python block that imports TensorFlow or the `tfrecord` package, or starts
+processes by spawning (`if __name__ == "__main__":`), runs as a script in a Python process
+of its own; the others run in the test's process (torch is imported once, not once a block:
+a process per block cost about 3 s of CPU each). Where a line says ``# prints X``, what the
+block prints must be those lines, in order. A block that cannot run here (a cluster, a
+download) has ``<!-- not run: REASON; covered by tests/FILE.py::TEST -->`` just above it,
+and the test it names must exist. Every fence names its language; only ``text`` and other
+non-code fences are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -28,16 +34,20 @@ from PIL import Image as PILImage
 import tfrecord_torch as tt
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-TIMEOUT = 180  # seconds per block; each takes a few (mostly importing torch)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+TIMEOUT = 180  # seconds per block run in a process of its own
+RUNNABLE = {"python", "bash"}
+NOT_CODE = {"text", "toml", "yaml", "json", "ini", "console-output"}
 
 
 class Block(NamedTuple):
-    """One fenced code block of the README."""
+    """One fenced code block of a page."""
 
+    page: str  # its path, relative to the repository
     heading: str  # the nearest heading above it
-    index: int  # its number among the README's python blocks
+    index: int  # its number among the page's runnable blocks
     line: int  # 1-based line of its opening fence
+    language: str
     code: str
     not_run: str | None  # the text of a `<!-- not run: ... -->` comment just above it
 
@@ -47,8 +57,8 @@ _HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.*?)\s*-->\s*$")
 
 
-def readme_blocks(text: str) -> list[Block]:
-    """The README's ```python blocks.
+def page_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """The page's fenced blocks, runnable ones and the rest (their language says which).
 
     Fences as CommonMark has them: ``` or ~~~, closed by a run of the same character at least
     as long; a fence indented in a list item has that indentation removed from its lines.
@@ -60,10 +70,10 @@ def readme_blocks(text: str) -> list[Block]:
     for number, line in enumerate(text.splitlines(), 1):
         if fence:
             if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
-                if language == "python":
-                    marker = _NOT_RUN.match(previous)
-                    blocks.append(Block(heading, len(blocks), start, "\n".join(body) + "\n",
-                                        marker.group(1) if marker else None))
+                marker = _NOT_RUN.match(previous)
+                runnable = sum(1 for b in blocks if b.language in RUNNABLE)
+                blocks.append(Block(page, heading, runnable, start, language, "\n".join(body) + "\n",
+                                    marker.group(1) if marker else None))
                 fence, previous = "", line
             else:
                 body.append(line[len(indent):] if line.startswith(indent) else line.lstrip(" "))
@@ -78,15 +88,18 @@ def readme_blocks(text: str) -> list[Block]:
             heading = title.group(1)
         if line.strip():
             previous = line
-    assert not fence, f"README.md: the code block opened on line {start} is never closed"
+    assert not fence, f"{page}: the code block opened on line {start} is never closed"
     return blocks
 
 
 def _block_id(block: Block) -> str:
-    return f"{block.index}-{re.sub(r'[^a-z0-9]+', '-', block.heading.lower()).strip('-')}"
+    page = re.sub(r"[^a-z0-9]+", "-", block.page.lower().removesuffix(".md")).strip("-")
+    return f"{page}-{block.index}-{re.sub(r'[^a-z0-9]+', '-', block.heading.lower()).strip('-')}"
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+ALL = [b for page in PAGES for b in page_blocks(page.read_text(encoding="utf-8"),
+                                                   page.relative_to(ROOT).as_posix())]
+BLOCKS = [b for b in ALL if b.language in RUNNABLE]
 RUN = [b for b in BLOCKS if b.not_run is None]
 NOT_RUN = [b for b in BLOCKS if b.not_run is not None]
 
@@ -209,27 +222,59 @@ def data_sources(tmp_path_factory) -> dict[str, Path]:
     """Each data set of DATA in a folder of its own, written once for the module."""
     sources = {}
     for n, (path, make) in enumerate(DATA.items()):
-        folder = tmp_path_factory.mktemp(f"readme-data-{n}")
+        folder = tmp_path_factory.mktemp(f"doc-data-{n}")
         make(folder)
         sources[path] = folder
     return sources
 
 
-def run_block(code: str, folder: Path, sources: dict[str, Path]) -> subprocess.CompletedProcess:
-    """Run ``code`` as a script in a fresh ``folder/work`` holding the data its paths name."""
+def _work_folder(code: str, folder: Path, sources: dict[str, Path]) -> Path:
+    """``folder/work``, holding the data sets whose paths ``code`` names as string literals."""
     work = folder / "work"
     work.mkdir()
     for path, source in sources.items():
-        if f'"{path}"' in code or f"'{path}'" in code:
+        if f'"{path}"' in code or f"'{path}'" in code or f" {path}" in code:
             shutil.copytree(source, work, dirs_exist_ok=True)
+    return work
+
+
+def _env(folder: Path) -> dict[str, str]:
+    return dict(os.environ, TFRECORD_TORCH_CACHE=str(folder / "cache"),
+                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+# A core count below the blocks' num_workers=2 is not the page's fault.
+_WARNINGS = ["-W", "error", "-W", "ignore:This DataLoader will create:UserWarning"]
+_OWN_PROCESS = re.compile(r"^\s*(import|from)\s+(tensorflow|tfrecord)\b|__name__\s*==\s*.__main__.", re.M)
+
+
+def runs_in_its_own_process(block: Block) -> bool:
+    """TensorFlow and the `tfrecord` package cannot share a process with each other, and a spawned
+    worker imports its parent's script: such blocks run as scripts."""
+    return block.language == "bash" or bool(_OWN_PROCESS.search(block.code))
+
+
+def run_block(code: str, folder: Path, sources: dict[str, Path], language: str = "python") -> tuple[int, str]:
+    """Run ``code`` as a script (or bash commands) in a fresh ``folder/work``; its exit status and output."""
+    work = _work_folder(code, folder, sources)
     script = folder / "block.py"  # outside the working folder, so no glob of the block's sees it
     script.write_text(code, encoding="utf-8")
-    env = dict(os.environ, TFRECORD_TORCH_CACHE=str(folder / "cache"),
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    # Warnings are errors, as in the suite; a core count below the blocks' num_workers=2 is not the README's fault.
-    warnings = ["-W", "error", "-W", "ignore:This DataLoader will create:UserWarning"]
-    return subprocess.run([sys.executable, *warnings, str(script)], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    command = ["bash", "-euo", "pipefail", str(script)] if language == "bash" else [
+        sys.executable, *_WARNINGS, str(script)]
+    proc = subprocess.run(command, cwd=work, env=_env(folder), capture_output=True, text=True, timeout=TIMEOUT)
+    return proc.returncode, proc.stdout + (f"\n--- stderr:\n{proc.stderr}" if proc.returncode else "")
+
+
+def exec_block(block: Block, folder: Path, sources: dict[str, Path], monkeypatch) -> str:
+    """Run a python block in this process, in a fresh namespace and working folder; what it printed."""
+    work = _work_folder(block.code, folder, sources)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(folder / "cache"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block.code, f"{block.page} line {block.line}", "exec"), {"__name__": "__doc_block__"})
+    return out.getvalue()
 
 
 def _printed(code: str) -> list[str]:
@@ -238,51 +283,49 @@ def _printed(code: str) -> list[str]:
 
 
 @pytest.mark.parametrize("block", RUN, ids=_block_id)
-def test_readme_block_runs_as_written(block, data_sources, tmp_path):
+def test_doc_block_runs_as_written(block, data_sources, tmp_path, monkeypatch):
     """The block runs without an error or a warning, and prints what its ``# prints`` comments say."""
-    proc = run_block(block.code, tmp_path, data_sources)
-    where = f"README.md line {block.line} ({block.heading})"
-    assert proc.returncode == 0, (f"{where} failed (the data it reads comes from DATA in "
-                                  f"{Path(__file__).name}):\n{proc.stdout}{proc.stderr}")
+    where = f"{block.page} line {block.line} ({block.heading})"
+    if runs_in_its_own_process(block):
+        status, output = run_block(block.code, tmp_path, data_sources, block.language)
+        assert status == 0, (f"{where} failed (the data it reads comes from DATA in "
+                             f"{Path(__file__).name}):\n{output}")
+    else:
+        output = exec_block(block, tmp_path, data_sources, monkeypatch)
     expected = _printed(block.code)
     if expected:
-        assert proc.stdout.splitlines() == expected, f"{where} printed:\n{proc.stdout}"
+        assert output.splitlines() == expected, f"{where} printed:\n{output}"
 
 
 @pytest.mark.parametrize("block", NOT_RUN, ids=_block_id)
 def test_a_block_not_run_names_the_test_that_covers_it(block):
     """A block left out says why, and names a test that exists."""
+    where = f"{block.page} line {block.line}"
     match = re.fullmatch(r"(.+?);\s*covered by\s+(tests/[\w/]+\.py)::(\w+)", block.not_run or "")
-    assert match, (f"README.md line {block.line}: write the marker as "
+    assert match, (f"{where}: write the marker as "
                    f"'<!-- not run: REASON; covered by tests/FILE.py::TEST -->', not {block.not_run!r}")
     path = ROOT / match.group(2)
-    assert path.is_file(), f"README.md line {block.line}: {match.group(2)} does not exist"
+    assert path.is_file(), f"{where}: {match.group(2)} does not exist"
     assert re.search(rf"^(async )?def {match.group(3)}\(", path.read_text(encoding="utf-8"), re.M), (
-        f"README.md line {block.line}: {match.group(2)} has no test {match.group(3)}")
+        f"{where}: {match.group(2)} has no test {match.group(3)}")
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=_block_id)
-def test_every_block_compiles(block):
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "python"], ids=_block_id)
+def test_every_python_block_compiles(block):
     """Blocks not run are Python still."""
-    compile(block.code, f"README.md line {block.line}", "exec")
+    compile(block.code, f"{block.page} line {block.line}", "exec")
 
 
-def test_the_readme_has_its_blocks():
-    """Blocks are found and run, and every `not run` marker sits just above a ```python block."""
-    text = README.read_text(encoding="utf-8")
+def test_every_fence_names_its_language():
+    """A fence without a language (or with an unknown one) would be skipped silently."""
+    unknown = [f"{b.page} line {b.line}: {b.language or '(none)'}" for b in ALL
+               if b.language not in RUNNABLE | NOT_CODE]
+    assert not unknown, f"fences must be one of {sorted(RUNNABLE | NOT_CODE)}: {unknown}"
+
+
+def test_the_pages_have_their_blocks():
+    """Blocks are found and run, and every `not run` marker sits just above a runnable block."""
     assert RUN and NOT_RUN
-    assert len(NOT_RUN) == sum(1 for line in text.splitlines() if _NOT_RUN.match(line)), (
-        "a `<!-- not run: ... -->` comment must sit just above a ```python block")
-
-
-def test_the_conversion_block_runs_with_fakedata_for_cifar10(data_sources, tmp_path):
-    """The README's conversion block, with FakeData of CIFAR10's shape for the download (no network here)."""
-    download = 'torchvision.datasets.CIFAR10("data", train=True, download=True)'
-    [block] = [b for b in BLOCKS if download in b.code]
-    code = block.code.replace(download, "torchvision.datasets.FakeData(40, image_size=(3, 32, 32), num_classes=10)")
-    code += 'print(len(ds), sorted(os.listdir("records/photos")))\n'
-    proc = run_block("import os\n" + code, tmp_path, data_sources)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines() == [
-        "40 ['dataset_info.json', 'features.json', 'index', 'label.labels.txt', "
-        "'photos-train.tfrecord-00000-of-00001']"]
+    markers = sum(1 for page in PAGES for line in page.read_text(encoding="utf-8").splitlines()
+                  if _NOT_RUN.match(line))
+    assert len(NOT_RUN) == markers, "a `<!-- not run: ... -->` comment must sit just above a ```python or ```bash block"
