@@ -198,14 +198,14 @@ def _photo_folder(root: Path) -> None:
 
 
 def _converted_photos(root: Path) -> None:
-    """`records/photos/*-of-*`: the photos folder as `write_dataset` converts it."""
+    """`records/photos`: the photos folder as `write_dataset` converts it."""
     _photo_folder(root / "source")
     tt.write_dataset(torchvision.datasets.ImageFolder(root / "source" / "photos"), root / "records" / "photos",
                      name="photos", execution=tt.Execution(progress=False))
     shutil.rmtree(root / "source")
 
 
-# A block gets each of these whose path it names as a string literal ("data/train-*.tfrecord").
+# A block gets each of these whose path it names, in quotes or after a space, alone or followed by `/`.
 DATA = {
     "data/train-*.tfrecord": _image_shards,
     "data/*.tfrecord": _described_records,
@@ -213,7 +213,7 @@ DATA = {
     "seg.tfrecord": _segmentation_records,
     "od.tfrecord": _detection_records,
     "photos": _photo_folder,
-    "records/photos/*-of-*": _converted_photos,
+    "records/photos": _converted_photos,
 }
 
 
@@ -233,7 +233,7 @@ def _work_folder(code: str, folder: Path, sources: dict[str, Path]) -> Path:
     work = folder / "work"
     work.mkdir()
     for path, source in sources.items():
-        if f'"{path}"' in code or f"'{path}'" in code or f" {path}" in code:
+        if re.search(rf"""(^|["' ]){re.escape(path)}($|["'/\s])""", code, re.M):
             shutil.copytree(source, work, dirs_exist_ok=True)
     return work
 
@@ -329,3 +329,16 @@ def test_the_pages_have_their_blocks():
     markers = sum(1 for page in PAGES for line in page.read_text(encoding="utf-8").splitlines()
                   if _NOT_RUN.match(line))
     assert len(NOT_RUN) == markers, "a `<!-- not run: ... -->` comment must sit just above a ```python or ```bash block"
+
+
+def test_the_conversion_block_runs_with_fakedata_for_cifar10(data_sources, tmp_path):
+    """The conversion block of docs/guide/writing.md, with FakeData of CIFAR10's shape for the download."""
+    download = 'torchvision.datasets.CIFAR10("data", train=True, download=True)'
+    [block] = [b for b in BLOCKS if download in b.code]
+    code = block.code.replace(download, "torchvision.datasets.FakeData(40, image_size=(3, 32, 32), num_classes=10)")
+    code += 'print(len(ds), sorted(os.listdir("records/photos")))\n'
+    status, output = run_block("import os\n" + code, tmp_path, data_sources)
+    assert status == 0, output
+    assert output.splitlines() == [
+        "40 ['dataset_info.json', 'features.json', 'index', 'label.labels.txt', "
+        "'photos-train.tfrecord-00000-of-00001']"]
