@@ -4,10 +4,11 @@ The blocks are read from the pages themselves, so a new block is tested as soon 
 written. A ```python block runs in a fresh namespace (so it imports what it uses, as a
 reader's script must) with a fresh working folder holding the data its paths name, made here
 by this library's writers; a ```bash block runs in bash there, with the package's command on
-the PATH. A python block that imports TensorFlow or the `tfrecord` package, or starts
-processes by spawning (`if __name__ == "__main__":`), runs as a script in a Python process
-of its own; the others run in the test's process (torch is imported once, not once a block:
-a process per block cost about 3 s of CPU each). Where a line says ``# prints X``, what the
+the PATH. Python blocks run in the test's process (torch is imported once, not once a
+block: a process per block cost about 3 s of CPU each), except that the blocks importing
+TensorFlow, and those importing the `tfrecord` package, run together in one process per
+peer (neither can share a process with the other or with every test), and a block that
+spawns workers (`if __name__ == "__main__":`) runs as a script. Where a line says ``# prints X``, what the
 block prints must be those lines, in order. A block that cannot run here (a cluster, a
 download) has ``<!-- not run: REASON; covered by tests/FILE.py::TEST -->`` just above it,
 and the test it names must exist. Every fence names its language; only ``text`` and other
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -246,13 +248,72 @@ def _env(folder: Path) -> dict[str, str]:
 
 # A core count below the blocks' num_workers=2 is not the page's fault.
 _WARNINGS = ["-W", "error", "-W", "ignore:This DataLoader will create:UserWarning"]
-_OWN_PROCESS = re.compile(r"^\s*(import|from)\s+(tensorflow|tfrecord)\b|__name__\s*==\s*.__main__.", re.M)
+_PEER = re.compile(r"^\s*(?:import|from)\s+(tensorflow|tfrecord)\b", re.M)
+_MAIN = re.compile(r"__name__\s*==\s*.__main__.")
 
 
-def runs_in_its_own_process(block: Block) -> bool:
-    """TensorFlow and the `tfrecord` package cannot share a process with each other, and a spawned
-    worker imports its parent's script: such blocks run as scripts."""
-    return block.language == "bash" or bool(_OWN_PROCESS.search(block.code))
+def peer_group(block: Block) -> str | None:
+    """The peer a python block imports (TensorFlow or the `tfrecord` package), which cannot share
+    the test's process: the blocks of one peer run together in one process of their own, so
+    TensorFlow is imported once, not once a block."""
+    match = _PEER.search(block.code)
+    return match.group(1) if match and block.language == "python" and not _MAIN.search(block.code) else None
+
+
+def runs_as_a_script(block: Block) -> bool:
+    """Bash, and a python block that spawns workers (they import the parent's script)."""
+    return block.language == "bash" or bool(_MAIN.search(block.code))
+
+
+# Runs blocks one after another, each in a fresh namespace and its own folder. torchvision is
+# imported first, as the docs say a process that imports TensorFlow must.
+_GROUP_DRIVER = """
+import contextlib, io, json, os, sys, traceback
+import torchvision
+jobs = json.load(open(sys.argv[1]))
+results = []
+for job in jobs:
+    os.chdir(job["work"])
+    os.environ["TFRECORD_TORCH_CACHE"] = job["cache"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(job["code"], job["where"], "exec"), {"__name__": "__doc_block__"})
+        results.append({"ok": True, "output": out.getvalue()})
+    except BaseException:
+        results.append({"ok": False, "output": out.getvalue() + traceback.format_exc()})
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def peer_runs(data_sources, tmp_path_factory):
+    """``run(block)``: the block's (ok, output) from one process per peer, started at the first ask."""
+    done: dict[str, dict[int, tuple[bool, str]]] = {}
+
+    def run(block: Block) -> tuple[bool, str]:
+        group = peer_group(block)
+        assert group is not None
+        if group not in done:
+            members = [b for b in RUN if peer_group(b) == group]
+            folder = tmp_path_factory.mktemp(f"doc-peer-{group}")
+            jobs = []
+            for n, member in enumerate(members):
+                (folder / str(n)).mkdir()
+                jobs.append({"code": member.code, "where": f"{member.page} line {member.line}",
+                             "work": str(_work_folder(member.code, folder / str(n), data_sources)),
+                             "cache": str(folder / str(n) / "cache")})
+            (folder / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+            (folder / "driver.py").write_text(_GROUP_DRIVER, encoding="utf-8")
+            proc = subprocess.run([sys.executable, *_WARNINGS, str(folder / "driver.py"), str(folder / "jobs.json"),
+                                   str(folder / "results.json")], env=_env(folder), capture_output=True, text=True,
+                                  timeout=TIMEOUT * len(members))
+            assert proc.returncode == 0, f"the {group} blocks' process failed:\n{proc.stdout}{proc.stderr}"
+            results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+            done[group] = {id(m): (r["ok"], r["output"]) for m, r in zip(members, results)}
+        return done[group][id(block)]
+
+    return run
 
 
 def run_block(code: str, folder: Path, sources: dict[str, Path], language: str = "python") -> tuple[int, str]:
@@ -283,13 +344,16 @@ def _printed(code: str) -> list[str]:
 
 
 @pytest.mark.parametrize("block", RUN, ids=_block_id)
-def test_doc_block_runs_as_written(block, data_sources, tmp_path, monkeypatch):
+def test_doc_block_runs_as_written(block, data_sources, tmp_path, monkeypatch, peer_runs):
     """The block runs without an error or a warning, and prints what its ``# prints`` comments say."""
     where = f"{block.page} line {block.line} ({block.heading})"
-    if runs_in_its_own_process(block):
+    failed = f"{where} failed (the data it reads comes from DATA in {Path(__file__).name}):\n"
+    if runs_as_a_script(block):
         status, output = run_block(block.code, tmp_path, data_sources, block.language)
-        assert status == 0, (f"{where} failed (the data it reads comes from DATA in "
-                             f"{Path(__file__).name}):\n{output}")
+        assert status == 0, failed + output
+    elif peer_group(block):
+        ok, output = peer_runs(block)
+        assert ok, failed + output
     else:
         output = exec_block(block, tmp_path, data_sources, monkeypatch)
     expected = _printed(block.code)
