@@ -2,7 +2,7 @@
 
 The public names are exported lazily (PEP 562): ``import tfrecord_torch``
 imports neither torch nor torchvision; a name is imported from its
-subpackage the first time it is used. See the README's "Layout" section for
+subpackage the first time it is used. See docs/layout.md for
 where each lives.
 """
 

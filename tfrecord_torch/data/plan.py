@@ -123,7 +123,7 @@ def global_order(total: int, *, seed: int, epoch: int, block: int = 1,
     ``block`` consecutive records are permuted as units, then the records of
     every ``window`` consecutive blocks are permuted together: reads cover
     whole blocks (fewer, longer reads), and mixing approaches a true
-    permutation's as ``window`` grows (README: "Shuffling").
+    permutation's as ``window`` grows (docs/guide/distributed.md: "Shuffling").
     """
     rng = np.random.default_rng([seed, epoch, 2])
     if block <= 1 or total <= 1:

@@ -51,12 +51,13 @@ def parse_sequence_example(payload: Bytes, context_features: dict | None = None,
 
     Args:
         payload: the serialized SequenceExample.
-        context_features, sequence_features: None for the raw values (the
-            context as :func:`parse_example` gives it, each feature list the
-            list of its steps' values); or specs / TF descriptions (as
+        context_features: None for the raw context (as :func:`parse_example`
+            gives it); or specs / a TF description (as
             ``tf.io.parse_single_sequence_example`` takes them, and
-            ``TFRecordDataset(features=..., sequence_features=...)``), for the
-            values that dataset gives.
+            ``TFRecordDataset(features=...)``), for the values that dataset gives.
+        sequence_features: None for the raw feature lists (each the list of its
+            steps' values); or specs / a TF description of the feature lists (as
+            ``TFRecordDataset(sequence_features=...)`` takes them).
 
     Returns:
         ``(context, feature_lists)``.
@@ -99,9 +100,11 @@ def parse_sequence_example_batch(records: Sequence[Bytes], context_features: dic
 
     Args:
         records: the payloads.
-        context_features, sequence_features: None for the raw columns
+        context_features: None for the raw context columns
             (:func:`tfrecord_torch.example.seqbatch.parse_sequence_example_batch`);
-            or specs / TF descriptions, for the values batch mode gives.
+            or specs / a TF description, for the values batch mode gives.
+        sequence_features: None for the raw feature lists; or specs / a TF
+            description of the feature lists, for the values batch mode gives.
 
     Returns:
         ``(context, feature_lists, lengths)``: with descriptions, the feature

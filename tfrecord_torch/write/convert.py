@@ -61,7 +61,8 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
             :class:`DatasetSource` recipe that builds one.
         output_dir: the folder for shards, indexes and TFDS metadata, or a URL
             (``s3://bucket/prefix``).
-        name, split: TFDS dataset and split names.
+        name: the TFDS dataset name.
+        split: the TFDS split name.
         shuffle: write the samples in a seeded random order (as TFDS does),
             so every shard mixes classes; False keeps the source order.
         seed: the write order's seed; record ``j`` of the split is source

@@ -42,7 +42,8 @@ class ShardedWriter:
 
     Args:
         output_dir: folder or URL prefix to write into (created if needed).
-        name, split: dataset and split names, as in TFDS.
+        name: the dataset's name, as in TFDS.
+        split: the split's name, as in TFDS.
         max_records: records per shard (default 10,000 if no limit is given).
         max_bytes: bytes per shard (framed, before compression).
         compression: None, "gzip" or "zlib".

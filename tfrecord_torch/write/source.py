@@ -42,7 +42,8 @@ class DatasetSource:
         factory: a class or function importable by name where the tasks run
             (module-level, not a lambda or a class defined in ``__main__``
             unless the workers can import it).
-        *args, **kwargs: its arguments, picklable.
+        *args: its positional arguments, picklable.
+        **kwargs: its keyword arguments, picklable.
 
     Example:
         >>> source = DatasetSource(torchvision.datasets.CIFAR10, "/data", train=True)

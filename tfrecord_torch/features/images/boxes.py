@@ -34,7 +34,8 @@ class Boxes(Feature):
         prefix: the coordinate keys' prefix (``prefix + "xmin"``, ...).
         image: the encoded image's key, whose header gives the size when the
             record has no height/width features.
-        height, width: int64 features with the image's size.
+        height: the int64 feature with the image's height.
+        width: the int64 feature with the image's width.
         normalized: True (the OD API) when coordinates are fractions of the
             size; False when they are pixels already.
     """

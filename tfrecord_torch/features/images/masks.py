@@ -34,7 +34,8 @@ class Mask(Feature):
 
     Args:
         key: the record's key.
-        height, width: int64 features holding the raw mask's size.
+        height: the int64 feature holding the raw mask's height.
+        width: the int64 feature holding the raw mask's width.
         shape: a constant (H, W) for raw masks.
         dtype: "uint8" (default) or "uint16", for raw masks.
         default: value when the record lacks the key.

@@ -59,7 +59,8 @@ class RawImage(Feature):
     ``height``/``width``/``depth`` layout) or given as ``shape=(H, W, C)``.
 
     Args:
-        height, width: int64 features holding the size.
+        height: the int64 feature holding the height.
+        width: the int64 feature holding the width.
         depth: the int64 feature holding the channel count, a constant channel
             count (``depth=3`` where records have no channels feature), or None for 1.
         shape: a constant (H, W, C) instead of the features.
