@@ -22,6 +22,9 @@ from PIL import Image as PILImage
 import tfrecord_torch
 from tfrecord_torch.cli import main
 
+from .tf_oracle import floats, strings
+from .tf_oracle import ints as int64s
+
 QUADRANTS = np.array([[[200, 30, 40], [20, 180, 60]], [[30, 60, 220], [240, 230, 20]]], np.uint8)
 
 
@@ -37,18 +40,6 @@ def encoded(array: np.ndarray, fmt: str) -> bytes:
     buf = io.BytesIO()
     PILImage.fromarray(array).save(buf, format=fmt, **({"quality": 95} if fmt == "JPEG" else {}))
     return buf.getvalue()
-
-
-def int64s(values):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-
-def floats(values):
-    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
-
-
-def strings(values):
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
 
 
 def write_image_file(path, fmt, sizes):
