@@ -53,7 +53,8 @@ _END = object()
 
 class Prefetcher:
     """Runs ``source`` on a producer thread, at most ``depth`` items ahead of
-    the consumer, and gives its items back in order (:meth:`__iter__`).
+    the consumer, and gives its items back in order (:meth:`__iter__`); the
+    consumer calls :meth:`taken` when done with one.
 
     The thread starts at construction and ends when ``source`` is exhausted
     or raises, or at :meth:`close`, which waits for it (the item being
@@ -99,8 +100,11 @@ class Prefetcher:
                 return
             if isinstance(item, _Raised):
                 raise item.error
-            self._room.release()  # taken: the producer may start one more
             yield item
+
+    def taken(self) -> None:
+        """The consumer is done with an item: the producer may start one more."""
+        self._room.release()
 
     def close(self) -> None:
         """Stop the producer and wait for it; items not taken are dropped."""
@@ -128,7 +132,11 @@ def ahead(source: Iterator[Started], depth: int) -> Iterator[tuple[int, Any]]:
         prefetcher = Prefetcher(source, depth)
         try:
             for position, batch in prefetcher:
-                yield position, batch.result()
+                value = batch.result()
+                # room made only now: the producer's Python then runs while the loop steps, not
+                # during next() (where it would hold the GIL against the taking thread)
+                prefetcher.taken()
+                yield position, value
         finally:
             prefetcher.close()
         return

@@ -247,13 +247,23 @@ def test_prefetcher_runs_a_bounded_distance_ahead_on_its_thread():
     prefetcher = Prefetcher(_source(log, 10), depth=2)
     items = iter(prefetcher)
     first = next(items)
-    deadline = time.monotonic() + 30
-    while len(log) < 3 and time.monotonic() < deadline:  # the producer goes on while the consumer waits
-        time.sleep(0.01)
-    time.sleep(0.05)
-    assert len(log) == 3 and {name for _, name in log} == {"tfrecord-prefetch"}
+
+    def started(n):  # the producer goes on while the consumer waits
+        deadline = time.monotonic() + 30
+        while len(log) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        return len(log)
+
+    assert started(2) == 2  # the one taken and one more
     assert first.position == 1 and first.batch.result() == (0, threading.current_thread().name)
-    assert [s.position for s in items] == list(range(2, 11))
+    prefetcher.taken()
+    assert started(3) == 3 and {name for _, name in log} == {"tfrecord-prefetch"}
+    positions = []
+    for item in items:
+        positions.append(item.position)
+        prefetcher.taken()
+    assert positions == list(range(2, 11))
     prefetcher.close()
     assert not prefetcher.alive
 
