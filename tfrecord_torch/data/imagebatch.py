@@ -28,6 +28,7 @@ from torch.utils.data import default_collate
 
 from tfrecord_torch._pending import Done, Later, Pending
 from tfrecord_torch.data.transport.buffers import BatchBuffers
+from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
 from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
@@ -248,7 +249,8 @@ class ImageBatches:
 
     def finish(self, batch: Any) -> Any:
         """The dataset's transform on a decoded batch, if it takes batches."""
-        return self.transform(batch) if self.transform is not None and not self.per_record else batch
+        out = self.transform(batch) if self.transform is not None and not self.per_record else batch
+        return inline_small(out)
 
     def _stacked(self, batch: dict) -> dict:
         """``batch``, checked: every image and mask feature is one tensor."""
