@@ -11,11 +11,17 @@ let go of a batch, so the two keep count together:
   shared array of flags, one per segment, that only it sets (to 1, when the
   batch is pickled for the main process) and only the receiver clears;
 - the batch's image tensor is a :class:`Shipped` tensor whose pickling sends
-  the segment itself (no copy) with its flag array and slot;
-- in the receiving process :func:`_received` returns a plain tensor over the
+  the segment itself (no copy) with its flag array and slot the first time,
+  and afterwards only the segment's key (worker pid, serial) and where the
+  batch lies in it: torch passes a segment as a file descriptor, a socket
+  round trip with the worker (whose resource-sharer thread must first get
+  the worker's GIL), so the receiver keeps each segment mapped (:class:`_Mapped`)
+  until the worker names it retired with its next new segment, or is gone;
+- in the receiving process the batch arrives as a plain tensor over the
   segment, made through a NumPy array whose reference count says when no
   tensor, view or array made from the batch is alive any more (the rule of
-  :mod:`.reuse`); the next batch received clears the flags of those released.
+  :mod:`.reuse`); the next batch received clears the flags of those released;
+- the batch's small tensors (labels; :func:`inline_small`) travel by value.
 
 A segment is written again only when its flag is clear and the worker itself
 holds no reference to it. A ``Shipped`` tensor is sent once: pickled again
