@@ -169,3 +169,18 @@ def test_tiny_run_of_every_row(tmp_path):
     report = _check_report(out, proc, _registry(), skipped=_without_venv())
     assert {t["case"] for t in report["targets"]} >= {"images", "small_loader", "memory", "convert"}
 
+
+
+@pytest.mark.slow
+def test_quick_run_of_the_training_loop_benchmark(tmp_path):
+    """benchmarks/loop.py --quick: every path runs the simulated loop and lands in the table."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "loop.py"), "--quick", "--out",
+                           str(tmp_path)], cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "loop.md").read_text()
+    assert table in proc.stdout
+    report = json.loads((tmp_path / "loop.json").read_text())
+    for name in ("batch mode, workers=0", "batch mode, workers=2", "per sample, workers=2", "tf.data"):
+        assert f"| {name} |" in table
+        for row in report["runs"][name][0].values():
+            assert row["batches"] > 0 and row["images_per_s"] > 0 and row["wait_ms"] >= 0

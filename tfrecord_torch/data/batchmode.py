@@ -4,13 +4,15 @@ batches parsed column-wise and their images decoded into one buffer, by a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import DecodedBatch, ImageBatches, SizeMismatch, drop_rows
+from tfrecord_torch.data.prefetch import Started, ahead
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -28,14 +30,6 @@ from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
 
 __all__ = ["BatchPipeline", "mixed_sizes"]
-
-
-class Started(NamedTuple):
-    """A batch being decoded while the next is read: ``position`` is the
-    number of batches finished once it is delivered."""
-
-    position: int
-    batch: Pending[Any]
 
 
 class BatchPipeline:
@@ -60,46 +54,61 @@ class BatchPipeline:
         policy: the dataset's error policy (skips counted across workers).
         verify: check record CRCs.
         storage_options: fsspec options for URLs.
+        prefetch: batches started ahead on a producer thread (0: one
+            started ahead on the consumer's thread).
     """
 
     def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
                  images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
-                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None) -> None:
+                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None, prefetch: int = 0
+                 ) -> None:
+        self.prefetch = prefetch
         self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
         self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
         self.verify, self.storage_options = verify, storage_options
 
     def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
-                worker: int, workers: int, skip: int):
+                worker: int, workers: int, skip: int) -> Iterator[tuple[int, Any]]:
         """Batches over indexed shards: batch b holds positions [lo + b*size,
         lo + (b+1)*size) of the plan (up to ``hi``); worker w decodes batches
         w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
-        (units finished, the batch or SKIPPED)."""
+        (units finished, the batch or SKIPPED), ``prefetch`` batches started
+        ahead on a producer thread (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
         readers = pool.ReaderPool(self.storage_options)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
         batches = self.image_batches(())
-        pending: Started | None = None  # the batch decoding while the next one is read
-        try:
+
+        def started() -> Iterator[Started]:
             for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
                 a = lo + b * size
-                try:
-                    payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
-                    started = Started(position, self._begin_batch(payloads, items, batches, b))
-                except BaseException:
-                    if pending is not None:  # the batch before the error still comes out first
-                        done, pending = pending, None
-                        yield done.position, done.batch.result()
-                    raise
-                if pending is not None:
-                    yield pending.position, pending.batch.result()
-                pending = started
-            if pending is not None:
-                done, pending = pending, None
-                yield done.position, done.batch.result()
+                payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
+                yield Started(position, self._begin_batch(payloads, items, batches, b))
+
+        try:  # the engine and readers outlive the producer: results are taken after it ends
+            yield from ahead(started(), self.prefetch)
         finally:
             batches.close()
             readers.close()
+
+    def streamed_batches(self, units: Iterable[list[Located]], skip: int, where: tuple[int, ...]
+                         ) -> Iterator[tuple[int, Any]]:
+        """Batches of streamed records (``units``: lists of records, read as
+        they are taken); the first ``skip`` are read again but not decoded;
+        ``where`` adds to the crop seed. Yields (units finished, the batch or
+        SKIPPED), ``prefetch`` batches started ahead."""
+        batches = self.image_batches(where)
+
+        def started() -> Iterator[Started]:
+            for position, unit in enumerate(units, start=1):
+                if position > skip:
+                    yield Started(position, self._begin_batch([i.payload for i in unit], functools.partial(list, unit),
+                                                              batches, position))
+
+        try:
+            yield from ahead(started(), self.prefetch)
+        finally:
+            batches.close()
 
     def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int,
                        context: ReadContext) -> tuple[list[bytes], Callable[[], list[Located]]]:
@@ -119,7 +128,7 @@ class BatchPipeline:
     def image_batches(self, where: tuple[int, ...]) -> ImageBatches:
         """The batch decoder of one iterator; ``where`` adds to the crop seed."""
         return ImageBatches(self.spec if isinstance(self.spec, dict) else {}, self.transform, self.images,
-                            (*self.seed_key, *where))
+                            (*self.seed_key, *where), self.prefetch)
 
     def decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
         """One decoded batch of streamed records ``items`` (``number``: its

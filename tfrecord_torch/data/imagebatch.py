@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from tfrecord_torch._pending import Done, Pending
+from tfrecord_torch._pending import Done, Later, Pending
 from tfrecord_torch.data.transport.buffers import BatchBuffers
+from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
 from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
@@ -164,10 +165,11 @@ class ImageBatches:
         options: the engine's options, or None to decode as the per-sample
             path does (then stack).
         seed: seeds each batch's crop generator with the batch's number.
+        ahead: batches started ahead of the one taken (buffers kept for them).
     """
 
     def __init__(self, spec: dict, transform: Callable | None, options: ImageBatching | None,
-                 seed: tuple[int, ...]) -> None:
+                 seed: tuple[int, ...], ahead: int = 0) -> None:
         self.spec, self.seed = spec, seed
         self.per_record = is_v2_transform(transform)
         self.transform = transform
@@ -179,7 +181,7 @@ class ImageBatches:
                 else (None, [transform])
             if self.plan is None:
                 self.name = None  # an unfused per-image transform needs each image on its own
-        self.engine = (DecodeEngine(options, buffers=BatchBuffers())
+        self.engine = (DecodeEngine(options, buffers=BatchBuffers(ahead))
                        if self.name is not None and options is not None else None)
         if options is not None and self.engine is None:
             _refuse_unused(spec, options)
@@ -205,8 +207,8 @@ class ImageBatches:
         """:meth:`decode`, started: the images decode on the engine's threads
         while the caller goes on."""
         if self.engine is None or self.name is None:
-            if self.per_record:
-                return Done(DecodedBatch(self._per_record(columns, size), {}))
+            if self.per_record:  # decoded now; transformed when the result is taken (torch's global RNG)
+                return Later(self._per_record, _decode_columns(columns, self.spec, size), size)
             return Done(DecodedBatch(self._stacked(decode_batch(columns, self.spec, size)), {}))
         feature = self.spec[self.name]
         others = {n: f for n, f in self.spec.items() if n != self.name}
@@ -247,7 +249,8 @@ class ImageBatches:
 
     def finish(self, batch: Any) -> Any:
         """The dataset's transform on a decoded batch, if it takes batches."""
-        return self.transform(batch) if self.transform is not None and not self.per_record else batch
+        out = self.transform(batch) if self.transform is not None and not self.per_record else batch
+        return inline_small(out)
 
     def _stacked(self, batch: dict) -> dict:
         """``batch``, checked: every image and mask feature is one tensor."""
@@ -256,13 +259,15 @@ class ImageBatches:
                 raise SizeMismatch(name, feature.key, _shapes(batch[name]), self.hint)
         return batch
 
-    def _per_record(self, columns: dict, size: int) -> Any:
-        """Each record decoded as the per-sample path decodes it, through the
-        transform, then collated: images and masks stack (all one size, or
+    def _per_record(self, decoded: dict, size: int) -> DecodedBatch:
+        """Each record (``decoded``: as the per-sample path decodes it) through
+        the transform, then collated: images and masks stack (all one size, or
         :class:`SizeMismatch`); what the batch held as a list (boxes, labels
         of varying count) stays a list of the transformed values; the rest
         stacks."""
-        decoded = _decode_columns(columns, self.spec, size)
+        return DecodedBatch(self._collated(decoded, size), {})
+
+    def _collated(self, decoded: dict, size: int) -> Any:
         records = [{k: v[i] for k, v in decoded.items()} for i in range(size)]
         out = [self.transform(r) for r in records] if self.transform else records
         if not all(isinstance(o, dict) and o.keys() == decoded.keys() for o in out):

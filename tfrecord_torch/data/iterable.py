@@ -124,7 +124,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.shuffle, self.seed, self.even = shuffle is not False, seed, even
         self.shuffle_block, self.cycle_length = shuffling.block, shuffling.cycle_length
         self.transform, self.batch_size, self.drop_last = transform, batch_size, batching.drop_last
-        self.images = batching.image_options
+        self.images, self.prefetch = batching.image_options, batching.prefetch
         self._fused: tuple[_Settings, PerSample] | None = None  # what the per-sample path decodes with
         self.compression, self.verify = source.compression, source.verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
@@ -311,7 +311,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
         return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
                              images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
-                             policy=self.policy, verify=self.verify, storage_options=self.storage_options)
+                             policy=self.policy, verify=self.verify, storage_options=self.storage_options,
+                             prefetch=self.prefetch)
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
@@ -367,16 +368,14 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                              self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
-            units = chunked(units, self.batch_size, self.drop_last)
-        pipeline = self._pipeline()
-        batches = pipeline.image_batches((worker,))
-        try:
-            for position, unit in enumerate(units, start=1):
-                if position > skip:
-                    yield position, (self._decode(unit) if self.batch_size is None else
-                                     pipeline.decode_streamed_batch(unit, batches, position))
-        finally:
-            batches.close()
+            return self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,
+                                                     (worker,))
+        return self._streamed_records(units, skip)
+
+    def _streamed_records(self, units, skip: int):
+        for position, unit in enumerate(units, start=1):
+            if position > skip:
+                yield position, self._decode(unit)
 
     def _decode(self, item: Located):
         fused = self._per_sample()

@@ -128,13 +128,25 @@ class Batching:
             torchvision would, then stack. In batch mode it drives the image
             fast path; in both modes ``False`` or ``ImageBatching(fused=False)``
             also stop a leading crop of the transform being fused into decoding.
+        prefetch: in batch mode, the batches a producer thread reads,
+            parses and starts decoding ahead of the one the loop takes (in
+            each DataLoader worker, or in the main process with
+            ``num_workers=0``). What of ``transform=`` is not fused into
+            decoding runs when the loop takes the batch, on its thread, so
+            the batches and every draw from torch's global generator are the
+            same as with ``prefetch=0``. Memory: up to ``prefetch`` batches
+            more per reader (a batch of 64 RGB 224x224 uint8 images is 9.6 MB,
+            256x256 12.6 MB) besides their encoded records. 0: no thread;
+            the next batch is read while the one before decodes.
     """
 
     drop_last: bool = False
     images: ImageBatching | bool = True
+    prefetch: int = 2
 
     def __post_init__(self) -> None:
         check_flag("Batching.drop_last", self.drop_last)
+        check_int("Batching.prefetch", self.prefetch, minimum=0)
         if not isinstance(self.images, (bool, ImageBatching)):
             raise ValueError(f"images must be True, False or an ImageBatching, got {self.images!r}")
 

@@ -18,18 +18,23 @@ import numpy as np
 import torch
 
 from tfrecord_torch.data.transport.reuse import BufferPool
-from tfrecord_torch.data.transport.shipped import SharedBuffers
+from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
 
 __all__ = ["BatchBuffers"]
 
 
 class BatchBuffers:
     """Batch buffers for the process that decodes: shared and sent once in
-    a DataLoader worker, reused in place otherwise; safe from several threads."""
+    a DataLoader worker, reused in place otherwise; safe from several threads.
 
-    def __init__(self) -> None:
-        self._pool = BufferPool()
-        self._shared = SharedBuffers()
+    Args:
+        ahead: batches started ahead of the one taken (batch mode's
+            ``prefetch``): so many more buffers are kept for reuse.
+    """
+
+    def __init__(self, ahead: int = 0) -> None:
+        self._pool = BufferPool(keep=3 + ahead)
+        self._shared = SharedBuffers(slots=SLOTS + ahead)
 
     def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool) -> tuple[torch.Tensor, Any]:
         """A tensor of ``shape`` nobody else refers to (zero-filled if

@@ -11,11 +11,17 @@ let go of a batch, so the two keep count together:
   shared array of flags, one per segment, that only it sets (to 1, when the
   batch is pickled for the main process) and only the receiver clears;
 - the batch's image tensor is a :class:`Shipped` tensor whose pickling sends
-  the segment itself (no copy) with its flag array and slot;
-- in the receiving process :func:`_received` returns a plain tensor over the
+  the segment itself (no copy) with its flag array and slot the first time,
+  and afterwards only the segment's key (worker pid, serial) and where the
+  batch lies in it: torch passes a segment as a file descriptor, a socket
+  round trip with the worker (whose resource-sharer thread must first get
+  the worker's GIL), so the receiver keeps each segment mapped (:class:`_Mapped`)
+  until the worker names it retired with its next new segment, or is gone;
+- in the receiving process the batch arrives as a plain tensor over the
   segment, made through a NumPy array whose reference count says when no
   tensor, view or array made from the batch is alive any more (the rule of
-  :mod:`.reuse`); the next batch received clears the flags of those released.
+  :mod:`.reuse`); the next batch received clears the flags of those released;
+- the batch's small tensors (labels; :func:`inline_small`) travel by value.
 
 A segment is written again only when its flag is clear and the worker itself
 holds no reference to it. A ``Shipped`` tensor is sent once: pickled again
@@ -28,17 +34,35 @@ never written again; the worker allocates others.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+import torch.utils.data
 
-__all__ = ["SharedBuffers", "Shipped"]
+__all__ = ["Inline", "SharedBuffers", "Shipped", "inline_small"]
 
 _SENDING = threading.Lock()
+_SERIALS = itertools.count()  # a segment's key is (pid, serial)
+_RETIRED: list[tuple[int, int]] = []  # keys of segments let go here, for the receiver to let go too
+
+
+def _retire(keys: list[tuple[int, int]]) -> None:
+    with _SENDING:
+        _RETIRED.extend(k for k in keys if k[0] == os.getpid())
+        keys.clear()
+
+
+def _take_retired() -> list[tuple[int, int]]:
+    """(under _SENDING)"""
+    out = list(_RETIRED)
+    _RETIRED.clear()
+    return out
 SLOTS = 6  # segments a worker keeps: batches queued (prefetch_factor 2), held and not yet seen released
 
 
@@ -57,6 +81,7 @@ class Shipped(torch.Tensor):
     def __reduce_ex__(self, protocol: Any) -> Any:
         plain = self.as_subclass(torch.Tensor)
         segment = getattr(self, "_segment", None)
+        announce = False
         with _SENDING:
             # still over the segment: torch moves a storage into new shared memory when a plain
             # view of it is sent first, and then this tensor no longer lies in the segment
@@ -64,11 +89,24 @@ class Shipped(torch.Tensor):
             if first:
                 self._sent = True
                 self._flags[self._slot] = 1  # set before the receiver can see the batch; cleared there
+                announce = not getattr(segment, "_announced", True)
+                segment._announced = True  # type: ignore[union-attr]
+                retired = _take_retired() if announce else []
         if segment is None or not first:
             return (_copied, (plain.clone(memory_format=torch.preserve_format),))
         offset = (plain.data_ptr() - segment.data_ptr()) // plain.element_size()
-        view = segment.as_strided(plain.shape, plain.stride(), offset)
-        return (_received, (view, self._flags, self._slot))
+        layout = Layout(tuple(plain.shape), tuple(plain.stride()), offset)
+        if announce:  # the segment itself (a file descriptor, passed over a socket): once
+            return (_announced, (segment._key, segment, self._flags, self._slot, layout, retired))
+        return (_known, (segment._key, self._slot, layout))
+
+
+class Layout(NamedTuple):
+    """Where a batch lies in its segment (in elements)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
 
 
 def _within(tensor: torch.Tensor, segment: torch.Tensor) -> bool:
@@ -80,6 +118,39 @@ def _within(tensor: torch.Tensor, segment: torch.Tensor) -> bool:
 
 def _copied(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
+
+
+INLINE_BYTES = 1 << 16  # smaller tensors of a worker's batch travel inside the message
+
+
+class Inline(torch.Tensor):
+    """A small tensor of a worker's batch (labels, sizes); pickled, it sends
+    its bytes by value, as NumPy does, not a fresh shared-memory segment
+    passed as a file descriptor (a socket round trip with the worker)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (torch.from_numpy, (self.as_subclass(torch.Tensor).numpy().copy(),))
+
+
+def inline_small(batch: Any) -> Any:
+    """``batch`` with the small tensors of a dict marked :class:`Inline`, in a
+    DataLoader worker; elsewhere, or for other values, ``batch`` as it is."""
+    if not isinstance(batch, dict) or torch.utils.data.get_worker_info() is None:
+        return batch
+    return {k: _inline(v) for k, v in batch.items()}
+
+
+def _inline(value: Any) -> Any:
+    if type(value) is not torch.Tensor or value.nbytes > INLINE_BYTES or value.requires_grad or \
+            value.device.type != "cpu":
+        return value
+    try:
+        value.numpy()
+    except (TypeError, RuntimeError):  # a dtype NumPy lacks (bfloat16, complex32, ...)
+        return value
+    return value.as_subclass(Inline)
 
 
 class _Released:
@@ -108,9 +179,65 @@ class _Released:
 _RELEASED = _Released()
 
 
-def _received(view: torch.Tensor, flags: torch.Tensor, slot: int) -> torch.Tensor:
-    """Unpickled in the receiving process: the batch as a plain tensor."""
-    return _RELEASED.receive(view, flags, slot)
+class _Mapped:
+    """In a receiving process: each sender's segments, mapped once, by key
+    (sender pid, serial). A sender names the segments it let go with its next
+    new one; the segments of senders gone are let go too."""
+
+    def __init__(self) -> None:
+        self._segments: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def announce(self, key: tuple[int, int], segment: torch.Tensor, flags: torch.Tensor,
+                 retired: list[tuple[int, int]]) -> None:
+        with self._lock:
+            gone = set(map(tuple, retired))
+            stale = [k for k in self._segments if k in gone or not _alive(k[0])]
+            for k in stale:
+                del self._segments[k]
+            self._segments[key] = (segment, flags)
+
+    def get(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._lock:
+            found = self._segments.get(key)
+        if found is None:
+            raise RuntimeError(
+                f"a batch arrived over a shared-memory segment (sender {key[0]}, segment {key[1]}) that this process "
+                "never received: the batch that carried it went to another process. A batch of a DataLoader "
+                "worker is sent once, to the main process; pickle a copy (batch.clone()) to send it elsewhere")
+        return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_MAPPED = _Mapped()
+
+
+def _view(segment: torch.Tensor, layout: Layout) -> torch.Tensor:
+    return segment.as_strided(layout.shape, layout.stride, layout.offset)
+
+
+def _announced(key: tuple[int, int], segment: torch.Tensor, flags: torch.Tensor, slot: int,
+               layout: Layout, retired: list[tuple[int, int]]) -> torch.Tensor:
+    """Unpickled in the receiving process, a segment's first batch: the segment
+    is kept mapped for the batches after it; the batch as a plain tensor."""
+    _MAPPED.announce(key, segment, flags, retired)
+    return _RELEASED.receive(_view(segment, layout), flags, slot)
+
+
+def _known(key: tuple[int, int], slot: int, layout: Layout) -> torch.Tensor:
+    """Unpickled in the receiving process, a later batch over a segment it holds
+    mapped: no file descriptor passed."""
+    segment, flags = _MAPPED.get(key)
+    return _RELEASED.receive(_view(segment, layout), flags, slot)
 
 
 class SharedBuffers:
@@ -132,6 +259,8 @@ class SharedBuffers:
         with self._lock:
             if self._pid != os.getpid():
                 self._pid, self._segments = os.getpid(), [None] * self.slots
+                self._keys: list[tuple[int, int]] = []
+                weakref.finalize(self, _retire, self._keys)  # the receiver lets go of them too
                 self._flags = _shared(torch.zeros(self.slots, dtype=torch.int32))
                 self.reused = self.allocated = 0
             flags = self._flags
@@ -148,6 +277,12 @@ class SharedBuffers:
             self.allocated += 1
             array = segment.numpy()
             if free:
+                segment._key = (self._pid, next(_SERIALS))  # type: ignore[attr-defined]
+                segment._announced = False  # type: ignore[attr-defined]
+                old = self._segments[free[0]]
+                if old is not None:
+                    _retire([old[0]._key])  # type: ignore[attr-defined]
+                self._keys.append(segment._key)  # type: ignore[attr-defined]
                 self._segments[free[0]] = (segment, array)
                 return torch.from_numpy(array), (segment, flags, free[0])
             return torch.from_numpy(array), None

@@ -15,7 +15,7 @@ from helpers import in_threads, png_bytes
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.data.transport.shipped import SharedBuffers, Shipped
+from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers, Shipped
 
 SPEC = {"image": Image(), "label": Int64()}
 
@@ -173,3 +173,67 @@ def test_a_plain_view_sent_first_moves_the_batch_and_it_is_sent_as_a_copy():
     assert int(flags[slot]) == 0 and bool((got == 4).all())
     segment.fill_(8)
     assert bool((got == 4).all())
+
+
+def count_fd_receipts(monkeypatch):
+    """Storages this process receives as file descriptors from now on (a
+    socket round trip with the sender each). Workers forked before keep the
+    plain function to name in what they send."""
+    import torch.multiprocessing.reductions as reductions
+
+    calls = []
+    rebuild = reductions.rebuild_storage_fd
+
+    def counting(*args):
+        calls.append(args)
+        return rebuild(*args)
+
+    monkeypatch.setattr(reductions, "rebuild_storage_fd", counting)
+    return calls
+
+
+def test_a_reused_segment_is_passed_to_the_main_process_once(tmp_path, monkeypatch):
+    """Each batch of a worker arrives without a file descriptor once its
+    segment (and the small tensors) have been sent: they travel by value or
+    by reference to a segment the main process keeps mapped."""
+    path = _write(tmp_path / "a.tfrecord", [(24, 32)] * 160)
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4)
+    alone = [b["image"].clone() for b in DataLoader(ds, batch_size=None, num_workers=2)]
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    it = iter(loader)  # the workers start
+    receipts = count_fd_receipts(monkeypatch)
+    from tfrecord_torch.data.transport.shipped import _MAPPED
+
+    slots = SLOTS + Batching().prefetch
+    for epoch in range(3):
+        labels = []
+        for k, b in enumerate(it if epoch == 0 else loader):
+            assert torch.equal(b["image"], alone[k])
+            labels.extend(b["label"].tolist())
+        assert labels == list(range(160))
+        assert len(_MAPPED._segments) <= 2 * slots  # each epoch's segments replace the last one's
+    assert 0 < len(receipts) <= 3 * 2 * 2 * slots  # a segment and the flags, per segment of a worker's epoch
+    assert len(receipts) < 3 * 40  # not one a batch
+
+
+# the DataLoader's own SIGCHLD handler may raise again while its iterator is collected
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_worker_killed_mid_epoch_fails_loudly_and_the_next_epoch_is_whole(tmp_path):
+    import os
+    import signal
+
+    path = _write(tmp_path / "a.tfrecord", [(24, 32)] * 160)
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4)
+    alone = [b["image"].clone() for b in DataLoader(ds, batch_size=None, num_workers=0)]
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(loader)
+    first = [next(it) for _ in range(6)]
+    # the DataLoader's SIGCHLD handler raises, or a segment's descriptor was on its way from the worker
+    with pytest.raises((RuntimeError, ConnectionError)):
+        os.kill(it._workers[1].pid, signal.SIGKILL)
+        for _ in it:
+            pass
+    del it
+    assert all(torch.equal(b["image"], alone[k]) for k, b in enumerate(first))
+    again = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert len(again) == 40 and all(torch.equal(b["image"], alone[k]) for k, b in enumerate(again))

@@ -300,8 +300,9 @@ def test_batch_buffers_are_reused_only_once_let_go(tmp_path):
     assert all(torch.equal(a["image"], b["image"]) for a, b in zip(kept, again))
     views = [b["image"][1:].numpy() for b in ds]  # only a NumPy view of part of each batch survives
     assert all(np.array_equal(v, b["image"][1:].numpy()) for v, b in zip(views, kept))
-    pointers = [b["image"].data_ptr() for b in ds]  # each batch let go before the next but one
-    assert len(set(pointers)) <= 3
+    # each batch let go before the next but one; besides it and the one being taken, prefetch (2) started
+    pointers = [b["image"].data_ptr() for b in ds]
+    assert len(set(pointers)) <= 4
 
 
 def test_batch_read_ahead_keeps_order_and_errors_in_place(tmp_path):
