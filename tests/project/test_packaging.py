@@ -137,16 +137,22 @@ def _exact(floor: str) -> str:
     return ".".join(parts + ["0"] * (3 - len(parts)))
 
 
+def _in_venv(venv: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the venv's python with ``args``, outside this tree and without the test run's
+    PYTHONPATH, so that what runs is what pip installed there."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return subprocess.run([os.path.join(venv, "bin", "python"), *args], cwd=os.path.dirname(venv), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def _pip(venv: str, *args: str) -> str:
-    proc = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", *args],
-                          capture_output=True, text=True, timeout=1500)
+    proc = _in_venv(venv, "-m", "pip", "install", *args, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
 def _freeze(venv: str) -> dict[str, str]:
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "list", "--format=freeze"],
-                         capture_output=True, text=True, check=True).stdout
+    out = _in_venv(venv, "-m", "pip", "list", "--format=freeze").stdout
     return dict(line.lower().split("==", 1) for line in out.splitlines() if "==" in line)
 
 
@@ -163,7 +169,6 @@ def test_pip_install_keeps_the_users_oldest_supported_torch_pair(tmp_path):
     venv = str(tmp_path / "venv")
     src = _source_copy(str(tmp_path / "src"))
     subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
-    python = os.path.join(venv, "bin", "python")
     try:
         # PyPI's torch build: a CPU-only "+cpu" build (which a local wheel folder may offer)
         # cannot load PyPI's torchvision, whose compiled ops link torch's CUDA libraries
@@ -177,21 +182,21 @@ def test_pip_install_keeps_the_users_oldest_supported_torch_pair(tmp_path):
         assert not changed, f"pip changed the user's packages: {changed}"
         assert "tfrecord-torch" in after or "tfrecord_torch" in after, sorted(after)
 
-        demo = subprocess.run([python, os.path.join(src, "examples", "demo.py"), str(tmp_path / "demo")],
-                              cwd=str(tmp_path), capture_output=True, text=True, timeout=900)
+        where = _in_venv(venv, "-c", "import tfrecord_torch; print(tfrecord_torch.__file__)")
+        assert where.returncode == 0 and where.stdout.startswith(venv), where.stdout + where.stderr
+        demo = _in_venv(venv, os.path.join(src, "examples", "demo.py"), str(tmp_path / "demo"))
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert "every record once: True" in demo.stdout, demo.stdout
 
         # torch alone: the install page's command pins the torch that is there
-        subprocess.run([python, "-m", "pip", "uninstall", "-y", "torchvision", "tfrecord_torch"],
-                       capture_output=True, check=True, timeout=300)
+        removed = _in_venv(venv, "-m", "pip", "uninstall", "-y", "torchvision", "tfrecord_torch")
+        assert removed.returncode == 0, removed.stderr
         _pip(venv, f"{src}[resume]", f"torch=={torch_version}")
         pinned = _freeze(venv)
         assert (pinned["torch"], pinned["torchvision"]) == (torch_version, vision_version), pinned
         assert "torchdata" in pinned, sorted(pinned)
-        probe = subprocess.run([python, "-c", "from torchdata.stateful_dataloader import StatefulDataLoader;"
-                                "import tfrecord_torch as tt; print(tt.__version__)"],
-                               capture_output=True, text=True, timeout=300)
+        probe = _in_venv(venv, "-c", "from torchdata.stateful_dataloader import StatefulDataLoader\n"
+                                     "import tfrecord_torch as tt\nprint(tt.__version__)")
         assert probe.returncode == 0, probe.stderr
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # several GB of torch and CUDA libraries
