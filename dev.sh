@@ -11,6 +11,12 @@ cd "$(dirname "$0")"
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 
+pip_quiet() {  # pip -q, less one note a user cannot act on
+    # a pip configuration with extra file:// indexes (local mirrors) prints "Location ... is ignored"
+    # for every package a mirror lacks; pip still finds it on the other indexes
+    "$VENV/bin/python" -m pip -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+
 ensure_env() {  # $1: the extra to install ("" for the package alone)
     local extra="$1" stamp sig
     if [ ! -x "$VENV/bin/python" ]; then
@@ -25,8 +31,10 @@ ensure_env() {  # $1: the extra to install ("" for the package alone)
             } | sha256sum | cut -c1-16)"
     if [ "$(cat "$stamp" 2>/dev/null)" != "$sig" ]; then
         echo "dev.sh: installing into $VENV (first run downloads torch: a few GB)..." >&2
-        "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".${extra:+[$extra]}"
+        pip_quiet install --upgrade pip
+        # setuptools' notice that a folder named like the package may shadow it: none here
+        PYTHONWARNINGS="ignore:Editable installation" \
+            pip_quiet install -c constraints.txt -e ".${extra:+[$extra]}"
         # the crop-window JPEG decoder is compiled on libjpeg-turbo where its headers are
         "$VENV/bin/python" -c 'import tfrecord_torch.features.images._jpegcrop' 2>/dev/null \
             || echo "dev.sh: no libjpeg headers (apt-get install libjpeg-dev): JPEG crops decode the whole image" >&2
