@@ -5,7 +5,8 @@ An :class:`ItemFetcher` owns what reading needs: the shards with their
 indexes (cumulative record counts to find the shard), a reader pool, the
 spec with its plan for the compiled reader, and the stand-ins of bad records.
 A batch is read in file order (a global index grows with the shard and with
-the record's offset in it), one positioned read per run of adjacent records,
+the record's offset in it), one positioned read per run of adjacent records (the
+requests of a URL in flight together),
 each record read once however often it is asked for; then each index asked
 is decoded on its own, so every item is a fresh object.
 """
@@ -27,15 +28,12 @@ from tfrecord_torch.example.codec import compiled_reader, read_example, read_ite
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
-from tfrecord_torch.io import pool
+from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
 
 __all__ = ["Frame", "ItemFetcher", "SpecPlan"]
-
-_MAX_READ = 16 << 20  # bytes of adjacent records read at once
-
 
 class SpecPlan(NamedTuple):
     """What reading an item needs to know of a spec, worked out once per spec."""
@@ -250,21 +248,8 @@ class ItemFetcher:
 
 def _read_shard(reader, path: str, offsets: list[int], sizes: list[int], records: list[int],
                 frames: list[Frame]) -> None:
-    """Append the frames of one shard's records (ascending), one read per run
-    of adjacent records of at most 16 MiB (at least one record)."""
-    k, n = 0, len(offsets)
-    while k < n:
-        start = offsets[k]
-        end = start + sizes[k]
-        stop = k + 1
-        while stop < n and offsets[stop] == end and end + sizes[stop] - start <= _MAX_READ:
-            end += sizes[stop]
-            stop += 1
-        data = reader.read(start, end - start)
-        if stop == k + 1:
-            frames.append(Frame(data, path, start, records[k]))
-        else:
-            for j in range(k, stop):
-                a = offsets[j] - start
-                frames.append(Frame(data[a:a + sizes[j]], path, offsets[j], records[j]))
-        k = stop
+    """Append the frames of one shard's records (ascending offsets), read by
+    :func:`~tfrecord_torch.io.ranges.read_ranges`: adjacent records in one
+    read, a URL's requests in flight together."""
+    for data, offset, r in zip(ranges.read_ranges(reader, offsets, sizes), offsets, records):
+        frames.append(Frame(data, path, offset, r))

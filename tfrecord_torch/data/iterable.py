@@ -291,9 +291,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """Apply the shuffle buffer (on references or undecoded payloads)."""
         return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
 
-    def _planner(self) -> plan.RangePlanner:
+    def _planner(self, scope: tuple[int, int]) -> plan.RangePlanner:
+        """The epoch's plan for a reader owning positions ``scope``."""
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                                     block=self.shuffle_block)
+                                 block=self.shuffle_block, scope=scope)
 
     def _pipeline(self) -> BatchPipeline:
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
@@ -308,14 +309,14 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         size = cast(int, self.batch_size)
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline().batches(self._planner(), lo, hi, size, count, worker, workers, skip)
+        return self._pipeline().batches(self._planner((lo, hi)), lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
         sequence, read a group at a time (shard by shard, ascending offsets)."""
-        planner = self._planner()
-        lo, hi = plan.rank_positions(planner.total, self.rank, self.world_size, self.even)
+        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         lo, hi = plan.split_range(lo, hi, worker, workers)
+        planner = self._planner((lo, hi))
         if not self.shuffle:  # in order: long sequential windows
             groups = ((s.shard * np.ones(len(s.records), np.int64), s.records) for s in planner.segments(lo, hi))
         else:
