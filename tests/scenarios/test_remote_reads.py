@@ -16,6 +16,7 @@ from tfrecord_torch import (
     ShardedWriter,
     Sharding,
     Shuffling,
+    Source,
     TFRecordDataset,
     make_example,
 )
@@ -173,3 +174,13 @@ def test_faults_in_flight_are_retried_without_losing_or_repeating_a_record(s3, s
     order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(3)).tolist()
     assert [int(i) for b in DataLoader(mapped, batch_size=100, sampler=order) for i in b["id"]] == order
     assert getattr(s3, fault) == 0
+
+
+@pytest.mark.parametrize("source", [Source(), Source(index=False)], ids=["indexed", "streamed"])
+def test_breaking_off_leaves_no_read_ahead_thread(s3, shards, far, source):
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, storage_options=far, source=source)
+    for item in ds:
+        assert 0 <= int(item["id"]) < RECORDS
+        break
+    assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-readahead"]
+    assert sorted(int(item["id"]) for item in ds) == list(range(RECORDS))

@@ -10,13 +10,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfrecord_torch.data.readahead import ReadAhead
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
 from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
-from tfrecord_torch.io.files import is_url
+from tfrecord_torch.io.files import READ_AHEAD, is_url
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
@@ -224,11 +225,23 @@ def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.R
 
 def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="auto") -> Iterator[Located]:
     """Every record of a shard, streamed (compressed shards need this); the
-    context's readers are not used."""
-    with open_stream(path, compression, context.storage_options) as stream:
-        for chunk in iter_chunks(stream, verify=context.verify, report=context.report, payloads=True):
+    context's readers are not used. A remote shard is read ahead by a
+    background thread while its records are decoded (up to
+    :data:`~tfrecord_torch.io.files.READ_AHEAD` bytes of chunks waiting)."""
+    chunks: Iterator = _stream_chunks(path, context, compression)
+    if is_url(path):
+        chunks = ReadAhead(chunks, weight=lambda chunk: len(chunk.buf), limit=READ_AHEAD)
+    try:
+        for chunk in chunks:
             for i, payload in enumerate(chunk.payloads()):
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+
+
+def _stream_chunks(path: str, context: ReadContext, compression) -> Iterator:
+    with open_stream(path, compression, context.storage_options) as stream:
+        yield from iter_chunks(stream, verify=context.verify, report=context.report, payloads=True)
 
 
 def interleave(sources: Iterable[Callable[[], Iterator]], cycle_length: int) -> Iterator:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -80,7 +80,7 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int]) -> Iterator[bytes]:
+def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int]) -> Generator[bytes, None, None]:
     """The bytes of each range ``offsets[i], sizes[i]`` of the reader's file,
     in the order given (fewer at the end of the file).
 
@@ -132,7 +132,7 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
     return out
 
 
-def _flow(jobs: Sequence[tuple[Reader, Request]]) -> Iterator[bytes]:
+def _flow(jobs: Sequence[tuple[Reader, Request]]) -> Generator[bytes, None, None]:
     """The bytes of each request, in order, the following ones in flight."""
     executor = _pool()
     flying: collections.deque[tuple[Request, Future]] = collections.deque()
@@ -160,7 +160,8 @@ def _size(request: Request) -> int:
     return request.end - request.start
 
 
-def _split(data: bytes, request: Request, offsets: Sequence[int], sizes: Sequence[int]) -> Iterator[bytes]:
+def _split(data: bytes, request: Request, offsets: Sequence[int], sizes: Sequence[int]
+           ) -> Generator[bytes, None, None]:
     if request.stop == request.first + 1:
         yield data
         return
