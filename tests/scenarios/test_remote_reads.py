@@ -139,8 +139,10 @@ def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, sh
 
 
 def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmerged):
+    s3.delay = 0.1  # long enough that requests sent together overlap on a busy machine
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far)
     got = [int(i) for batch in DataLoader(ds, batch_size=64) for i in batch["id"]]
+    s3.delay = 0.0
     expected = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far)
     expected.set_epoch(0)
     assert got == [int(b["id"]) for b in expected]  # the planned order, the same as a second reading
@@ -149,6 +151,7 @@ def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmer
 
 
 def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
+    s3.delay = 0.1
     ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far)
     sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
     order = list(sampler)

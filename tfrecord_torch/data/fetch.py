@@ -14,6 +14,7 @@ is decoded on its own, so every item is a fresh object.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -232,24 +233,26 @@ class ItemFetcher:
         return decode_payload(payload, path, offset, r, self.spec, self.transform, self._plan().owned)
 
     def _read_frames(self, unique: np.ndarray) -> list[Frame]:
-        """The frames of the sorted global indices ``unique``."""
+        """The frames of the sorted global indices ``unique``, read by
+        :func:`~tfrecord_torch.io.ranges.read_many`: adjacent records in one
+        read, the requests of every remote shard in flight together."""
         shards = np.searchsorted(self.ends, unique, side="right")
-        frames: list[Frame] = []
         cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(unique)]
+        parts = []  # (path, record numbers, offsets, sizes) per shard
         for lo, hi in zip(cuts[:-1], cuts[1:]):
             shard = int(shards[lo])
-            path = self.paths[shard]
             records = unique[lo:hi] - self._starts[shard]
             rows = self.indexes[shard][records]
-            with self.readers.borrow(path) as reader:
-                _read_shard(reader, path, rows[:, 0].tolist(), rows[:, 1].tolist(), records.tolist(), frames)
-        return frames
-
-
-def _read_shard(reader, path: str, offsets: list[int], sizes: list[int], records: list[int],
-                frames: list[Frame]) -> None:
-    """Append the frames of one shard's records (ascending offsets), read by
-    :func:`~tfrecord_torch.io.ranges.read_ranges`: adjacent records in one
-    read, a URL's requests in flight together."""
-    for data, offset, r in zip(ranges.read_ranges(reader, offsets, sizes), offsets, records):
-        frames.append(Frame(data, path, offset, r))
+            parts.append((self.paths[shard], records.tolist(), rows[:, 0].tolist(), rows[:, 1].tolist()))
+        if not any(is_url(path) for path, *_ in parts):  # one open file at a time
+            read = []
+            for path, _, offsets, sizes in parts:
+                with self.readers.borrow(path) as reader:
+                    read.append(ranges.read_ranges(reader, offsets, sizes))
+        else:
+            with contextlib.ExitStack() as stack:
+                readers = [stack.enter_context(self.readers.borrow(path)) for path, *_ in parts]
+                read = ranges.read_many([(reader, offsets, sizes)
+                                         for reader, (_, _, offsets, sizes) in zip(readers, parts)])
+        return [Frame(data, path, offset, r) for (path, records, offsets, _), got in zip(parts, read)
+                for data, offset, r in zip(got, offsets, records)]
