@@ -3,9 +3,11 @@ while the consumer decodes the ones before.
 
 The items come out in the source's order; an error the source raises comes
 out where it was raised, after the items before it. Memory is bounded: the
-thread asks the source for another item only while the items waiting for the
-consumer weigh less than ``limit`` bytes, so at most ``limit`` bytes plus one
-item wait, beside the item the consumer holds. The thread stops, and the
+thread asks the source for another item only while the items fetched and not
+yet done with (those waiting and the one the consumer took last, until it
+asks for the next) weigh less than ``limit`` bytes, so they stay under
+``limit`` plus one item. An item heavier than ``limit`` is not fetched while
+the consumer holds another: no overlap then, but never two such items. The thread stops, and the
 source is closed in it, when the consumer closes the iterator or drops it.
 A thread is started by the first ``next()``, in the process that iterates
 (a forked DataLoader worker starts its own).
@@ -34,7 +36,8 @@ class _Channel:
         self.limit = limit
         self.cond = threading.Condition()
         self.items: collections.deque = collections.deque()  # (item, weight), a _Failed, or _END
-        self.held = 0
+        self.held = 0  # bytes of the items waiting and of the one the consumer took last
+        self.taken = 0  # the weight of the item the consumer took last
         self.stopped = False
 
     def produce(self, source: Iterator, weight: Callable[[object], int]) -> None:
@@ -68,18 +71,20 @@ class _Channel:
 
     def take(self) -> object:
         with self.cond:
+            self.held -= self.taken  # the consumer is done with the item it took before
+            self.taken = 0
+            self.cond.notify_all()
             while not self.items:
                 self.cond.wait()
             item, w = self.items.popleft()
-            self.held -= w
-            self.cond.notify_all()
+            self.taken = w
         return item
 
     def stop(self) -> None:
         with self.cond:
             self.stopped = True
             self.items.clear()
-            self.held = 0
+            self.held = self.taken = 0
             self.cond.notify_all()
 
 
@@ -94,7 +99,8 @@ class ReadAhead(Generic[T]):
     Args:
         source: the items, in order (an iterator whose ``next()`` does the fetching).
         weight: an item's size in bytes, for the bound.
-        limit: bytes of items that may wait for the consumer (see the module docstring).
+        limit: bytes of items fetched ahead, the consumer's current one
+            included (see the module docstring).
 
     Example:
         >>> ahead = ReadAhead(iter([b"ab", b"c"]), weight=len)

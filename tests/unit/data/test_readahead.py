@@ -43,7 +43,14 @@ def test_items_come_in_order_and_memory_stays_bounded():
         got.append(item)
         source.taken += 1
     assert got == list(range(200))
-    assert source.most_ahead <= 30 // 10 + 1  # items waiting, and the one being made
+    assert source.most_ahead <= 30 // 10 + 1  # under the limit with the consumer's item, and one more
+
+
+def test_an_item_over_the_limit_is_not_fetched_while_another_is_held():
+    source = Source(20)
+    for _ in ReadAhead(iter(source), weight=lambda _: 100, limit=30):
+        source.taken += 1
+    assert source.most_ahead <= 1  # the next item is fetched only once the consumer asks for it
     assert source.closed and not threads()
 
 
