@@ -5,7 +5,8 @@ An :class:`ItemFetcher` owns what reading needs: the shards with their
 indexes (cumulative record counts to find the shard), a reader pool, the
 spec with its plan for the compiled reader, and the stand-ins of bad records.
 A batch is read in file order (a global index grows with the shard and with
-the record's offset in it), one positioned read per run of adjacent records,
+the record's offset in it), one positioned read per run of adjacent records (the
+requests of a URL in flight together),
 each record read once however often it is asked for; then each index asked
 is decoded on its own, so every item is a fresh object.
 """
@@ -13,6 +14,7 @@ is decoded on its own, so every item is a fresh object.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -28,15 +30,12 @@ from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
-from tfrecord_torch.io import pool
+from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
 
 __all__ = ["Frame", "ItemFetcher", "SpecPlan"]
-
-_MAX_READ = 16 << 20  # bytes of adjacent records read at once
-
 
 class SpecPlan(NamedTuple):
     """What reading an item needs to know of a spec, worked out once per spec."""
@@ -235,37 +234,26 @@ class ItemFetcher:
         return decode_payload(payload, path, offset, r, self.spec, self.transform, self._plan().owned)
 
     def _read_frames(self, unique: np.ndarray) -> list[Frame]:
-        """The frames of the sorted global indices ``unique``."""
+        """The frames of the sorted global indices ``unique``, read by
+        :func:`~tfrecord_torch.io.ranges.read_many`: adjacent records in one
+        read, the requests of every remote shard in flight together."""
         shards = np.searchsorted(self.ends, unique, side="right")
-        frames: list[Frame] = []
         cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(unique)]
+        parts = []  # (path, record numbers, offsets, sizes) per shard
         for lo, hi in zip(cuts[:-1], cuts[1:]):
             shard = int(shards[lo])
-            path = self.paths[shard]
             records = unique[lo:hi] - self._starts[shard]
             rows = self.indexes[shard][records]
-            with self.readers.borrow(path) as reader:
-                _read_shard(reader, path, rows[:, 0].tolist(), rows[:, 1].tolist(), records.tolist(), frames)
-        return frames
-
-
-def _read_shard(reader, path: str, offsets: list[int], sizes: list[int], records: list[int],
-                frames: list[Frame]) -> None:
-    """Append the frames of one shard's records (ascending), one read per run
-    of adjacent records of at most 16 MiB (at least one record)."""
-    k, n = 0, len(offsets)
-    while k < n:
-        start = offsets[k]
-        end = start + sizes[k]
-        stop = k + 1
-        while stop < n and offsets[stop] == end and end + sizes[stop] - start <= _MAX_READ:
-            end += sizes[stop]
-            stop += 1
-        data = reader.read(start, end - start)
-        if stop == k + 1:
-            frames.append(Frame(data, path, start, records[k]))
+            parts.append((self.paths[shard], records.tolist(), rows[:, 0].tolist(), rows[:, 1].tolist()))
+        if not any(is_url(path) for path, *_ in parts):  # one open file at a time
+            read = []
+            for path, _, offsets, sizes in parts:
+                with self.readers.borrow(path) as reader:
+                    read.append(ranges.read_ranges(reader, offsets, sizes))
         else:
-            for j in range(k, stop):
-                a = offsets[j] - start
-                frames.append(Frame(data[a:a + sizes[j]], path, offsets[j], records[j]))
-        k = stop
+            with contextlib.ExitStack() as stack:
+                readers = [stack.enter_context(self.readers.borrow(path)) for path, *_ in parts]
+                read = ranges.read_many([(reader, offsets, sizes)
+                                         for reader, (_, _, offsets, sizes) in zip(readers, parts)])
+        return [Frame(data, path, offset, r) for (path, records, offsets, _), got in zip(parts, read)
+                for data, offset, r in zip(got, offsets, records)]

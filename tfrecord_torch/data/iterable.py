@@ -18,6 +18,7 @@ from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
+from tfrecord_torch.data.readahead import ReadAhead
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -35,6 +36,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
+from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
 __all__ = ["TFRecordDataset"]
@@ -303,9 +305,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """Apply the shuffle buffer (on references or undecoded payloads)."""
         return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
 
-    def _planner(self) -> plan.RangePlanner:
+    def _planner(self, scope: tuple[int, int]) -> plan.RangePlanner:
+        """The epoch's plan for a reader owning positions ``scope``."""
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                                     block=self.shuffle_block)
+                                 block=self.shuffle_block, scope=scope)
 
     def _pipeline(self) -> BatchPipeline:
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
@@ -321,16 +324,17 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         size = cast(int, self.batch_size)
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline().batches(self._planner(), lo, hi, size, count, worker, workers, skip)
+        return self._pipeline().batches(self._planner((lo, hi)), lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
         sequence, read a group at a time (shard by shard, ascending offsets)."""
-        planner = self._planner()
-        lo, hi = plan.rank_positions(planner.total, self.rank, self.world_size, self.even)
+        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         lo, hi = plan.split_range(lo, hi, worker, workers)
-        if not self.shuffle:  # in order: long sequential windows
-            groups = ((s.shard * np.ones(len(s.records), np.int64), s.records) for s in planner.segments(lo, hi))
+        planner = self._planner((lo, hi))
+        if not self.shuffle:  # in order: runs of one shard, up to _GROUP_BYTES each
+            groups = ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
+                      for piece in _pieces(self.indexes[s.shard], s.records))
         else:
             size = self.shuffle_block * plan.SHUFFLE_WINDOW
             groups = (planner.pairs(a, b) for a, b in plan.read_groups(lo, hi, size))
@@ -340,19 +344,28 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         readers = pool.ReaderPool(self.storage_options)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
-        done = 0  # units (records) of the plan finished before this group
-        try:
+
+        def fetched():
+            done = 0  # units (records) of the plan finished before this group
             for shards, records in groups:
                 if done + len(shards) <= skip:
                     done += len(shards)
                     continue
                 start = max(skip - done, 0)
-                done += start
-                for item in fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
-                                            context):
+                yield done + start, fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
+                                                    context)
+                done += len(shards)
+
+        source = fetched()
+        if any(map(is_url, self.paths)):  # the next groups' requests in flight while this one decodes
+            source = ReadAhead(source, weight=_group_bytes)
+        try:
+            for done, items in source:
+                for item in items:
                     done += 1
                     yield done, SKIPPED if item is None else self._decode(item)
         finally:
+            source.close()
             readers.close()
 
     def _streamed(self, worker: int, workers: int, skip: int):
@@ -389,6 +402,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
             self._fused = (given, PerSample(*fuse_per_sample(*given)))
         return self._fused[1]
+
+
+_GROUP_BYTES = 16 << 20  # records of a shard read in order as one group (one window)
+
+
+def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
+    """``records`` (ascending, consecutive) cut into groups of up to
+    _GROUP_BYTES (at least one record each)."""
+    ends = np.cumsum(index[records, 1])
+    cuts = np.flatnonzero(np.diff(ends // _GROUP_BYTES)) + 1
+    return np.split(records, cuts)
+
+
+def _group_bytes(group: tuple[int, list]) -> int:
+    return sum(len(item.payload) for item in group[1] if item is not None)
 
 
 class _IndexArgs(NamedTuple):

@@ -9,7 +9,8 @@ With record counts known (indexed shards), the shards are laid end to end;
 when shuffling, that sequence of (shard, record) pairs is permuted as a
 whole (:func:`global_order`: a true permutation, or a block shuffle with
 ``block > 1``). The epoch's sequence is then cut into one contiguous range
-per rank and then per worker. So any number of readers works with any number
+per rank and then per worker; a block shuffle mixes records only inside
+each reader's range, so blocks stay whole and one read fetches each. So any number of readers works with any number
 of shards, including fewer shards than readers, and records of all shards
 mix in every batch. Without counts (compressed shards), whole shards are
 dealt round-robin.
@@ -25,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["EVEN_MODES", "RangePlanner", "Segment", "global_order", "mix_choices", "plan_records", "plan_shards", "read_groups",
+__all__ = ["EVEN_MODES", "BlockOrder", "RangePlanner", "Segment", "global_order", "mix_choices", "plan_records", "plan_shards", "read_groups",
            "resolve_rank", "split_range"]
 
 SHUFFLE_WINDOW = 256  # blocks whose records a block shuffle permutes together
@@ -108,11 +109,12 @@ def plan_records(counts, *, rank: int, world_size: int, worker: int, num_workers
     """
     if even not in EVEN_MODES:
         raise ValueError(f"even must be one of {EVEN_MODES}, got {even!r}")
-    planner = RangePlanner(counts, shuffle=shuffle, seed=seed, epoch=epoch, block=block)
-    if planner.total == 0:
+    total = int(np.sum(counts))
+    if total == 0:
         return []
-    lo, hi = rank_positions(planner.total, rank, world_size, even)
-    return planner.segments(*split_range(lo, hi, worker, num_workers))
+    lo, hi = split_range(*rank_positions(total, rank, world_size, even), worker, num_workers)
+    planner = RangePlanner(counts, shuffle=shuffle, seed=seed, epoch=epoch, block=block, scope=(lo, hi))
+    return planner.segments(lo, hi)
 
 
 def global_order(total: int, *, seed: int, epoch: int, block: int = 1,
@@ -124,17 +126,36 @@ def global_order(total: int, *, seed: int, epoch: int, block: int = 1,
     every ``window`` consecutive blocks are permuted together: reads cover
     whole blocks (fewer, longer reads), and mixing approaches a true
     permutation's as ``window`` grows (docs/guide/distributed.md: "Shuffling").
+    This is the sequence of a single reader; several readers split the block
+    sequence first and mix inside their own share (:class:`RangePlanner`).
     """
-    rng = np.random.default_rng([seed, epoch, 2])
     if block <= 1 or total <= 1:
-        return rng.permutation(total).astype(np.int64)
-    starts = rng.permutation(-(-total // block)).astype(np.int64) * block
-    sizes = np.minimum(block, total - starts)
-    firsts = np.repeat(np.cumsum(sizes) - sizes, sizes)
-    order = np.repeat(starts, sizes) + (np.arange(total, dtype=np.int64) - firsts)
-    keys = rng.random(total)
-    chunks = np.arange(total, dtype=np.int64) // (block * window)
-    return order[np.lexsort((keys, chunks))]
+        return np.random.default_rng([seed, epoch, 2]).permutation(total).astype(np.int64)
+    blocks = BlockOrder(total, seed=seed, epoch=epoch, block=block, window=window)
+    return blocks.mixed(0, total)
+
+
+class BlockOrder:
+    """A block shuffle's two stages: the blocks permuted as units (``order``),
+    and a random key per position that mixes the records of ``window``
+    consecutive blocks. :meth:`mixed` applies the mix to a range of positions
+    only, so a reader that owns that range reads whole blocks."""
+
+    def __init__(self, total: int, *, seed: int, epoch: int, block: int, window: int = SHUFFLE_WINDOW) -> None:
+        rng = np.random.default_rng([seed, epoch, 2])
+        starts = rng.permutation(-(-total // block)).astype(np.int64) * block
+        sizes = np.minimum(block, total - starts)
+        firsts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        self.order = np.repeat(starts, sizes) + (np.arange(total, dtype=np.int64) - firsts)
+        self.keys = rng.random(total)
+        self.total, self.span = total, block * window
+
+    def mixed(self, lo: int, hi: int) -> np.ndarray:
+        """The records of positions [lo, hi) of the block sequence (wrapping
+        past the end), those of each window's positions permuted together."""
+        positions = np.arange(lo, hi, dtype=np.int64)
+        wrapped = positions % self.total if hi > self.total else positions
+        return self.order[wrapped][np.lexsort((self.keys[wrapped], positions // self.span))]
 
 
 def read_groups(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
@@ -149,21 +170,42 @@ class RangePlanner:
 
     The sequence is the shards end to end, or, when shuffling, the epoch's
     :func:`global_order` of it; positions past the end wrap around (for padding).
+
+    With a block shuffle, ``scope`` is the range of positions one reader
+    owns (a rank's share in batch mode, a DataLoader worker's in record
+    mode): the blocks are dealt before they are mixed, so each reader's
+    positions hold whole blocks (at most two cut at its ends) and every
+    record is still read exactly once over all readers. Positions outside
+    the scope cannot be asked for then.
     """
 
-    def __init__(self, counts, *, shuffle: bool, seed: int, epoch: int, block: int = 1) -> None:
+    def __init__(self, counts, *, shuffle: bool, seed: int, epoch: int, block: int = 1,
+                 scope: tuple[int, int] | None = None) -> None:
         self.counts = np.asarray(counts, np.int64)
         self.ends = np.cumsum(self.counts)
         self.total = int(self.ends[-1]) if len(self.ends) else 0
         self.shuffle = shuffle
-        self.order = global_order(self.total, seed=seed, epoch=epoch, block=block) if shuffle else None
+        self.order: np.ndarray | None = None
+        self.scope = (0, self.total) if scope is None else scope
+        if shuffle and block > 1 and self.total > 1:
+            # the reader's share of the block sequence, mixed inside: whole blocks, one read each
+            self.order = BlockOrder(self.total, seed=seed, epoch=epoch, block=block).mixed(*self.scope)
+        elif shuffle:
+            self.order = global_order(self.total, seed=seed, epoch=epoch)
+            self.scope = (0, self.total)
 
     def pairs(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(shards, records): int64 arrays for positions [lo, hi), in order."""
         if self.total == 0 or hi <= lo:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        positions = np.arange(lo, hi, dtype=np.int64) % self.total
-        ids = positions if self.order is None else self.order[positions]
+        first, last = self.scope
+        if self.order is not None and len(self.order) == last - first and first <= lo and hi <= last:
+            ids = self.order[lo - first:hi - first]
+        else:
+            positions = np.arange(lo, hi, dtype=np.int64) % self.total
+            if self.order is not None and len(self.order) != self.total:
+                raise ValueError(f"positions [{lo}, {hi}) are outside this planner's scope [{first}, {last})")
+            ids = positions if self.order is None else self.order[positions]
         shards = np.searchsorted(self.ends, ids, side="right").astype(np.int64)
         return shards, ids - (self.ends[shards] - self.counts[shards])
 

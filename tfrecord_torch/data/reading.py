@@ -3,19 +3,22 @@ or by streaming whole shards, each payload with where it came from."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from tfrecord_torch.data.readahead import ReadAhead
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
 from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.features.undecoded import apply_transform
-from tfrecord_torch.io import pool
+from tfrecord_torch.io import pool, ranges
+from tfrecord_torch.io.files import READ_AHEAD, is_url
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
@@ -81,15 +84,18 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
                ) -> Iterator[Run]:
     """The records ``records`` of an indexed shard, in that order, a run at a time.
 
-    An ascending run of consecutive records is read in windows of up to
-    16 MiB, each one positioned read (one range request for a URL), then
-    scanned; other records are one positioned read each. With a ``report``
+    An ascending run of consecutive records is read in windows (up to
+    16 MiB each of a local file; for a URL, up to
+    :data:`~tfrecord_torch.io.ranges.MAX_REQUEST` each, several requests in
+    flight while a window is scanned), then scanned; other records are read
+    together by :func:`~tfrecord_torch.io.ranges.read_ranges` (near ones in
+    one request, the requests of a URL in flight at once). With a ``report``
     in the context, bad records are reported and skipped; when a bad length
     ends a window's scan, reading resumes at the next record through the index.
     """
     if not len(records):
         return
-    verify, report, so = context.verify, context.report, context.storage_options
+    verify, so = context.verify, context.storage_options
     with (context.readers or pool.ReaderPool(so, limit=1)).borrow(path) as reader:
         if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
                 (np.diff(records) == 1).all():
@@ -101,35 +107,50 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
                 return
             yield from _windows(path, index, int(records[0]), int(records[-1]), reader, context)
             return
-        payloads, numbers = [], []
-        for r in records.tolist():
-            offset, size = int(index[r, 0]), int(index[r, 1])
-            try:
-                payloads.append(parse_frame(reader.read(offset, size), name=path, offset=offset, record=r,
-                                            verify=verify))
-            except CorruptRecordError as e:
-                error = explain(e, index, so)  # a stale index is raised, never skipped
-                if report is None or error is not e:
-                    raise error from None
-                report(e)
-                continue
-            numbers.append(r)
-        found = np.array(numbers, np.int64)
-        yield Run(payloads, path, index[found, 0], found)
+        rows = index[records]
+        yield _parse_run(path, index, records, ranges.read_ranges(reader, rows[:, 0].tolist(), rows[:, 1].tolist()),
+                         context)
+
+
+def _parse_run(path: str, index: np.ndarray, records: np.ndarray, frames: list[bytes], context: ReadContext) -> Run:
+    """The payloads of ``frames``, the frames of ``records``, checked; a bad
+    one is reported and left out (with a ``report`` in the context) or raised."""
+    payloads, numbers = [], []
+    for r, frame in zip(records.tolist(), frames):
+        offset = int(index[r, 0])
+        try:
+            payloads.append(parse_frame(frame, name=path, offset=offset, record=r, verify=context.verify))
+        except CorruptRecordError as e:
+            error = explain(e, index, context.storage_options)  # a stale index is raised, never skipped
+            if context.report is None or error is not e:
+                raise error from None
+            context.report(e)
+            continue
+        numbers.append(r)
+    found = np.array(numbers, np.int64)
+    return Run(payloads, path, index[found, 0], found)
 
 
 def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records: np.ndarray,
                     context: ReadContext = _DEFAULT) -> list[Located | None]:
     """Records from many shards, in the given order, read shard by shard in
-    ascending offsets (runs of consecutive records in one read each): a
-    shuffled group costs about one positioned read per record, never a seek
-    back. Item ``i`` is record ``records[i]`` of shard ``shards[i]``, or None
-    where the context's ``report`` skipped a bad record."""
+    ascending offsets: local shards with one positioned read per run of
+    consecutive records and per record elsewhere, never a seek back; remote
+    shards with the requests of all shards in flight together (near records
+    in one request, see :mod:`tfrecord_torch.io.ranges`). Item ``i`` is
+    record ``records[i]`` of shard ``shards[i]``, or None where the
+    context's ``report`` skipped a bad record."""
     found: dict[tuple[int, int], Located] = {}
-    for shard in np.unique(shards).tolist():
-        wanted = np.unique(records[shards == shard])
-        cuts = np.flatnonzero(np.diff(wanted) != 1) + 1
-        runs = np.split(wanted, cuts)
+    wanted = {shard: np.unique(records[shards == shard]) for shard in np.unique(shards).tolist()}
+    remote = [shard for shard in wanted if is_url(paths[shard])]
+    if remote:
+        for shard, run in zip(remote, _fetch_remote([paths[s] for s in remote], [indexes[s] for s in remote],
+                                                    [wanted[s] for s in remote], context)):
+            for item in run.items():
+                found[(shard, item.record)] = item
+    for shard in wanted.keys() - set(remote):
+        cuts = np.flatnonzero(np.diff(wanted[shard]) != 1) + 1
+        runs = np.split(wanted[shard], cuts)
         singles = [r for r in runs if len(r) == 1]
         pieces = [r for r in runs if len(r) > 1] + ([np.concatenate(singles)] if singles else [])
         for piece in pieces:
@@ -139,55 +160,89 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
 
 
+def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext) -> list[Run]:
+    """The records ``wanted[i]`` (ascending) of remote shard ``paths[i]``, one
+    run per shard, every shard's requests in flight together."""
+    borrowed = context.readers or pool.ReaderPool(context.storage_options, limit=len(paths))
+    with contextlib.ExitStack() as stack:
+        readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
+        rows = [index[w] for index, w in zip(indexes, wanted)]
+        frames = ranges.read_many([(reader, r[:, 0].tolist(), r[:, 1].tolist()) for reader, r in zip(readers, rows)])
+    return [_parse_run(p, index, w, f, context) for p, index, w, f in zip(paths, indexes, wanted, frames)]
+
+
 def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
              context: ReadContext) -> Iterator[Run]:
     verify, report, so = context.verify, context.report, context.storage_options
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
+    longest = _MAX_WINDOW if reader.descriptor() is not None else ranges.MAX_REQUEST
+    windows: list[tuple[int, int]] = []  # (first, last) record of each window
     while first <= last:
         start = int(index[first, 0])
-        # the window's last record: as many as fit in _MAX_WINDOW, at least one
-        fit = int(np.searchsorted(ends, start + _MAX_WINDOW, side="right")) - 1 + lo
+        # the window's last record: as many as fit, at least one
+        fit = int(np.searchsorted(ends, start + longest, side="right")) - 1 + lo
         stop = min(max(fit, first), last)
-        size = int(ends[stop - lo]) - start
-        stopped_at: list[int] = []
+        windows.append((first, stop))
+        first = stop + 1
+    starts = [int(index[a, 0]) for a, _ in windows]
+    sizes = [int(ends[b - lo]) - s for (_, b), s in zip(windows, starts)]
+    fetched = ranges.iter_ranges(reader, starts, sizes)
+    try:
+        for (first, stop), start, size, data in zip(windows, starts, sizes, fetched):
+            stopped_at: list[int] = []
 
-        def note(error: CorruptRecordError) -> None:
-            explained = explain(error, index, so)
-            if explained is not error:  # a stale index is raised, never skipped
-                raise explained
-            stopped_at.append(error.record)
-            if report is not None:  # it is: note is given to the scan only with a report
-                report(error)
+            def note(error: CorruptRecordError) -> None:
+                explained = explain(error, index, so)
+                if explained is not error:  # a stale index is raised, never skipped
+                    raise explained
+                stopped_at.append(error.record)
+                if report is not None:  # it is: note is given to the scan only with a report
+                    report(error)
 
-        stream = open_bytes(reader.read(start, size), path)
-        done = first - 1
-        try:
-            for chunk in iter_chunks(stream, verify=verify, offset=start, record=first, payloads=True,
-                                     block_size=max(size, 1), report=note if report else None):
-                done = int(chunk.numbers[-1])
-                yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
-        except CorruptRecordError as e:
-            explained = explain(e, index, so)
-            if explained is e:
-                raise
-            raise explained from None
-        if not stopped_at and done != stop:  # the bytes scanned clean, but hold other records
-            raise StaleIndexError(path, start, first, f"the index puts records {first}-{stop} in bytes "
-                                  f"{start}-{start + size}, which hold {done - first + 1} records")
-        if done < stop and stopped_at:
-            first = max(stopped_at) + 1  # resume after the record that stopped the scan
-        else:
-            first = stop + 1
+            stream = open_bytes(data, path)
+            done = first - 1
+            try:
+                for chunk in iter_chunks(stream, verify=verify, offset=start, record=first, payloads=True,
+                                         block_size=max(size, 1), report=note if report else None):
+                    done = int(chunk.numbers[-1])
+                    yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
+            except CorruptRecordError as e:
+                explained = explain(e, index, so)
+                if explained is e:
+                    raise
+                raise explained from None
+            if not stopped_at and done != stop:  # the bytes scanned clean, but hold other records
+                raise StaleIndexError(path, start, first, f"the index puts records {first}-{stop} in bytes "
+                                      f"{start}-{start + size}, which hold {done - first + 1} records")
+            if done < stop and stopped_at:  # resume after the record that stopped the scan
+                fetched.close()
+                if max(stopped_at) < last:
+                    yield from _windows(path, index, max(stopped_at) + 1, last, reader, context)
+                return
+    finally:
+        fetched.close()
 
 
 def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="auto") -> Iterator[Located]:
     """Every record of a shard, streamed (compressed shards need this); the
-    context's readers are not used."""
-    with open_stream(path, compression, context.storage_options) as stream:
-        for chunk in iter_chunks(stream, verify=context.verify, report=context.report, payloads=True):
+    context's readers are not used. A remote shard is read ahead by a
+    background thread while its records are decoded (up to
+    :data:`~tfrecord_torch.io.files.READ_AHEAD` bytes of chunks waiting)."""
+    chunks: Iterator = _stream_chunks(path, context, compression)
+    if is_url(path):
+        chunks = ReadAhead(chunks, weight=lambda chunk: len(chunk.buf), limit=READ_AHEAD)
+    try:
+        for chunk in chunks:
             for i, payload in enumerate(chunk.payloads()):
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+
+
+def _stream_chunks(path: str, context: ReadContext, compression) -> Iterator:
+    with open_stream(path, compression, context.storage_options) as stream:
+        yield from iter_chunks(stream, verify=context.verify, report=context.report, payloads=True)
 
 
 def interleave(sources: Iterable[Callable[[], Iterator]], cycle_length: int) -> Iterator:

@@ -41,10 +41,20 @@ def local(path) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
+S3_CONNECTIONS = 32  # connections of an S3 filesystem, unless given: io/ranges.py keeps 32 requests in flight
+
+
 def filesystem(url: str, storage_options: dict | None):
+    """The fsspec filesystem and path of ``url``. An S3 filesystem gets
+    ``config_kwargs={"max_pool_connections": 32}`` unless the options say
+    otherwise (botocore's default of 10 would hold back requests in flight)."""
     import fsspec
 
-    return fsspec.core.url_to_fs(url, **(storage_options or {}))
+    options = storage_options or {}
+    if url.startswith(("s3://", "s3a://")) and "max_pool_connections" not in (options.get("config_kwargs") or {}):
+        options = {**options, "config_kwargs": {**(options.get("config_kwargs") or {}),
+                                                "max_pool_connections": S3_CONNECTIONS}}
+    return fsspec.core.url_to_fs(url, **options)
 
 
 def size_and_version(path, storage_options: dict | None = None) -> tuple[int, str]:

@@ -31,9 +31,9 @@ def all_records(counts, world, workers, **kw):
 @pytest.mark.parametrize("counts", COUNTS.values(), ids=COUNTS.keys())
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("workers", [1, 2, 3])
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_exactly_once(counts, world, workers, shuffle):
-    per_rank = all_records(counts, world, workers, shuffle=shuffle, seed=5, epoch=2)
+@pytest.mark.parametrize("shuffle, block", [(False, 1), (True, 1), (True, 4)])
+def test_exactly_once(counts, world, workers, shuffle, block):
+    per_rank = all_records(counts, world, workers, shuffle=shuffle, seed=5, epoch=2, block=block)
     everything = [r for rank in per_rank for r in rank]
     expected = [(s, r) for s, n in enumerate(counts) for r in range(n)]
     assert sorted(everything) == expected
@@ -44,9 +44,10 @@ def test_exactly_once(counts, world, workers, shuffle):
 @pytest.mark.parametrize("counts", COUNTS.values(), ids=COUNTS.keys())
 @pytest.mark.parametrize("world", [2, 3, 5])
 @pytest.mark.parametrize("even", ["pad", "drop"])
-def test_even_modes(counts, world, even):
+@pytest.mark.parametrize("block", [1, 4])
+def test_even_modes(counts, world, even, block):
     total = sum(counts)
-    per_rank = all_records(counts, world, 2, shuffle=True, seed=1, epoch=0, even=even)
+    per_rank = all_records(counts, world, 2, shuffle=True, seed=1, epoch=0, even=even, block=block)
     sizes = {len(r) for r in per_rank}
     assert len(sizes) == 1
     size = sizes.pop()
@@ -59,6 +60,22 @@ def test_even_modes(counts, world, even):
         assert size == total // world
         assert max(everything.values(), default=1) == 1
         assert len(everything) == size * world
+
+
+@pytest.mark.parametrize("world, workers", [(1, 1), (1, 2), (2, 2), (3, 4)])
+def test_block_shuffle_gives_each_reader_whole_blocks(world, workers):
+    counts, block = [640, 384], 8  # blocks of the epoch's sequence: 8 consecutive global record numbers
+    starts = [0, 640]
+    blocks_read = 0
+    for rank in range(world):
+        for worker in range(workers):
+            got = [starts[seg.shard] + int(r) for seg in plan_records(
+                counts, rank=rank, world_size=world, worker=worker, num_workers=workers, shuffle=True,
+                seed=2, epoch=1, block=block) for r in seg.records]
+            assert got != sorted(got)  # mixed inside the reader's share
+            blocks_read += len({g // block for g in got})
+    # each block read by one reader, except at most the two cut at a share's ends
+    assert blocks_read <= sum(counts) // block + 2 * world * workers
 
 
 def test_shuffle_is_deterministic_and_epoch_dependent():

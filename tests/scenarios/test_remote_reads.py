@@ -1,0 +1,189 @@
+"""Reads from a bucket (moto's S3 server on 127.0.0.1, every request
+logged): how many range requests a record costs in each mode, with
+DataLoader workers and ranks, and that every record still comes exactly once."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tfrecord_torch import (
+    IndexedTFRecordDataset,
+    Int64,
+    ShardedWriter,
+    Sharding,
+    Shuffling,
+    Source,
+    TFRecordDataset,
+    make_example,
+)
+from tfrecord_torch.io import ranges
+
+from .test_remote import S3, _cut
+
+
+class CountingS3(S3):
+    """The moto server, each shard GET held ``delay`` seconds (a far bucket)
+    with the most GETs seen in flight at once, and faults on shard GETs:
+    ``fail_500`` answers 500, ``drop`` cuts a body short."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delay, self.peak, self.flying = 0.0, 0, 0
+        self.lock = threading.Lock()
+
+    def handle(self, environ, start_response):
+        method, path = environ["REQUEST_METHOD"], environ["PATH_INFO"]
+        shard = method == "GET" and "/reads/data-train.tfrecord-" in path and not path.endswith(".index")
+        if not shard:
+            return self.app(environ, start_response)
+        self.requests.append((method, path, environ.get("HTTP_RANGE")))
+        with self.lock:
+            self.flying += 1
+            self.peak = max(self.peak, self.flying)
+            fail = self.fail_500 > 0
+            drop = not fail and self.drop > 0
+            self.fail_500 -= fail
+            self.drop -= drop
+        try:
+            time.sleep(self.delay)
+            if fail:
+                start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
+                return [b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"]
+            body = b"".join(self.app(environ, start_response))
+            return _cut(body) if drop else [body]
+        finally:
+            with self.lock:
+                self.flying -= 1
+
+RECORDS = 1024
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def s3():
+    import urllib.request
+
+    server = CountingS3()
+    endpoint = server.options["client_kwargs"]["endpoint_url"]
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def shards(s3):
+    """Two shards of 512 records each, ids 0..1023, with their indexes beside them."""
+    with ShardedWriter("s3://bucket/reads", name="data", max_records=RECORDS // 2,
+                       storage_options=s3.options) as w:
+        for i in range(RECORDS):
+            w.write(make_example({"id": i, "pad": np.zeros(64, np.int64)}))
+    return w.paths
+
+
+@pytest.fixture
+def unmerged(monkeypatch, tmp_path):
+    """Ranges fetched as asked: near records are not joined into one request,
+    so the count shows how the plan groups records."""
+    monkeypatch.setattr(ranges, "MERGE_GAP", 0)
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def far(s3, monkeypatch, tmp_path):
+    """Shard GETs take 20 ms each; only this package retries (s3fs and
+    botocore give up at once), quickly."""
+    import s3fs
+
+    from tfrecord_torch.io import retry
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
+    monkeypatch.setattr(retry, "BACKOFF", 0.01)
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    s3.delay, s3.peak, s3.fail_500, s3.drop = 0.02, 0, 0, 0
+    yield {**s3.options, "config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
+    s3.delay, s3.fail_500, s3.drop = 0.0, 0, 0
+
+
+def shard_gets(s3) -> int:
+    return sum(1 for method, path, _ in s3.requests
+               if method == "GET" and "/reads/data-train.tfrecord-" in path and not path.endswith(".index"))
+
+
+@pytest.mark.parametrize("world_size, workers", [(1, 0), (1, 2), (2, 2)])
+def test_block_shuffle_reads_a_block_per_request_with_workers_and_ranks(s3, shards, unmerged, world_size,
+                                                                       workers):
+    ids = []
+    s3.requests.clear()
+    for rank in range(world_size):
+        ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=5,
+                             storage_options=s3.options, sharding=Sharding(rank=rank, world_size=world_size))
+        ids += [int(i) for batch in DataLoader(ds, batch_size=32, num_workers=workers) for i in batch["id"]]
+    assert sorted(ids) == list(range(RECORDS))  # exactly once over ranks and workers
+    assert ids != sorted(ids)
+    readers = world_size * max(workers, 1)
+    # a block per request; a reader's share may cut a block at each of its two ends
+    assert shard_gets(s3) <= RECORDS // BLOCK + 2 * readers
+
+
+def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, shards, unmerged):
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=5,
+                         storage_options=s3.options)
+    batches = [b["id"].tolist() for b in DataLoader(ds, batch_size=64, num_workers=2)]
+    first = batches[0]
+    assert len({i // BLOCK for i in first}) > 16  # records of many blocks in one batch, not one block
+    assert len({i // 512 for b in batches[:2] for i in b}) == 2  # both shards in the first batches
+
+
+def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmerged):
+    s3.delay = 0.1  # long enough that requests sent together overlap on a busy machine
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far)
+    got = [int(i) for batch in DataLoader(ds, batch_size=64) for i in batch["id"]]
+    s3.delay = 0.0
+    expected = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far)
+    expected.set_epoch(0)
+    assert got == [int(b["id"]) for b in expected]  # the planned order, the same as a second reading
+    assert sorted(got) == list(range(RECORDS))
+    assert s3.peak > 4  # many range requests in flight, not one after the other
+
+
+def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
+    s3.delay = 0.1
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far)
+    sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
+    order = list(sampler)
+    got = [int(i) for batch in DataLoader(ds, batch_size=64, sampler=order) for i in batch["id"]]
+    assert got == order
+    assert s3.peak > 4
+
+
+@pytest.mark.parametrize("fault", ["fail_500", "drop"])
+def test_faults_in_flight_are_retried_without_losing_or_repeating_a_record(s3, shards, far, unmerged, fault):
+    setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=2,
+                         storage_options=far)
+    got = [int(i) for batch in DataLoader(ds, batch_size=64, num_workers=2) for i in batch["id"]]
+    assert getattr(s3, fault) == 0
+    setattr(s3, fault, 0)
+    clean = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=2,
+                            storage_options=far)
+    assert got == [int(i) for batch in DataLoader(clean, batch_size=64, num_workers=2) for i in batch["id"]]
+    assert sorted(got) == list(range(RECORDS))
+    mapped = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far)
+    setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
+    order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(3)).tolist()
+    assert [int(i) for b in DataLoader(mapped, batch_size=100, sampler=order) for i in b["id"]] == order
+    assert getattr(s3, fault) == 0
+
+
+@pytest.mark.parametrize("source", [Source(), Source(index=False)], ids=["indexed", "streamed"])
+def test_breaking_off_leaves_no_read_ahead_thread(s3, shards, far, source):
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, storage_options=far, source=source)
+    for item in ds:
+        assert 0 <= int(item["id"]) < RECORDS
+        break
+    assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-readahead"]
+    assert sorted(int(item["id"]) for item in ds) == list(range(RECORDS))

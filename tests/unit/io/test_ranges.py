@@ -1,0 +1,66 @@
+"""Many byte ranges read together: which requests cover them, and that the
+bytes come back in the order asked, for a local file and a URL (fsspec's
+memory filesystem)."""
+
+import fsspec
+import numpy as np
+import pytest
+
+from tfrecord_torch.io import ranges
+from tfrecord_torch.io.pool import Reader
+from tfrecord_torch.io.ranges import Request, iter_ranges, plan_requests, read_many, read_ranges
+
+
+def test_requests_join_adjacent_and_near_ranges_up_to_the_longest():
+    assert plan_requests([0, 10, 25], [10, 10, 5], gap=0, longest=100) == [Request(0, 20, 0, 2),
+                                                                           Request(25, 30, 2, 3)]
+    assert plan_requests([0, 10, 25], [10, 10, 5], gap=5, longest=100) == [Request(0, 30, 0, 3)]
+    assert plan_requests([0, 10, 20], [10, 10, 10], gap=0, longest=20) == [Request(0, 20, 0, 2),
+                                                                           Request(20, 30, 2, 3)]
+    assert plan_requests([0], [50], gap=0, longest=20) == [Request(0, 50, 0, 1)]  # a long range: alone
+    assert plan_requests([20, 0], [10, 10], gap=100, longest=100) == [Request(20, 30, 0, 1),
+                                                                      Request(0, 10, 1, 2)]  # never back
+    assert plan_requests([], [], gap=0, longest=1) == []
+
+
+@pytest.fixture(params=["local", "url"])
+def stored(request, tmp_path):
+    data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    if request.param == "local":
+        path = tmp_path / "blob"
+        path.write_bytes(data)
+        return str(path), data
+    url = f"memory://ranges/{tmp_path.name}/blob"
+    with fsspec.open(url, "wb") as f:
+        f.write(data)
+    return url, data
+
+
+@pytest.mark.parametrize("gap", [0, 1000])
+def test_bytes_come_back_in_the_order_asked(stored, monkeypatch, gap):
+    path, data = stored
+    monkeypatch.setattr(ranges, "MERGE_GAP", gap)
+    monkeypatch.setattr(ranges, "MAX_REQUEST", 64 << 10)
+    monkeypatch.setattr(ranges, "IN_FLIGHT", 3)
+    rng = np.random.default_rng(1)
+    offsets = sorted(rng.choice(len(data) - 5000, 300, replace=False).tolist())
+    sizes = rng.integers(0, 4000, 300).tolist()
+    sizes[-1] = 10_000  # past the end of the file for the last one
+    offsets[-1] = len(data) - 100
+    reader = Reader(path)
+    expected = [data[o:o + s] for o, s in zip(offsets, sizes)]
+    assert list(iter_ranges(reader, offsets, sizes)) == expected
+    shuffled = rng.permutation(300).tolist()
+    asked = ([offsets[i] for i in shuffled], [sizes[i] for i in shuffled])
+    assert read_ranges(reader, *asked) == [expected[i] for i in shuffled]
+    assert read_many([(reader, *asked), (Reader(path), offsets[:5], sizes[:5])]) == \
+        [[expected[i] for i in shuffled], expected[:5]]
+
+
+def test_an_iterator_closed_early_stops_reading(stored, monkeypatch):
+    path, data = stored
+    monkeypatch.setattr(ranges, "MAX_REQUEST", 1000)
+    offsets = list(range(0, 100_000, 1000))
+    got = iter_ranges(Reader(path), offsets, [1000] * len(offsets))
+    assert next(got) == data[:1000]
+    got.close()

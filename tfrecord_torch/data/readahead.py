@@ -1,0 +1,156 @@
+"""Read-ahead: a background thread takes items from a source (fetching them)
+while the consumer decodes the ones before.
+
+The items come out in the source's order; an error the source raises comes
+out where it was raised, after the items before it. Memory is bounded: the
+thread asks the source for another item only while the items fetched and not
+yet done with (those waiting and the one the consumer took last, until it
+asks for the next) weigh less than ``limit`` bytes, so they stay under
+``limit`` plus one item. An item heavier than ``limit`` is not fetched while
+the consumer holds another: no overlap then, but never two such items. The thread stops, and the
+source is closed in it, when the consumer closes the iterator or drops it.
+A thread is started by the first ``next()``, in the process that iterates
+(a forked DataLoader worker starts its own).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["READ_AHEAD_BYTES", "ReadAhead"]
+
+READ_AHEAD_BYTES = 64 << 20  # bytes of fetched items waiting for the consumer of one iterator
+
+T = TypeVar("T")
+_END = object()
+
+
+class _Channel:
+    """What the thread and the consumer share (the thread holds this, not the
+    :class:`ReadAhead`, so dropping the iterator can stop the thread)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.cond = threading.Condition()
+        self.items: collections.deque = collections.deque()  # (item, weight), a _Failed, or _END
+        self.held = 0  # bytes of the items waiting and of the one the consumer took last
+        self.taken = 0  # the weight of the item the consumer took last
+        self.stopped = False
+
+    def produce(self, source: Iterator, weight: Callable[[object], int]) -> None:
+        try:
+            while True:
+                with self.cond:
+                    while self.held >= self.limit and not self.stopped:
+                        self.cond.wait()
+                    if self.stopped:
+                        return
+                try:
+                    item = next(source)
+                except StopIteration:
+                    self._put(_END, 0)
+                    return
+                w = weight(item)
+                with self.cond:
+                    self.held += w
+                self._put(item, w)
+        except BaseException as e:  # delivered to the consumer in order, raised there
+            self._put(_Failed(e), 0)
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def _put(self, item: object, w: int) -> None:
+        with self.cond:
+            self.items.append((item, w))
+            self.cond.notify_all()
+
+    def take(self) -> object:
+        with self.cond:
+            self.held -= self.taken  # the consumer is done with the item it took before
+            self.taken = 0
+            self.cond.notify_all()
+            while not self.items:
+                self.cond.wait()
+            item, w = self.items.popleft()
+            self.taken = w
+        return item
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.items.clear()
+            self.held = self.taken = 0
+            self.cond.notify_all()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class ReadAhead(Generic[T]):
+    """The items of ``source``, fetched by a background thread ahead of use.
+
+    Args:
+        source: the items, in order (an iterator whose ``next()`` does the fetching).
+        weight: an item's size in bytes, for the bound.
+        limit: bytes of items fetched ahead, the consumer's current one
+            included (see the module docstring).
+
+    Example:
+        >>> ahead = ReadAhead(iter([b"ab", b"c"]), weight=len)
+        >>> list(ahead)
+        [b'ab', b'c']
+    """
+
+    def __init__(self, source: Iterator[T], *, weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> None:
+        self._source, self._weight = source, weight
+        self._channel = _Channel(limit)
+        self._thread: threading.Thread | None = None
+        self._done = False
+
+    def __iter__(self) -> ReadAhead[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._channel.produce, args=(self._source, self._weight),
+                                            name="tfrecord_torch-readahead", daemon=True)
+            self._thread.start()
+        item = self._channel.take()
+        if item is _END:
+            self._finish()
+            raise StopIteration
+        if isinstance(item, _Failed):
+            self._finish()
+            raise item.error
+        return item  # type: ignore[return-value]
+
+    def _finish(self) -> None:
+        self._done = True
+        if self._thread is not None:
+            self._thread.join()
+
+    def close(self) -> None:
+        """Stop the thread (after the item it is fetching) and close the source."""
+        self._done = True
+        self._channel.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        elif self._thread is None:
+            close = getattr(self._source, "close", None)
+            if close is not None:
+                close()
+
+    def __del__(self) -> None:
+        try:
+            self._channel.stop()  # no join: the thread ends after its current item
+        except Exception:  # interpreter shutdown
+            pass
