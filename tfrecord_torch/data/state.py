@@ -148,7 +148,7 @@ class ResumeState:
         self.epochs.set(epoch)
         self.epoch = int(epoch)
         self.position = 0  # a state taken now means the start of ``epoch``
-        self.consumed, self.loaded, self.spread = [], None, None
+        self.consumed = []  # (a loaded state stays: it resumes if ``epoch`` is its epoch)
 
     def start(self, worker: list[int]) -> int:
         """Start an iteration in reader ``worker`` ([worker, workers]): its

@@ -283,3 +283,23 @@ def test_state_loaded_in_main_process_is_shared_by_plain_dataloader_workers(shar
     loader = DataLoader(fresh, num_workers=2, batch_size=None)
     assert exactly_once(head + ids_of(loader))
     assert exactly_once(ids_of(loader))
+
+
+def test_set_epoch_after_loading_resumes_only_the_saved_epoch(shards):
+    """A training loop calls set_epoch(epoch) each epoch, the resumed one too."""
+    old = TFRecordDataset(shards, shuffle=True, sharding=Sharding(rank=1, world_size=2))
+    old.set_epoch(3)
+    it = iter(old)
+    head = ids_of([next(it) for _ in range(10)])
+    state = old.state_dict()
+    full = TFRecordDataset(shards, shuffle=True, sharding=Sharding(rank=0, world_size=2))
+    full.set_epoch(3)
+    head += ids_of([item for _, item in zip(range(10), full)])  # rank 0 in lockstep
+    new = TFRecordDataset(shards, shuffle=True)
+    new.load_state_dict(state)
+    new.set_epoch(3)
+    assert exactly_once(head + ids_of(new))
+    other = TFRecordDataset(shards, shuffle=True)
+    other.load_state_dict(state)
+    other.set_epoch(4)  # another epoch than the state's: a whole one
+    assert exactly_once(ids_of(other))
