@@ -156,7 +156,9 @@ def progress(states: list[dict], total: int, what: str) -> list[list[int]]:
     if size is None:
         cuts = [[plan.split_range(*span, w, workers) for w in range(workers)] for span in spans]
         lengths = np.array([[b - a for a, b in row] for row in cuts])  # [rank, worker]
-        if all(counts[w] >= lengths[rank, w] for w in range(workers)):  # this rank read its whole share
+        if (lengths == lengths[rank]).all():  # every rank's workers run out at the same steps
+            take = np.minimum(np.array(counts), lengths)
+        elif all(counts[w] >= lengths[rank, w] for w in range(workers)):  # this rank read its whole share
             if (lengths > lengths[rank]).any():
                 raise ValueError(f"{what}.load_state_dict: rank {rank} had read its whole share of the epoch, "
                                  "but ranks with more records may still have been reading; " + last)
@@ -166,7 +168,9 @@ def progress(states: list[dict], total: int, what: str) -> list[list[int]]:
         else:
             raise ValueError(f"{what}.load_state_dict: the state was saved at the end of the epoch, where DataLoader "
                              f"workers of different ranks run out at different steps (positions {counts}), so it "
-                             "does not tell what the other ranks read; " + last + ", or in batch mode (batch_size=)")
+                             "does not tell what the other ranks read; resume with the same world size and "
+                             "num_workers (batch mode, batch_size=, whose ranks share batch boundaries, has no such "
+                             "steps)")
         for row, counted in zip(cuts, take):
             for (a, b), n in zip(row, counted):
                 done[a:min(a + int(n), b)] = True

@@ -303,3 +303,14 @@ def test_set_epoch_after_loading_resumes_only_the_saved_epoch(shards):
     other.load_state_dict(state)
     other.set_epoch(4)  # another epoch than the state's: a whole one
     assert exactly_once(ids_of(other))
+
+
+def test_one_rank_resumes_with_other_workers_at_the_end_of_the_epoch(tmp_path, monkeypatch):
+    """One rank's workers that ran out at different steps: its state alone
+    says what was read (no other rank to guess)."""
+    write_shards(tmp_path, [13, 9, 11])  # 3 workers hold 11 records each
+    before = Job(tmp_path, 3, 1, monkeypatch, per_step=4)
+    head = before.run(8)  # workers 0 and 1 ran out, worker 2 has 3 records left
+    after = Job(tmp_path, 2, 2, monkeypatch)
+    after.load(before.state(0))
+    assert collections.Counter(head + after.run()) == collections.Counter(range(33))
