@@ -12,7 +12,7 @@ import torch.utils.data
 
 from tfrecord_torch._args import check_flag, check_instance, check_int
 from tfrecord_torch._types import Paths
-from tfrecord_torch.data import plan
+from tfrecord_torch.data import elastic, plan
 from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
@@ -230,14 +230,26 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         and what came before is not read again (streamed shards are re-read but
         not decoded). Later iterations go on with the following epochs.
 
+        The state may come from another layout: another rank, world size,
+        number of DataLoader workers, batch size or ``even`` mode (a job
+        restarted on other GPUs). Pass the state of any one rank -- the
+        dataset's, or the whole ``state_dict()`` of a torchdata
+        StatefulDataLoader, which holds every worker's -- on every new rank,
+        then build the loader with the new ``num_workers``. The job that saved
+        it stepped its ranks in lockstep, so that rank's state tells what all
+        ranks read; the new ranks and workers share the rest of the epoch, each
+        record once.
+
         Raises:
-            ValueError: the state comes from another seed, shard list, rank,
-                world size, worker split, shuffle setting or mode (named), or
-                another format version; or, when iterating, it was loaded in
-                another reader than the one iterating (the main process's, read
-                by DataLoader workers).
+            ValueError: the state comes from another seed, shard list or
+                shuffle setting (named), or another format version; or from
+                another layout with compressed shards, a block shuffle, a
+                shuffle buffer, ``even="pad"``, or one DataLoader worker's
+                state only (saying what to do); or, when iterating, it was
+                loaded in another reader than the one iterating and cannot
+                be carried to it.
         """
-        self._resume.load_state_dict(state, self._settings())
+        self._resume.load_state_dict(state, self._settings(), sum(self.counts or ()))
 
     def _settings(self) -> dict:
         """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`)."""
@@ -317,21 +329,34 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                              policy=self.policy, verify=self.verify, storage_options=self.storage_options,
                              prefetch=self.prefetch)
 
+    def _sequence(self, worker: int, workers: int) -> tuple[plan.RangePlanner, int, int]:
+        """The epoch's plan and this rank's [lo, hi) in it (this reader's in
+        record mode). An epoch resumed under another layout plans only the
+        positions its predecessor left (``ResumeState.consumed``)."""
+        total = sum(self.counts or ())
+        consumed = self._resume.consumed
+        left = elastic.remaining(consumed, total) if consumed else None
+        lo, hi = plan.rank_positions(total if left is None else len(left), self.rank, self.world_size, self.even)
+        if self.batch_size is None:
+            lo, hi = plan.split_range(lo, hi, worker, workers)
+        if left is None:
+            return self._planner((lo, hi)), lo, hi
+        return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                                 remaining=left), lo, hi
+
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
         of this rank's sequence; worker w decodes batches w, w + workers, ...
         (after ``skip`` of its own)."""
         size = cast(int, self.batch_size)
-        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
+        planner, lo, hi = self._sequence(worker, workers)
         count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline().batches(self._planner((lo, hi)), lo, hi, size, count, worker, workers, skip)
+        return self._pipeline().batches(planner, lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
         sequence, read a group at a time (shard by shard, ascending offsets)."""
-        lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
-        lo, hi = plan.split_range(lo, hi, worker, workers)
-        planner = self._planner((lo, hi))
+        planner, lo, hi = self._sequence(worker, workers)
         if not self.shuffle:  # in order: runs of one shard, up to _GROUP_BYTES each
             groups = ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
                       for piece in _pieces(self.indexes[s.shard], s.records))

@@ -177,10 +177,15 @@ class RangePlanner:
     positions hold whole blocks (at most two cut at its ends) and every
     record is still read exactly once over all readers. Positions outside
     the scope cannot be asked for then.
+
+    ``remaining`` renumbers the sequence: position i is then the epoch's
+    position ``remaining[i]`` (the positions an epoch resumed under another
+    layout has left to read, :mod:`tfrecord_torch.data.elastic`); it needs
+    the whole sequence in scope, so no block shuffle.
     """
 
     def __init__(self, counts, *, shuffle: bool, seed: int, epoch: int, block: int = 1,
-                 scope: tuple[int, int] | None = None) -> None:
+                 scope: tuple[int, int] | None = None, remaining: np.ndarray | None = None) -> None:
         self.counts = np.asarray(counts, np.int64)
         self.ends = np.cumsum(self.counts)
         self.total = int(self.ends[-1]) if len(self.ends) else 0
@@ -193,11 +198,17 @@ class RangePlanner:
         elif shuffle:
             self.order = global_order(self.total, seed=seed, epoch=epoch)
             self.scope = (0, self.total)
+        self.remaining = remaining
+        if remaining is not None and len(self.order if self.order is not None else ()) not in (0, self.total):
+            raise ValueError("a resumed sequence (remaining=) needs the whole epoch in scope: no block shuffle")
 
     def pairs(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(shards, records): int64 arrays for positions [lo, hi), in order."""
         if self.total == 0 or hi <= lo:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if self.remaining is not None:
+            positions = self.remaining[lo:hi]
+            return self._located(positions if self.order is None else self.order[positions])
         first, last = self.scope
         if self.order is not None and len(self.order) == last - first and first <= lo and hi <= last:
             ids = self.order[lo - first:hi - first]
@@ -206,6 +217,10 @@ class RangePlanner:
             if self.order is not None and len(self.order) != self.total:
                 raise ValueError(f"positions [{lo}, {hi}) are outside this planner's scope [{first}, {last})")
             ids = positions if self.order is None else self.order[positions]
+        return self._located(ids)
+
+    def _located(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shards, records) of global record numbers ``ids``."""
         shards = np.searchsorted(self.ends, ids, side="right").astype(np.int64)
         return shards, ids - (self.ends[shards] - self.counts[shards])
 

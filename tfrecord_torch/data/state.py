@@ -6,14 +6,19 @@ epoch, the seed, the shard list (names and record counts), rank and world
 size, the shuffle settings and the mode (batch size, ``even``). Loading a
 state made under other settings would resume at the right number in the
 wrong sequence -- records repeated or skipped silently -- so it is refused
-with a ValueError naming each difference.
+with a ValueError naming each difference. The exception is the layout (rank,
+world size, DataLoader workers, mode): a state from another layout resumes
+its epoch from what the whole job consumed (:mod:`tfrecord_torch.data.elastic`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
+import torch.utils.data
+
+from tfrecord_torch.data import elastic
 from tfrecord_torch.data.epochs import EpochCounter
 
 __all__ = ["FORMAT", "ResumeState", "check_position_known", "check_state", "describe_shards_for_state"]
@@ -119,6 +124,10 @@ class ResumeState:
     :class:`~tfrecord_torch.TFRecordDataset`, which passes the settings that
     give a position its meaning (:func:`check_state`) to each call.
 
+    An epoch resumed under another layout reads only the positions of the
+    epoch's sequence outside ``consumed`` (intervals); its positions count
+    units of that shorter sequence.
+
     Args:
         what: the owner's class name, for messages.
     """
@@ -128,58 +137,125 @@ class ResumeState:
         self.epochs = EpochCounter()  # iterations so far, shared with DataLoader workers
         self.epoch = 0  # the epoch of the current (or next) iteration
         self.position = 0
-        self.loaded: dict | None = None
+        self.consumed: list[list[int]] = []  # read before this iteration (a resumed epoch)
+        self.loaded: dict | None = None  # a state for this reader (its position counts)
+        self.spread: _Spread | None = None  # what a whole job consumed, for any reader
+        self.total = 0  # the epoch's records, when a state was loaded
+        self.settings: dict = {}  # the dataset's, when a state was loaded
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...)."""
         self.epochs.set(epoch)
         self.epoch = int(epoch)
         self.position = 0  # a state taken now means the start of ``epoch``
+        self.consumed = []  # (a loaded state stays: it resumes if ``epoch`` is its epoch)
 
     def start(self, worker: list[int]) -> int:
         """Start an iteration in reader ``worker`` ([worker, workers]): its
         epoch becomes current; returns the position it resumes from (0 unless
-        a state was loaded)."""
+        a state was loaded) and sets :attr:`consumed`."""
         self.epoch = self.epochs.start()
         self.position = self._take(worker)
         return self.position
 
     def state_dict(self, settings: dict) -> dict:
-        """The state: format, epoch, position and ``settings``.
+        """The state: format, epoch, position, ``settings`` and, in a resumed
+        epoch, ``consumed``.
 
         Raises:
             RuntimeError: DataLoader workers, not this process, hold the position.
         """
         check_position_known(self.epochs, self.what)
-        position = self.position if self.loaded is None else int(self.loaded["position"])
-        return {"format": FORMAT, "epoch": self.epoch, "position": position, **settings}
+        position, consumed = self.position, self.consumed
+        if self.loaded is not None:
+            position, consumed = int(self.loaded["position"]), self.loaded.get("consumed") or []
+        elif self.spread is not None:
+            position, consumed = 0, self.spread.consumed
+        state = {"format": FORMAT, "epoch": self.epoch, "position": position, **settings}
+        if consumed:
+            state["consumed"] = consumed
+        return state
 
-    def load_state_dict(self, state: dict, settings: dict) -> None:
+    def load_state_dict(self, state: Any, settings: dict, total: int) -> None:
         """Keep ``state`` (checked against ``settings``) for the next iteration.
 
+        A state from another layout (rank, world size, workers, mode) -- a
+        dataset's or a whole StatefulDataLoader's -- becomes what its job
+        consumed (:func:`~tfrecord_torch.data.elastic.progress`), which any
+        reader of the new layout resumes from.
+
+        Args:
+            state: a ``state_dict()`` of the dataset or of a StatefulDataLoader over it.
+            settings: this dataset's settings.
+            total: the epoch's records (0 if unknown).
+
         Raises:
-            ValueError: the state was made under other settings (named).
+            ValueError: the state was made under other settings (named), or
+                under another layout it cannot be carried to (saying why).
         """
-        state = check_state(state, settings, what=self.what)
-        self.epoch = int(state["epoch"])
-        self.epochs.restore(self.epoch)
-        self.loaded = dict(state)
+        self.total, self.settings = total, settings
+        states = elastic.reader_states(state, self.what)
+        head = states[0]
+        if len(states) == 1 and all(_normal(head.get(k)) == _normal(settings[k]) for k in elastic.LAYOUT):
+            head = check_state(head, settings, what=self.what)
+            if total:
+                elastic.check_consumed(head.get("consumed") or [], total, self.what)
+            self.epoch = int(head["epoch"])
+            self.epochs.restore(self.epoch)
+            self.loaded, self.spread = dict(head), None
+            return
+        if torch.utils.data.get_worker_info() is not None:  # one worker's state: the others' are elsewhere
+            raise ValueError(
+                f"{self.what}.load_state_dict: a DataLoader worker got a state saved under another layout "
+                f"(reader {_worker_of(head)} of rank {head.get('rank')!r}/{head.get('world_size')!r}); it holds "
+                "one worker's position, not what the whole job read. To resume with another num_workers, call "
+                "`ds.load_state_dict(old_loader.state_dict())` on the dataset and build a new StatefulDataLoader "
+                "over it without calling its load_state_dict")
+        for one in states:
+            check_state(one, {k: v for k, v in settings.items() if k not in elastic.LAYOUT}, what=self.what)
+        elastic.check_settings(head, settings, self.what)
+        consumed = elastic.progress(states, total, self.what)
+        self.epoch = int(head["epoch"])
+        self.epochs.set(self.epoch)  # every reader of the new layout starts this epoch
+        self.loaded, self.spread = None, _Spread(self.epoch, consumed)
 
     def _take(self, here: list[int]) -> int:
-        """The position a loaded state resumes from (0 if none), once.
+        """The position a loaded state resumes from (0 if none), once; sets
+        :attr:`consumed` for the iteration.
 
         Raises:
             ValueError: the state was loaded in another reader than the one
-                iterating (the main process's, read by DataLoader workers):
-                its position counts another split of the epoch.
+                iterating (the main process's, read by DataLoader workers) and
+                cannot be carried to this one.
         """
-        if self.loaded is None:
-            return 0
+        self.consumed = []
         state, self.loaded = self.loaded, None
-        if _worker_of(state) != here:
+        spread, self.spread = self.spread, None
+        if state is not None and _worker_of(state) == here:
+            self.consumed = list(state.get("consumed") or [])
+            return int(state["position"])
+        if state is not None and self.epoch == int(state["epoch"]):
+            spread = self._spread_of(state, here)
+        if spread is not None and spread.epoch == self.epoch:
+            self.consumed = spread.consumed
+        return 0
+
+    def _spread_of(self, state: dict, here: list[int]) -> _Spread:
+        """What the job of a reader's ``state`` consumed, for DataLoader
+        worker ``here`` (a state loaded in the main process, read in workers)."""
+        try:
+            elastic.check_settings(state, self.settings, self.what)
+            return _Spread(int(state["epoch"]), elastic.progress([state], self.total, self.what))
+        except ValueError as e:
             raise ValueError(
                 f"{self.what}: a state saved as reader {_worker_of(state)} (worker, workers) cannot "
-                f"resume in DataLoader worker {here}: each worker reads its own share of the epoch. Resume "
+                f"resume in DataLoader worker {here}: each worker reads its own share of the epoch ({e}). Resume "
                 "through torchdata's StatefulDataLoader (loader.load_state_dict), which gives each worker its "
-                "own state, or iterate with num_workers=0")
-        return int(state["position"])
+                "own state, or iterate with num_workers=0") from None
+
+
+class _Spread(NamedTuple):
+    """What a whole job consumed of ``epoch``: intervals of its sequence."""
+
+    epoch: int
+    consumed: list[list[int]]

@@ -109,7 +109,7 @@ def test_streamed_shards_interleave(tmp_path):
 
 
 @pytest.mark.parametrize("change, named", [
-    ({"seed": 8}, "seed"), ({"sharding": Sharding(rank=1, world_size=2)}, "rank"), ({"batch_size": 4}, "mode"),
+    ({"seed": 8}, "seed"), ({"sharding": Sharding(rank=1, world_size=2, even="pad")}, "even='pad'"),
     ({"shuffle": False}, "shuffle"), ({"shuffle": Shuffling(block=4)}, "shuffle"),
 ])
 def test_load_state_refuses_other_settings(tmp_path, change, named):
