@@ -30,6 +30,7 @@ _EXPORTS = {
     "Boxes": "tfrecord_torch.features.images.boxes",
     "Bytes": "tfrecord_torch.features.specs",
     "Compression": "tfrecord_torch.records.compression",
+    "CompressionOptions": "tfrecord_torch.records.compression",
     "CorruptRecordError": "tfrecord_torch.errors",
     "DatasetSource": "tfrecord_torch.write.source",
     "Encoding": "tfrecord_torch.write.options",
@@ -48,12 +49,15 @@ _EXPORTS = {
     "Mask": "tfrecord_torch.features.images.masks",
     "MixedSizesError": "tfrecord_torch.errors",
     "OnError": "tfrecord_torch.policy",
+    "Payload": "tfrecord_torch.features.payload",
     "RawImage": "tfrecord_torch.features.images.specs",
     "RawTensor": "tfrecord_torch.features.specs",
     "ReaderPool": "tfrecord_torch.io.pool",
+    "RecordTail": "tfrecord_torch.records.tail",
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
     "ShardLayout": "tfrecord_torch.write.options",
+    "SerializedTensor": "tfrecord_torch.features.tensors",
     "ShardedWriter": "tfrecord_torch.write.sharded",
     "Sharding": "tfrecord_torch.data.options",
     "Shuffling": "tfrecord_torch.data.options",
@@ -61,6 +65,7 @@ _EXPORTS = {
     "StaleIndexError": "tfrecord_torch.errors",
     "TFRecordDataset": "tfrecord_torch.data.iterable",
     "TFRecordError": "tfrecord_torch.errors",
+    "TensorDecodeError": "tfrecord_torch.errors",
     "Text": "tfrecord_torch.features.specs",
     "build_index": "tfrecord_torch.records.index",
     "detection_collate": "tfrecord_torch.features.collate",
@@ -74,7 +79,9 @@ _EXPORTS = {
     "parse_example_batch": "tfrecord_torch.features.parsing",
     "parse_sequence_example": "tfrecord_torch.features.parsing",
     "parse_sequence_example_batch": "tfrecord_torch.features.parsing",
+    "parse_tensor": "tfrecord_torch.features.tensors",
     "read_records": "tfrecord_torch.records.framing",
+    "serialize_tensor": "tfrecord_torch.features.tensors",
     "tfds_dataset": "tfrecord_torch.tfds.dataset",
     "write_dataset": "tfrecord_torch.write.convert",
     "write_order": "tfrecord_torch.write.plan",
@@ -99,6 +106,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         MixedSizesError,
         RemoteError,
         StaleIndexError,
+        TensorDecodeError,
         TFRecordError,
     )
     from tfrecord_torch.example.codec import make_example, make_sequence_example
@@ -114,13 +122,16 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         parse_sequence_example,
         parse_sequence_example_batch,
     )
+    from tfrecord_torch.features.payload import Payload
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
+    from tfrecord_torch.features.tensors import SerializedTensor, parse_tensor, serialize_tensor
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.policy import ErrorPolicy, OnError
-    from tfrecord_torch.records.compression import Compression
+    from tfrecord_torch.records.compression import Compression, CompressionOptions
     from tfrecord_torch.records.framing import read_records
     from tfrecord_torch.records.index import build_index, check_index, load_index
     from tfrecord_torch.records.indexed import IndexedReader
+    from tfrecord_torch.records.tail import RecordTail
     from tfrecord_torch.records.writer import RecordWriter
     from tfrecord_torch.tfds.dataset import tfds_dataset
     from tfrecord_torch.write.convert import write_dataset

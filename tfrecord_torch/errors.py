@@ -19,6 +19,7 @@ __all__ = [
     "RemoteError",
     "StaleIndexError",
     "TFRecordError",
+    "TensorDecodeError",
 ]
 
 
@@ -107,6 +108,13 @@ class StaleIndexError(TFRecordError):
 
 class ExampleDecodeError(TFRecordError, ValueError):
     """A payload is not a valid serialized tf.train.Example / SequenceExample."""
+
+
+class TensorDecodeError(TFRecordError, ValueError):
+    """A payload is not a valid serialized TensorProto (``tf.io.serialize_tensor``'s
+    output), holds a dtype or shape with no tensor here, or is not the dtype
+    asked for. Read through a dataset, it reaches the caller as a
+    :class:`FeatureError` naming the file, record and key."""
 
 
 class FeatureError(TFRecordError):

@@ -7,6 +7,7 @@ from tfrecord_torch import (
     IndexedReader,
     IndexedTFRecordDataset,
     Int64,
+    RecordTail,
     RecordWriter,
     ShardedWriter,
     TFRecordDataset,
@@ -40,3 +41,15 @@ def test_writer_reprs_count_what_was_written(tmp_path):
             s.write(make_example({"id": i}))
         assert "name='demo'" in repr(s) and "shards=3, records=5, open" in repr(s)
     assert "IndexedReader(" in repr(IndexedReader(tmp_path / "a.tfrecord"))
+
+
+def test_a_followed_file_shows_where_its_reader_is(tmp_path):
+    with RecordWriter(tmp_path / "events.tfrecord", atomic=False) as w:
+        tail = RecordTail(tmp_path / "events.tfrecord")
+        w.write(b"step 1")
+        w.flush()
+        assert list(tail) == [b"step 1"]
+        assert "atomic=False, records=1, open" in repr(w)
+        assert repr(tail).endswith("events.tfrecord', records=1, offset=22, pending=0)")
+    tail.close()
+    assert repr(tail).endswith("records=1, closed)")

@@ -49,8 +49,8 @@ def test_every_earlier_top_level_name_still_imports():
 
 
 @pytest.mark.parametrize("face, names", [
-    ("tfrecord_torch.records", ["Compression", "IndexedReader", "RecordWriter", "build_index", "check_index",
-                                "load_index", "read_records"]),
+    ("tfrecord_torch.records", ["Compression", "CompressionOptions", "IndexedReader", "RecordTail", "RecordWriter",
+                                "build_index", "check_index", "load_index", "read_records"]),
     # the top-level parse_* take an optional feature description (features/parsing.py); example/'s are raw
     ("tfrecord_torch.example", ["make_example", "make_sequence_example"]),
     ("tfrecord_torch.features.images", ["Boxes", "Image", "ImageBatching", "Mask", "RawImage"]),

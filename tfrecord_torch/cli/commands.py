@@ -9,10 +9,11 @@ import sys
 
 import numpy as np
 
+from tfrecord_torch.cli.sniff import sniff
 from tfrecord_torch.data.shards import expand_paths
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, TFRecordError
 from tfrecord_torch.example.codec import has_feature_lists, parse_example, parse_sequence_example
-from tfrecord_torch.example.schema import SchemaReport
+from tfrecord_torch.example.schema import SchemaReport, spec_imports
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.policy import ErrorPolicy
 from tfrecord_torch.records.compression import compression_of
@@ -119,7 +120,7 @@ def _cmd_verify(args) -> int:
 
 def _cmd_inspect(args) -> int:
     storage_options = args.storage_options
-    report = SchemaReport()
+    report = SchemaReport(sniff=sniff)
     sizes = []
     for path in expand(args):
         compression = compression_of(path, _compression(args), storage_options)
@@ -147,13 +148,18 @@ def _cmd_inspect(args) -> int:
     if report.lists:
         _print_sequences(report)
     elif report.features:
-        _table([(key, s.kind, _span(s.min_len, s.max_len), f"{s.count}/{report.parsed}")
-                for key, s in sorted(report.features.items())], ("key", "kind", "length", "present"))
+        _feature_table(report)
         print("schema (tf.io feature_description, which TFRecordDataset(features=...) also takes):")
         print(report.feature_description())
-        print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes):")
-        print(report.torch_spec())
+        spec = report.torch_spec()
+        print(f"tfrecord_torch spec ({spec_imports(spec)}):")
+        print(spec)
     return 0
+
+
+def _feature_table(report: SchemaReport) -> None:
+    _table([(key, s.kind, _span(s.min_len, s.max_len), f"{s.count}/{report.parsed}", s.content.summary())
+            for key, s in sorted(report.features.items())], ("key", "kind", "length", "present", "content"))
 
 
 def _print_sequences(report: SchemaReport) -> None:
@@ -161,20 +167,21 @@ def _print_sequences(report: SchemaReport) -> None:
     (steps per record, values per step) and both specs, ready to paste."""
     if report.features:
         print("context features:")
-        _table([(key, s.kind, _span(s.min_len, s.max_len), f"{s.count}/{report.parsed}")
-                for key, s in sorted(report.features.items())], ("key", "kind", "length", "present"))
+        _feature_table(report)
     else:
         print("context features: none")
     print("feature lists (tf.train.SequenceExample; steps per record, values per step):")
     _table([(key, s.kind, _span(s.steps.min_len, s.steps.max_len), _span(s.width.min_len, s.width.max_len),
-             f"{s.steps.count}/{report.parsed}") for key, s in sorted(report.lists.items())],
-           ("key", "kind", "steps", "width", "present"))
+             f"{s.steps.count}/{report.parsed}", s.width.content.summary())
+            for key, s in sorted(report.lists.items())],
+           ("key", "kind", "steps", "width", "present", "content"))
     print("schema (tf.io.parse_single_sequence_example's context_features= and sequence_features=, "
           "which TFRecordDataset(features=..., sequence_features=...) also takes):")
     print(report.sequence_description())
-    print("tfrecord_torch spec (from tfrecord_torch import Int64, Float, Bytes, tfspec; "
+    spec = report.sequence_spec()
+    print(f"tfrecord_torch spec ({spec_imports(spec)}; "
           "TFRecordDataset(..., features=features, sequence_features=sequence_features)):")
-    print(report.sequence_spec())
+    print(spec)
 
 
 def _span(low: int | None, high: int) -> str:
@@ -232,15 +239,35 @@ def _value(value, mode: str) -> list:
     return [_bytes(b, mode) for b in value]
 
 
+SHORT_TEXT = 64  # bytes: longer values print as a summary in "summary" mode
+
+
 def _bytes(b: bytes, mode: str) -> str:
     if mode == "length":
         return f"<{len(b)} bytes>"
+    if mode == "summary":
+        return _summary(b)
     if mode == "auto":
         try:
             return b.decode("utf-8")
         except UnicodeDecodeError:
             pass
     return "base64:" + base64.b64encode(b).decode("ascii")
+
+
+def _summary(b: bytes) -> str:
+    """Short printable UTF-8 (tabs and line breaks allowed) as its text;
+    anything else as ``<N bytes>``, with the format when a sniffer knows it
+    (``<8149 bytes, JPEG>``)."""
+    if len(b) <= SHORT_TEXT:
+        try:
+            text = b.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and all(c.isprintable() or c in "\t\n\r" for c in text):
+            return text
+    found = sniff(b)
+    return f"<{len(b)} bytes{f', {found.name}' if found else ''}>"
 
 
 def _cmd_decompress(args) -> int:

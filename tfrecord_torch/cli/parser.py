@@ -17,10 +17,10 @@ from tfrecord_torch.errors import TFRecordError
 __all__ = ["main"]
 
 
-def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
-    """The subcommand ``name`` of :mod:`tfrecord_torch.cli.commands`, imported when run."""
+def _lazy(name: str, module: str = "tfrecord_torch.cli.commands") -> Callable[[argparse.Namespace], int]:
+    """The subcommand ``name`` of ``module``, imported when run."""
     def run(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module("tfrecord_torch.cli.commands"), name)(args)
+        return getattr(importlib.import_module(module), name)(args)
     return run
 
 
@@ -102,12 +102,36 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--sequence", action="store_true",
                        help="print every record as a SequenceExample's context and feature_lists "
                             "(records with feature lists print so anyway)")
-        p.add_argument("--bytes", choices=["auto", "base64", "length"], default="auto",
-                       help="how to print bytes values: 'auto' gives UTF-8 text when the bytes are "
-                            "valid UTF-8 and 'base64:...' otherwise (default); 'length' gives "
-                            "'<N bytes>'")
+        default = "summary" if name == "head" else "auto"
+        p.add_argument("--bytes", choices=["summary", "auto", "base64", "length"], default=default,
+                       help="how to print bytes values: 'summary' gives short printable UTF-8 as text "
+                            "and anything else as '<N bytes>' with its format if known ('<8149 bytes, "
+                            "JPEG>'); 'auto' gives UTF-8 text when the bytes are valid UTF-8 and "
+                            "'base64:...' otherwise; 'base64' always base64; 'length' gives '<N bytes>' "
+                            f"(default: {default})")
+        p.add_argument("--full", dest="bytes", action="store_const", const="auto",
+                       help="every bytes value in full (same as --bytes auto)")
         p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
         p.set_defaults(func=_lazy("_cmd_print"), limit_arg=name == "head")
+
+    p = sub.add_parser("preview", parents=[remote], help="draw the first images as a contact sheet (PNG)",
+                       description="Decode the first images of the files (JPEG, PNG, GIF, WebP, ...) and "
+                                   "draw them as a grid, each with its record number and label, into a "
+                                   "PNG. The image key is the bytes feature whose values are images by "
+                                   "their magic bytes, the label key an int64 scalar named like 'label' "
+                                   "or 'class', unless given.")
+    p.add_argument("files", nargs="+", help=files_help)
+    p.add_argument("-o", "--out", default="preview.png", help="the PNG to write (default preview.png)")
+    p.add_argument("-n", "--n", type=int, default=16, help="records to show, from the start (default 16)")
+    p.add_argument("--key", default=None, help="the feature holding the encoded images (default: found)")
+    p.add_argument("--label", default=None,
+                   help="the feature to print under each image (default: an int64 scalar named like "
+                        "'label' or 'class', if any)")
+    p.add_argument("--cols", type=int, default=4, help="images per row (default 4)")
+    p.add_argument("--size", type=int, default=128, help="the side of each image's square in pixels "
+                                                         "(default 128)")
+    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
+    p.set_defaults(func=_lazy("run", "tfrecord_torch.cli.preview"))
 
     add_convert_parser(sub, parents=[remote])
 

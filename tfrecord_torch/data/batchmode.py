@@ -23,6 +23,7 @@ from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesEr
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import sequence_collate
 from tfrecord_torch.features.images.engine import ImageBatching
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
 
@@ -139,6 +140,8 @@ class BatchPipeline:
         reports) come from the result, so they follow the batches before."""
         if isinstance(self.spec, SequenceSpec):  # per record, then T padded (pad_collate)
             return Later(self._sequence_batch, items)
+        if isinstance(self.spec, Payload):
+            return Later(self._payload_batch, self.spec, payloads, items)
         try:
             if not payloads:
                 return Done(SKIPPED)
@@ -175,6 +178,26 @@ class BatchPipeline:
         good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
                 is not SKIPPED]  # raises under "raise", naming the record
         return self.decode_streamed_batch(good, batches, number)
+
+    def _payload_batch(self, spec: Payload, payloads: list[bytes], items: Callable[[], list[Located]]):
+        """A batch of records read as payloads: the list of their items (a
+        payload the hook fails on reported, or raised, and left out)."""
+        if spec.decode is None:
+            batch = list(payloads)
+        else:
+            batch, located = [], None
+            for k, payload in enumerate(payloads):
+                try:
+                    batch.append(spec.decode(payload))
+                except Exception as e:  # a bad record: located, then under on_error
+                    located = located or items()
+                    at = located[k]
+                    error = spec.failed(e, at.path, at.offset, at.record)
+                    error.__cause__ = e
+                    self.policy.report(error)
+        if not batch:
+            return SKIPPED
+        return self.transform(batch) if self.transform is not None else batch
 
     def _sequence_batch(self, items: Callable[[], list[Located]]):
         decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())

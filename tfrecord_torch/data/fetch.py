@@ -25,6 +25,7 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
@@ -46,7 +47,7 @@ class SpecPlan(NamedTuple):
     @classmethod
     def of(cls, spec: Any) -> SpecPlan:
         return cls(spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
-                   compiled_reader() and not isinstance(spec, SequenceSpec))
+                   compiled_reader() and not isinstance(spec, (SequenceSpec, Payload)))
 
 
 class Frame(NamedTuple):

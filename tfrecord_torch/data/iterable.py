@@ -32,6 +32,7 @@ from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_random_access
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.engine import ImageBatching
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.policy import OnError
@@ -53,6 +54,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             dicts :func:`~tfrecord_torch.example.codec.parse_record` returns (a SequenceExample's context
             features and feature lists side by side). With ``sequence_features``,
             the spec of the SequenceExamples' context (may be None).
+            ``Payload()`` reads records that are not Examples: each item is
+            the record's payload (``bytes``), or ``Payload(decode=json.loads)``
+            what the hook makes of it (a hook that raises: a bad record,
+            under ``on_error``); batches are lists of items.
         sequence_features: read SequenceExamples: a spec of their feature
             lists, each feature's shape being one step's (``Int64("tokens")``
             gives int64 [T], ``Float("frames", shape=(3,))`` float32 [T, 3]).
@@ -68,7 +73,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             ``persistent_workers=True``) unless :meth:`set_epoch` names one.
         seed: the shuffle seed (same on every rank).
         batch_size: decode whole batches at once (use ``DataLoader(batch_size=None)``):
-            items are then dicts of batched tensors [B, ...]. With indexed shards,
+            items are then dicts of batched tensors [B, ...] (with ``Payload``,
+            lists of B payloads or decoded values). With indexed shards,
             batches are dealt to workers in turn, so their order does not depend
             on ``num_workers``; streamed shards are batched per worker.
         on_error: "raise", "skip", "warn" or a callable (see :mod:`tfrecord_torch.policy`): what a corrupt record or a feature
@@ -91,7 +97,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         refuse_moved_keywords(cls.__name__, {k: v for k, v in kwargs.items() if k in MOVED})
         return super().__new__(cls)
 
-    def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
+    def __init__(self, paths: Paths, *, features: dict | Payload | None = None,
+                 sequence_features: dict | None = None,
                  transform: Callable | None = None, shuffle: bool | Shuffling = False, seed: int = 0,
                  batch_size: int | None = None, on_error: OnError = "raise", storage_options: dict | None = None,
                  sharding: Sharding | None = None, source: Source | None = None,
@@ -104,10 +111,14 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         sharding = check_instance("sharding", sharding or Sharding(), Sharding, "a Sharding")
         source = check_instance("source", source or Source(), Source, "a Source")
         batching = check_instance("batching", batching or Batching(), Batching, "a Batching")
+        self.spec = make_spec(features, sequence_features)
+        if isinstance(self.spec, Payload) and isinstance(batching.images, ImageBatching):
+            raise ValueError(f"batching=Batching(images=ImageBatching(...)) sets how Image features decode, "
+                             f"but features={self.spec!r} reads each record's payload as it is, with no "
+                             "images to decode; leave images= out (or decode the images in the hook)")
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
-        self.spec = make_spec(features, sequence_features)
         self.rank, self.world_size = plan.resolve_rank(sharding.rank, sharding.world_size)
         even = sharding.even
         self.shuffle, self.seed, self.even = shuffle is not False, seed, even
@@ -242,8 +253,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def __repr__(self) -> str:
         records = "streamed" if self.streamed else f"{sum(self.counts or ()):,} records"
-        parts = [describe_shards(self.paths), records,
-                 f"features={sorted(self.spec) if self.spec is not None else None}"]
+        spec = self.spec
+        features = spec if isinstance(spec, Payload) else sorted(spec) if spec is not None else None
+        parts = [describe_shards(self.paths), records, f"features={features}"]
         if self.shuffle:
             parts.append(f"shuffle=True, seed={self.seed}, epoch={self.epoch}")
         if self.batch_size is not None:

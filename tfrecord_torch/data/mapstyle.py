@@ -23,6 +23,7 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, index_argum
 from tfrecord_torch.data.usage import check_positional
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
@@ -43,6 +44,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         features: a feature spec (or TF ``feature_description``); None gives
             :func:`~tfrecord_torch.example.codec.parse_record` dicts (a SequenceExample's context features
             and feature lists side by side); with ``sequence_features``, the context's spec.
+            ``Payload()``: each item is the record's payload (``bytes``);
+            ``Payload(decode=json.loads)``: what the hook makes of it (a hook
+            that raises: a bad record, under ``on_error``).
         sequence_features: read SequenceExamples (see :class:`TFRecordDataset`).
         index: None (each shard's index: found beside it, else built and kept
             in the local index cache, never in the shards' folder), "beside"
@@ -65,11 +69,13 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
         return super().__new__(cls)
 
-    def __init__(self, paths: Paths, *, features: dict | None = None, sequence_features: dict | None = None,
+    def __init__(self, paths: Paths, *, features: dict | Payload | None = None,
+                 sequence_features: dict | None = None,
                  index: Sequence[PathLike] | str | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None) -> None:
         check_flag("verify", verify)
+        spec = make_spec(features, sequence_features)
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
         self.policy = SharedErrorPolicy(on_error, self.paths)
@@ -84,7 +90,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             if i is None:
                 raise _compressed(p)
         self._fetcher = ItemFetcher(paths=self.paths, indexes=[i for i in indexes if i is not None],
-                                    spec=make_spec(features, sequence_features), transform=transform,
+                                    spec=spec, transform=transform,
                                     verify=verify, policy=self.policy, storage_options=storage_options)
         self.indexes: list[np.ndarray] = self._fetcher.indexes
         self.ends = self._fetcher.ends
@@ -112,7 +118,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         return self._fetcher.length
 
     def __repr__(self) -> str:
-        features = sorted(self.spec) if self.spec is not None else None
+        spec = self.spec
+        features = spec if isinstance(spec, Payload) else sorted(spec) if spec is not None else None
         return f"{type(self).__name__}({describe_shards(self.paths)}, {len(self):,} records, features={features})"
 
     def locate(self, i: int) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
 from tfrecord_torch.example.codec import parse_example, parse_record
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.features.undecoded import apply_transform
@@ -262,8 +263,13 @@ def locate(error: Exception, item: Located) -> Exception:
     if isinstance(error, FeatureError):
         return error.at(item.path, item.offset, item.record)
     if isinstance(error, ExampleDecodeError):
-        return CorruptRecordError(item.path, item.offset, item.record, str(error))
+        return CorruptRecordError(item.path, item.offset, item.record, f"{error}; {NOT_EXAMPLES}")
     return error
+
+
+NOT_EXAMPLES = ("if the records hold something other than tf.train.Examples (JSON, a protobuf of "
+                "your own, Apache Beam's WriteToTFRecord output), read them with features=Payload() "
+                "(each record's bytes) or features=Payload(decode=json.loads) (a decode hook)")
 
 
 def parse_located(item: Located) -> dict:
@@ -273,17 +279,21 @@ def parse_located(item: Located) -> dict:
         raise locate(e, item) from e
 
 
-def decode_item(item: Located, spec: dict | SequenceSpec | None, transform, owned: bool = False) -> object:
-    """Parse a record, decode it with ``spec`` (if any), apply ``transform``
-    (if any); errors name the record's location. ``owned``: the spec is a
+def decode_item(item: Located, spec: dict | SequenceSpec | Payload | None, transform,
+                owned: bool = False) -> object:
+    """Parse a record, decode it with ``spec`` (if any; a :class:`Payload`
+    keeps the payload or applies its hook), apply ``transform`` (if any);
+    errors name the record's location. ``owned``: the spec is a
     dict that reads each key once (:func:`~tfrecord_torch.features.specs.reads_once`),
     so the tensors may take over the freshly parsed arrays instead of copying them."""
     return decode_payload(item.payload, item.path, item.offset, item.record, spec, transform, owned)
 
 
-def decode_payload(payload: bytes, path: str, offset: int, record: int, spec: dict | SequenceSpec | None,
-                   transform, owned: bool = False) -> object:
+def decode_payload(payload: bytes, path: str, offset: int, record: int,
+                   spec: dict | SequenceSpec | Payload | None, transform, owned: bool = False) -> object:
     """:func:`decode_item` of a payload and its location, given apart."""
+    if isinstance(spec, Payload):  # not an Example: the payload, or what the hook makes of it
+        return apply_transform(transform, spec.read(payload, path, offset, record), path, offset, record)
     try:
         if isinstance(spec, SequenceSpec):
             parsed = spec.decode_payload(payload)
@@ -306,7 +316,7 @@ def decode_payload(payload: bytes, path: str, offset: int, record: int, spec: di
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped
 
 
-def decode_or_skip(item: Located, spec: dict | SequenceSpec | None, transform, report) -> object:
+def decode_or_skip(item: Located, spec: dict | SequenceSpec | Payload | None, transform, report) -> object:
     """decode_item, but with ``report`` a bad record is reported and SKIPPED."""
     if report is None:
         return decode_item(item, spec, transform)

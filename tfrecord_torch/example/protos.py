@@ -1,4 +1,4 @@
-"""tf.train.Example and friends, built at import time in a private pool.
+"""tf.train.Example and friends (and tf.TensorProto), built at import time in a private pool.
 
 The message classes are made from descriptors we construct here, in a
 descriptor pool of our own, rather than from generated ``*_pb2`` modules that
@@ -69,12 +69,45 @@ def _build():
         ("context", _F.TYPE_MESSAGE, opt, "Features", {}),
         ("feature_lists", _F.TYPE_MESSAGE, opt, "FeatureLists", {}),
     ])
+    _tensor_messages(file)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     names = ["BytesList", "FloatList", "Int64List", "Feature", "Features", "FeatureList",
-             "FeatureLists", "Example", "SequenceExample"]
+             "FeatureLists", "Example", "SequenceExample", "TensorShapeProto", "TensorProto"]
     return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{n}"))
             for n in names}
+
+
+def _tensor_messages(file):
+    """TensorProto and TensorShapeProto (tensorflow/core/framework/tensor.proto,
+    tensor_shape.proto) with TF's field numbers; the dtype enum as a plain
+    int32 (the same varint on the wire), and the resource and variant fields
+    left out (their dtypes are refused; protobuf skips the unknown fields)."""
+    rep, opt = _F.LABEL_REPEATED, _F.LABEL_OPTIONAL
+    dim = descriptor_pb2.DescriptorProto(name="Dim")
+    dim.field.add(name="size", number=1, type=_F.TYPE_INT64, label=opt)
+    dim.field.add(name="name", number=2, type=_F.TYPE_STRING, label=opt)
+    shape = file.message_type.add(name="TensorShapeProto")
+    shape.nested_type.append(dim)
+    shape.field.add(name="dim", number=2, type=_F.TYPE_MESSAGE, label=rep,
+                    type_name=f".{_PACKAGE}.TensorShapeProto.Dim")
+    shape.field.add(name="unknown_rank", number=3, type=_F.TYPE_BOOL, label=opt)
+    tensor = file.message_type.add(name="TensorProto")
+    tensor.field.add(name="dtype", number=1, type=_F.TYPE_INT32, label=opt)
+    tensor.field.add(name="tensor_shape", number=2, type=_F.TYPE_MESSAGE, label=opt,
+                     type_name=f".{_PACKAGE}.TensorShapeProto")
+    tensor.field.add(name="version_number", number=3, type=_F.TYPE_INT32, label=opt)
+    tensor.field.add(name="tensor_content", number=4, type=_F.TYPE_BYTES, label=opt)
+    for name, number, ftype in [("float_val", 5, _F.TYPE_FLOAT), ("double_val", 6, _F.TYPE_DOUBLE),
+                                ("int_val", 7, _F.TYPE_INT32), ("string_val", 8, _F.TYPE_BYTES),
+                                ("scomplex_val", 9, _F.TYPE_FLOAT), ("int64_val", 10, _F.TYPE_INT64),
+                                ("bool_val", 11, _F.TYPE_BOOL), ("dcomplex_val", 12, _F.TYPE_DOUBLE),
+                                ("half_val", 13, _F.TYPE_INT32), ("uint32_val", 16, _F.TYPE_UINT32),
+                                ("uint64_val", 17, _F.TYPE_UINT64)]:
+        field = tensor.field.add(name=name, number=number, type=ftype, label=rep)
+        if ftype != _F.TYPE_BYTES:
+            field.options.packed = True
+    tensor.field.add(name="float8_val", number=18, type=_F.TYPE_BYTES, label=opt)
 
 
 _CLASSES = _build()
@@ -87,3 +120,5 @@ FeatureList = _CLASSES["FeatureList"]
 FeatureLists = _CLASSES["FeatureLists"]
 Example = _CLASSES["Example"]
 SequenceExample = _CLASSES["SequenceExample"]
+TensorShapeProto = _CLASSES["TensorShapeProto"]
+TensorProto = _CLASSES["TensorProto"]

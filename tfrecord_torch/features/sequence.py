@@ -20,6 +20,7 @@ import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.example.codec import parse_sequence_example
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.ragged import StepRows
 from tfrecord_torch.features.specs import _REQUIRED, Feature, _Numeric, bind
 
@@ -81,7 +82,7 @@ def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
         if kinds is None or kinds - {(feature.dtype, size)}:
             _check_steps(feature, steps, size, shape)
         flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)  # a fresh array
-        return torch.from_numpy(flat.reshape((len(steps), *shape)))
+        return feature.finish(torch.from_numpy(flat.reshape((len(steps), *shape))))
     out = []
     for t, step in enumerate(steps):
         if isinstance(step, np.ndarray):
@@ -101,10 +102,23 @@ def _check_steps(feature: _Numeric, steps: list, size: int, shape: tuple) -> Non
             raise FeatureError(feature.key, f"step {t} holds {step.size} values, expected {size} (shape {shape})")
 
 
-def make_spec(features: dict | None, sequence_features: dict | None = None) -> dict | SequenceSpec | None:
+def make_spec(features: dict | Payload | None, sequence_features: dict | None = None
+              ) -> dict | SequenceSpec | Payload | None:
     """The bound spec a dataset decodes with: a dict for Examples, a
-    :class:`SequenceSpec` when ``sequence_features`` is given, or None. TF
-    feature descriptions are converted (:mod:`tfrecord_torch.features.tfspec`)."""
+    :class:`SequenceSpec` when ``sequence_features`` is given, a
+    :class:`~tfrecord_torch.features.payload.Payload` as given, or None. TF
+    feature descriptions are converted (:mod:`tfrecord_torch.features.tfspec`).
+
+    Raises:
+        ValueError: ``features=Payload(...)`` with ``sequence_features``.
+    """
+    if isinstance(features, Payload):
+        if sequence_features is not None:
+            raise ValueError(f"features={features!r} reads each record's payload as it is, not as a "
+                             "SequenceExample, so sequence_features= cannot apply; give sequence_features= "
+                             "(with features= for the context) to parse SequenceExamples, or "
+                             "features=Payload(...) alone for records that are not Examples")
+        return features
     from tfrecord_torch.features.kinds import from_kinds, has_kinds
     from tfrecord_torch.features.tfspec import convert, is_description
 

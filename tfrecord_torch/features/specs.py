@@ -95,7 +95,7 @@ class Feature:
 
     def __repr__(self) -> str:
         options = [f"{k}={v!r}" for k, v in vars(self).items()
-                   if not k.startswith("_") and k not in ("key", "default")]
+                   if not k.startswith("_") and k not in ("key", "default") and not (k == "cast" and v is None)]
         if self.default is not _REQUIRED:
             shown = self.default.tolist() if hasattr(self.default, "tolist") else self.default
             options.append(f"default={shown!r}")
@@ -111,8 +111,12 @@ def _kind(value) -> str:
 class _Numeric(Feature):
     dtype: np.dtype
 
-    def __init__(self, key: str | None = None, *, shape: tuple | None = (), default: Any = _REQUIRED) -> None:
+    def __init__(self, key: str | None = None, *, shape: tuple | None = (), default: Any = _REQUIRED,
+                 cast: torch.dtype | None = None) -> None:
         super().__init__(key, default=default)
+        if cast is not None and not isinstance(cast, torch.dtype):
+            raise TypeError(f"cast must be a torch.dtype such as torch.bool, got {cast!r}")
+        self.cast = None if cast == torch.from_numpy(np.zeros(0, self.dtype)).dtype else cast
         self.shape = None if shape is None else tuple(int(d) for d in shape)
         if self.shape is not None and (self.shape.count(-1) > 1 or any(d < -1 for d in self.shape)):
             raise ValueError(f"shape may hold one -1 (any length) and sizes >= 0, got {shape!r}")
@@ -138,27 +142,45 @@ class _Numeric(Feature):
             array = array.reshape(self.shape)
         else:
             raise ValueError(f"default has {array.size} values, which do not fit shape={self.shape}")
-        return torch.from_numpy(array.copy())  # (np.ascontiguousarray would make a scalar 1-D)
+        return self.finish(torch.from_numpy(array.copy()))  # (np.ascontiguousarray would make a scalar 1-D)
+
+    def finish(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` (of the wire dtype) in the ``cast`` dtype. Integers that
+        do not fit the target raise rather than wrap; bool is ``!= 0``, as
+        TensorFlow's cast (and so TFDS) makes it."""
+        cast = self.cast
+        if cast is None:
+            return tensor
+        if cast == torch.bool:
+            return tensor != 0
+        if not cast.is_floating_point and not cast.is_complex and tensor.numel():
+            info = torch.iinfo(cast)
+            low, high = tensor.min().item(), tensor.max().item()
+            if low < info.min or high > info.max:
+                bad = low if low < info.min else high
+                raise FeatureError(self.key, f"value {bad} does not fit {cast}; read it with cast=None "
+                                             "(int64) or a wider dtype")
+        return tensor.to(cast)
 
     def convert(self, value: Any) -> torch.Tensor:
         array = np.asarray(value, self.dtype) if not isinstance(value, np.ndarray) or \
             value.dtype != self.dtype else value
         if self.shape is None:
-            return torch.from_numpy(array.copy())
+            return self.finish(torch.from_numpy(array.copy()))
         if -1 in self.shape:
-            return torch.from_numpy(array.reshape(self._fit(array.size, None)).copy())
+            return self.finish(torch.from_numpy(array.reshape(self._fit(array.size, None)).copy()))
         size = math.prod(self.shape)
         if array.size != size:
             raise FeatureError(self.key, f"holds {array.size} values, expected {size} (shape {self.shape})")
-        return torch.from_numpy(array.reshape(self.shape).copy())
+        return self.finish(torch.from_numpy(array.reshape(self.shape).copy()))
 
     def decode_owned(self, record: dict) -> Any:
         value = record.get(self.key)
         if type(value) is np.ndarray and value.dtype is self.dtype:  # the common case, checked cheaply
             if self.shape is None:
-                return torch.from_numpy(value)
+                return self.finish(torch.from_numpy(value))
             if value.size == self._size:
-                return torch.from_numpy(value.reshape(self.shape))
+                return self.finish(torch.from_numpy(value.reshape(self.shape)))
         return self.decode(record)  # anything else: the checks, the errors and the default
 
     def _fit(self, size: int, error: type | None) -> tuple:
@@ -184,7 +206,7 @@ class _Numeric(Feature):
             if column.shape[1] != size:
                 raise FeatureError(self.key, f"holds {column.shape[1]} values, expected {size} "
                                              f"(shape {self.shape})")
-            return torch.from_numpy(column.reshape((len(column),) + self.shape))
+            return self.finish(torch.from_numpy(column.reshape((len(column),) + self.shape)))
         if isinstance(column, np.ndarray):
             column = list(column)
         values = [self.decode({self.key: v} if v is not None else {}) for v in column]
@@ -193,14 +215,18 @@ class _Numeric(Feature):
 
 class Int64(_Numeric):
     """An int64 list as an int64 tensor: ``shape=()`` gives a scalar [] (exactly
-    one value), a tuple gives that shape, ``shape=None`` a 1-D tensor of any length."""
+    one value), a tuple gives that shape, ``shape=None`` a 1-D tensor of any length.
+    ``cast=torch.bool`` (or ``torch.int32``, ``torch.uint8``, ...) gives that
+    dtype instead: TFDS stores bool and narrow integer tensors as int64 lists.
+    A value that does not fit the narrower dtype raises (nothing wraps)."""
 
     kind = "int64"
     dtype = np.dtype(np.int64)
 
 
 class Float(_Numeric):
-    """A float list as a float32 tensor; ``shape`` as for :class:`Int64`."""
+    """A float list as a float32 tensor; ``shape`` and ``cast`` (e.g.
+    ``torch.float64``, as TFDS reads its float64 tensors) as for :class:`Int64`."""
 
     kind = "float"
     dtype = np.dtype(np.float32)
@@ -328,13 +354,13 @@ def item_plan(spec: dict | None) -> tuple | None:
     """The spec as a plan for the compiled record reader
     (:func:`~tfrecord_torch.example.codec.read_item`): one ``(name, key bytes,
     is_float, shape or None)`` per feature, when every feature is an
-    :class:`Int64` or :class:`Float` of a fixed shape (or ``shape=None``);
+    :class:`Int64` or :class:`Float` of a fixed shape (or ``shape=None``), uncast;
     None otherwise (the usual decoding then)."""
     if not isinstance(spec, dict) or not spec or len(spec) > 32:
         return None
     plan = []
     for name, feature in spec.items():
-        if type(feature) not in (Int64, Float) or (feature.shape is not None and
+        if type(feature) not in (Int64, Float) or feature.cast is not None or (feature.shape is not None and
                                                    (-1 in feature.shape or len(feature.shape) > 8)):
             return None
         plan.append((name, feature.key.encode(), feature.kind == "float", feature.shape))

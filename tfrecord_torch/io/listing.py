@@ -49,15 +49,29 @@ def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
     return list_files(patterns, storage_options, skip).files
 
 
+def _path_items(patterns) -> list[str]:
+    """``patterns`` as a list of str, or a TypeError naming ``paths``."""
+    if isinstance(patterns, (str, bytes, os.PathLike)):
+        patterns = [patterns]
+    try:
+        items = list(patterns)
+    except TypeError:
+        raise TypeError(f"paths must be a file path, glob pattern or folder (str or os.PathLike), or a list "
+                        f"of them; got {type(patterns).__name__} {patterns!r:.80}") from None
+    for item in items:
+        if not isinstance(item, (str, bytes, os.PathLike)):
+            raise TypeError(f"paths must hold file paths, glob patterns or folders (str or os.PathLike); got "
+                            f"{type(item).__name__} {item!r:.80}")
+    return [os.fsdecode(item) for item in items]
+
+
 def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
     """Files matching paths, globs and folders, local or remote, with what the listing
     learned about each remote object. A glob or a folder is one listing; explicit remote
     files in one folder are checked by one listing of that folder, not one request each."""
     import glob as globlib
 
-    if isinstance(patterns, (str, os.PathLike)):
-        patterns = [patterns]
-    items = [os.fspath(item) for item in patterns]
+    items = _path_items(patterns)
     stats: dict[str, tuple[int, str]] = {}
     folders: set[str] = set()
     globs = tuple(item for item in items if is_url(item) and globlib.has_magic(item))

@@ -16,6 +16,10 @@ Compression detection (``compression="auto"``), in order:
 Suffixes written: ``.gz`` for GZIP; ZLIB files get no suffix of their own
 (TFDS knows none, and detection reads the zlib header). Only uncompressed
 files can be indexed (a compressed stream cannot be entered at an offset).
+
+How the writer deflates (:class:`CompressionOptions`) takes TensorFlow's
+defaults, so a file written with the same options has the same bytes as
+``tf.io.TFRecordWriter``'s.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from dataclasses import dataclass
 
+from tfrecord_torch._args import check_choice, check_int
 from tfrecord_torch.io.pool import read_at
 from tfrecord_torch.records.crc import masked_crc32c
 
-__all__ = ["COMPRESSIONS", "Compression", "WBITS", "check_compression", "compression_from_name",
+__all__ = ["COMPRESSIONS", "Compression", "CompressionOptions", "WBITS", "check_compression", "compression_from_name",
            "compression_of", "detect_compression", "is_compressed", "suffix"]
 
 
@@ -45,6 +51,56 @@ class Compression(str, enum.Enum):
 
 
 COMPRESSIONS = (None, "gzip", "zlib")
+STRATEGIES = {"default": zlib.Z_DEFAULT_STRATEGY, "filtered": zlib.Z_FILTERED, "huffman_only": zlib.Z_HUFFMAN_ONLY,
+              "rle": zlib.Z_RLE, "fixed": zlib.Z_FIXED}
+
+
+@dataclass(frozen=True)
+class CompressionOptions:
+    """How a GZIP or ZLIB record file is deflated (zlib's ``deflateInit2`` settings).
+
+    The defaults are TensorFlow's (``tf.io.TFRecordOptions``), so with the same
+    values :class:`~tfrecord_torch.RecordWriter` writes the very bytes
+    ``tf.io.TFRecordWriter`` writes. Any value gives a standard stream that
+    TensorFlow, ``gzip``/``zlib`` and this library read; they trade size
+    against speed and memory only.
+
+    Args:
+        level: 0 (stored, no compression) to 9 (smallest, slowest); -1 is
+            zlib's default, the same as 6. TensorFlow: ``compression_level``.
+        window_bits: 8 to 15, the log2 of the history window (zlib raises 8
+            to 9). Smaller windows need less memory to read and compress worse.
+            TensorFlow: ``window_bits`` (GZIP adds the 16 itself, as here).
+        mem_level: 1 to 9, memory for the compressor's state (9 is fastest).
+            TensorFlow: ``mem_level``; its default 9 is not zlib's 8.
+        strategy: "default", "filtered", "huffman_only", "rle" or "fixed"
+            (or the ``zlib.Z_*`` constant). TensorFlow: ``compression_strategy``.
+
+    Raises:
+        ValueError: naming the field and its valid values.
+    """
+
+    level: int = -1
+    window_bits: int = zlib.MAX_WBITS
+    mem_level: int = 9
+    strategy: str | int = "default"
+
+    def __post_init__(self) -> None:
+        check_int("level", self.level, minimum=-1, maximum=9)
+        check_int("window_bits", self.window_bits, minimum=8, maximum=zlib.MAX_WBITS)
+        check_int("mem_level", self.mem_level, minimum=1, maximum=9)
+        check_choice("strategy", self.strategy, (*STRATEGIES, *STRATEGIES.values()))
+        if isinstance(self.strategy, int):  # the zlib constant: kept by its name, as repr shows it
+            object.__setattr__(self, "strategy", {v: k for k, v in STRATEGIES.items()}[self.strategy])
+
+    def compressor(self, compression: str) -> zlib._Compress:
+        """A zlib compressor writing a ``compression`` ("gzip" or "zlib") stream."""
+        wbits = self.window_bits
+        if compression == "gzip":  # zlib takes 8 as 9 but refuses it outright with a GZIP wrapper
+            wbits = max(wbits, 9) + 16
+        return zlib.compressobj(self.level, zlib.DEFLATED, wbits, self.mem_level, STRATEGIES[str(self.strategy)])
+
+
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 _SUFFIXES = {"gzip": (".gz", ".gzip"), "zlib": (".zz", ".zlib")}  # read
 _WRITTEN_SUFFIX = {None: "", "gzip": ".gz", "zlib": ""}

@@ -92,6 +92,9 @@ def read_records(source: PathLike | BinaryIO, *, compression: CompressionArg = "
         CorruptRecordError: a record is corrupted or truncated; names the file,
             the record's byte offset (in the decompressed stream for a
             compressed file) and its number.
+
+    A file still being written (a partial last record is expected, more comes
+    later) is read with :class:`~tfrecord_torch.records.RecordTail` instead.
     """
 
     report = as_policy(on_error).reporter()

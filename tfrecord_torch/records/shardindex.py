@@ -34,6 +34,7 @@ import numpy as np
 from tfrecord_torch.errors import IndexMismatchError, TFRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import listing as lister
+from tfrecord_torch.io.lru import LruFolder
 from tfrecord_torch.records.compression import check_compression, detect_compression
 from tfrecord_torch.records.index import (
     check_index,
@@ -80,22 +81,11 @@ def cache_limit() -> int:
 
 def clear_index_cache() -> int:
     """Remove every cached index; returns how many were removed."""
-    folder = index_cache_dir()
-    removed = 0
-    for name in _entries(folder):
-        try:
-            os.unlink(os.path.join(folder, name))
-            removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
+    return _cache().clear()
 
 
-def _entries(folder: str) -> list[str]:
-    try:
-        return [n for n in os.listdir(folder) if n.endswith(".index")]
-    except FileNotFoundError:
-        return []
+def _cache() -> LruFolder:
+    return LruFolder(index_cache_dir(), ".index")
 
 
 def _cache_path(path: str, identity: str) -> str:
@@ -114,10 +104,7 @@ def _cache_get(cached: str, path: str, size: int | None = None) -> np.ndarray | 
     except IndexMismatchError as e:  # a damaged entry: built again
         log.warning("ignoring a damaged cached index: %s", e)
         return None
-    try:
-        os.utime(cached)  # least recently used entries go first when the cache is full
-    except OSError:
-        pass
+    LruFolder.touch(cached)  # least recently used entries go first when the cache is full
     return index
 
 
@@ -129,42 +116,12 @@ def _cache_put(cached: str, index: np.ndarray) -> None:
     except OSError as e:
         log.debug("cannot cache index %s: %s", cached, e)
         return
-    _prune(os.path.dirname(cached), keep=cached)
-
-
-def _stats(folder: str) -> dict[str, tuple[int, int]]:
-    """Each cache entry's (last use in ns, size), skipping entries removed meanwhile."""
-    found = {}
-    for name in _entries(folder):
-        try:
-            st = os.stat(os.path.join(folder, name))
-        except FileNotFoundError:
-            continue
-        found[name] = (st.st_mtime_ns, st.st_size)
-    return found
+    LruFolder(os.path.dirname(cached), ".index").prune(cache_limit(), keep=cached)
 
 
 def cache_usage() -> tuple[int, int]:
     """The index cache's number of entries and their bytes."""
-    found = _stats(index_cache_dir())
-    return len(found), sum(size for _, size in found.values())
-
-
-def _prune(folder: str, keep: str) -> None:
-    """Drop the least recently used entries while the cache is over its bound."""
-    limit = cache_limit()
-    sizes = _stats(folder)
-    total = sum(size for _, size in sizes.values())
-    for name in sorted(sizes, key=lambda n: sizes[n][0]):
-        if total <= limit:
-            break
-        if os.path.join(folder, name) == keep:
-            continue
-        try:
-            os.unlink(os.path.join(folder, name))
-        except FileNotFoundError:
-            pass
-        total -= sizes[name][1]
+    return _cache().usage()
 
 
 def shard_index(path: str, index_path: str | None = None, *, build: bool = True, save: SaveIndex = "cache",

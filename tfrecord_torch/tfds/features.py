@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import torch
+
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import Bytes, Float, Int64, RawTensor, Text
@@ -177,9 +179,16 @@ def _tensor(node: dict, at: _Walk) -> None:
         if shape.count(-1) > 1:  # more than one free dimension: the values, flat
             shape = (-1,)
         numeric = Float if dtype.startswith("float") else Int64
-        at.spec[key] = numeric(key, shape=shape)
+        # TFDS stores bool and narrow numbers as int64 or float lists and casts them back (as_numpy's dtype)
+        at.spec[key] = numeric(key, shape=shape, cast=_TORCH_DTYPES.get(dtype))
     else:
         at.spec[key] = Bytes(key, many=bool(lead + shape))
+
+
+# The torch dtype of each TFDS Tensor dtype stored in an int64 or float list.
+_TORCH_DTYPES = {"bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+                 "uint16": torch.uint16, "int32": torch.int32, "uint32": torch.uint32, "uint64": torch.uint64,
+                 "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
 def _text(node: dict, at: _Walk) -> None:

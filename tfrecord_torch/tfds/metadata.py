@@ -63,7 +63,16 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
             atomic.write_bytes(os.path.join(output_dir, "label.labels.txt"),
                            "".join(f"{c}\n" for c in class_names).encode("utf-8"), storage_options)
         _update_info(output_dir, name=name, split=split, shard_lengths=shard_lengths, num_bytes=num_bytes,
-                     compression=compression, storage_options=storage_options)
+                     compression=compression, supervised=_supervised(features), storage_options=storage_options)
+
+
+def _supervised(features: dict) -> tuple[str, str] | None:
+    """``("image", "label")`` for an (image, class label) dataset, so ``as_supervised=True``
+    works in TFDS and in ``tfds_dataset``; None for others (detection targets)."""
+    label = features.get("label")
+    if "image" in features and isinstance(label, dict) and label.get("pythonClassName") == _LABEL:
+        return "image", "label"
+    return None
 
 
 @contextlib.contextmanager
@@ -96,7 +105,7 @@ def check_dataset_name(output_dir, name: str, storage_options: dict | None = Non
 
 
 def _update_info(output_dir: str, *, name: str, split: str, shard_lengths: list[int], num_bytes: int,
-                 compression, storage_options: dict | None) -> None:
+                 compression, supervised: tuple[str, str] | None, storage_options: dict | None) -> None:
     info = check_dataset_name(output_dir, name, storage_options)
     info_path = os.path.join(output_dir, "dataset_info.json")
     template = TEMPLATE
@@ -107,6 +116,8 @@ def _update_info(output_dir: str, *, name: str, split: str, shard_lengths: list[
                    "shardLengths": [str(n) for n in shard_lengths]})
     info.update({"fileFormat": "tfrecord", "name": name, "splits": splits,
                  "version": info.get("version", "1.0.0"), "moduleName": "tfrecord_torch"})
+    if supervised is not None:  # TFDS's SupervisedKeys proto as JSON: a tuple of feature keys
+        info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": key} for key in supervised]}}
     _write_json(info_path, info, storage_options)
 
 

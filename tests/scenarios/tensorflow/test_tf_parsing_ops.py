@@ -29,8 +29,8 @@ Not applicable (TF machinery with no user-visible equivalent here):
   two that decode equal-length strings are transcribed
   (``test_decode_raw_equal_length``).
 - ``ParseTensorOpTest`` (4), ``ParseTensorVariantRegressionTest`` (1):
-  ``tf.io.parse_tensor`` of TensorProtos, which this library does not read yet
-  (the "serialized tensors" part of the same work, not done here).
+  ``tf.io.parse_tensor`` of TensorProtos, transcribed in
+  ``test_tf_parse_tensor.py`` beside this module (with what does not apply).
 """
 
 import numpy as np

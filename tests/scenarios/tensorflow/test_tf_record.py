@@ -6,16 +6,24 @@ writer and readers (``tf.io.TFRecordWriter``, ``tf.data.TFRecordDataset``,
 for the compressed streams. One test per TF method, named after it; the
 close-and-flush methods run for each compression, as TF's three classes do.
 
-Not applicable: none; ``testBadFile`` (from earlier versions of the file) is
-kept. Not done yet, marked ``xfail(strict=True)`` so that doing them shows
-(the writer features of the same work: TF's flush, compression options,
-tailing a growing file):
-``testCompressionOptions``, ``testReadGrowingFile_preservesReadOffset``,
-``testReadTruncatedFile_preservesReadOffset``, ``testFlushAfterCloseIsError`` (x3).
+A file followed while it grows is written in place
+(``RecordWriter(path, atomic=False)``, TF's writer writes in place) and read
+with ``RecordTail`` (TF: ``tf_record_iterator``, which keeps its offset after
+StopIteration). Where TF's iterator raises DataLossError at a partial last
+record, ``RecordTail`` stops and reports the partial bytes in ``pending``
+(mid-write is the normal state of a followed file); TF's iterator runs beside
+it on the same file as the oracle.
+
+Not applicable: in ``testCompressionOptions``, the ``flush_mode``,
+``input_buffer_size`` and ``output_buffer_size`` rows (they tune TF's
+internal buffering; this writer hands each record to zlib as it comes).
+``testBadFile`` (from earlier versions of the file) is kept.
 """
 
 import gc
 import gzip
+import random
+import string
 import zlib
 
 import numpy as np
@@ -25,8 +33,10 @@ from tensorflow.python.lib.io import tf_record
 
 from tfrecord_torch import (
     Compression,
+    CompressionOptions,
     CorruptRecordError,
     IndexedReader,
+    RecordTail,
     RecordWriter,
     TFRecordError,
     read_records,
@@ -39,18 +49,38 @@ TEXT = b"""Gaily bedight,
     Singing a song,
     In search of Eldorado.
 """  # the first verse of the poem TF's test uses
+POEM = TEXT + b"""
+    But he grew old
+    This knight so bold
+    And o'er his heart a shadow
+    Fell as he found
+    No spot of ground
+    That looked like Eldorado.
+
+   And, as his strength
+   Failed him at length,
+   He met a pilgrim shadow
+   'Shadow,' said he,
+   'Where can it be
+   This land of Eldorado?'
+
+   'Over the Mountains
+    Of the Moon'
+    Down the Valley of the Shadow,
+    Ride, boldly ride,'
+    The shade replied,
+    'If you seek for Eldorado!'
+    """  # the whole poem, for testCompressionOptions: Z_FILTERED's cost depends on it
 NUM_FILES, NUM_RECORDS = 2, 7
 TF_TYPE = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
-LATER = pytest.mark.xfail(strict=True, reason="writer features (flush, compression options, tailing): "
-                                              "not done yet")
 
 
 def record(f, r):
     return f"Record {r} of file {f}".encode()
 
 
-def write(path, records, compression=None):
-    with RecordWriter(path, compression=compression) as w:
+def write(path, records, compression=None, options=None):
+    with RecordWriter(path, compression=compression, compression_options=options) as w:
         for r in records:
             w.write(r)
     return path
@@ -115,14 +145,30 @@ def test_zlib_compression_type(tmp_path):
         assert list(read_records(path, compression=zlib_t)) == [b"a", b"b"]
 
 
-@LATER
 def test_compression_options(tmp_path):
-    records = [TEXT * 50]
-    low = RecordWriter(tmp_path / "low.z", compression="zlib", compression_level=2)  # TF's compression_level
-    for r in records:
-        low.write(r)
-    low.close()
-    assert tf_read(tmp_path / "low.z", "zlib") == records
+    """Each option against the default: both files read back the records (here
+    and in TF), and the size moves the way TF's test says."""
+    rnd = random.Random(123)
+    random_record = "".join(rnd.choice(string.digits) for _ in range(10000)).encode()
+    repeated_record = POEM
+    for _ in range(10000):
+        start, length = rnd.randint(0, len(POEM)), rnd.randint(10, 200)
+        repeated_record += POEM[start:start + length]
+    records = [random_record, repeated_record, random_record]
+    tests = [
+        ({"level": 2}, -1),  # lower compression is worse (TF: compression_level)
+        ({"level": 6}, 0),  # the default level is 6
+        ({"window_bits": 8}, -1),  # a smaller window than the default's is worse
+        ({"strategy": zlib.Z_HUFFMAN_ONLY}, -1),  # worse (TF: compression_strategy)
+        ({"strategy": zlib.Z_FILTERED}, -1),  # worse
+    ]
+    path_a = write(tmp_path / "tfrecord_a", records, "zlib")
+    assert list(read_records(path_a, compression="zlib")) == tf_read(path_a, "zlib") == records
+    for options, delta_sign in tests:
+        path_b = write(tmp_path / "tfrecord_b", records, "zlib", CompressionOptions(**options))
+        assert list(read_records(path_b, compression="zlib")) == tf_read(path_b, "zlib") == records, options
+        delta = path_a.stat().st_size - path_b.stat().st_size
+        assert delta == 0 if delta_sign == 0 else delta // delta_sign > 0, (options, delta)
 
 
 # TFRecordWriterZlibTest
@@ -203,29 +249,65 @@ def test_bad_file(tmp_path):
         list(read_records(cut))
 
 
-@LATER
-def test_read_growing_file_preserves_read_offset(tmp_path):
+@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+def test_read_growing_file_preserves_read_offset(tmp_path, compression):
+    """At the end of the file the reader stops, again and again; once more is
+    written and flushed it returns the new record. TF's iterator follows the
+    same (uncompressed, as in TF's test) file alike."""
     path = tmp_path / "file.tfrecord"
-    with RecordWriter(path) as writer:
+    with RecordWriter(path, compression=compression, atomic=False) as writer:
         writer.write(b"one")
         writer.write(b"two")
         writer.flush()
-        iterator = read_records(path)
-        assert [next(iterator), next(iterator)] == [b"one", b"two"]
+        iterator = RecordTail(path)
+        theirs = tf_record.tf_record_iterator(str(path)) if compression is None else None
+        assert next(iterator) == b"one"
+        assert next(iterator) == b"two"
+        for _ in range(2):  # iterating at the end stops, repeatedly
+            with pytest.raises(StopIteration):
+                next(iterator)
+        if theirs is not None:
+            assert [next(theirs), next(theirs)] == [b"one", b"two"]
+            for _ in range(2):
+                with pytest.raises(StopIteration):
+                    next(theirs)
+        writer.write(b"three")
+        writer.flush()
+        assert next(iterator) == b"three"  # the prior offset kept
+        with pytest.raises(StopIteration):
+            next(iterator)
+        if theirs is not None:
+            assert next(theirs) == b"three"
+            with pytest.raises(StopIteration):
+                next(theirs)
+    assert list(read_records(path)) == tf_read(path, compression) == [b"one", b"two", b"three"]
 
 
-@LATER
 def test_read_truncated_file_preserves_read_offset(tmp_path):
+    """A partial last record stops the reader (pending > 0) where TF's iterator
+    raises DataLossError, both repeatedly; once completed the record comes."""
     whole = write(tmp_path / "temp_file", [b"truncated"]).read_bytes()
     path = write(tmp_path / "truncated_file", [b"good"])
     with open(path, "ab", buffering=0) as f:
-        f.write(whole[:-1])
-        iterator = read_records(path)
-        assert next(iterator) == b"good"
-        with pytest.raises(CorruptRecordError):
-            next(iterator)
+        f.write(whole[:-1])  # the record without its last byte
+        iterator = RecordTail(path)
+        theirs = tf_record.tf_record_iterator(str(path))
+        assert next(iterator) == next(theirs) == b"good"
+        for _ in range(2):
+            with pytest.raises(StopIteration):
+                next(iterator)
+            assert iterator.pending == len(whole) - 1
+            with pytest.raises(tf.errors.DataLossError):
+                next(theirs)
+        with pytest.raises(CorruptRecordError, match="truncated record"):
+            iterator.raise_if_truncated()  # when the writer is known to be done
         f.write(whole[-1:])
-        assert next(iterator) == b"truncated"  # the reader kept its offset
+        assert next(iterator) == next(theirs) == b"truncated"
+        with pytest.raises(StopIteration):
+            next(iterator)
+        with pytest.raises(StopIteration):
+            next(theirs)
+        assert iterator.pending == 0
 
 
 # TFRecordRandomReaderTest
@@ -312,14 +394,20 @@ def test_double_close(tmp_path, compression):
     assert tf_read(tmp_path / "tf_record_writer_test.txt", compression) == [b"Record 0"]
 
 
-@LATER
 @COMPRESSIONS
 def test_flush_after_close_is_error(tmp_path, compression):
-    writer = RecordWriter(tmp_path / "tf_record_writer_test.txt", compression=compression)
+    """As TF's (FailedPreconditionError there), with the file left complete."""
+    path = tmp_path / "tf_record_writer_test.txt"
+    writer = RecordWriter(path, compression=compression)
     writer.write(b"Record 0")
     writer.close()
     with pytest.raises(ValueError, match="closed"):
         writer.flush()
+    theirs = tf.io.TFRecordWriter(str(tmp_path / "theirs"), options=tf.io.TFRecordOptions(TF_TYPE[compression]))
+    theirs.close()
+    with pytest.raises(tf.errors.FailedPreconditionError):
+        theirs.flush()
+    assert tf_read(path, compression) == [b"Record 0"]
 
 
 @COMPRESSIONS

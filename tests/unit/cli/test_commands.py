@@ -96,11 +96,11 @@ def test_inspect(shards, capsys):
     assert "'label': tf.io.FixedLenFeature([], tf.int64)" in text
     assert "'opt': tf.io.VarLenFeature(tf.int64)" in text
     assert "'name': tf.io.FixedLenFeature([], tf.string)" in text
-    assert "'label': Int64()," in text and "'opt': Int64(shape=None)," in text and "'name': Bytes()," in text
+    assert "'label': Int64()," in text and "'opt': Int64(shape=None, default=[])," in text and "'name': Bytes()," in text
 
 
 def test_head_and_cat(shards, capsys):
-    assert main(["head", "-n", "2", str(shards[0])]) == 0
+    assert main(["head", "-n", "2", "--full", str(shards[0])]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
@@ -178,3 +178,106 @@ def test_head_and_inspect_show_feature_lists(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "'tok': Int64()," in text and "'xy': Float(shape=(2,), default=None)," in text
     assert "'xy': tf.io.FixedLenSequenceFeature([2], tf.float32, allow_missing=True)," in text
+
+
+def test_head_summarises_long_and_binary_bytes(tmp_path, capsys):
+    """Short printable UTF-8 prints as text; longer or binary values as
+    their length and, when known, format; --full prints them whole."""
+    from helpers import png_bytes
+
+    jpeg = png_bytes(np.zeros((16, 16, 3), np.uint8), "JPEG")
+    values = {"short": "héllo wörld", "long": "x" * 65, "edge": "y" * 64, "binary": b"\x00\x01\xff",
+              "control": "\x07bell", "lines": "a\tb\nc", "jpeg": jpeg, "many": [b"a", jpeg]}
+    path = tmp_path / "b.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_example(values))
+    assert main(["head", str(path)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got == {"short": ["héllo wörld"], "long": ["<65 bytes>"], "edge": ["y" * 64], "binary": ["<3 bytes>"],
+                   "control": ["<5 bytes>"], "lines": ["a\tb\nc"], "jpeg": [f"<{len(jpeg)} bytes, JPEG>"],
+                   "many": ["a", f"<{len(jpeg)} bytes, JPEG>"]}
+    assert main(["head", "--full", str(path)]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["long"] == ["x" * 65] and full["binary"] == ["base64:AAH/"] and full["control"] == ["\x07bell"]
+    assert main(["cat", "--bytes", "summary", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out) == got
+
+
+def test_inspect_names_images_and_suggests_image(tmp_path, capsys):
+    """Bytes features holding images: the table names the formats with
+    their byte and pixel sizes; the spec suggests Image() for one image per
+    record (default=None where some records lack it), Bytes(many=True) for
+    several, and leaves values that are partly images as Bytes."""
+    from helpers import png_bytes
+
+    path = tmp_path / "i.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(4):
+            pixels = np.full((10 + i, 20, 3), i * 50, np.uint8)
+            w.write(make_example({
+                "png": png_bytes(pixels), "either": png_bytes(pixels, "JPEG" if i % 2 else "PNG"),
+                "pair": [png_bytes(pixels, "GIF"), png_bytes(pixels, "WEBP")],
+                "partly": png_bytes(pixels) if i else b"plain", "label": i,
+                **({"sometimes": png_bytes(pixels, "WEBP")} if i % 2 else {})}))
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and "/4" in line}
+    assert rows["png"].endswith(" B, 20x10-20x13") and "PNG images, " in rows["png"]
+    assert "JPEG+PNG images (mixed formats), " in rows["either"]
+    assert "GIF+WebP images (mixed formats)" in rows["pair"]
+    assert "PNG images, " in rows["partly"] and rows["partly"].endswith(", 3 of 4 values")
+    assert rows["label"].rstrip().endswith("4/4")
+    assert "'png': Image(),  # PNG images" in text and "'either': Image(),  # " in text
+    assert "'sometimes': Image(default=None),  # WebP images" in text
+    assert "'pair': Bytes(many=True),  # GIF+WebP images" in text
+    assert "'partly': Bytes(),  # PNG images" in text
+    assert "'png': tf.io.FixedLenFeature([], tf.string),  # PNG images" in text
+    assert "tfrecord_torch spec (from tfrecord_torch import Bytes, Image, Int64):" in text
+    assert main(["inspect", "--json", str(path)]) == 0
+    features = json.loads(capsys.readouterr().out)["features"]
+    content = features["png"]["content"]
+    assert 0 < content.pop("min_bytes") <= content.pop("max_bytes")
+    assert content == {"formats": {"PNG": 4}, "recognised": 4, "unrecognised": 0, "spec": "Image()",
+                       "smallest": [20, 10], "largest": [20, 13]}
+    assert "content" not in features["label"]
+
+
+def test_a_new_sniffer_is_one_line(tmp_path, capsys, monkeypatch):
+    """A sniffer appended to BYTES_SNIFFERS names its values in inspect's
+    table and spec and in head, with nothing else changed."""
+    from tfrecord_torch.cli import sniff
+    from tfrecord_torch.example.schema import Content
+
+    def magic(value):
+        return Content("MAGIC", "blobs", "Magic()") if value.startswith(b"MAGIC") else None
+
+    monkeypatch.setattr(sniff, "BYTES_SNIFFERS", [*sniff.BYTES_SNIFFERS, magic])
+    path = tmp_path / "m.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_example({"m": b"MAGIC" + bytes(100)}))
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "MAGIC blobs, 105 B" in text and "'m': Magic(),  # MAGIC blobs" in text
+    assert "from tfrecord_torch import Magic" in text
+    assert main(["head", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"m": ["<105 bytes, MAGIC>"]}
+
+
+def test_inspect_spec_reads_records_that_lack_a_feature(tmp_path, capsys):
+    """Features only some records hold: the printed spec reads every record,
+    with the empty values TF's VarLenFeature gives where a key is missing."""
+    from tfrecord_torch import Bytes, Float, Int64, TFRecordDataset  # noqa: F401 (the printed spec's names)
+
+    path = tmp_path / "some.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(4):
+            w.write(make_example({"id": i, **({"w": [0.5] * i, "tags": ["a"] * i, "one": i} if i % 2 else {})}))
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    start = text.index("{", text.index("tfrecord_torch spec"))
+    spec = eval(text[start:text.index("\n}", start) + 2])
+    items = list(TFRecordDataset(str(path), features=spec))
+    assert [item["id"].item() for item in items] == [0, 1, 2, 3]
+    assert [item["w"].tolist() for item in items] == [[], [0.5], [], [0.5] * 3]
+    assert [item["tags"] for item in items] == [[], [b"a"], [], [b"a"] * 3]
+    assert [item["one"].tolist() for item in items] == [[], [1], [], [3]]

@@ -9,6 +9,7 @@ from helpers import image_shards, png_bytes
 from tfrecord_torch import (
     Bytes,
     FeatureError,
+    Float,
     Image,
     IndexedTFRecordDataset,
     Int64,
@@ -181,3 +182,31 @@ def test_spec_dict_reused_for_two_datasets(tmp_path):
         assert [x["tags"].tolist() for x in items] == _reference(folder, "tags")
         assert [x["more"].tolist() for x in items] == _reference(folder, "more")
     assert list(spec) == ["label", "tags", "more"] and tags.key is None and spec["label"].key is None
+
+
+def test_cast_gives_the_dtype_on_every_read_path(tmp_path):
+    path = str(tmp_path / "flags.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(6):
+            w.write(make_example({"flag": i % 2, "small": [i, -i], "x": [0.5 * i]}))
+    features = {"flag": Int64(cast=torch.bool), "small": Int64(shape=(2,), cast=torch.int32),
+                "x": Float(cast=torch.float64)}
+    per_record = list(TFRecordDataset(path, features=features))
+    batched = next(iter(TFRecordDataset(path, features=features, batch_size=6)))
+    mapped = IndexedTFRecordDataset(path, features=features)
+    for got in (per_record[3], mapped[3], {k: v[3] for k, v in batched.items()}):
+        assert got["flag"].dtype == torch.bool and bool(got["flag"]) is True
+        assert got["small"].dtype == torch.int32 and got["small"].tolist() == [3, -3]
+        assert got["x"].dtype == torch.float64 and got["x"].tolist() == 1.5
+
+
+def test_cast_refuses_values_that_do_not_fit(tmp_path):
+    path = str(tmp_path / "big.tfrecord")
+    with RecordWriter(path) as w:
+        w.write(make_example({"n": 300}))
+    with pytest.raises(FeatureError, match="300 does not fit torch.uint8"):
+        list(TFRecordDataset(path, features={"n": Int64(cast=torch.uint8)}))
+    with pytest.raises(TypeError, match="cast must be a torch.dtype"):
+        Int64(cast="bool")
+    assert repr(Int64("n")) == "Int64('n', shape=())"
+    assert Int64(default=0, cast=torch.bool).default.dtype == torch.bool

@@ -26,6 +26,12 @@ class Tiny(tfds.core.GeneratorBasedBuilder):
                 "label": tfds.features.ClassLabel(names=["cat", "dog", "eel"]),
                 "points": tfds.features.Tensor(shape=(None, 3), dtype=np.float32),
                 "tokens": tfds.features.Sequence(np.int64),
+                "flag": tfds.features.Tensor(shape=(), dtype=np.bool_),
+                "mask": tfds.features.Tensor(shape=(3,), dtype=np.bool_),
+                "small": tfds.features.Tensor(shape=(2,), dtype=np.int32),
+                "byte": tfds.features.Tensor(shape=(), dtype=np.uint8),
+                "wide": tfds.features.Tensor(shape=(2,), dtype=np.float64),
+                "flags": tfds.features.Sequence(np.bool_),
                 "objects": tfds.features.Sequence({"bbox": tfds.features.BBoxFeature(), "kind": np.int64}),
             }),
             supervised_keys=("image", "label"),
@@ -43,6 +49,12 @@ class Tiny(tfds.core.GeneratorBasedBuilder):
                       "label": i % 3,
                       "points": rng.random((k, 3), dtype=np.float32),
                       "tokens": list(range(k)),
+                      "flag": bool(i % 2),
+                      "mask": [True, i % 2 == 0, False],
+                      "small": [-(2 ** 31), i],
+                      "byte": 250 + i % 3,
+                      "wide": [0.1 * i, 1e300],
+                      "flags": [j % 2 == 0 for j in range(k)],
                       "objects": {"bbox": [tfds.features.BBox(0.1 * j, 0.2, 0.5, 0.6) for j in range(k)],
                                   "kind": list(range(k))}}
 '''
@@ -57,12 +69,15 @@ from tiny_builder.tiny import Tiny
 
 builder = Tiny(data_dir=sys.argv[2])
 builder.download_and_prepare()
-out = {}
+out = {"dtypes": {}}
 for split in ("train", "test"):
     rows = []
     for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
         rows.append({k: (v.tolist() if hasattr(v, "tolist") else
                          {kk: vv.tolist() for kk, vv in v.items()}) for k, v in ex.items()})
+        for k, v in ex.items():
+            for kk, vv in (v.items() if isinstance(v, dict) else [(None, v)]):
+                out["dtypes"][k if kk is None else f"{k}/{kk}"] = str(vv.dtype)
     out[split] = rows
 with open(sys.argv[3], "w") as f:
     json.dump(out, f)
@@ -101,6 +116,7 @@ def test_every_feature_reads_as_tfds_as_numpy_gives_it(tiny):
             assert sorted(item) == sorted(want)
             for key, value in want.items():
                 got = item[key].numpy()
+                assert str(got.dtype) == oracle["dtypes"][key], key  # bool stays bool, int32 int32, ...
                 if key in ("image", "depth"):
                     got = got.transpose(1, 2, 0)  # ours [C, H, W], TFDS [H, W, C]
                 expected = np.asarray(value, dtype=got.dtype)

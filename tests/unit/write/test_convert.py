@@ -93,6 +93,21 @@ def test_tfds_builder_from_directory_loads_output(tmp_path):
         assert np.array_equal(example["image"], np.asarray(image)) and example["label"] == label
 
 
+def test_as_supervised_reads_converter_output_in_tfds_and_here(tmp_path):
+    tfds = import_tfds()
+
+    source = fake(n=12)
+    write_dataset(source, tmp_path, name="fake", execution=Execution(progress=False))
+    order = write_order(12)
+    pairs = list(tfds.builder_from_directory(str(tmp_path)).as_dataset(
+        split="train", shuffle_files=False, as_supervised=True).as_numpy_iterator())
+    assert [int(label) for _, label in pairs] == [source[j][1] for j in order]
+    ours = list(tfds_dataset(tmp_path, "train", as_supervised=True))
+    assert [int(label) for _, label in ours] == [source[j][1] for j in order]
+    for (image, _), (theirs, _) in zip(ours, pairs):
+        assert np.array_equal(image.permute(1, 2, 0).numpy(), theirs)
+
+
 def test_our_reader_of_our_output_and_len_without_scanning(tmp_path):
     source = fake(n=25)
     write_dataset(source, tmp_path, name="fake", shards=ShardLayout(size=10),

@@ -1,0 +1,229 @@
+"""The node-local shard cache: one download per shard across threads and processes, no
+half file in use after a kill, no stale copy after a change, LRU eviction that never
+breaks an open reader, and a full disk that falls back to the bucket."""
+
+import errno
+import logging
+import multiprocessing
+import os
+import threading
+
+import fsspec
+import pytest
+
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.io import atomic, shardcache
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.shardcache import ShardCache, open_shard, shard_cache_usage
+
+
+@pytest.fixture
+def bucket(monkeypatch):
+    """Objects in fsspec's memory file system, each range read counted."""
+    memory = fsspec.filesystem("memory")
+    reads = []
+    real = fs.read_range
+
+    def counted(url, start, end, storage_options=None):
+        reads.append((url, start, end))
+        return real(url, start, end, storage_options)
+
+    monkeypatch.setattr(fs, "read_range", counted)
+    made = []
+
+    def put(name: str, data: bytes) -> str:
+        url = f"memory://cachetest/{name}"
+        memory.pipe_file(url, data)
+        made.append(url)
+        return url
+
+    yield put, reads
+    for url in made:
+        if memory.exists(url):
+            memory.rm_file(url)
+
+
+def _listed(url):
+    return fs.size_and_version(url)
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.pread(fd, os.fstat(fd).st_size, 0)
+    finally:
+        os.close(fd)
+
+
+def test_a_shard_is_copied_once_and_read_locally(bucket, tmp_path):
+    put, reads = bucket
+    data = os.urandom(100_000)
+    url = put("a.tfrecord", data)
+    cache = ShardCache(str(tmp_path / "c"))
+    size, version = _listed(url)
+    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    assert len(reads) == 1  # the second open found the copy
+    assert shard_cache_usage(cache) == (1, len(data))
+    assert not [n for n in os.listdir(cache.folder) if n.endswith((".partial", ".lock"))]
+
+
+def test_large_shards_download_in_concurrent_ranges(bucket, tmp_path, monkeypatch):
+    put, reads = bucket
+    monkeypatch.setattr(shardcache, "CHUNK", 10_000)
+    data = os.urandom(95_000)
+    url = put("big.tfrecord", data)
+    size, version = _listed(url)
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)) == data
+    assert sorted(start for _, start, _ in reads) == list(range(0, 95_000, 10_000))
+
+
+def test_eight_threads_share_one_download(bucket, tmp_path):
+    put, reads = bucket
+    data = os.urandom(50_000)
+    url = put("t.tfrecord", data)
+    size, version = _listed(url)
+    cache = ShardCache(str(tmp_path))
+    got, errors = [], []
+
+    def reader():
+        try:
+            got.append(_read(open_shard(url, cache, size=size, version=version)))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and got == [data] * 8
+    assert len(reads) == 1
+
+
+def _fill_in_child(folder, url, size, version, out):
+    fd = open_shard(url, ShardCache(folder), size=size, version=version)
+    out.put(_read(fd) if fd is not None else None)
+
+
+def test_forked_readers_share_one_copy(tmp_path):
+    # a local file served through file:// stands for the bucket: forked children share no memory
+    data = os.urandom(40_000)
+    (tmp_path / "src.tfrecord").write_bytes(data)
+    url = f"file://{tmp_path / 'src.tfrecord'}"
+    size, version = _listed(url)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    children = [ctx.Process(target=_fill_in_child, args=(str(tmp_path / "c"), url, size, version, out))
+                for _ in range(4)]
+    for c in children:
+        c.start()
+    results = [out.get(timeout=60) for _ in children]
+    for c in children:
+        c.join(60)
+    assert results == [data] * 4 and all(c.exitcode == 0 for c in children)
+    assert shard_cache_usage(ShardCache(str(tmp_path / "c"))) == (1, len(data))
+
+
+def _killed_mid_copy(folder, entry):
+    fd, _ = atomic.create_temp(folder, os.path.basename(entry), lock=True)
+    os.write(fd, b"half a shard")
+    os._exit(1)  # killed: no cleanup runs
+
+
+def test_a_filler_killed_mid_download_leaves_no_half_file_in_use(bucket, tmp_path):
+    put, _ = bucket
+    data = os.urandom(30_000)
+    url = put("k.tfrecord", data)
+    size, version = _listed(url)
+    cache = ShardCache(str(tmp_path))
+    entry = shardcache.entry_path(cache, url, size, version)
+    child = multiprocessing.get_context("fork").Process(target=_killed_mid_copy, args=(str(tmp_path), entry))
+    child.start()
+    child.join(30)
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".partial")]  # the killed filler's leftover
+    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
+
+
+def test_least_recently_used_copies_go_and_open_readers_keep_theirs(bucket, tmp_path):
+    put, _ = bucket
+    cache = ShardCache(str(tmp_path), limit=25_000)
+    shards = {name: os.urandom(10_000) for name in ("s0", "s1", "s2")}
+    urls = {name: put(name, data) for name, data in shards.items()}
+    fds = {}
+    for name in ("s0", "s1", "s2"):
+        size, version = _listed(urls[name])
+        fds[name] = open_shard(urls[name], cache, size=size, version=version)
+    assert shard_cache_usage(cache) == (2, 20_000)  # s0, the least recently used, went
+    assert [_read(fds[n]) for n in ("s0", "s1", "s2")] == [shards[n] for n in ("s0", "s1", "s2")]
+
+
+def test_an_object_changed_since_listing_is_never_served(bucket, tmp_path):
+    put, _ = bucket
+    url = put("c.tfrecord", b"x" * 1000)
+    size, version = _listed(url)
+    cache = ShardCache(str(tmp_path))
+    fsspec.filesystem("memory").pipe_file(url, b"y" * 1200)  # rewritten after the dataset listed it
+    with pytest.raises(RemoteError, match="changed before copying it"):
+        open_shard(url, cache, size=size, version=version)
+    assert shard_cache_usage(cache) == (0, 0)
+
+
+def test_an_object_changed_during_the_copy_is_discarded(bucket, tmp_path, monkeypatch):
+    put, _ = bucket
+    url = put("d.tfrecord", b"x" * 1000)
+    size, version = _listed(url)
+    real = shardcache._download
+
+    def download_then_change(*args):
+        real(*args)
+        fsspec.filesystem("memory").pipe_file(url, b"z" * 1000 + b"!")
+
+    monkeypatch.setattr(shardcache, "_download", download_then_change)
+    with pytest.raises(RemoteError, match="changed while it was being copied"):
+        open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_copy_damaged_by_another_process_is_fetched_again(bucket, tmp_path):
+    put, reads = bucket
+    data = os.urandom(20_000)
+    url = put("e.tfrecord", data)
+    size, version = _listed(url)
+    cache = ShardCache(str(tmp_path))
+    os.close(open_shard(url, cache, size=size, version=version))
+    entry = shardcache.entry_path(cache, url, size, version)
+    with open(entry, "r+b") as f:
+        f.truncate(5_000)
+    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    assert len(reads) == 2
+
+
+def test_a_full_disk_reads_from_the_bucket_instead(bucket, tmp_path, monkeypatch, caplog):
+    put, _ = bucket
+    url = put("f.tfrecord", os.urandom(20_000))
+    size, version = _listed(url)
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with caplog.at_level(logging.WARNING):
+        assert open_shard(url, ShardCache(str(tmp_path)), size=size, version=version) is None
+    assert "cannot write (No space left on device)" in caplog.text
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_shard_larger_than_the_limit_is_read_from_the_bucket(bucket, tmp_path):
+    put, reads = bucket
+    url = put("g.tfrecord", os.urandom(5_000))
+    size, version = _listed(url)
+    assert open_shard(url, ShardCache(str(tmp_path), limit=4_000), size=size, version=version) is None
+    assert reads == []
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="limit"):
+        ShardCache(limit=-1)
+    with pytest.raises(ValueError, match="ahead"):
+        ShardCache(ahead=1.5)

@@ -1,0 +1,241 @@
+"""A node-local copy of remote shards, shared by every reader on the machine.
+
+Reading a bucket's shard by ranges costs a round trip per request; a local copy costs
+one download and then reads at disk speed, for this epoch and the next. The design
+follows mosaicml streaming's: whole shards are copied into a local folder, shared by
+DataLoader workers, ranks and jobs on the machine, filled ahead of use, and kept under
+a size bound by evicting the least recently used.
+
+Safety, the reason this module is more than a download:
+
+* **One download per shard.** An entry is filled under an exclusive lock on
+  ``<entry>.lock``; a second reader (thread, worker, rank) waits and then finds it.
+* **Never a half file in use.** The copy is written to a hidden ``.partial`` file,
+  locked by its writer, and renamed once complete and of the listed size; a writer
+  killed mid-download leaves an unlocked ``.partial`` that the next fill removes.
+* **Never a stale copy.** The entry's name hashes the URL with the object's size and
+  version (ETag) as listed when the dataset was made; the object is checked again
+  before and after the download, and an object that changed raises
+  :class:`~tfrecord_torch.errors.RemoteError` rather than serving either version.
+* **Evicting is safe.** An entry removed while another process reads it stays
+  readable through its open descriptor (POSIX), and :func:`open_shard` returns a
+  descriptor, not a path.
+* **A full or unwritable cache disk** makes the read go to the bucket instead
+  (logged once), never a truncated copy.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.io import atomic
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.lru import LruFolder
+
+__all__ = ["ShardCache", "clear_shard_cache", "open_shard", "shard_cache_dir", "shard_cache_usage"]
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".shard"
+CHUNK = 16 << 20  # bytes per range request of a download
+PARALLEL = 4  # range requests in flight per download
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def shard_cache_dir() -> str:
+    """The default shard cache: ``$TFRECORD_TORCH_SHARD_CACHE`` or
+    ``~/.cache/tfrecord_torch/shards``. Safe to delete when no job reads from it."""
+    return os.environ.get("TFRECORD_TORCH_SHARD_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tfrecord_torch", "shards")
+
+
+@dataclass(frozen=True)
+class ShardCache:
+    """Keep local copies of remote shards (opt-in).
+
+    Attributes:
+        directory: the cache folder (default :func:`shard_cache_dir`). Share it
+            between jobs on one machine; do not put it on a network file system
+            (its locks are ``flock``).
+        limit: the bound on the copies' bytes (default 32 GiB); the least
+            recently used copies are removed to stay under it. A shard larger
+            than the whole bound is read from the bucket instead.
+        ahead: how many shards, in the epoch's order, are copied ahead of the
+            one being read.
+    """
+
+    directory: str | None = None
+    limit: int = 32 << 30
+    ahead: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 0:
+            raise ValueError(f"ShardCache(limit=) must be a number of bytes >= 0, got {self.limit!r}")
+        if not isinstance(self.ahead, int) or isinstance(self.ahead, bool) or self.ahead < 0:
+            raise ValueError(f"ShardCache(ahead=) must be an int >= 0, got {self.ahead!r}")
+
+    @property
+    def folder(self) -> str:
+        """The cache folder in use."""
+        return os.path.abspath(os.path.expanduser(self.directory)) if self.directory else shard_cache_dir()
+
+
+def entry_path(cache: ShardCache, url: str, size: int, version: str) -> str:
+    """The cache entry of ``url`` as it was when listed (``size`` bytes, ``version``)."""
+    key = f"{url}\0{size}\0{version}".encode("utf-8", "surrogateescape")
+    name = os.path.basename(url.rstrip("/"))[:60] or "shard"
+    return os.path.join(cache.folder, f"{name}.{hashlib.sha256(key).hexdigest()[:24]}{SUFFIX}")
+
+
+def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
+               storage_options: dict | None = None) -> int | None:
+    """A read-only descriptor of a complete local copy of ``url``, filled if
+    missing; None when the cache cannot hold it (then read from the bucket).
+
+    Args:
+        url: the remote shard.
+        cache: where and how much to keep.
+        size: the object's size as listed (a copy of another size is not used).
+        version: the object's version as listed (its ETag).
+        storage_options: for the file system.
+
+    Raises:
+        RemoteError: the object changed since it was listed, or could not be read.
+    """
+    if size > cache.limit:
+        _warn_once(url, f"{url}: {size} bytes is more than the shard cache's limit ({cache.limit}); "
+                        "reading it from the bucket")
+        return None
+    entry = entry_path(cache, url, size, version)
+    fd = _open_complete(entry, size)
+    if fd is not None:
+        LruFolder.touch(entry)
+        return fd
+    try:
+        os.makedirs(cache.folder, exist_ok=True)
+        lock = atomic.lock_file(entry + ".lock", wait=True)
+    except OSError as e:
+        _warn_once(cache.folder, f"shard cache {cache.folder} is not usable ({e}); reading from the bucket")
+        return None
+    assert lock is not None  # wait=True
+    try:
+        fd = _open_complete(entry, size)  # filled by whoever held the lock before us
+        if fd is None:
+            if not _fill(url, entry, cache, size=size, version=version, storage_options=storage_options):
+                return None
+            fd = _open_complete(entry, size)
+    finally:
+        atomic.unlock(entry + ".lock", lock)
+    if fd is not None:
+        LruFolder(cache.folder, SUFFIX).prune(cache.limit, keep=entry)
+    return fd
+
+
+def _open_complete(entry: str, size: int) -> int | None:
+    """A descriptor of ``entry`` if it exists with ``size`` bytes; an entry of
+    another size (damaged by another process) is removed."""
+    try:
+        fd = os.open(entry, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    if os.fstat(fd).st_size == size:
+        return fd
+    os.close(fd)
+    log.warning("removing a damaged shard cache entry %s (not %d bytes)", entry, size)
+    try:
+        os.unlink(entry)
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
+          storage_options: dict | None) -> bool:
+    """Copy ``url`` into ``entry`` (under the entry's lock); False if the cache
+    disk cannot hold it."""
+    folder, base = os.path.split(entry)
+    atomic.remove_orphans(folder, os.path.basename(base))  # a killed filler's leftovers
+    _check_unchanged(url, size, version, storage_options, "before copying it")
+    LruFolder(folder, SUFFIX).prune(max(0, cache.limit - size))  # make room first
+    fd, temp = atomic.create_temp(folder, base, lock=True)
+    try:
+        try:
+            _download(url, fd, size, storage_options)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _check_unchanged(url, size, version, storage_options, "while it was being copied")
+        os.replace(temp, entry)
+    except OSError as e:
+        _discard(temp)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            _warn_once(folder, f"shard cache {folder}: cannot write ({e.strerror}); reading from the bucket")
+            return False
+        raise
+    except BaseException:
+        _discard(temp)
+        raise
+    log.info("cached %s as %s", url, entry)
+    return True
+
+
+def _download(url: str, fd: int, size: int, storage_options: dict | None) -> None:
+    """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads."""
+    starts = list(range(0, size, CHUNK))
+
+    def copy(start: int) -> None:
+        end = min(start + CHUNK, size)
+        data = fs.read_range(url, start, end, storage_options)  # retried inside
+        if len(data) != end - start:
+            raise RemoteError(url, f"bytes {start}-{end} came back as {len(data)} bytes: the object is shorter "
+                                   f"than the {size} bytes listed (changed or truncated); list the dataset again")
+        os.pwrite(fd, data, start)
+
+    if len(starts) <= 1:
+        for start in starts:
+            copy(start)
+        return
+    with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
+        for future in [pool.submit(copy, s) for s in starts]:
+            future.result()
+
+
+def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
+    now_size, now_version = fs.size_and_version(url, storage_options)
+    if (now_size, now_version) != (size, version):
+        raise RemoteError(url, f"the object changed {when} (listed: {size} bytes, version {version}; now "
+                               f"{now_size} bytes, version {now_version}); the dataset's index and counts "
+                               "describe the old object: make the dataset again to read the new one")
+
+
+def _discard(temp: str) -> None:
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning("%s", message)
+
+
+def shard_cache_usage(cache: ShardCache | None = None) -> tuple[int, int]:
+    """The shard cache's number of copies and their bytes."""
+    return LruFolder((cache or ShardCache()).folder, SUFFIX).usage()
+
+
+def clear_shard_cache(cache: ShardCache | None = None) -> int:
+    """Remove every copy (do not call while a job fills the cache); returns how many."""
+    return LruFolder((cache or ShardCache()).folder, SUFFIX).clear()
