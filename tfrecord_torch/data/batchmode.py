@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
+import numpy as np
+
 from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
@@ -26,6 +28,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
+from tfrecord_torch.io.copies import ShardCopies, copy_ahead
 
 __all__ = ["BatchPipeline", "mixed_sizes"]
 
@@ -60,14 +63,16 @@ class BatchPipeline:
         policy: the dataset's error policy (skips counted across workers).
         verify: check record CRCs.
         storage_options: fsspec options for URLs.
+        copies: local copies of remote shards (the shard cache), or None.
     """
 
     def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
                  images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
-                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None) -> None:
+                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None,
+                 copies: ShardCopies | None = None) -> None:
         self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
         self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
-        self.verify, self.storage_options = verify, storage_options
+        self.verify, self.storage_options, self.copies = verify, storage_options, copies
 
     def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
                 worker: int, workers: int, skip: int):
@@ -75,14 +80,19 @@ class BatchPipeline:
         lo + (b+1)*size) of the plan (up to ``hi``); worker w decodes batches
         w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
         (units finished, the batch or SKIPPED)."""
-        readers = pool.ReaderPool(self.storage_options)
+        readers = pool.ReaderPool(self.storage_options, copies=self.copies)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
+        mine = list(range(worker, count, workers))[skip:]
+        spans = ((lo + b * size, min(lo + (b + 1) * size, hi)) for b in mine)
+        ahead = copy_ahead(self.copies, (self.paths[s] for s in sharding.shards_in_order(plan, spans)))
         batches = self.image_batches(())
         pending: Started | None = None  # the batch decoding while the next one is read
         try:
-            for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
+            for position, b in enumerate(mine, start=skip + 1):
                 a = lo + b * size
+                if ahead is not None:
+                    ahead.began(self.paths[s] for s in np.unique(plan.pairs(a, min(a + size, hi))[0]).tolist())
                 try:
                     payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
                     started = Started(position, self._begin_batch(payloads, items, batches, b))
@@ -98,6 +108,8 @@ class BatchPipeline:
                 done, pending = pending, None
                 yield done.position, done.batch.result()
         finally:
+            if ahead is not None:
+                ahead.close()
             batches.close()
             readers.close()
 

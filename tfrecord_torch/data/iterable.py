@@ -35,6 +35,8 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
+from tfrecord_torch.io.copies import ShardCopies, copy_ahead
+from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
 __all__ = ["TFRecordDataset"]
@@ -84,7 +86,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         sharding: a :class:`Sharding`: rank, world_size (default torch.distributed,
             then the RANK / WORLD_SIZE environment, then (0, 1)) and ``even``.
         source: a :class:`Source`: index files, known shard lengths,
-            compression, CRC checks, the indexing progress bar.
+            compression, CRC checks, the indexing progress bar, and the
+            node-local cache of remote shards (``Source(cache=ShardCache())``).
         batching: a :class:`Batching`: ``drop_last`` in batch mode, and
             ``images``, the image fast path's options.
 
@@ -131,6 +134,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.progress = source.progress
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
+        self.copies = None if source.cache is None or not any(map(is_url, self.paths)) else \
+            ShardCopies(source.cache, {p: listing.stats[p] for p in self.paths if p in listing.stats}, storage_options)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
@@ -312,7 +317,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
         return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
                              images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
-                             policy=self.policy, verify=self.verify, storage_options=self.storage_options)
+                             policy=self.policy, verify=self.verify, storage_options=self.storage_options,
+                             copies=self._fresh_copies())
+
+    def _fresh_copies(self) -> ShardCopies | None:
+        """The shard cache's copies for one iteration: each object is asked
+        once whether it changed since it was listed."""
+        return None if self.copies is None else self.copies.fresh()
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
@@ -337,9 +348,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             if self.shuffle_buffer > 1:
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
-        readers = pool.ReaderPool(self.storage_options)
+        copies = self._fresh_copies()
+        readers = pool.ReaderPool(self.storage_options, copies=copies)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
+        ahead = copy_ahead(copies, (self.paths[s] for s in plan.shards_in_order(planner, [(min(lo + skip, hi), hi)])))
         done = 0  # units (records) of the plan finished before this group
         try:
             for shards, records in groups:
@@ -348,11 +361,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     continue
                 start = max(skip - done, 0)
                 done += start
+                if ahead is not None:
+                    ahead.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
                 for item in fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
                                             context):
                     done += 1
                     yield done, SKIPPED if item is None else self._decode(item)
         finally:
+            if ahead is not None:
+                ahead.close()
             readers.close()
 
     def _streamed(self, worker: int, workers: int, skip: int):
@@ -361,10 +378,17 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
+        copies = self._fresh_copies()
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter())
-        located = interleave([functools.partial(stream_shard, self.paths[s], context,
-                                                compression=self.compression) for s in shards],
+                              report=self.policy.reporter(), copies=copies)
+        ahead = copy_ahead(copies, [self.paths[s] for s in shards])
+
+        def opened(path: str):
+            if ahead is not None:
+                ahead.began([path])
+            return stream_shard(path, context, compression=self.compression)
+
+        located = interleave([functools.partial(opened, self.paths[s]) for s in shards],
                              self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
@@ -377,6 +401,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     yield position, (self._decode(unit) if self.batch_size is None else
                                      pipeline.decode_streamed_batch(unit, batches, position))
         finally:
+            if ahead is not None:
+                ahead.close()
             batches.close()
 
     def _decode(self, item: Located):
