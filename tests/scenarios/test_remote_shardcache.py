@@ -6,6 +6,7 @@ clear error -- the records always equal an uncached read's."""
 
 import errno
 import gc
+import logging
 import multiprocessing
 import os
 import signal
@@ -57,9 +58,9 @@ def write(s3, prefix: str, first_id: int = 0) -> list[str]:
 _prefixes = iter(range(10_000))
 
 
-@pytest.fixture
-def shards(s3, tmp_path, monkeypatch):
-    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+@pytest.fixture(scope="module")
+def shards(s3):
+    """Shards with index objects (no index cache involved); the tests change only their copies."""
     return write(s3, f"sc{next(_prefixes)}")
 
 
@@ -104,10 +105,12 @@ def test_each_shard_is_copied_once_and_the_next_epoch_reads_no_ranges(s3, shards
     assert no_leftovers(tmp_path / "shards")
 
 
-def test_the_first_epoch_copies_each_shard_with_one_whole_range(s3, shards, tmp_path):
-    ds = dataset(s3, shards, ShardCache(str(tmp_path / "shards")))
+def test_random_reads_copy_each_shard_with_one_whole_range(s3, shards, tmp_path):
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                cache=ShardCache(str(tmp_path / "shards")))
+    order = np.random.default_rng(1).permutation(RECORDS).tolist()
     s3.requests.clear()
-    assert ids(ds) == list(range(RECORDS))
+    assert [ds[i]["id"].item() for i in order] == order
     assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
     sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
     ranges = sorted(r for method, path, r in s3.requests if method == "GET" and r)
@@ -231,7 +234,7 @@ def test_a_deleted_copy_is_fetched_again(s3, shards, tmp_path):
     assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
 
 
-def test_a_full_disk_reads_records_from_the_bucket(s3, shards, tmp_path, monkeypatch):
+def test_a_full_disk_reads_records_from_the_bucket(s3, shards, tmp_path, monkeypatch, caplog):
     def full(fd, data, offset):
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -239,7 +242,9 @@ def test_a_full_disk_reads_records_from_the_bucket(s3, shards, tmp_path, monkeyp
     folder = tmp_path / "shards"
     for options in ({}, {"shuffle": True}):
         plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, **options)
-        assert ids(dataset(s3, shards, ShardCache(str(folder)), **options)) == ids(plain)
+        with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+            assert ids(dataset(s3, shards, ShardCache(str(folder)), **options)) == ids(plain)
+    assert "cannot write (No space left on device); reading from the bucket" in caplog.text
     assert os.listdir(folder) == []
 
 

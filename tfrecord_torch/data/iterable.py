@@ -142,6 +142,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
+        if self.copies is not None:
+            self.copies.warn_if_too_small(self.shuffle)
         shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self._resume = ResumeState(type(self).__name__)

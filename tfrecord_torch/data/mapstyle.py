@@ -169,7 +169,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 def _copies(cache: ShardCache | None, listing, storage_options: dict | None) -> ShardCopies | None:
     if cache is None or not any(map(is_url, listing.files)):
         return None
-    return ShardCopies(cache, {p: listing.stats[p] for p in listing.files if p in listing.stats}, storage_options)
+    copies = ShardCopies(cache, {p: listing.stats[p] for p in listing.files if p in listing.stats}, storage_options)
+    copies.warn_if_too_small(True)  # a sampler may ask for any record at any time
+    return copies
 
 
 def _compressed(path: str) -> TFRecordError:

@@ -44,7 +44,17 @@ class ShardCopies:
         self.cache, self.storage_options = cache, storage_options
         self._stats = dict(stats)
         self._checked: set[str] = set()  # objects found unchanged since listed, this iteration
+        self._opening: dict[str, threading.Lock] = {}  # held while an object is checked (or copied)
         self._lock = threading.Lock()
+
+    def warn_if_too_small(self, shuffled: bool) -> None:
+        """Log a warning when the shards are more than the cache holds and a
+        shuffle reads them all at once: the copies would be evicted before reuse."""
+        total = sum(size for size, _ in self._stats.values())
+        if shuffled and total > self.cache.limit:
+            log.warning("the shard cache's limit (%d bytes) is less than the %d bytes of remote shards a "
+                        "shuffled epoch reads from all at once: copies will be evicted before they are "
+                        "read again; raise ShardCache(limit=), or leave the cache out", self.cache.limit, total)
 
     def fresh(self) -> ShardCopies:
         """These copies with no object checked yet."""
@@ -79,12 +89,20 @@ class ShardCopies:
         """
         size, version = self.stat(url)
         with self._lock:
-            recheck = url not in self._checked
-        fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                        recheck=recheck, cancel=cancel)
-        if fd is not None and recheck:
+            checked = url in self._checked
+            if not checked:
+                opening = self._opening.setdefault(url, threading.Lock())
+        if checked:
+            return open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
+                              cancel=cancel)
+        with opening:  # a second thread opening it meanwhile waits, then needs no check of its own
             with self._lock:
-                self._checked.add(url)
+                recheck = url not in self._checked
+            fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
+                            recheck=recheck, cancel=cancel)
+            if fd is not None:
+                with self._lock:
+                    self._checked.add(url)
         return fd
 
     def open_file(self, url: str):
@@ -105,7 +123,7 @@ class ShardCopies:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._checked = set()
+        self._checked, self._opening = set(), {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -179,7 +179,8 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     fd, temp = atomic.create_temp(folder, base, lock=True)
     try:
         try:
-            if not _download(url, fd, size, storage_options, cancel):
+            _download(url, fd, size, storage_options, cancel)
+            if cancel is not None and cancel.is_set():  # some ranges were left out
                 _discard(temp)
                 return False
             os.fsync(fd)
@@ -201,9 +202,9 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
 
 
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
-              cancel: threading.Event | None = None) -> bool:
-    """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads;
-    False if ``cancel`` was set before the last range was read."""
+              cancel: threading.Event | None = None) -> None:
+    """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
+    the ranges not started when ``cancel`` is set left out."""
     starts = list(range(0, size, CHUNK))
 
     def copy(start: int) -> None:
@@ -219,11 +220,10 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None,
     if len(starts) <= 1:
         for start in starts:
             copy(start)
-    else:
-        with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
-            for future in [pool.submit(copy, s) for s in starts]:
-                future.result()
-    return cancel is None or not cancel.is_set()
+        return
+    with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
+        for future in [pool.submit(copy, s) for s in starts]:
+            future.result()
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
