@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from tfrecord_torch import (
     IndexedTFRecordDataset,
     Int64,
+    RecordWriter,
     ShardCache,
     ShardedWriter,
     Source,
@@ -103,6 +104,22 @@ def test_each_shard_is_copied_once_and_the_next_epoch_reads_no_ranges(s3, shards
     assert sorted(first) == list(range(RECORDS))
     assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)  # the copies, reused
     assert no_leftovers(tmp_path / "shards")
+
+
+def test_streamed_gzip_shards_are_copied_once_and_streamed_from_the_copies(s3, tmp_path):
+    paths = [f"s3://bucket/gz{next(_prefixes)}/part-{k}.tfrecord.gz" for k in range(2)]
+    for k, url in enumerate(paths):
+        with RecordWriter(url, compression="gzip", storage_options=s3.options) as w:
+            for i in range(k * 10, k * 10 + 10):
+                w.write(make_example({"id": i}))
+    ds = dataset(s3, paths, ShardCache(str(tmp_path / "shards")), shuffle=True)
+    assert ds.streamed
+    s3.requests.clear()
+    assert sorted(ids(ds)) == list(range(20))
+    assert shard_gets(s3, paths) == dict.fromkeys(paths, 1)
+    s3.requests.clear()
+    assert sorted(ids(ds)) == list(range(20))
+    assert shard_gets(s3, paths) == dict.fromkeys(paths, 0)
 
 
 def test_random_reads_copy_each_shard_with_one_whole_range(s3, shards, tmp_path):
