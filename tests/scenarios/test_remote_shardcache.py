@@ -284,3 +284,18 @@ def test_a_bad_cache_argument_is_refused():
         Source(cache="/tmp/cache")
     with pytest.raises(TypeError, match="cache must be a ShardCache"):
         IndexedTFRecordDataset("x.tfrecord", cache=32 << 30)
+
+
+def test_the_cli_shows_and_clears_the_shard_copies(s3, shards, tmp_path, monkeypatch, capsys):
+    from tfrecord_torch.cli import main
+
+    folder = tmp_path / "shards"
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(folder))
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    assert ids(dataset(s3, shards, ShardCache())) == list(range(RECORDS))
+    assert main(["cache"]) == 0
+    size = sum(files.size_and_version(p, s3.options)[0] for p in shards)
+    assert f"{folder}: {SHARDS} shard copies, {size:,} bytes" in capsys.readouterr().out
+    assert main(["cache", "--clear"]) == 0
+    assert f"removed {SHARDS} shard copies from {folder}" in capsys.readouterr().out
+    assert os.listdir(folder) == []
