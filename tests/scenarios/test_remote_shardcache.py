@@ -241,6 +241,21 @@ def test_a_copy_cut_while_open_is_fetched_again(s3, shards, tmp_path):
     assert [ds[i]["id"].item() for i in range(RECORDS)] == list(range(RECORDS))
 
 
+def test_a_copy_damaged_in_place_is_named_removed_and_fetched_again(s3, shards, tmp_path):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = dataset(s3, shards, cache)
+    assert ids(ds) == list(range(RECORDS))
+    size, version = files.size_and_version(shards[1], s3.options)
+    entry = shardcache.entry_path(cache, shards[1], size, version)
+    with open(entry, "r+b") as f:  # another process writes over a record's payload
+        f.seek(size // 2)
+        f.write(b"\xff" * 16)
+    with pytest.raises(RemoteError, match=rf"{shards[1]}: record \d+ at byte \d+ \(cached copy at {entry}\)"):
+        ids(ds)
+    assert not os.path.exists(entry)
+    assert ids(ds) == list(range(RECORDS))
+
+
 def test_a_deleted_copy_is_fetched_again(s3, shards, tmp_path):
     cache = ShardCache(str(tmp_path / "shards"))
     ds = dataset(s3, shards, cache)

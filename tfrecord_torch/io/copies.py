@@ -21,9 +21,16 @@ from typing import Any
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.shardcache import ShardCache, entry_path, open_shard
 
-__all__ = ["CopyAhead", "ShardCopies", "copy_ahead"]
+__all__ = ["CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy"]
 
 log = logging.getLogger(__name__)
+
+_in_use: dict[str, str] = {}  # URL -> the copy this process last opened for it
+
+
+def copy_in_use(url: str) -> str | None:
+    """The copy of ``url`` this process reads (None if it reads none)."""
+    return _in_use.get(url)
 
 
 class ShardCopies:
@@ -93,8 +100,16 @@ class ShardCopies:
             if not checked:
                 opening = self._opening.setdefault(url, threading.Lock())
         if checked:
-            return open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                              cancel=cancel)
+            fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
+                            cancel=cancel)
+        else:
+            fd = self._open_checked(url, size, version, opening, cancel)
+        if fd is not None:
+            _in_use[url] = entry_path(self.cache, url, size, version)
+        return fd
+
+    def _open_checked(self, url: str, size: int, version: str, opening: threading.Lock,
+                      cancel: threading.Event | None) -> int | None:
         with opening:  # a second thread opening it meanwhile waits, then needs no check of its own
             with self._lock:
                 recheck = url not in self._checked
@@ -199,3 +214,28 @@ def copy_ahead(copies: ShardCopies | None, urls: Iterable[str]) -> CopyAhead | N
     if copies is None or copies.cache.ahead == 0:
         return None
     return CopyAhead(copies, (url for url in urls if copies.covers(url)), copies.cache.ahead)
+
+
+def damaged_copy(url: str, offset: int, size: int, storage_options: dict | None = None) -> str | None:
+    """The copy of ``url`` this process reads, if its bytes ``[offset, offset +
+    size)`` differ from the object's (another process damaged it); the copy is
+    removed then, so the next read copies the object again. None: no copy, or
+    it holds what the object holds."""
+    entry = copy_in_use(url)
+    if entry is None or size <= 0:
+        return None
+    try:
+        with open(entry, "rb", buffering=0) as f:
+            held = os.pread(f.fileno(), size, offset)
+    except FileNotFoundError:
+        return None
+    if held == fs.read_range(url, offset, offset + size, storage_options):
+        return None
+    log.warning("removing the shard cache's copy %s of %s: its bytes %d-%d differ from the object's",
+                entry, url, offset, offset + size)
+    try:
+        os.unlink(entry)
+    except FileNotFoundError:
+        pass
+    _in_use.pop(url, None)
+    return entry
