@@ -56,6 +56,7 @@ _EXPORTS = {
     "RecordTail": "tfrecord_torch.records.tail",
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
+    "ShardCache": "tfrecord_torch.io.shardcache",
     "ShardLayout": "tfrecord_torch.write.options",
     "SerializedTensor": "tfrecord_torch.features.tensors",
     "ShardedWriter": "tfrecord_torch.write.sharded",
@@ -126,6 +127,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.features.tensors import SerializedTensor, parse_tensor, serialize_tensor
     from tfrecord_torch.io.pool import ReaderPool
+    from tfrecord_torch.io.shardcache import ShardCache
     from tfrecord_torch.policy import ErrorPolicy, OnError
     from tfrecord_torch.records.compression import Compression, CompressionOptions
     from tfrecord_torch.records.framing import read_records

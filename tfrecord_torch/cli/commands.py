@@ -15,6 +15,7 @@ from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, TFReco
 from tfrecord_torch.example.codec import has_feature_lists, parse_example, parse_sequence_example
 from tfrecord_torch.example.schema import SchemaReport, spec_imports
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.shardcache import ShardCache, clear_shard_cache, shard_cache_usage
 from tfrecord_torch.policy import ErrorPolicy
 from tfrecord_torch.records.compression import compression_of
 from tfrecord_torch.records.framing import iter_chunks, read_records
@@ -71,13 +72,18 @@ def _cmd_index(args) -> int:
 
 
 def _cmd_cache(args) -> int:
-    folder = index_cache_dir()
+    folder, shards = index_cache_dir(), ShardCache()
     if args.clear:
         print(f"removed {clear_index_cache()} cached indexes from {folder}")
+        print(f"removed {clear_shard_cache(shards)} shard copies from {shards.folder}")
         return 0
     count, total = cache_usage()
     print(f"{folder}: {count} cached indexes, {total:,} bytes (limit {cache_limit():,} bytes, "
           "set by TFRECORD_TORCH_CACHE_LIMIT; clear with `tfrecord-torch cache --clear`)")
+    count, total = shard_cache_usage(shards)
+    print(f"{shards.folder}: {count} shard copies, {total:,} bytes (the default folder of "
+          "Source(cache=ShardCache(...)), set by TFRECORD_TORCH_SHARD_CACHE; each dataset's "
+          "ShardCache(limit=) bounds it)")
     return 0
 
 

@@ -64,12 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_lazy("_cmd_index"))
 
-    p = sub.add_parser("cache", help="show or clear the local index cache",
+    p = sub.add_parser("cache", help="show or clear the local index and shard caches",
                        description="Datasets keep the indexes they build for shards without one in a "
                                    "local cache ($TFRECORD_TORCH_CACHE or ~/.cache/tfrecord_torch/index), "
-                                   "bounded by $TFRECORD_TORCH_CACHE_LIMIT bytes (default 1 GiB). Print "
-                                   "its folder and size, or clear it.")
-    p.add_argument("--clear", action="store_true", help="remove every cached index")
+                                   "bounded by $TFRECORD_TORCH_CACHE_LIMIT bytes (default 1 GiB), and, "
+                                   "with Source(cache=ShardCache()), copies of remote shards in the shard "
+                                   "cache ($TFRECORD_TORCH_SHARD_CACHE or ~/.cache/tfrecord_torch/shards). "
+                                   "Print their folders and sizes, or clear them.")
+    p.add_argument("--clear", action="store_true",
+                   help="remove every cached index and shard copy (not while a job reads the shard cache)")
     p.set_defaults(func=_lazy("_cmd_cache"))
 
     p = sub.add_parser("verify", parents=[remote], help="check every record's CRCs (and indexes, if present)",

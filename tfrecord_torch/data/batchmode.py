@@ -8,6 +8,8 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
+import numpy as np
+
 from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
@@ -28,6 +30,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
+from tfrecord_torch.io.copies import ShardCopies, copy_ahead
 
 __all__ = ["BatchPipeline", "mixed_sizes"]
 
@@ -56,16 +59,17 @@ class BatchPipeline:
         storage_options: fsspec options for URLs.
         prefetch: batches started ahead on a producer thread (0: one
             started ahead on the consumer's thread).
+        copies: local copies of remote shards (the shard cache), or None.
     """
 
     def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
                  images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
-                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None, prefetch: int = 0
-                 ) -> None:
+                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None, prefetch: int = 0,
+                 copies: ShardCopies | None = None) -> None:
         self.prefetch = prefetch
         self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
         self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
-        self.verify, self.storage_options = verify, storage_options
+        self.verify, self.storage_options, self.copies = verify, storage_options, copies
 
     def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
                 worker: int, workers: int, skip: int) -> Iterator[tuple[int, Any]]:
@@ -74,20 +78,27 @@ class BatchPipeline:
         w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
         (units finished, the batch or SKIPPED), ``prefetch`` batches started
         ahead on a producer thread (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
-        readers = pool.ReaderPool(self.storage_options)
+        readers = pool.ReaderPool(self.storage_options, copies=self.copies)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
+        mine = list(range(worker, count, workers))[skip:]
+        spans = ((lo + b * size, min(lo + (b + 1) * size, hi)) for b in mine)
+        copying = copy_ahead(self.copies, (self.paths[s] for s in sharding.shards_in_order(plan, spans)))
         batches = self.image_batches(())
 
         def started() -> Iterator[Started]:
-            for position, b in enumerate(list(range(worker, count, workers))[skip:], start=skip + 1):
+            for position, b in enumerate(mine, start=skip + 1):
                 a = lo + b * size
+                if copying is not None:
+                    copying.began(self.paths[s] for s in np.unique(plan.pairs(a, min(a + size, hi))[0]).tolist())
                 payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
                 yield Started(position, self._begin_batch(payloads, items, batches, b))
 
         try:  # the engine and readers outlive the producer: results are taken after it ends
             yield from ahead(started(), self.prefetch)
         finally:
+            if copying is not None:
+                copying.close()
             batches.close()
             readers.close()
 

@@ -31,6 +31,7 @@ from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
+from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
@@ -72,13 +73,15 @@ class ItemFetcher:
         verify: check record CRCs.
         policy: what a bad record does (see :meth:`item`).
         storage_options: fsspec options for URLs.
+        copies: local copies of remote shards (the shard cache), or None.
     """
 
     def __init__(self, *, paths: list[str], indexes: list[np.ndarray], spec: Any, transform: Callable | None,
-                 verify: bool, policy: SharedErrorPolicy, storage_options: dict | None) -> None:
+                 verify: bool, policy: SharedErrorPolicy, storage_options: dict | None,
+                 copies: ShardCopies | None = None) -> None:
         self.paths, self.indexes = paths, indexes
         self.spec, self.transform, self.verify, self.policy = spec, transform, verify, policy
-        self.readers = pool.ReaderPool(storage_options)
+        self.readers = pool.ReaderPool(storage_options, copies=copies)
         self.stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in indexes], dtype=np.int64)
         self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call

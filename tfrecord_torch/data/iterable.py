@@ -36,6 +36,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
+from tfrecord_torch.io.copies import ShardCopies, copy_ahead
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
@@ -86,7 +87,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         sharding: a :class:`Sharding`: rank, world_size (default torch.distributed,
             then the RANK / WORLD_SIZE environment, then (0, 1)) and ``even``.
         source: a :class:`Source`: index files, known shard lengths,
-            compression, CRC checks, the indexing progress bar.
+            compression, CRC checks, the indexing progress bar, and the
+            node-local cache of remote shards (``Source(cache=ShardCache())``).
         batching: a :class:`Batching`: ``drop_last`` in batch mode, and
             ``images``, the image fast path's options.
 
@@ -133,12 +135,16 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.progress = source.progress
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
+        self.copies = None if source.cache is None or not any(map(is_url, self.paths)) else \
+            ShardCopies(source.cache, {p: listing.stats[p] for p in self.paths if p in listing.stats}, storage_options)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
+        if self.copies is not None:
+            self.copies.warn_if_too_small(self.shuffle)
         shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self._resume = ResumeState(type(self).__name__)
@@ -327,7 +333,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
                              images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
                              policy=self.policy, verify=self.verify, storage_options=self.storage_options,
-                             prefetch=self.prefetch)
+                             prefetch=self.prefetch, copies=self._fresh_copies())
 
     def _sequence(self, worker: int, workers: int) -> tuple[plan.RangePlanner, int, int]:
         """The epoch's plan and this rank's [lo, hi) in it (this reader's in
@@ -343,6 +349,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             return self._planner((lo, hi)), lo, hi
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                  remaining=left), lo, hi
+
+    def _fresh_copies(self) -> ShardCopies | None:
+        """The shard cache's copies for one iteration: each object is asked
+        once whether it changed since it was listed."""
+        return None if self.copies is None else self.copies.fresh()
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
@@ -366,9 +377,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             if self.shuffle_buffer > 1:
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
-        readers = pool.ReaderPool(self.storage_options)
+        copies = self._fresh_copies()
+        readers = pool.ReaderPool(self.storage_options, copies=copies)
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), readers=readers)
+        copying = copy_ahead(copies, (self.paths[s] for s in plan.shards_in_order(planner, [(min(lo + skip, hi), hi)])))
 
         def fetched():
             done = 0  # units (records) of the plan finished before this group
@@ -377,6 +390,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     done += len(shards)
                     continue
                 start = max(skip - done, 0)
+                if copying is not None:
+                    copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
                 yield done + start, fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
                                                     context)
                 done += len(shards)
@@ -391,6 +406,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     yield done, SKIPPED if item is None else self._decode(item)
         finally:
             source.close()
+            if copying is not None:
+                copying.close()
             readers.close()
 
     def _streamed(self, worker: int, workers: int, skip: int):
@@ -399,16 +416,25 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
+        copies = self._fresh_copies()
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter())
-        located = interleave([functools.partial(stream_shard, self.paths[s], context,
-                                                compression=self.compression) for s in shards],
+                              report=self.policy.reporter(), copies=copies)
+        ahead = copy_ahead(copies, [self.paths[s] for s in shards])
+
+        def opened(path: str):
+            if ahead is not None:
+                ahead.began([path])
+            return stream_shard(path, context, compression=self.compression)
+
+        located = interleave([functools.partial(opened, self.paths[s]) for s in shards],
                              self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
-            return self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,
-                                                     (worker,))
-        return self._streamed_records(units, skip)
+            out = self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,
+                                                    (worker,))
+        else:
+            out = self._streamed_records(units, skip)
+        return out if ahead is None else _closing(out, ahead)
 
     def _streamed_records(self, units, skip: int):
         for position, unit in enumerate(units, start=1):
@@ -471,3 +497,11 @@ def _reader() -> list[int]:
     """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
     info = torch.utils.data.get_worker_info()
     return [0, 1] if info is None else [info.id, info.num_workers]
+
+
+def _closing(items: Iterator, resource: Any) -> Iterator:
+    """``items``, with ``resource`` closed when they end or are dropped."""
+    try:
+        yield from items
+    finally:
+        resource.close()

@@ -19,6 +19,7 @@ from tfrecord_torch._args import check_choice, check_flag, check_int, refuse_mov
 from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.data.plan import EVEN_MODES
 from tfrecord_torch.features.images.engine import ImageBatching
+from tfrecord_torch.io.shardcache import ShardCache
 
 __all__ = ["MOVED", "Batching", "Sharding", "Shuffling", "Source", "refuse_moved_keywords"]
 
@@ -91,6 +92,11 @@ class Source:
         progress: a progress bar on stderr while shards without index files
             are indexed: None (default) shows it when stderr is a terminal
             and not in a DataLoader worker; True or False always or never.
+        cache: a :class:`~tfrecord_torch.io.shardcache.ShardCache` to keep
+            node-local copies of remote shards (whole shards, copied ahead of
+            use in the epoch's order, shared by the machine's workers and
+            ranks, reused by later epochs); None (default): remote shards are
+            read by range requests. Local shards are never copied.
     """
 
     index: Sequence[PathLike] | str | bool | None = None
@@ -98,6 +104,7 @@ class Source:
     compression: CompressionArg = "auto"
     verify: bool = True
     progress: bool | None = None
+    cache: ShardCache | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.index, (list, tuple)):
@@ -106,6 +113,9 @@ class Source:
             raise ValueError(f"index must be None, 'beside', False or a list of index paths, got {self.index!r}")
         check_flag("Source.verify", self.verify)
         check_flag("Source.progress", self.progress, optional=True)
+        if self.cache is not None and not isinstance(self.cache, ShardCache):
+            raise ValueError(f"Source.cache must be a ShardCache (ShardCache(limit=...)) or None, "
+                             f"got {self.cache!r}")
         if self.lengths is not None:
             lengths = tuple(self.lengths)
             for n in lengths:

@@ -21,13 +21,13 @@ Randomness comes only from ``np.random.default_rng([seed, epoch, ...])``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import numpy as np
 
 __all__ = ["EVEN_MODES", "BlockOrder", "RangePlanner", "Segment", "global_order", "mix_choices", "plan_records", "plan_shards", "read_groups",
-           "resolve_rank", "split_range"]
+           "resolve_rank", "shards_in_order", "split_range"]
 
 SHUFFLE_WINDOW = 256  # blocks whose records a block shuffle permutes together
 
@@ -231,6 +231,24 @@ class RangePlanner:
             return []
         cuts = np.flatnonzero(np.diff(shards)) + 1
         return [Segment(int(s[0]), r) for s, r in zip(np.split(shards, cuts), np.split(records, cuts))]
+
+
+def shards_in_order(planner: RangePlanner, spans: Iterable[tuple[int, int]], step: int = 1 << 16
+                    ) -> Iterator[int]:
+    """The shards that the positions ``spans`` (read in that order) read from,
+    each once, in the order they are first read; lazily, ``step`` positions at
+    a time, and done as soon as every shard has come."""
+    seen: set[int] = set()
+    for a, b in spans:
+        for lo in range(a, b, step):
+            shards, _ = planner.pairs(lo, min(lo + step, b))
+            found, first = np.unique(shards, return_index=True)
+            for shard in found[np.argsort(first)].tolist():
+                if shard not in seen:
+                    seen.add(shard)
+                    yield shard
+            if len(seen) == len(planner.counts):
+                return
 
 
 def plan_shards(num_shards: int, *, rank: int, world_size: int, worker: int, num_workers: int,

@@ -18,12 +18,13 @@ from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
+from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import READ_AHEAD, is_url
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
-from tfrecord_torch.records.streams import open_bytes, open_stream
+from tfrecord_torch.records.streams import Stream, open_bytes, open_stream
 
 __all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or_skip", "decode_payload",
            "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
@@ -62,12 +63,14 @@ class ReadContext:
         report: the error policy's reporter: a bad record is reported to it
             and skipped; None: it is raised.
         readers: open readers to borrow; None: each call opens its own.
+        copies: local copies of remote shards for streaming; None: from the bucket.
     """
 
     storage_options: dict | None = None
     verify: bool = True
     report: Callable[[CorruptRecordError], None] | None = None
     readers: pool.ReaderPool | None = None
+    copies: ShardCopies | None = None
 
 
 _DEFAULT = ReadContext()
@@ -241,8 +244,21 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
 
 
 def _stream_chunks(path: str, context: ReadContext, compression) -> Iterator:
-    with open_stream(path, compression, context.storage_options) as stream:
+    with _opened(path, context, compression) as stream:
         yield from iter_chunks(stream, verify=context.verify, report=context.report, payloads=True)
+
+
+@contextlib.contextmanager
+def _opened(path: str, context: ReadContext, compression) -> Iterator[Stream]:
+    """``path`` opened for streaming: its local copy when the context's copies hold one."""
+    copies = context.copies
+    copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
+    try:
+        with open_stream(copy or path, compression, context.storage_options) as stream:
+            yield stream
+    finally:
+        if copy is not None:
+            copy.close()
 
 
 def interleave(sources: Iterable[Callable[[], Iterator]], cycle_length: int) -> Iterator:

@@ -7,11 +7,14 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import http
 from tfrecord_torch.io.files import filesystem, is_url, local, ranged
+
+if TYPE_CHECKING:
+    from tfrecord_torch.io.copies import ShardCopies
 
 __all__ = ["Reader", "ReaderPool", "read_at"]
 
@@ -31,31 +34,44 @@ if hasattr(os, "register_at_fork"):
 
 class Reader:
     """Positioned reads of one file: ``pread`` locally, one range request
-    remotely. Reopens in a forked child."""
+    remotely -- or ``pread`` of the URL's local copy when ``copies`` holds
+    (or can fill) one. Reopens in a forked child."""
 
-    def __init__(self, path: str, storage_options: dict | None = None) -> None:
+    def __init__(self, path: str, storage_options: dict | None = None,
+                 copies: ShardCopies | None = None) -> None:
         self.path, self._storage_options = path, storage_options
         self._url = is_url(path)
+        self._copies = copies if copies is not None and copies.covers(path) else None
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
+        self._local = not self._url  # the handle is a descriptor (a local file, or a URL's copy)
         self._fork_generation = -1  # the fork generation that opened the handle
 
     def _open(self) -> None:
         if self._fork_generation != _fork_generation or self._handle is None:
             self._fork_generation = _fork_generation
-            self._handle = filesystem(self.path, self._storage_options) if self._url else \
-                os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            self._handle, self._local = None, not self._url
+            if not self._url:
+                self._handle = os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                return
+            fd = self._copies.open(self.path) if self._copies is not None else None
+            self._handle, self._local = (fd, True) if fd is not None else \
+                (filesystem(self.path, self._storage_options), False)
 
     def descriptor(self) -> int | None:
-        """The open file descriptor of a local file (None for a URL), for
-        positioned reads of one's own while this reader is lent to the caller."""
+        """The open file descriptor of a local file or of a URL's local copy
+        (None when a URL is read from the bucket), for positioned reads of
+        one's own while this reader is lent to the caller."""
         self._open()
-        return None if self._url else self._handle
+        return self._handle if self._local else None
 
     def read(self, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` (fewer at the end of the file)."""
         self._open()
-        if not self._url:
-            return os.pread(self._handle, size, offset)
+        if self._local:
+            data = os.pread(self._handle, size, offset)
+            if self._url and len(data) < size:
+                return self._short_copy(offset, size, data)
+            return data
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
         if http.is_http(self.path):
@@ -67,8 +83,29 @@ class Reader:
                                          "not support range requests, so random access cannot work")
         return data
 
+    def _short_copy(self, offset: int, size: int, data: bytes) -> bytes:
+        """A read of a URL's copy came back short: at the object's end, or the
+        copy was cut by another process (then the object is copied again, once)."""
+        assert self._copies is not None  # a URL reads a descriptor only through its copy
+        listed = self._copies.stat(self.path)[0]
+        wanted = min(size, max(listed - offset, 0))
+        if len(data) >= wanted:
+            return data  # the end of the object
+        entry = self._copies.entry(self.path)
+        self.close()
+        self._open()  # the cache drops a copy of the wrong size and copies the object again
+        if not self._local:  # the cache cannot hold it now: the bucket
+            return self.read(offset, size)
+        again = os.pread(self._handle, size, offset)
+        if len(again) < wanted:
+            raise RemoteError(self.path, f"read of bytes {offset}-{offset + size}: the cached copy at {entry} "
+                                         f"holds {os.fstat(self._handle).st_size} bytes, not the {listed} "
+                                         "listed: another process is cutting the shard cache's files; "
+                                         "clear it (`tfrecord-torch cache --clear`)")
+        return again
+
     def close(self) -> None:
-        if self._handle is not None and self._fork_generation == _fork_generation and not self._url:
+        if self._handle is not None and self._fork_generation == _fork_generation and self._local:
             os.close(self._handle)
         self._handle = None
 
@@ -98,8 +135,9 @@ class ReaderPool:
         ...     header = reader.read(0, 12)
     """
 
-    def __init__(self, storage_options: dict | None = None, limit: int = 16) -> None:
-        self.storage_options, self.limit = storage_options, limit
+    def __init__(self, storage_options: dict | None = None, limit: int = 16,
+                 copies: ShardCopies | None = None) -> None:
+        self.storage_options, self.limit, self.copies = storage_options, limit, copies
         self._reset()
 
     def _reset(self) -> None:
@@ -128,7 +166,7 @@ class ReaderPool:
                 if not free:
                     del self._free[path]
                 return reader
-        return Reader(path, self.storage_options)
+        return Reader(path, self.storage_options, self.copies)
 
     def _give_back(self, path: str, reader: Reader) -> None:
         if self._fork_generation != _fork_generation:
@@ -216,7 +254,7 @@ class ReaderPool:
         return f"ReaderPool(idle={self._count}, limit={self.limit})"
 
     def __getstate__(self) -> dict:
-        return {"storage_options": self.storage_options, "limit": self.limit}
+        return {"storage_options": self.storage_options, "limit": self.limit, "copies": self.copies}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

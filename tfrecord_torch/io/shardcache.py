@@ -96,7 +96,8 @@ def entry_path(cache: ShardCache, url: str, size: int, version: str) -> str:
 
 
 def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
-               storage_options: dict | None = None) -> int | None:
+               storage_options: dict | None = None, recheck: bool = False,
+               cancel: threading.Event | None = None) -> int | None:
     """A read-only descriptor of a complete local copy of ``url``, filled if
     missing; None when the cache cannot hold it (then read from the bucket).
 
@@ -106,6 +107,9 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
         size: the object's size as listed (a copy of another size is not used).
         version: the object's version as listed (its ETag).
         storage_options: for the file system.
+        recheck: ask the bucket (one stat) whether the object is still the
+            listed one before using a copy already there (a fill checks anyway).
+        cancel: set to give up a fill between its range requests (None is returned).
 
     Raises:
         RemoteError: the object changed since it was listed, or could not be read.
@@ -117,6 +121,12 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
     entry = entry_path(cache, url, size, version)
     fd = _open_complete(entry, size)
     if fd is not None:
+        if recheck:
+            try:
+                _check_unchanged(url, size, version, storage_options, "since it was listed")
+            except BaseException:
+                os.close(fd)
+                raise
         LruFolder.touch(entry)
         return fd
     try:
@@ -129,7 +139,8 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
     try:
         fd = _open_complete(entry, size)  # filled by whoever held the lock before us
         if fd is None:
-            if not _fill(url, entry, cache, size=size, version=version, storage_options=storage_options):
+            if not _fill(url, entry, cache, size=size, version=version, storage_options=storage_options,
+                         cancel=cancel):
                 return None
             fd = _open_complete(entry, size)
     finally:
@@ -158,9 +169,9 @@ def _open_complete(entry: str, size: int) -> int | None:
 
 
 def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
-          storage_options: dict | None) -> bool:
+          storage_options: dict | None, cancel: threading.Event | None = None) -> bool:
     """Copy ``url`` into ``entry`` (under the entry's lock); False if the cache
-    disk cannot hold it."""
+    disk cannot hold it or ``cancel`` was set."""
     folder, base = os.path.split(entry)
     atomic.remove_orphans(folder, os.path.basename(base))  # a killed filler's leftovers
     _check_unchanged(url, size, version, storage_options, "before copying it")
@@ -168,7 +179,10 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     fd, temp = atomic.create_temp(folder, base, lock=True)
     try:
         try:
-            _download(url, fd, size, storage_options)
+            _download(url, fd, size, storage_options, cancel)
+            if cancel is not None and cancel.is_set():  # some ranges were left out
+                _discard(temp)
+                return False
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -187,11 +201,15 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     return True
 
 
-def _download(url: str, fd: int, size: int, storage_options: dict | None) -> None:
-    """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads."""
+def _download(url: str, fd: int, size: int, storage_options: dict | None,
+              cancel: threading.Event | None = None) -> None:
+    """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
+    the ranges not started when ``cancel`` is set left out."""
     starts = list(range(0, size, CHUNK))
 
     def copy(start: int) -> None:
+        if cancel is not None and cancel.is_set():
+            return
         end = min(start + CHUNK, size)
         data = fs.read_range(url, start, end, storage_options)  # retried inside
         if len(data) != end - start:
@@ -209,6 +227,9 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None) -> Non
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
+    # a file system's listing cache (s3fs keeps one) would answer with what was listed
+    system, path = fs.filesystem(url, storage_options)
+    system.invalidate_cache(path)
     now_size, now_version = fs.size_and_version(url, storage_options)
     if (now_size, now_version) != (size, version):
         raise RemoteError(url, f"the object changed {when} (listed: {size} bytes, version {version}; now "

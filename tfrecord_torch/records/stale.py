@@ -15,7 +15,9 @@ import threading
 
 import numpy as np
 
-from tfrecord_torch.errors import CorruptRecordError, StaleIndexError, TFRecordError
+from tfrecord_torch.errors import CorruptRecordError, RemoteError, StaleIndexError, TFRecordError
+from tfrecord_torch.io.copies import damaged_copy
+from tfrecord_torch.io.files import is_url
 from tfrecord_torch.records.index import scan_index
 
 __all__ = ["explain"]
@@ -26,7 +28,16 @@ _LOCK = threading.Lock()
 
 def explain(error: CorruptRecordError, index: np.ndarray, storage_options: dict | None = None) -> TFRecordError:
     """The error to raise for ``error``, met reading ``index``'s record
-    ``error.record``: :class:`StaleIndexError` if the index, not the file, is wrong."""
+    ``error.record``: :class:`StaleIndexError` if the index, not the file, is wrong;
+    :class:`RemoteError` if a local copy of a remote shard, not the object, is."""
+    r = error.record
+    if r is not None and 0 <= r < len(index) and is_url(error.path):
+        offset, size = int(index[r, 0]), int(index[r, 1])
+        entry = damaged_copy(error.path, offset, size, storage_options)
+        if entry is not None:
+            return RemoteError(error.path, f"record {r} at byte {offset} (cached copy at {entry}): the copy "
+                                           "differs from the object there (damaged by another process); it "
+                                           "was removed: read again to copy the shard anew")
     if "length CRC mismatch" not in str(error.reason or ""):  # only a misplaced read looks like a bad header
         return error
     key = (error.path, id(index), len(index))

@@ -20,6 +20,7 @@ from tfrecord_torch.records.index import scan_index
 def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(folder))
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))  # `cache --clear` clears it too
     return folder
 
 

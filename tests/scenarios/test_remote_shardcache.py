@@ -1,0 +1,316 @@
+"""The shard cache through the datasets, against moto's S3 server on 127.0.0.1
+(every request logged): each remote shard is copied once and later epochs make no
+range requests for records, DataLoader workers share the copies, and a killed
+copier, a cut copy, a full disk and a rewritten object give the right records or a
+clear error -- the records always equal an uncached read's."""
+
+import errno
+import gc
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from tfrecord_torch import (
+    IndexedTFRecordDataset,
+    Int64,
+    RecordWriter,
+    ShardCache,
+    ShardedWriter,
+    Source,
+    TFRecordDataset,
+    make_example,
+)
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.io import files, shardcache
+
+from .test_remote import S3
+
+RECORDS = 60
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def s3():
+    import urllib.request
+
+    server = S3()
+    endpoint = server.options["client_kwargs"]["endpoint_url"]
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
+    yield server
+    server.close()
+
+
+def write(s3, prefix: str, first_id: int = 0) -> list[str]:
+    """Three shards of 20 records, ids ``first_id`` on, with index objects."""
+    with ShardedWriter(f"s3://bucket/{prefix}", name="data", max_records=RECORDS // SHARDS,
+                       storage_options=s3.options) as w:
+        for i in range(first_id, first_id + RECORDS):
+            w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
+    return w.paths
+
+
+_prefixes = iter(range(10_000))
+
+
+@pytest.fixture(scope="module")
+def shards(s3):
+    """Shards with index objects (no index cache involved); the tests change only their copies."""
+    return write(s3, f"sc{next(_prefixes)}")
+
+
+def shard_gets(s3, paths) -> dict[str, int]:
+    """GET requests (ranged or not) of each shard object since the log was cleared."""
+    keys = {"/" + p.split("://", 1)[1]: p for p in paths}
+    counts = dict.fromkeys(paths, 0)
+    for method, path, _ in s3.requests:
+        if method == "GET" and path in keys:
+            counts[keys[path]] += 1
+    return counts
+
+
+def ids(dataset) -> list[int]:
+    out = []
+    for item in dataset:
+        out += item["id"].reshape(-1).tolist()
+    return out
+
+
+def dataset(s3, paths, cache, **kwargs):
+    return TFRecordDataset(paths, features={"id": Int64()}, storage_options=s3.options,
+                           source=Source(cache=cache), **kwargs)
+
+
+def no_leftovers(folder) -> bool:
+    return not [n for n in os.listdir(folder) if n.endswith((".partial", ".lock"))]
+
+
+@pytest.mark.parametrize("options", [{}, {"shuffle": True}, {"batch_size": 7}, {"shuffle": True, "batch_size": 7}],
+                         ids=["in-order", "shuffled", "batches", "shuffled-batches"])
+def test_each_shard_is_copied_once_and_the_next_epoch_reads_no_ranges(s3, shards, tmp_path, options):
+    plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, **options)
+    ds = dataset(s3, shards, ShardCache(str(tmp_path / "shards")), **options)
+    s3.requests.clear()
+    first = ids(ds)
+    assert first == ids(plain) if not options.get("shuffle") else sorted(first) == list(range(RECORDS))
+    s3.requests.clear()
+    first = ids(ds)
+    assert sorted(first) == list(range(RECORDS))
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)  # the copies, reused
+    assert no_leftovers(tmp_path / "shards")
+
+
+def test_streamed_gzip_shards_are_copied_once_and_streamed_from_the_copies(s3, tmp_path):
+    paths = [f"s3://bucket/gz{next(_prefixes)}/part-{k}.tfrecord.gz" for k in range(2)]
+    for k, url in enumerate(paths):
+        with RecordWriter(url, compression="gzip", storage_options=s3.options) as w:
+            for i in range(k * 10, k * 10 + 10):
+                w.write(make_example({"id": i}))
+    ds = dataset(s3, paths, ShardCache(str(tmp_path / "shards")), shuffle=True)
+    assert ds.streamed
+    s3.requests.clear()
+    assert sorted(ids(ds)) == list(range(20))
+    assert shard_gets(s3, paths) == dict.fromkeys(paths, 1)
+    s3.requests.clear()
+    assert sorted(ids(ds)) == list(range(20))
+    assert shard_gets(s3, paths) == dict.fromkeys(paths, 0)
+
+
+def test_random_reads_copy_each_shard_with_one_whole_range(s3, shards, tmp_path):
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                cache=ShardCache(str(tmp_path / "shards")))
+    order = np.random.default_rng(1).permutation(RECORDS).tolist()
+    s3.requests.clear()
+    assert [ds[i]["id"].item() for i in order] == order
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
+    ranges = sorted(r for method, path, r in s3.requests if method == "GET" and r)
+    assert ranges == sorted(f"bytes=0-{sizes[p] - 1}" for p in shards)
+
+
+def test_two_workers_share_one_copy_per_shard(s3, shards, tmp_path):
+    ds = dataset(s3, shards, ShardCache(str(tmp_path / "shards")), shuffle=True)
+    s3.requests.clear()
+    got = ids(DataLoader(ds, batch_size=None, num_workers=2))
+    assert sorted(got) == list(range(RECORDS))
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
+    s3.requests.clear()
+    assert sorted(ids(DataLoader(ds, batch_size=None, num_workers=2))) == list(range(RECORDS))
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
+
+
+def test_map_style_reads_records_from_the_copies(s3, shards, tmp_path):
+    plain = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options)
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                cache=ShardCache(str(tmp_path / "shards")))
+    order = np.random.default_rng(0).permutation(RECORDS).tolist()
+    s3.requests.clear()
+    assert [ds[i]["id"].item() for i in order] == [plain[i]["id"].item() for i in order]
+    ds.close()
+    s3.requests.clear()
+    assert [x["id"].item() for x in ds.__getitems__(order)] == order
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
+
+
+def test_no_copying_thread_is_left_after_a_break(s3, shards, tmp_path):
+    ds = dataset(s3, shards, ShardCache(str(tmp_path / "shards"), ahead=2))
+    for item in ds:
+        assert item["id"].item() == 0
+        assert any(t.name == "tfrecord_torch-copy-ahead" for t in threading.enumerate())
+        break
+    del item
+    gc.collect()
+    assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-copy-ahead"]
+
+
+def test_copies_go_ahead_of_the_reader_in_the_epochs_order(s3, shards, tmp_path):
+    cache = ShardCache(str(tmp_path / "shards"), ahead=1)
+    ds = dataset(s3, shards, cache)
+    it = iter(ds)
+    assert next(it)["id"].item() == 0  # reading shard 0: shard 1 is copied meanwhile, not shard 2
+    deadline = time.monotonic() + 30
+    while shardcache.shard_cache_usage(cache)[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stats = {p: files.size_and_version(p, s3.options) for p in shards}
+    held = {p for p in shards if os.path.exists(shardcache.entry_path(cache, p, *stats[p]))}
+    assert held == set(shards[:2])
+    assert [x["id"].item() for x in it] == list(range(1, RECORDS))
+
+
+def _read_until_killed(ds, started):
+    """A DataLoader worker's reading, its copy held mid-download."""
+    real = files.read_range
+
+    def slow(url, start, end, storage_options=None):
+        data = real(url, start, end, storage_options)
+        started.set()
+        time.sleep(3600)
+        return data
+
+    shardcache.fs.read_range = slow  # this child only
+    next(iter(ds))
+
+
+def test_a_worker_killed_mid_copy_leaves_no_half_file_in_use(s3, shards, tmp_path, monkeypatch):
+    monkeypatch.setattr(shardcache, "CHUNK", 1000)  # several ranges per shard: the kill comes between them
+    folder = tmp_path / "shards"
+    ds = dataset(s3, shards, ShardCache(str(folder), ahead=0))
+    ctx = multiprocessing.get_context("fork")
+    started = ctx.Event()
+    child = ctx.Process(target=_read_until_killed, args=(ds, started))
+    child.start()
+    try:
+        assert started.wait(60)
+        deadline = time.monotonic() + 30
+        while not [n for n in os.listdir(folder) if n.endswith(".partial")] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [n for n in os.listdir(folder) if n.endswith(".partial")]  # the half copy
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+    assert ids(ds) == list(range(RECORDS))
+    assert no_leftovers(folder)
+    assert shardcache.shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
+
+
+def test_a_copy_cut_by_another_process_between_epochs_is_fetched_again(s3, shards, tmp_path):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = dataset(s3, shards, cache)
+    assert ids(ds) == list(range(RECORDS))
+    size, version = files.size_and_version(shards[1], s3.options)
+    entry = shardcache.entry_path(cache, shards[1], size, version)
+    os.truncate(entry, size // 2)
+    s3.requests.clear()
+    assert ids(ds) == list(range(RECORDS))
+    assert shard_gets(s3, shards) == {shards[0]: 0, shards[1]: 1, shards[2]: 0}
+    assert os.path.getsize(entry) == size
+
+
+def test_a_copy_cut_while_open_is_fetched_again(s3, shards, tmp_path):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, cache=cache)
+    assert ds[0]["id"].item() == 0  # shard 0's copy is open now
+    size, version = files.size_and_version(shards[0], s3.options)
+    os.truncate(shardcache.entry_path(cache, shards[0], size, version), 100)
+    assert [ds[i]["id"].item() for i in range(RECORDS)] == list(range(RECORDS))
+
+
+def test_a_copy_damaged_in_place_is_named_removed_and_fetched_again(s3, shards, tmp_path):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = dataset(s3, shards, cache)
+    assert ids(ds) == list(range(RECORDS))
+    size, version = files.size_and_version(shards[1], s3.options)
+    entry = shardcache.entry_path(cache, shards[1], size, version)
+    with open(entry, "r+b") as f:  # another process writes over a record's payload
+        f.seek(size // 2)
+        f.write(b"\xff" * 16)
+    with pytest.raises(RemoteError, match=rf"{shards[1]}: record \d+ at byte \d+ \(cached copy at {entry}\)"):
+        ids(ds)
+    assert not os.path.exists(entry)
+    assert ids(ds) == list(range(RECORDS))
+
+
+def test_a_deleted_copy_is_fetched_again(s3, shards, tmp_path):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = dataset(s3, shards, cache)
+    assert ids(ds) == list(range(RECORDS))
+    assert shardcache.clear_shard_cache(cache) == SHARDS
+    s3.requests.clear()
+    assert ids(ds) == list(range(RECORDS))
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
+
+
+def test_a_full_disk_reads_records_from_the_bucket(s3, shards, tmp_path, monkeypatch, caplog):
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shardcache.os, "pwrite", full)
+    folder = tmp_path / "shards"
+    for options in ({}, {"shuffle": True}):
+        plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, **options)
+        with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+            assert ids(dataset(s3, shards, ShardCache(str(folder)), **options)) == ids(plain)
+    assert "cannot write (No space left on device); reading from the bucket" in caplog.text
+    assert os.listdir(folder) == []
+
+
+def test_an_object_rewritten_between_epochs_is_an_error_not_its_old_records(s3, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    prefix = f"sc{next(_prefixes)}"
+    paths = write(s3, prefix)
+    ds = dataset(s3, paths, ShardCache(str(tmp_path / "shards")))
+    assert ids(ds) == list(range(RECORDS))
+    write(s3, prefix, first_id=1000)  # the same sizes, other values
+    got = []
+    with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00000-of-00003.*changed since it was listed"):
+        for item in ds:
+            got.append(item["id"].item())
+    assert got == []  # neither the old records nor the new ones under the old index
+
+
+def test_a_bad_cache_argument_is_refused():
+    with pytest.raises(ValueError, match="Source.cache must be a ShardCache"):
+        Source(cache="/tmp/cache")
+    with pytest.raises(TypeError, match="cache must be a ShardCache"):
+        IndexedTFRecordDataset("x.tfrecord", cache=32 << 30)
+
+
+def test_the_cli_shows_and_clears_the_shard_copies(s3, shards, tmp_path, monkeypatch, capsys):
+    from tfrecord_torch.cli import main
+
+    folder = tmp_path / "shards"
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(folder))
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    assert ids(dataset(s3, shards, ShardCache())) == list(range(RECORDS))
+    assert main(["cache"]) == 0
+    size = sum(files.size_and_version(p, s3.options)[0] for p in shards)
+    assert f"{folder}: {SHARDS} shard copies, {size:,} bytes" in capsys.readouterr().out
+    assert main(["cache", "--clear"]) == 0
+    assert f"removed {SHARDS} shard copies from {folder}" in capsys.readouterr().out
+    assert os.listdir(folder) == []

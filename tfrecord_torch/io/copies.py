@@ -1,0 +1,241 @@
+"""A dataset's remote shards as the shard cache keeps them, and the thread that
+copies a reader's next shards ahead of it.
+
+:class:`ShardCopies` binds a :class:`~tfrecord_torch.io.shardcache.ShardCache` to
+what the dataset's listing saw of each remote shard (size and ETag), so a copy is
+keyed on the object the dataset's indexes describe. Each object is asked again
+(one stat) the first time an iteration uses its copy: an object rewritten since the
+listing raises :class:`~tfrecord_torch.errors.RemoteError` instead of serving the
+copy of its former self. :class:`CopyAhead` fills the copies of the shards a
+reader reads next, in its order, while it reads the current ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.shardcache import ShardCache, entry_path, open_shard
+
+__all__ = ["CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy"]
+
+log = logging.getLogger(__name__)
+
+_in_use: dict[str, str] = {}  # URL -> the copy this process last opened for it
+
+
+def copy_in_use(url: str) -> str | None:
+    """The copy of ``url`` this process reads (None if it reads none)."""
+    return _in_use.get(url)
+
+
+class ShardCopies:
+    """Local copies of a dataset's remote shards.
+
+    Args:
+        cache: where and how much to keep.
+        stats: each remote shard's (size, version) as listed; a shard missing
+            here is asked for them when first opened.
+        storage_options: fsspec options for the URLs.
+
+    Thread-safe. :meth:`fresh` gives the same copies with nothing checked yet
+    (one per iteration, so each epoch asks each object once whether it changed).
+    """
+
+    def __init__(self, cache: ShardCache, stats: Mapping[str, tuple[int, str]],
+                 storage_options: dict | None = None) -> None:
+        self.cache, self.storage_options = cache, storage_options
+        self._stats = dict(stats)
+        self._checked: set[str] = set()  # objects found unchanged since listed, this iteration
+        self._opening: dict[str, threading.Lock] = {}  # held while an object is checked (or copied)
+        self._lock = threading.Lock()
+
+    def warn_if_too_small(self, shuffled: bool) -> None:
+        """Log a warning when the shards are more than the cache holds and a
+        shuffle reads them all at once: the copies would be evicted before reuse."""
+        total = sum(size for size, _ in self._stats.values())
+        if shuffled and total > self.cache.limit:
+            log.warning("the shard cache's limit (%d bytes) is less than the %d bytes of remote shards a "
+                        "shuffled epoch reads from all at once: copies will be evicted before they are "
+                        "read again; raise ShardCache(limit=), or leave the cache out", self.cache.limit, total)
+
+    def fresh(self) -> ShardCopies:
+        """These copies with no object checked yet."""
+        return ShardCopies(self.cache, self._stats, self.storage_options)
+
+    def covers(self, path: Any) -> bool:
+        """Whether ``path`` is a remote shard (local shards are never copied)."""
+        return fs.is_url(path)
+
+    def stat(self, url: str) -> tuple[int, str]:
+        """``url``'s (size, version) as listed."""
+        with self._lock:
+            known = self._stats.get(url)
+        if known is None:
+            known = fs.size_and_version(url, self.storage_options)
+            with self._lock:
+                known = self._stats.setdefault(url, known)
+        return known
+
+    def entry(self, url: str) -> str:
+        """Where ``url``'s copy is (or would be) kept."""
+        size, version = self.stat(url)
+        return entry_path(self.cache, url, size, version)
+
+    def open(self, url: str, cancel: threading.Event | None = None) -> int | None:
+        """A read-only descriptor of ``url``'s complete copy (filled if
+        missing), or None: read it from the bucket (a full cache disk, a shard
+        larger than the limit, or ``cancel`` set).
+
+        Raises:
+            RemoteError: the object changed since it was listed.
+        """
+        size, version = self.stat(url)
+        with self._lock:
+            checked = url in self._checked
+            if not checked:
+                opening = self._opening.setdefault(url, threading.Lock())
+        if checked:
+            fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
+                            cancel=cancel)
+        else:
+            fd = self._open_checked(url, size, version, opening, cancel)
+        if fd is not None:
+            _in_use[url] = entry_path(self.cache, url, size, version)
+        return fd
+
+    def _open_checked(self, url: str, size: int, version: str, opening: threading.Lock,
+                      cancel: threading.Event | None) -> int | None:
+        with opening:  # a second thread opening it meanwhile waits, then needs no check of its own
+            with self._lock:
+                recheck = url not in self._checked
+            fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
+                            recheck=recheck, cancel=cancel)
+            if fd is not None:
+                with self._lock:
+                    self._checked.add(url)
+        return fd
+
+    def open_file(self, url: str):
+        """``url``'s copy as an unbuffered binary file named ``url`` (for
+        streaming), or None: stream it from the bucket."""
+        fd = self.open(url)
+        if fd is None:
+            return None
+        f = open(fd, "rb", buffering=0)
+        try:
+            f.name = url  # errors name the shard, not the copy
+        except AttributeError:
+            pass
+        return f
+
+    def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
+        return {"cache": self.cache, "storage_options": self.storage_options, "_stats": self._stats}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._checked, self._opening = set(), {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ShardCopies({self.cache!r}, {len(self._stats)} shards)"
+
+
+class CopyAhead:
+    """Copies the shards a reader reads next into the cache, on a thread.
+
+    ``order`` gives the reader's remote shards in the order it first reads
+    them (computed lazily, on the thread); the thread stays ``ahead`` shards
+    ahead of those the reader said it began (:meth:`began`). The reader opens
+    its shards through the same cache: a shard being copied here is waited
+    for (the cache's lock), not copied twice. :meth:`close` stops the thread,
+    giving up a copy in progress between two range requests.
+    """
+
+    def __init__(self, copies: ShardCopies, order: Iterable[str], ahead: int) -> None:
+        self.copies, self.ahead = copies, ahead
+        self._began: set[str] = set()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(iter(order),), daemon=True,
+                                        name="tfrecord_torch-copy-ahead")
+        self._thread.start()
+
+    def began(self, urls: Iterable[str]) -> None:
+        """The reader began reading ``urls``."""
+        with self._cond:
+            before = len(self._began)
+            self._began.update(urls)
+            if len(self._began) != before:
+                self._cond.notify_all()
+
+    def _run(self, order: Iterator[str]) -> None:
+        done = 0
+        try:
+            for url in order:
+                with self._cond:
+                    while not self._stop.is_set() and done >= len(self._began) + self.ahead:
+                        self._cond.wait()
+                if self._stop.is_set():
+                    return
+                done += 1
+                try:
+                    fd = self.copies.open(url, cancel=self._stop)
+                except Exception as e:  # the reader opening this shard meets it again and raises it
+                    log.debug("copying %s ahead failed: %s", url, e)
+                    continue
+                if fd is not None:
+                    os.close(fd)
+        except Exception as e:  # working out the order; reading goes on without copies ahead
+            log.warning("copying shards ahead stopped: %s", e)
+
+    def close(self) -> None:
+        """Stop the thread and wait for it."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> CopyAhead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def copy_ahead(copies: ShardCopies | None, urls: Iterable[str]) -> CopyAhead | None:
+    """A :class:`CopyAhead` of the remote shards among ``urls`` (in the order a
+    reader first reads them), or None: no copies, or ``ahead=0``."""
+    if copies is None or copies.cache.ahead == 0:
+        return None
+    return CopyAhead(copies, (url for url in urls if copies.covers(url)), copies.cache.ahead)
+
+
+def damaged_copy(url: str, offset: int, size: int, storage_options: dict | None = None) -> str | None:
+    """The copy of ``url`` this process reads, if its bytes ``[offset, offset +
+    size)`` differ from the object's (another process damaged it); the copy is
+    removed then, so the next read copies the object again. None: no copy, or
+    it holds what the object holds."""
+    entry = copy_in_use(url)
+    if entry is None or size <= 0:
+        return None
+    try:
+        with open(entry, "rb", buffering=0) as f:
+            held = os.pread(f.fileno(), size, offset)
+    except FileNotFoundError:
+        return None
+    if held == fs.read_range(url, offset, offset + size, storage_options):
+        return None
+    log.warning("removing the shard cache's copy %s of %s: its bytes %d-%d differ from the object's",
+                entry, url, offset, offset + size)
+    try:
+        os.unlink(entry)
+    except FileNotFoundError:
+        pass
+    _in_use.pop(url, None)
+    return entry
