@@ -3,8 +3,9 @@
 The blocks are read from the pages themselves, so a new block is tested as soon as it is
 written. A ```python block runs in a fresh namespace (so it imports what it uses, as a
 reader's script must) with a fresh working folder holding the data its paths name, made here
-by this library's writers; a ```bash block runs in bash there, with the package's command on
-the PATH. Python blocks run in the test's process (torch is imported once, not once a
+by this library's writers, and an index cache and a shard cache of its own (so a block's
+`tfrecord-torch cache --clear` leaves yours alone); a ```bash block runs in bash there, with
+the package's command on the PATH. Python blocks run in the test's process (torch is imported once, not once a
 block: a process per block cost about 3 s of CPU each), except that the blocks importing
 TensorFlow, and those importing the `tfrecord` package, run together in one process per
 peer (neither can share a process with the other or with every test), and a block that
@@ -242,6 +243,7 @@ def _work_folder(code: str, folder: Path, sources: dict[str, Path]) -> Path:
 
 def _env(folder: Path) -> dict[str, str]:
     return dict(os.environ, TFRECORD_TORCH_CACHE=str(folder / "cache"),
+                TFRECORD_TORCH_SHARD_CACHE=str(folder / "shard-cache"),
                 PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
                 PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
@@ -275,6 +277,7 @@ results = []
 for job in jobs:
     os.chdir(job["work"])
     os.environ["TFRECORD_TORCH_CACHE"] = job["cache"]
+    os.environ["TFRECORD_TORCH_SHARD_CACHE"] = job["shard_cache"]
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
@@ -302,7 +305,8 @@ def peer_runs(data_sources, tmp_path_factory):
                 (folder / str(n)).mkdir()
                 jobs.append({"code": member.code, "where": f"{member.page} line {member.line}",
                              "work": str(_work_folder(member.code, folder / str(n), data_sources)),
-                             "cache": str(folder / str(n) / "cache")})
+                             "cache": str(folder / str(n) / "cache"),
+                             "shard_cache": str(folder / str(n) / "shard-cache")})
             (folder / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
             (folder / "driver.py").write_text(_GROUP_DRIVER, encoding="utf-8")
             proc = subprocess.run([sys.executable, *_WARNINGS, str(folder / "driver.py"), str(folder / "jobs.json"),
@@ -332,6 +336,7 @@ def exec_block(block: Block, folder: Path, sources: dict[str, Path], monkeypatch
     work = _work_folder(block.code, folder, sources)
     monkeypatch.chdir(work)
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(folder / "cache"))
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(folder / "shard-cache"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(block.code, f"{block.page} line {block.line}", "exec"), {"__name__": "__doc_block__"})
