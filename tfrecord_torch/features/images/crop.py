@@ -147,18 +147,19 @@ def crop_params_batch(plan: CropPlan, sizes: Sequence[tuple[int, int]],
     are exactly such a refill of a fresh tensor).
     """
     draws = _Draws(generator)
-    crop = plan.scale is not None and plan.ratio is not None
-    if crop:
-        log_ratio = torch.log(torch.tensor(plan.ratio))  # as the transform keeps it (default dtype)
-        low, high = float(log_ratio[0]), float(log_ratio[1])
+    scale, ratio = plan.scale, plan.ratio
+    log_low = log_high = 0.0
+    if scale is not None and ratio is not None:
+        log_ratio = torch.log(torch.tensor(ratio))  # as the transform keeps it (default dtype)
+        log_low, log_high = float(log_ratio[0]), float(log_ratio[1])
     # torchvision compares the tensor with p in the tensor's dtype: p rounded to it, then compared exactly
     p = torch.tensor(plan.flip, dtype=draws.real.dtype).item()
     out = []
     for height, width in sizes:
-        if crop:
-            top, left, h, w = _random_resized_crop(plan.scale, plan.ratio, low, high, height, width, draws)
-        else:
+        if scale is None or ratio is None:
             top, left, h, w = 0, 0, height, width
+        else:
+            top, left, h, w = _random_resized_crop(scale, ratio, log_low, log_high, height, width, draws)
         flip = plan.flip > 0 and draws.uniform(0.0, 1.0) < p
         out.append(CropParams(top, left, h, w, flip))
     return out

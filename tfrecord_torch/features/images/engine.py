@@ -211,14 +211,16 @@ class DecodeEngine:
         """
         failures: dict[int, Exception] = {}
         headers: list[Header | None] = []
-        for i, header in enumerate(read_headers(images)):  # JPEGs in one call, GIL released
-            if isinstance(header, Header):
+        for i, found in enumerate(read_headers(images)):  # JPEGs in one call, GIL released
+            header: Header | None = None
+            if isinstance(found, Header):
                 try:
-                    check_pixels(header)
+                    check_pixels(found)
+                    header = found
                 except ValueError as e:
-                    header = e
-            if not isinstance(header, Header):
-                failures[i], header = header, None
+                    failures[i] = e
+            else:
+                failures[i] = found
             headers.append(header)
         jobs: list[CropParams | None] = [None] * len(images)
         if plan is not None:
