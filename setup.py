@@ -1,7 +1,7 @@
 """The compiled parts, both optional (the package falls back to Python with the same results):
 
 - ``features/_jpegcrop``: crop-window and whole-batch JPEG decoding on the
-  system's libjpeg-turbo; without libjpeg's headers (no ``libjpeg-dev``) the
+  system's libjpeg-turbo, and a batch's JPEG header scan; without libjpeg's headers (no ``libjpeg-dev``) the
   package decodes whole images with simplejpeg, then crops
   (``tfrecord_torch.features.images.jpeg.crop_decoding_available()`` tells).
 - ``example/_fastwire``: tf.train.Example / SequenceExample decoding for the

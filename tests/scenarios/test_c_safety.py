@@ -1,5 +1,5 @@
 """The compiled helpers (features/images/_jpegcrop.c, example/_fastwire.c) on input
-built to break them: crop windows outside the image, varints protobuf refuses,
+built to break them: crop windows outside the image, JPEG headers of random bytes, varints protobuf refuses,
 shapes too large for an array, and index rows that are negative, overflow or
 change during a read. Each gives what the pure-Python path gives (a clear
 error, protobuf's answer, the records) and touches no memory it does not own;
@@ -10,6 +10,8 @@ import os
 import numpy as np
 import pytest
 from helpers import png_bytes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfrecord_torch import (
     ExampleDecodeError,
@@ -27,6 +29,7 @@ from tfrecord_torch import (
 from tfrecord_torch.example import codec
 from tfrecord_torch.example.codec import parse_example_protobuf, parse_sequence_example_protobuf
 from tfrecord_torch.features.images import jpeg as jpeg_module
+from tfrecord_torch.features.images import limits
 from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg, decode_jpeg_window
 from tfrecord_torch.records import frames
 from tfrecord_torch.records.crc import crc32c, masked_crc32c
@@ -81,6 +84,49 @@ def test_a_batch_of_an_impossible_size_is_refused():
     out = np.empty((1, 1, 1, 3), np.uint8)
     with pytest.raises(ValueError, match="not a JPEG size"):
         jpeg_module._CROP.decode_many([jpeg()], out, -1, 2**40, True)
+
+
+# -- JPEG headers of a batch ----------------------------------------------------------------------
+
+header_scan = pytest.mark.skipif(limits._HELPER is None, reason="the compiled helper is not built")
+
+
+def _answers(images):
+    """Each image's header, or its error's type and message, from read_header one by one."""
+    out = []
+    for data in images:
+        try:
+            out.append(limits.read_header(data))
+        except Exception as e:  # noqa: BLE001 - compared, not raised
+            out.append((type(e), str(e)))
+    return out
+
+
+def _batch_answers(images):
+    return [(type(h), str(h)) if isinstance(h, Exception) else h for h in limits.read_headers(images)]
+
+
+@header_scan
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.binary(max_size=64), max_size=8))
+def test_random_bytes_after_the_jpeg_magic_get_read_headers_answer(tails):
+    """JPEG magic followed by random bytes (markers, lengths, fill bytes cut
+    anywhere): the compiled scan answers as read_header, reading nothing past the end."""
+    images = [b"\xff\xd8\xff" + tail for tail in tails]
+    assert _batch_answers(images) == _answers(images)
+
+
+@header_scan
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_a_mutated_jpeg_header_gets_read_headers_answer(data):
+    """A real JPEG's header with bytes overwritten, then cut: the same answer as read_header."""
+    original = bytearray(jpeg()[:700])
+    for _ in range(data.draw(st.integers(0, 6))):
+        original[data.draw(st.integers(3, len(original) - 1))] = data.draw(st.sampled_from([0, 1, 0xC0, 0xC2, 0xC4,
+                                                                                            0xD9, 0xFF, 0x80]))
+    image = bytes(original[:data.draw(st.integers(3, len(original)))])
+    assert _batch_answers([image]) == _answers([image])
 
 
 # -- varints protobuf refuses ---------------------------------------------------------------------

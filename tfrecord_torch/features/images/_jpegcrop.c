@@ -19,6 +19,10 @@
  * makes them. Since the rows below the window are not decoded, a file with
  * no end-of-image marker after its first scan is refused before decoding,
  * so a truncated file fails here as it does in a full decode.
+ *
+ * jpeg_headers(images) reads a whole batch's JPEG frame headers (size,
+ * components, precision) in one call, walking the markers as
+ * limits.read_header does, so a batch's headers cost one GIL round trip.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -305,7 +309,101 @@ done:
     return errors;
 }
 
+/* The frame header of one JPEG, walked exactly as limits._jpeg walks it: from byte 2, while a marker
+ * (FF) starts 10 bytes or more before the end, fill bytes (FF FF) are skipped, a start-of-frame
+ * marker (C0-CF but C4, C8, CC) gives the size, and any other marker is skipped by its 16-bit length.
+ * Returns 1 with the four values set, or 0 (no frame size: truncated or corrupt). Positions are
+ * 64-bit and each step adds at most 65537, so no sum can wrap. */
+static int jpeg_frame(const unsigned char *data, unsigned long long n, long long values[4]) {
+    unsigned long long pos = 2;
+    while (pos + 10 <= n && data[pos] == 0xFF) {
+        unsigned char marker = data[pos + 1];
+        if (marker == 0xFF) {
+            pos += 1;
+            continue;
+        }
+        if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+            values[0] = (long long)data[pos + 7] << 8 | data[pos + 8]; /* width */
+            values[1] = (long long)data[pos + 5] << 8 | data[pos + 6]; /* height */
+            values[2] = data[pos + 9];                                  /* components */
+            values[3] = data[pos + 4];                                  /* precision */
+            return 1;
+        }
+        pos += 2 + ((unsigned long long)data[pos + 2] << 8 | data[pos + 3]);
+    }
+    return 0;
+}
+
+static PyObject *jpeg_headers(PyObject *self, PyObject *args) {
+    PyObject *items, *seq, *result = NULL;
+    Py_ssize_t n, i;
+    const unsigned char **data = NULL;
+    unsigned long long *sizes = NULL;
+    int *status = NULL; /* -1: not bytes or not a JPEG, 0: no frame size, 1: found */
+    long long (*values)[4] = NULL;
+
+    if (!PyArg_ParseTuple(args, "O", &items)) {
+        return NULL;
+    }
+    seq = PySequence_Tuple(items); /* our own references: the caller's list may change meanwhile */
+    if (seq == NULL) {
+        return NULL;
+    }
+    n = PyTuple_GET_SIZE(seq);
+    data = malloc(sizeof(*data) * (size_t)(n ? n : 1));
+    sizes = malloc(sizeof(*sizes) * (size_t)(n ? n : 1));
+    status = malloc(sizeof(*status) * (size_t)(n ? n : 1));
+    values = malloc(sizeof(*values) * (size_t)(n ? n : 1));
+    if (!data || !sizes || !status || !values) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) { /* bytes only: immutable, and the tuple holds them while the GIL is away */
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        status[i] = -1;
+        data[i] = NULL;
+        sizes[i] = 0;
+        if (PyBytes_Check(item)) {
+            data[i] = (const unsigned char *)PyBytes_AS_STRING(item);
+            sizes[i] = (unsigned long long)PyBytes_GET_SIZE(item);
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < n; i++) {
+        if (sizes[i] >= 3 && data[i][0] == 0xFF && data[i][1] == 0xD8 && data[i][2] == 0xFF) {
+            status[i] = jpeg_frame(data[i], sizes[i], values[i]);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyList_New(n);
+    for (i = 0; result != NULL && i < n; i++) {
+        PyObject *value;
+        if (status[i] == 1) {
+            value = Py_BuildValue("(LLLL)", values[i][0], values[i][1], values[i][2], values[i][3]);
+        } else {
+            value = status[i] == 0 ? Py_False : Py_None;
+            Py_INCREF(value);
+        }
+        if (value == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, i, value);
+    }
+done:
+    free(data);
+    free(sizes);
+    free(status);
+    free(values);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"jpeg_headers", jpeg_headers, METH_VARARGS,
+     "jpeg_headers(images): for each bytes-like image, the JPEG frame header's (width, height, components, "
+     "precision); False for a JPEG whose header has no frame size (truncated or corrupt); None for anything "
+     "else (not a JPEG, or not bytes). One call for the batch, GIL released while scanning."},
     {"decode_many", decode_many, METH_VARARGS,
      "decode_many(images, out, height, width, fast): decode each JPEG (all height x width) to RGB into its "
      "slot of out (len(images) * height * width * 3 bytes), GIL released for the whole list; returns one "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -33,7 +34,7 @@ from tfrecord_torch.features.images.limits import check_pixels, read_header
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.images.wrap import as_image
 
-__all__ = ["Box", "CropParams", "CropPlan", "CroppedImage", "crop_params", "plan_transform", "resize_into"]
+__all__ = ["Box", "CropParams", "CropPlan", "CroppedImage", "crop_params", "crop_params_batch", "plan_transform", "resize_into"]
 
 
 @dataclass(frozen=True)
@@ -129,27 +130,74 @@ def crop_params(plan: CropPlan, height: int, width: int, generator: torch.Genera
     the transform itself): with a generator seeded like torch's global one,
     the parameters are torchvision's exactly.
     """
-    if plan.scale is None or plan.ratio is None:
-        top, left, h, w = 0, 0, height, width
-    else:
-        top, left, h, w = _random_resized_crop(plan.scale, plan.ratio, height, width, generator)
-    flip = plan.flip > 0 and bool(torch.rand(1, generator=generator) < plan.flip)
-    return CropParams(top, left, h, w, flip)
+    return crop_params_batch(plan, [(height, width)], generator)[0]
 
 
-def _random_resized_crop(scale, ratio, height, width, generator) -> Box:
+def crop_params_batch(plan: CropPlan, sizes: Sequence[tuple[int, int]],
+                      generator: torch.Generator | None) -> list[CropParams]:
+    """:func:`crop_params` for images of ``sizes`` ((height, width) each),
+    drawn one image after the other: the same parameters, and the same state
+    of ``generator`` after them, as a call per image.
+
+    The draws cannot be vectorised: RandomResizedCrop rejects a window that
+    does not fit and draws again, so how many numbers an image takes depends
+    on the numbers. What a batch shares is set up once instead: the log of
+    the ratio range and two one-element tensors that each draw refills in
+    place (``torch.empty(1).uniform_`` and ``torch.randint(..., size=(1,))``
+    are exactly such a refill of a fresh tensor).
+    """
+    draws = _Draws(generator)
+    scale, ratio = plan.scale, plan.ratio
+    log_low = log_high = 0.0
+    if scale is not None and ratio is not None:
+        log_ratio = torch.log(torch.tensor(ratio))  # as the transform keeps it (default dtype)
+        log_low, log_high = float(log_ratio[0]), float(log_ratio[1])
+    # torchvision compares the tensor with p in the tensor's dtype: p rounded to it, then compared exactly
+    p = torch.tensor(plan.flip, dtype=draws.real.dtype).item()
+    out = []
+    for height, width in sizes:
+        if scale is None or ratio is None:
+            top, left, h, w = 0, 0, height, width
+        else:
+            top, left, h, w = _random_resized_crop(scale, ratio, log_low, log_high, height, width, draws)
+        flip = plan.flip > 0 and draws.uniform(0.0, 1.0) < p
+        out.append(CropParams(top, left, h, w, flip))
+    return out
+
+
+class _Draws:
+    """torch's draws of RandomResizedCrop and RandomHorizontalFlip, from
+    ``generator`` (None: torch's global RNG), into reused tensors of the
+    dtypes the transforms' own fresh ones get (the default float dtype, int64)."""
+
+    def __init__(self, generator: torch.Generator | None) -> None:
+        self.generator = generator
+        self.real = torch.empty(1)
+        self.whole = torch.empty(1, dtype=torch.int64)
+
+    def uniform(self, low: float, high: float) -> float:
+        """``torch.empty(1).uniform_(low, high).item()`` (``torch.rand(1)`` for 0, 1)."""
+        return self.real.uniform_(low, high, generator=self.generator).item()
+
+    def exp_uniform(self, low: float, high: float) -> float:
+        """``torch.exp(torch.empty(1).uniform_(low, high)).item()``."""
+        return self.real.uniform_(low, high, generator=self.generator).exp_().item()
+
+    def randint(self, high: int) -> int:
+        """``torch.randint(0, high, size=(1,)).item()``."""
+        return int(self.whole.random_(0, high, generator=self.generator).item())
+
+
+def _random_resized_crop(scale: tuple[float, float], ratio: tuple[float, float], log_low: float,
+                         log_high: float, height: int, width: int, draws: _Draws) -> Box:
     area = height * width
-    log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
-        aspect_ratio = torch.exp(torch.empty(1).uniform_(float(log_ratio[0]), float(log_ratio[1]),
-                                                         generator=generator)).item()
+        target_area = area * draws.uniform(scale[0], scale[1])
+        aspect_ratio = draws.exp_uniform(log_low, log_high)
         w = int(round(math.sqrt(target_area * aspect_ratio)))
         h = int(round(math.sqrt(target_area / aspect_ratio)))
         if 0 < w <= width and 0 < h <= height:
-            i = int(torch.randint(0, height - h + 1, size=(1,), generator=generator).item())
-            j = int(torch.randint(0, width - w + 1, size=(1,), generator=generator).item())
-            return Box(i, j, h, w)
+            return Box(draws.randint(height - h + 1), draws.randint(width - w + 1), h, w)
     in_ratio = float(width) / float(height)  # torchvision's fallback: a central crop
     if in_ratio < min(ratio):
         w = width

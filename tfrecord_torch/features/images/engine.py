@@ -34,7 +34,7 @@ import torch
 
 from tfrecord_torch._args import check_int
 from tfrecord_torch._pending import Pending
-from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params, resize_into
+from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params_batch, resize_into
 from tfrecord_torch.features.images.decode import decode_image
 from tfrecord_torch.features.images.jpeg import (
     JPEG_DECODERS,
@@ -43,7 +43,7 @@ from tfrecord_torch.features.images.jpeg import (
     decode_jpegs_into,
     fast_jpeg,
 )
-from tfrecord_torch.features.images.limits import Header, check_pixels, read_header
+from tfrecord_torch.features.images.limits import Header, check_pixels, read_headers
 
 __all__ = ["LAYOUTS", "BufferProvider", "DecodeEngine", "DecodedImages", "FreshBuffers", "ImageBatching",
            "MixedSizes", "default_threads"]
@@ -211,19 +211,24 @@ class DecodeEngine:
         """
         failures: dict[int, Exception] = {}
         headers: list[Header | None] = []
-        for i, data in enumerate(images):
-            try:
-                header = read_header(data)
-                check_pixels(header)
-            except Exception as e:  # noqa: BLE001 - every decoder error is the image's
-                failures[i], header = e, None
+        for i, found in enumerate(read_headers(images)):  # JPEGs in one call, GIL released
+            header: Header | None = None
+            if isinstance(found, Header):
+                try:
+                    check_pixels(found)
+                    header = found
+                except ValueError as e:
+                    failures[i] = e
+            else:
+                failures[i] = found
             headers.append(header)
         jobs: list[CropParams | None] = [None] * len(images)
         if plan is not None:
             gen = generator or torch.Generator().manual_seed(0)
-            for i, h in enumerate(headers):
-                if h is not None:
-                    jobs[i] = crop_params(plan, h.height, h.width, gen)
+            known = [i for i, h in enumerate(headers) if h is not None]
+            drawn = crop_params_batch(plan, [(h.height, h.width) for h in headers if h is not None], gen)
+            for i, params in zip(known, drawn):
+                jobs[i] = params
             height, width = plan.size
         else:
             height, width = self._batch_size(headers, failures)

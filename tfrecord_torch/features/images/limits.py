@@ -7,16 +7,21 @@ count from the bytes alone -- PNG, JPEG, GIF and WebP by walking their
 headers and blocks, other formats through Pillow's lazy ``open`` (which reads
 only the header) -- and :func:`check_pixels` refuses an image whose decoded
 frames would exceed :data:`MAX_IMAGE_PIXELS`, before a pixel buffer exists.
+:func:`read_headers` reads a batch's headers, its JPEGs in one call of the
+compiled helper (GIL released) where it is built.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["MAX_IMAGE_PIXELS", "Header", "check_pixels", "image_format", "image_info", "image_size",
-           "read_header"]
+           "read_header", "read_headers"]
 
 MAX_IMAGE_PIXELS = 1 << 28  # pixels of all frames decoded at once (1 GiB as RGBA)
 
@@ -69,6 +74,34 @@ def read_header(data: bytes) -> Header:
     if fmt == "webp":
         return _webp(data)
     return _pillow(data)
+
+
+def read_headers(images: Sequence[bytes]) -> list[Header | Exception]:
+    """Each image's :func:`read_header`, or the error it raises.
+
+    JPEGs given as bytes are scanned by the compiled helper, all in one call
+    with the GIL released (the marker walk of :func:`read_header`, in C: the
+    same headers and the same errors); other formats, and every image when
+    the helper is not built, go through :func:`read_header`.
+    """
+    scanned = _HELPER.jpeg_headers(images) if _HELPER is not None else [None] * len(images)
+    known: dict[tuple[int, int, int, int], Header] = {}  # a batch's images mostly share one header
+    headers: list[Header | Exception] = []
+    for data, found in zip(images, scanned):
+        if found is None:
+            try:
+                headers.append(read_header(data))
+            except Exception as e:  # noqa: BLE001 - the image's error, returned in its place
+                headers.append(e)
+        elif found is False:
+            headers.append(ValueError(_NO_FRAME))
+        else:
+            header = known.get(found)
+            if header is None:
+                width, height, channels, depth = found
+                header = known[found] = Header("jpeg", width, height, 1, channels, depth)
+            headers.append(header)
+    return headers
 
 
 def check_pixels(header: Header, frames: int = 1) -> None:
@@ -128,7 +161,10 @@ def _jpeg(data: bytes) -> Header:
             width = int.from_bytes(data[pos + 7:pos + 9], "big")
             return Header("jpeg", width, height, 1, data[pos + 9], data[pos + 4])
         pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    raise ValueError("JPEG header has no frame size (truncated or corrupt)")
+    raise ValueError(_NO_FRAME)
+
+
+_NO_FRAME = "JPEG header has no frame size (truncated or corrupt)"
 
 
 def _skip_sub_blocks(data: bytes, pos: int) -> int:
@@ -208,3 +244,15 @@ def _pillow(data: bytes) -> Header:
         except Exception as e:  # Pillow raises many types for unreadable bytes
             raise ValueError(f"not an image format this package reads ({type(e).__name__}: {e})") from None
     return Header(fmt, width, height, frames)
+
+
+def _helper() -> Any:
+    """The compiled helper (JPEG headers of a batch in one call), or None when it is not built."""
+    try:  # by name: grimp would read `from <package> import _jpegcrop` as an import of the package
+        module = importlib.import_module("tfrecord_torch.features.images._jpegcrop")
+    except ImportError:
+        return None
+    return module if hasattr(module, "jpeg_headers") else None  # a build older than the scan
+
+
+_HELPER: Any = _helper()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from helpers import png_bytes
 from torchvision import tv_tensors
@@ -20,7 +21,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.features.images.crop import crop_params, plan_transform
+from tfrecord_torch.features.images.crop import crop_params, crop_params_batch, plan_transform
 
 SPEC = {"image": Image(), "label": Int64()}
 JITTER = v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
@@ -109,3 +110,56 @@ def test_parity_holds_on_a_cpu_without_avx2():
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "3 passed" in proc.stdout, proc.stdout[-4000:]
+
+
+# many shapes, and two on which every attempt is rejected (torchvision's central fallback)
+SIZES = [(375, 500), (500, 375), (1000, 10), (10, 1000), (230, 230), (1, 1), (60, 80)] * 4
+
+
+@pytest.mark.parametrize("p", [0.5, 0.7, 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_batch_of_draws_is_the_transforms_own_per_image(p, dtype):
+    """crop_params_batch over images of many shapes vs v2.RandomResizedCrop,
+    then v2.RandomHorizontalFlip(p), on each image in turn from torch's
+    global RNG seeded alike (under either default float dtype): the same
+    windows, the same flips, and the same RNG state after them, drawn from a
+    generator or from the global RNG."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        rrc, flip = v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(p)
+        plan, rest = plan_transform(v2.Compose([rrc, flip]))
+        assert plan is not None and rest == []
+        torch.manual_seed(7)
+        expected = []
+        for height, width in SIZES:
+            params = rrc.make_params([torch.zeros(1, height, width)])
+            flipped = bool(flip(torch.tensor([[[0, 1]]]))[0, 0, 0] == 1)
+            expected.append((params["top"], params["left"], params["height"], params["width"], flipped))
+        state = torch.get_rng_state()
+        assert {box[2:4] for box in expected} >= {(13, 10), (10, 13)}  # the fallback was taken
+        generator = torch.Generator().manual_seed(7)
+        assert crop_params_batch(plan, SIZES, generator) == expected
+        assert torch.equal(generator.get_state(), state)
+        torch.manual_seed(7)
+        assert crop_params_batch(plan, SIZES, None) == expected
+        assert torch.equal(torch.get_rng_state(), state)
+        generator = torch.Generator().manual_seed(7)
+        assert [crop_params(plan, h, w, generator) for h, w in SIZES] == expected
+    finally:
+        torch.set_default_dtype(default)
+
+
+def test_a_flip_probability_between_two_floats_decides_as_the_transform():
+    """A flip probability just above a draw, closer to it than a float32 step:
+    v2.RandomHorizontalFlip compares in float32, where the two are the same
+    number, and does not flip; the batch's draw decides alike."""
+    torch.manual_seed(3)
+    draw = torch.rand(1).item()
+    p = draw + 1e-12
+    flip = v2.RandomHorizontalFlip(p)
+    plan, _ = plan_transform(v2.Compose([v2.Resize((8, 8)), flip]))
+    torch.manual_seed(3)
+    flipped = bool(flip(torch.tensor([[[0, 1]]]))[0, 0, 0] == 1)
+    assert not flipped
+    assert crop_params_batch(plan, [(8, 8)], torch.Generator().manual_seed(3))[0].flip is flipped

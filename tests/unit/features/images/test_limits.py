@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -179,3 +180,88 @@ def test_mutated_images_never_crash_or_balloon():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
     assert "'ok'" in out.stdout and "'error'" in out.stdout
+
+
+def _outcome(data):
+    """read_header's answer for ``data``: the header, or the error's type and message."""
+    try:
+        return read_header(data)
+    except Exception as e:  # noqa: BLE001 - compared, not raised
+        return _error(e)
+
+
+def _error(e):
+    return type(e), re.sub(r"0x[0-9a-f]+", "0x...", str(e))  # Pillow's messages name a BytesIO's address
+
+
+def _batch_outcomes(images):
+    return [_error(h) if isinstance(h, Exception) else h for h in limits.read_headers(images)]
+
+
+def _header_corpus():
+    rng = np.random.default_rng(3)
+    photo = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    base = encoded("JPEG", (64, 48))
+    out = {
+        "baseline": base,
+        "progressive": _save(photo, "JPEG", progressive=True),
+        "gray": _save(photo[..., 0], "JPEG"),
+        "cmyk": _save(PILImage.fromarray(photo).convert("CMYK"), "JPEG"),
+        "exif": _save(photo, "JPEG", exif=b"Exif\x00\x00" + bytes(3000)),
+        "fill bytes": base[:2] + b"\xff" * 7 + base[2:],
+        "65000x1": b"\xff\xd8\xff\xc0\x00\x11\x08\x00\x01\xfd\xe8\x03" + bytes(20),
+        "sof after a marker of length 0": b"\xff\xd8\xff\xe0\x00\x00\xff\xc2\x00\x11\x0c\x01\x02\x03\x04\x01" + bytes(8),
+        "marker length past the end": b"\xff\xd8\xff\xe0\xff\xff" + bytes(30),
+        "no marker after SOI": b"\xff\xd8\xff" + bytes(40),
+        "DHT and DAC are not frames": b"\xff\xd8\xff\xc4\x00\x02\xff\xcc\x00\x02\xff\xc8\x00\x02" + bytes(12),
+        "png": encoded("PNG"),
+        "palette png": _save(PILImage.fromarray(photo).convert("P"), "PNG", transparency=0),
+        "gif": encoded("GIF"),
+        "webp": encoded("WEBP"),
+        "bmp": encoded("BMP"),
+        "garbage": bytes(rng.integers(0, 256, 200, dtype=np.uint8)),
+        "empty": b"",
+        "jpeg magic only": b"\xff\xd8\xff",
+    }
+    for cut in (3, 4, 10, 20, 100, len(base) // 2):
+        out[f"jpeg cut at {cut}"] = base[:cut]
+    return out
+
+
+def _save(image, fmt, **kw):
+    buf = io.BytesIO()
+    (image if isinstance(image, PILImage.Image) else PILImage.fromarray(image)).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_batch_headers_equal_read_header_on_each_image(compiled, monkeypatch):
+    """A batch of valid, odd, truncated and corrupt JPEGs, other formats and
+    garbage: read_headers gives each image read_header's header, or its error
+    with the same type and message, with and without the compiled scan."""
+    if compiled and limits._HELPER is None:
+        pytest.skip("the compiled helper is not built")
+    if not compiled:
+        monkeypatch.setattr(limits, "_HELPER", None)
+    corpus = _header_corpus()
+    images = list(corpus.values())
+    expected = [_outcome(data) for data in images]
+    assert expected[0] == limits.Header("jpeg", 64, 48, 1, 3, 8)
+    assert expected[list(corpus).index("cmyk")].channels == 4
+    assert isinstance(expected[list(corpus).index("jpeg cut at 100")], tuple)
+    for name, got, want in zip(corpus, _batch_outcomes(images), expected):
+        assert got == want, name
+
+
+def test_batch_headers_of_every_truncation_equal_read_header():
+    """Every prefix of a JPEG with an EXIF block: the same header or error as read_header."""
+    data = _save(np.zeros((20, 30, 3), np.uint8), "JPEG", exif=b"Exif\x00\x00" + bytes(100))
+    prefixes = [data[:n] for n in range(len(data) + 1)]
+    assert _batch_outcomes(prefixes) == [_outcome(p) for p in prefixes]
+
+
+def test_batch_headers_read_objects_other_than_bytes_in_python():
+    """A bytearray or memoryview takes read_header's own path: the same answer."""
+    data = encoded("JPEG")
+    images = [bytearray(data), memoryview(data), data]
+    assert _batch_outcomes(images) == [_outcome(d) for d in images]
