@@ -14,6 +14,13 @@ with ``Image()`` in 2 DataLoader workers, batches of 64. Modes: in order,
 (``shuffle=True, batch_size=64``). Each row: images/s over the first
 ``--records`` images, the time from ``iter(loader)`` to the first batch, and
 shard GETs per image (counted by the proxy). Rounds interleave the storages.
+
+Beside each bucket row of the modes they have (in order, shuffled), the
+peers read the same payload bytes from the same bucket through the same
+proxy, each in its own process under its venv (benchmarks/bucket_peers.py;
+a peer whose venv is missing is skipped with a note): webdataset tar shards
+and mosaicml streaming MDS shards, as many shards as ours, each row with its
+ratio to our same mode in the same round.
 Prints a Markdown table and writes DIR/bucket.md (DIR: bench-output).
 """
 
@@ -23,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,6 +43,43 @@ sys.path.insert(0, ROOT)
 
 MODES = ("in order", "shuffle=True", "map-style RandomSampler", "batch mode shuffle=True")
 BATCH = 64
+PEERS_SCRIPT = os.path.join(ROOT, "benchmarks", "bucket_peers.py")
+# Each peer's venv (benchmarks/venvs/README.md) and where its shards live in the bucket.
+PEERS = {"webdataset": ("webdataset", "wds"), "mosaicml-streaming": ("mosaicml-streaming", "mds"),
+         "mosaicml-streaming + xxh64": ("mosaicml-streaming", "mds")}
+PEER_MODES = ("in order", "shuffle=True")
+PEER_CHECKS = {"webdataset": "none", "mosaicml-streaming": "none (hashes written, not checked)",
+               "mosaicml-streaming + xxh64": "xxh64 of each shard"}
+
+
+def peer_python(peer: str) -> str | None:
+    """The peer's venv interpreter, or None when it is not installed."""
+    venvs = os.environ.get("TFRECORD_BENCH_VENVS", os.path.join(ROOT, "benchmarks", "venvs"))
+    path = os.path.join(venvs, PEERS[peer][0], "bin", "python")
+    return path if os.access(path, os.X_OK) else None
+
+
+def write_peer(peer: str, jpegs: str, shards: int, per_shard: int, out: str, direct: dict, mirror: str) -> None:
+    """The peer's shards of the same payloads, uploaded to the bucket and copied into the proxy's mirror."""
+    import s3fs
+
+    prefix = PEERS[peer][1]
+    local = os.path.join(out, f"bucket-{prefix}")
+    shutil.rmtree(local, ignore_errors=True)
+    subprocess.run([peer_python(peer), PEERS_SCRIPT, "write", "--peer", peer, "--jpegs", jpegs, "--shards",
+                    str(shards), "--per-shard", str(per_shard), "--out", local], check=True)
+    s3fs.S3FileSystem(**direct).put(local + "/", f"bench/{prefix}/", recursive=True)
+    shutil.copytree(local, os.path.join(mirror, "bench", prefix), dirs_exist_ok=True)
+
+
+def run_peer(peer: str, mode: str, port: int, shards: int, records: int) -> tuple[float, float]:
+    """(images/s, seconds to the first batch) of the peer reading through the proxy at ``port``."""
+    proc = subprocess.run([peer_python(peer), PEERS_SCRIPT, "read", "--peer", peer, "--mode", mode, "--endpoint",
+                           f"http://127.0.0.1:{port}", "--bucket", "bench", "--prefix", PEERS[peer][1],
+                           "--shards", str(shards), "--records", str(records)],
+                          check=True, stdout=subprocess.PIPE, text=True, timeout=900)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return got["rate"], got["first"]
 
 
 def _free_port() -> int:
@@ -134,6 +179,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1024)
     parser.add_argument("--latencies", default="0.005,0.02,0.05")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--peers", default=",".join(PEERS), help="peers to run beside ours ('' for none)")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench-output"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -158,6 +204,18 @@ def main() -> None:
                     w.write(tt.make_example({"image": jpegs[i % 64], "label": i % 10}))
         import s3fs
 
+        jpeg_dir = os.path.join(args.out, "bucket-jpegs")
+        shutil.rmtree(jpeg_dir, ignore_errors=True)
+        os.makedirs(jpeg_dir)
+        for k, jpeg in enumerate(jpegs):
+            with open(os.path.join(jpeg_dir, f"{k:02d}.jpg"), "wb") as f:
+                f.write(jpeg)
+        peers = [p for p in filter(None, args.peers.split(",")) if peer_python(p)]
+        missing = [p for p in filter(None, args.peers.split(",")) if not peer_python(p)]
+        for peer in missing:
+            print(f"skipped {peer}: its venv is missing (see benchmarks/venvs/README.md)", flush=True)
+        for peer in {PEERS[p][1]: p for p in peers}.values():  # the two streaming rows share shards
+            write_peer(peer, jpeg_dir, shards, per_shard, args.out, direct, mirror)
         s3fs.S3FileSystem(**direct).get("bench/shards/", os.path.join(mirror, "bench", "shards") + "/",
                                         recursive=True)
         mean_kb = sum(len(j) for j in jpegs) / len(jpegs) / 1e3
@@ -180,6 +238,17 @@ def main() -> None:
                     results.setdefault((mode, where), []).append((rate, first, gets))
                     print(f"round {rnd} {mode} {where}: {rate:.0f} images/s, first batch {first:.2f} s, "
                           f"{gets} shard GETs", flush=True)
+                    if where == "local" or mode not in PEER_MODES:
+                        continue
+                    ours = rate
+                    for peer in peers:
+                        control(port, f"/__shape?latency={where}")
+                        before = control(port, "/__stats")["gets"]
+                        rate, first = run_peer(peer, mode, port, shards, args.records)
+                        gets = control(port, "/__stats")["gets"] - before
+                        results.setdefault((peer, mode, where), []).append((rate, first, gets, rate / ours))
+                        print(f"round {rnd} {peer} {mode} {where}: {rate:.0f} images/s ({rate / ours:.2f}x ours), "
+                              f"first batch {first:.2f} s, {gets} GETs", flush=True)
         limits = []
         for lat in latencies:
             control(port, f"/__shape?latency={lat}")
@@ -195,7 +264,8 @@ def main() -> None:
     lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; Python "
              f"{platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}",
              f"Command: `nice -n 10 .venv/bin/python benchmarks/bucket.py{' --quick' if args.quick else ''}"
-             f"{f' --rounds {args.rounds}' if args.rounds != 1 else ''}`; {shards} shards x {per_shard} JPEG "
+             f"{f' --rounds {args.rounds}' if args.rounds != 1 else ''}"
+             f"{f' --latencies {args.latencies}' if args.latencies != '0.005,0.02,0.05' else ''}`; {shards} shards x {per_shard} JPEG "
              f"records (mean {mean_kb:.0f} KB), first {args.records} images per run, best of {args.rounds} "
              "round(s); bucket: moto behind benchmarks/shaped.py, 100 MB/s per connection",
              "", "| mode | storage | images/s | x local | first batch (s) | shard GETs per image |",
@@ -213,6 +283,33 @@ def main() -> None:
     lines += ["", "Shard GETs per image: the proxy's count of shard GETs from `iter(loader)` until the loader is "
               "dropped, over the images counted; read-ahead and the DataLoader's prefetch fetch records beyond "
               "them, so the figure overstates the cost per image a little."]
+    peer_lines = ["", "Peers, each beside our same mode in the same round (the ratio per round, then for the "
+                  "best images/s of each): the same payload bytes (our JPEGs and labels; as many shards) from the "
+                  "same bucket through the same proxy, each in its own process under its venv, decoded with "
+                  "torchvision's `decode_jpeg` (the decoder of the per-sample `Image()`) in 2 DataLoader workers, "
+                  "batches of 64. webdataset: `wds.WebDataset(http URLs)` (streamed by curl), shuffled with "
+                  "`shardshuffle` and `.shuffle(1000)`. mosaicml streaming: `StreamingDataset(remote='s3://...', "
+                  "local=tmpdir, shuffle=...)` with `S3_ENDPOINT_URL` at the proxy, fresh local folder each run. "
+                  "Ours checks every record's CRCs. GETs: all the peer's GETs in its process, per image counted.",
+                  "", "| mode | reader | storage | images/s | x ours (per round) | x ours (best) | first batch (s) "
+                  "| GETs per image | checksums |", "|---|---|---|---:|---|---:|---:|---:|---|"]
+    for mode in [m for m in modes if m in PEER_MODES]:
+        for where in latencies:
+            ours = max(r for r, _, _ in results[(mode, where)])
+            ours_first = min(f for _, f, _ in results[(mode, where)])
+            peer_lines.append(f"| {mode} | ours | bucket, {where * 1000:g} ms | {ours:,.0f} | - | 1.00 | "
+                              f"{ours_first:.2f} | - | CRC32C of every record |")
+            for peer in peers:
+                runs = results[(peer, mode, where)]
+                rate = max(r for r, _, _, _ in runs)
+                per_round = ", ".join(f"{x:.2f}" for _, _, _, x in runs)
+                peer_lines.append(f"| {mode} | {peer} | bucket, {where * 1000:g} ms | {rate:,.0f} | {per_round} | "
+                                  f"{rate / ours:.2f} | {min(f for _, f, _, _ in runs):.2f} | "
+                                  f"{min(g for _, _, g, _ in runs) / args.records:.3f} | {PEER_CHECKS[peer]} |")
+    for peer in missing:
+        peer_lines.append(f"| - | {peer} | skipped | - | - | - | - | - | its venv is missing |")
+    if peers or missing:
+        lines += peer_lines
     lines += ["", "The limit: range GETs at random offsets through the same proxy, N at once (threads over s3fs).",
               "", "| latency | GET size | in flight | MB/s | 100 KB images/s equivalent |", "|---|---:|---:|---:|---:|"]
     for lat, size, concurrent, mbs in limits:

@@ -184,3 +184,31 @@ def test_quick_run_of_the_training_loop_benchmark(tmp_path):
         assert f"| {name} |" in table
         for row in report["runs"][name][0].values():
             assert row["batches"] > 0 and row["images_per_s"] > 0 and row["wait_ms"] >= 0
+
+
+@pytest.mark.slow
+def test_quick_run_of_the_bucket_benchmark_with_its_peers(tmp_path):
+    """benchmarks/bucket.py --quick: every mode reads through the shaped bucket and lands in the
+    table; each peer (webdataset, mosaicml streaming) runs under its venv beside our same mode,
+    or is listed as skipped when its venv is absent."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks import bucket
+    finally:
+        sys.path.remove(ROOT)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bucket.py"), "--quick", "--records",
+                           "128", "--latencies", "0.02", "--out", str(tmp_path)], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "bucket.md").read_text()
+    assert table in proc.stdout
+    for mode in bucket.MODES:
+        assert f"| {mode} | bucket, 20 ms |" in table
+    for peer in bucket.PEERS:
+        if bucket.peer_python(peer) is None:
+            assert f"| - | {peer} | skipped |" in table
+            continue
+        for mode in bucket.PEER_MODES:
+            row = next(line for line in table.splitlines() if line.startswith(f"| {mode} | {peer} | bucket, 20 ms |"))
+            assert float(row.split("|")[4].replace(",", "")) > 0, row
