@@ -82,15 +82,19 @@ def _cut(body):
     raise ConnectionResetError("injected: connection dropped mid-body")
 
 
-@pytest.fixture(scope="module")
-def s3():
+def with_bucket(server):
+    """``server`` with an empty bucket named "bucket", closed when the caller's fixture ends."""
     import urllib.request
 
-    server = S3()
     endpoint = server.options["client_kwargs"]["endpoint_url"]
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    yield from with_bucket(S3())
 
 
 @pytest.fixture

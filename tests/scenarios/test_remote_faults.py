@@ -17,7 +17,7 @@ from tfrecord_torch import RecordWriter, Source, TFRecordDataset, make_example, 
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.records.writer import frame
 
-from .test_remote import S3
+from .test_remote import S3, with_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,13 +43,7 @@ class FaultyS3(S3):
 
 @pytest.fixture(scope="module")
 def s3():
-    import urllib.request
-
-    server = FaultyS3()
-    endpoint = server.options["client_kwargs"]["endpoint_url"]
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
-    yield server
-    server.close()
+    yield from with_bucket(FaultyS3())
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.io import ranges
 
-from .test_remote import S3, _cut
+from .test_remote import S3, _cut, with_bucket
 
 
 class CountingS3(S3):
@@ -65,13 +65,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def s3():
-    import urllib.request
-
-    server = CountingS3()
-    endpoint = server.options["client_kwargs"]["endpoint_url"]
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bucket", method="PUT")).read()
-    yield server
-    server.close()
+    yield from with_bucket(CountingS3())
 
 
 @pytest.fixture(scope="module")
