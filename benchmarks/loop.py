@@ -62,18 +62,11 @@ def _loader(path: str, spec: dict):
     kind = spec["kind"]
     if kind == "tf":
         import torch  # noqa: I001 - before TensorFlow (the other order crashes here)
-        import tensorflow as tf
 
-        desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
-
-        def parse(record):
-            ex = tf.io.parse_single_example(record, desc)
-            return {"image": tf.io.decode_jpeg(ex["image"], channels=3), "label": ex["label"]}
+        from benchmarks.cases.images import tf_image_batches
 
         def epoch():
-            ds = (tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-                  .batch(BATCH).prefetch(tf.data.AUTOTUNE))
-            for b in ds.as_numpy_iterator():
+            for b in tf_image_batches(path, BATCH).as_numpy_iterator():
                 yield {"image": torch.from_numpy(b["image"]), "label": torch.from_numpy(b["label"])}
         return epoch
     import torch.utils.data

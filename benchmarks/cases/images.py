@@ -141,11 +141,9 @@ def images_tfrecord_pil(path):
     return lambda: _image_tally(torch.utils.data.DataLoader(Split(), batch_size=IMAGE_BATCH, num_workers=2))
 
 
-@worker("images", "tf.data",
-        note="TFRecordDataset(path).map(parse_single_example + tf.io.decode_jpeg(channels=3), "
-             f"num_parallel_calls=AUTOTUNE).batch({IMAGE_BATCH}).prefetch(AUTOTUNE).as_numpy_iterator(): "
-             "uint8 [64, 256, 256, 3]; CRCs checked")
-def images_tf(path):
+def tf_image_batches(path, batch: int = IMAGE_BATCH):
+    """tf.data's image pipeline over ``path``: parse_single_example and
+    decode_jpeg(channels=3) mapped with AUTOTUNE, batched, prefetched."""
     import tensorflow as tf
 
     desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
@@ -154,10 +152,19 @@ def images_tf(path):
         ex = tf.io.parse_single_example(record, desc)
         return {"image": tf.io.decode_jpeg(ex["image"], channels=3), "label": ex["label"]}
 
+    return (tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(batch).prefetch(tf.data.AUTOTUNE))
+
+
+@worker("images", "tf.data",
+        note="TFRecordDataset(path).map(parse_single_example + tf.io.decode_jpeg(channels=3), "
+             f"num_parallel_calls=AUTOTUNE).batch({IMAGE_BATCH}).prefetch(AUTOTUNE).as_numpy_iterator(): "
+             "uint8 [64, 256, 256, 3]; CRCs checked")
+def images_tf(path):
+    import tensorflow  # noqa: F401 - imported before the timed passes
+
     def run():
-        ds = (tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-              .batch(IMAGE_BATCH).prefetch(tf.data.AUTOTUNE))
-        return _image_tally(ds.as_numpy_iterator())
+        return _image_tally(tf_image_batches(path).as_numpy_iterator())
     return run
 
 
