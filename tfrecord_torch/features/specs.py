@@ -176,11 +176,11 @@ class _Numeric(Feature):
 
     def decode_owned(self, record: dict) -> Any:
         value = record.get(self.key)
-        if type(value) is np.ndarray and value.dtype is self.dtype:  # the common case, checked cheaply
+        if type(value) is np.ndarray and value.dtype is self.dtype and self.cast is None:  # the common case
             if self.shape is None:
-                return self.finish(torch.from_numpy(value))
+                return torch.from_numpy(value)
             if value.size == self._size:
-                return self.finish(torch.from_numpy(value.reshape(self.shape)))
+                return torch.from_numpy(value.reshape(self.shape))
         return self.decode(record)  # anything else: the checks, the errors and the default
 
     def _fit(self, size: int, error: type | None) -> tuple:
