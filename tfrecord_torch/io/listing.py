@@ -76,7 +76,7 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
     folders: set[str] = set()
     globs = tuple(item for item in items if is_url(item) and globlib.has_magic(item))
     explicit = _list_explicit(items, storage_options, stats, folders)
-    out: dict[str, None] = {}  # ordered, without repeats
+    out: dict[str, str] = {}  # each file, in order, -> the item that named it
     for item in items:
         if item in explicit:
             found = [item]
@@ -106,9 +106,19 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
                 found = [item]
             else:
                 raise FileNotFoundError(f"no such file or directory: {item!r}")
-        out.update(dict.fromkeys(found))
+        for file in found:
+            if file in out:
+                raise ValueError(_named_twice(file, out[file], item))
+            out[file] = item
     _list_index_folders(list(out), storage_options, stats, folders)
     return Listing(list(out), stats, frozenset(folders), globs)
+
+
+def _named_twice(file: str, first: str, second: str) -> str:
+    how = "twice" if first == second else f"by both {first!r} and {second!r}"
+    return (f"paths names {file!r} {how}; tf.data would read its records twice, this dataset reads each shard "
+            "once: name each shard once (to read some shards more often than others, make a dataset of them "
+            "and combine with tfrecord_torch.mix([...], weights=[...]))")
 
 
 def _list_index_folders(files: list[str], storage_options: dict | None, stats: dict, folders: set) -> None:

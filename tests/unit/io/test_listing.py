@@ -59,3 +59,16 @@ def test_a_folder_with_shards_and_their_index_folder(tmp_path):
     paths = write_shards(tmp_path, [3])
     (tmp_path / "index").mkdir()
     assert TFRecordDataset(tmp_path).paths == [str(p) for p in paths]
+
+
+@pytest.mark.parametrize("make", [TFRecordDataset, IndexedTFRecordDataset])
+def test_a_shard_named_twice_is_an_error_not_read_once(nested, make):
+    # tf.data.TFRecordDataset([a, a]) reads a's records twice; reading them once would
+    # silently give another dataset, so the repeat is refused with what to do instead
+    shard = sorted((nested / "train").iterdir())[0]
+    with pytest.raises(ValueError, match="names .* twice; tf.data would read its records twice") as info:
+        make([shard, str(shard)])
+    assert "mix(" in str(info.value)
+    with pytest.raises(ValueError, match="by both .*train.*and"):
+        make([str(nested / "train" / "*"), shard])
+    assert len(make([str(nested / "train" / "*")])) == 7
