@@ -33,7 +33,7 @@ from tfrecord_torch._args import check_choice, check_int
 from tfrecord_torch.io.pool import read_at
 from tfrecord_torch.records.crc import masked_crc32c
 
-__all__ = ["COMPRESSIONS", "Compression", "CompressionOptions", "WBITS", "check_compression", "compression_from_name",
+__all__ = ["COMPRESSIONS", "Compression", "CompressionOptions", "WBITS", "check_compression", "check_compression_options", "compression_from_name",
            "compression_of", "detect_compression", "is_compressed", "suffix"]
 
 
@@ -126,6 +126,17 @@ def check_compression(compression, *, allow_auto: bool) -> str | None:
     if compression not in valid:
         raise ValueError(f"compression must be one of {valid!r}, got {compression!r}")
     return compression
+
+
+def check_compression_options(compression: str | None, options) -> None:
+    """Refuse ``options`` that are not a :class:`CompressionOptions`, or that
+    come without a compression to apply them to (``compression`` normalized)."""
+    if options is None:
+        return
+    if not isinstance(options, CompressionOptions):
+        raise TypeError(f"compression_options must be a CompressionOptions, got {type(options).__name__}")
+    if compression is None:
+        raise ValueError("compression_options needs compression='gzip' or 'zlib', got compression=None")
 
 
 def detect_compression(head: bytes, name: str) -> str | None:

@@ -12,11 +12,15 @@ from typing import BinaryIO, cast
 
 import numpy as np
 
-from tfrecord_torch._args import check_flag, check_instance
+from tfrecord_torch._args import check_flag
 from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.io import atomic as atomic_files
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.records.compression import CompressionOptions, check_compression
+from tfrecord_torch.records.compression import (
+    CompressionOptions,
+    check_compression,
+    check_compression_options,
+)
 from tfrecord_torch.records.crc import masked_crc32c
 
 __all__ = ["RecordWriter", "frame"]
@@ -77,12 +81,7 @@ class RecordWriter:
                  index: bool | PathLike = False, storage_options: dict | None = None) -> None:
         self.compression = check_compression(compression, allow_auto=False)
         self.atomic = check_flag("atomic", atomic)
-        if compression_options is not None:
-            check_instance("compression_options", compression_options, CompressionOptions,
-                           "a CompressionOptions")
-            if self.compression is None:
-                raise ValueError("compression_options needs compression='gzip' or 'zlib', "
-                                 "got compression=None")
+        check_compression_options(self.compression, compression_options)
         if index and (self.compression is not None or hasattr(path, "write")):
             raise ValueError("index=True needs an uncompressed file written by path")
         self.records = 0

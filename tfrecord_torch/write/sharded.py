@@ -15,6 +15,11 @@ from tfrecord_torch._types import Bytes, CompressionArg, PathLike
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic, listing
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.records.compression import (
+    CompressionOptions,
+    check_compression,
+    check_compression_options,
+)
 from tfrecord_torch.records.index import INDEX_FOLDER, default_index_path, writer_index_path
 from tfrecord_torch.records.stamp import stamp_path, write_stamp
 from tfrecord_torch.records.writer import RecordWriter
@@ -47,11 +52,14 @@ class ShardedWriter:
         max_records: records per shard (default 10,000 if no limit is given).
         max_bytes: bytes per shard (framed, before compression).
         compression: None, "gzip" or "zlib".
+        compression_options: how to deflate compressed shards (level, window,
+            memory level, as TF's ``TFRecordOptions``); None gives TF's defaults.
         storage_options: fsspec options for a URL.
     """
 
     def __init__(self, output_dir: PathLike, *, name: str, split: str = "train", max_records: int | None = None,
-                 max_bytes: int | None = None, compression: CompressionArg = None, storage_options: dict | None = None) -> None:
+                 max_bytes: int | None = None, compression: CompressionArg = None,
+                 compression_options: CompressionOptions | None = None, storage_options: dict | None = None) -> None:
         for arg, text in (("name", name), ("split", split)):
             if not isinstance(text, str) or not SAFE_NAME.fullmatch(text) or text.startswith("."):
                 raise ValueError(f"{arg} must be letters, digits, '_' and '.' (not first), "
@@ -64,6 +72,9 @@ class ShardedWriter:
         self.name, self.split = name, split
         self.max_records, self.max_bytes = max_records, max_bytes
         self.compression = compression
+        # a bad pair fails here, at once, rather than at the first record
+        check_compression_options(check_compression(compression, allow_auto=False), compression_options)
+        self.compression_options = compression_options
         self.storage_options = storage_options
         self.remote = fs.is_url(self.output_dir)
         if self.remote:  # stage locally; upload each shard whole when all are done
@@ -110,6 +121,7 @@ class ShardedWriter:
             path = os.path.join(self._staging, f".{self.name}-{self.split}.tfrecord-"
                                                f"{len(self._staged):05d}.staged")
             w = self._writer = RecordWriter(path, compression=self.compression,  # a hidden index beside it
+                                            compression_options=self.compression_options,
                                             index=self.compression is None and default_index_path(path))
             self._staged.append(path)
         w.write(payload)
@@ -135,7 +147,7 @@ class ShardedWriter:
             if not self._staged:  # an empty split still gets one (empty) shard, as in TFDS
                 empty = os.path.join(self._staging, f".{self.name}-{self.split}.tfrecord-00000.staged")
                 RecordWriter(empty, index=self.compression is None and default_index_path(empty),
-                             compression=self.compression).close()
+                             compression=self.compression, compression_options=self.compression_options).close()
                 self._staged.append(empty)
                 self.shard_lengths.append(0)
             n = len(self._staged)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -475,3 +476,31 @@ def test_second_dataset_name_in_a_folder_fails_before_writing(tmp_path):
     with pytest.raises(TFRecordError, match="describes dataset 'first', not 'second'"):
         write_dataset(source, tmp_path, name="second", execution=Execution(progress=False))
     assert not [f for f in os.listdir(tmp_path) if f.startswith(("second", ".second"))]
+
+
+def test_sharded_writer_takes_compression_options_like_record_writer(tmp_path):
+    from tfrecord_torch import CompressionOptions, RecordWriter, read_records
+
+    words = np.random.default_rng(0).choice([b"tf", b"record", b"torch", b"shard", b"image"], 4000)
+    payloads = [make_example({"id": i, "text": b" ".join(words[i * 100:(i + 1) * 100])}) for i in range(40)]
+    sizes = {}
+    for level in (1, 9):
+        options = CompressionOptions(level=level)
+        with ShardedWriter(tmp_path / f"l{level}", name="d", max_records=40, compression="gzip",
+                           compression_options=options) as w:
+            for p in payloads:
+                w.write(p)
+        (shard,) = w.paths
+        single = tmp_path / f"single{level}.gz"
+        with RecordWriter(single, compression="gzip", compression_options=options) as r:
+            for p in payloads:
+                r.write(p)
+        assert Path(shard).read_bytes() == single.read_bytes()  # RecordWriter's bytes: TF's (test_writer.py)
+        assert list(read_records(shard)) == payloads
+        sizes[level] = os.path.getsize(shard)
+    assert sizes[9] < sizes[1]
+    with pytest.raises(ValueError, match="compression_options needs compression='gzip' or 'zlib'"):
+        ShardedWriter(tmp_path / "bad", name="d", compression_options=CompressionOptions(level=1))
+    with pytest.raises(TypeError, match="compression_options must be a CompressionOptions"):
+        ShardedWriter(tmp_path / "bad", name="d", compression="gzip", compression_options={"level": 1})
+    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())
