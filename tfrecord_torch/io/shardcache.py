@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tfrecord_torch.errors import RemoteError
-from tfrecord_torch.io import atomic
+from tfrecord_torch.io import atomic, http
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.lru import LruFolder
 
@@ -275,7 +275,32 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
               cancel: threading.Event | None = None) -> None:
     """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
-    the ranges not started when ``cancel`` is set left out."""
+    the ranges not started when ``cancel`` is set left out; from a server
+    that ignores ``Range``, by one streamed GET."""
+    try:
+        _download_ranges(url, fd, size, storage_options, cancel)
+    except http.RangesIgnored:  # every range request would bring the whole object
+        _download_stream(url, fd, size, storage_options, cancel)
+
+
+def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
+                     cancel: threading.Event | None) -> None:
+    f = fs.RemoteFile(url, storage_options, 0, size)  # a dropped connection resumes where it stood
+    try:
+        at = 0
+        while at < size and not (cancel is not None and cancel.is_set()):
+            data = f.read(min(CHUNK, size - at))
+            if not data:
+                raise RemoteError(url, f"the object ended after {at} bytes, not the {size} bytes listed "
+                                       "(changed or truncated); list the dataset again")
+            os.pwrite(fd, data, at)
+            at += len(data)
+    finally:
+        f.close()
+
+
+def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
+                     cancel: threading.Event | None) -> None:
     starts = list(range(0, size, CHUNK))
 
     def copy(start: int) -> None:
@@ -293,8 +318,14 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None,
             copy(start)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
-        for future in [pool.submit(copy, s) for s in starts]:
-            future.result()
+        futures = [pool.submit(copy, s) for s in starts]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:  # no more requests once one has failed
+                future.cancel()
+            raise
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
