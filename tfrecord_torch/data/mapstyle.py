@@ -64,7 +64,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             later requests for it go straight to its stand-in, so a run of k
             bad records costs O(k) reads, not O(k^2). Failures to reach
             storage always raise.
-        storage_options: fsspec options for URLs (each record is one range request).
+        storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
         cache: node-local copies of remote shards: a shard is copied whole
             when a record of it is first read (by one process of the
             machine; the others wait for it), then read at disk speed, in
