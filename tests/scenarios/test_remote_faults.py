@@ -3,6 +3,7 @@ empty objects, and servers that ignore Range (S3 through moto, HTTP through
 a local server)."""
 
 import http.server
+import logging
 import os
 import subprocess
 import sys
@@ -233,14 +234,24 @@ def test_http_without_ranges_needs_an_index_says_so_before_downloading(web):
     assert sum(1 for r in read_records(url)) == 2000
 
 
+def test_the_default_cache_does_not_copy_objects_without_a_version(web, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))
+    Handler.files["/d/e.tfrecord"] = shard_bytes(50)  # served with no ETag
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+        ds = TFRecordDataset(f"{web}/d/e.tfrecord", source=Source(index=False))
+    assert ids_of(ds) == list(range(50))
+    assert f"{web}/d/e.tfrecord: the server gives no version (ETag) of the object" in caplog.text
+    assert not (tmp_path / "shards").exists()
+
+
 def test_http_without_ranges_is_copied_to_the_shard_cache_by_one_streamed_get(web, tmp_path, monkeypatch):
     monkeypatch.setattr(shardcache, "CHUNK", 1000)  # many range requests a shard, on a server that honoured them
-    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))
     data = shard_bytes(300, 100)
     Handler.files["/d/c.tfrecord"] = data
     Handler.ranges = False
     url = f"{web}/d/c.tfrecord"
-    ds = TFRecordDataset(url, source=Source(index=False))
+    # this server sends no ETag, so the default ("auto") would not copy: the cache is asked for
+    ds = TFRecordDataset(url, source=Source(index=False, cache=ShardCache(str(tmp_path / "shards"))))
     Handler.log.clear()
     assert ids_of(ds) == list(range(300))
     streams = [r for r in Handler.log if r[0] == "GET" and r[2] is None]

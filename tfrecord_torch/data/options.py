@@ -99,8 +99,9 @@ class Source:
             ``~/.cache/tfrecord_torch/shards``) when the dataset's remote
             shards fit in the least of 32 GiB and what the folder holds plus
             half its disk's free space; else (or with
-            ``TFRECORD_TORCH_SHARD_CACHE=off``, or a folder that cannot be
-            written) range requests, saying why in one log line. Decided when
+            ``TFRECORD_TORCH_SHARD_CACHE=off``, a folder that cannot be
+            written, or a shard the server gives no ETag) range requests,
+            saying why in one log line. Decided when
             the dataset is made; DataLoader workers share the decision. A
             :class:`~tfrecord_torch.io.shardcache.ShardCache`: copies where and
             as many as it says. None: remote shards are read by range

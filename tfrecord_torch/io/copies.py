@@ -232,7 +232,7 @@ def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tu
     if isinstance(cache, str):  # "auto": the dataset's arguments were checked
         if all(p.startswith("memory://") for p in remote):  # this process's memory: a copy gains nothing
             return None
-        cache = auto_shard_cache(sum(stats[p][0] for p in remote if p in stats))
+        cache = auto_shard_cache({p: stats[p] for p in remote if p in stats})
         if cache is None:
             return None
     copies = ShardCopies(cache, {p: stats[p] for p in remote if p in stats}, storage_options)

@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -106,17 +107,20 @@ class ShardCache:
         return os.path.abspath(os.path.expanduser(self.directory)) if self.directory else shard_cache_dir()
 
 
-def auto_shard_cache(remote_bytes: int) -> ShardCache | None:
-    """The cache ``cache="auto"`` gives a dataset of ``remote_bytes`` of remote
-    shards, or None: read them by range requests (the reason logged once).
+def auto_shard_cache(listed: Mapping[str, tuple[int, str]]) -> ShardCache | None:
+    """The cache ``cache="auto"`` gives a dataset whose remote shards are
+    ``listed`` (URL -> size, version), or None: read them by range requests
+    (the reason logged once).
 
     The cache is :func:`shard_cache_dir`, bounded by the least of 32 GiB and
     what the folder holds already plus half the free space of its disk, both
     measured now; nothing is created until the first copy is written. None when
-    ``$TFRECORD_TORCH_SHARD_CACHE`` is ``off``, when the folder (or, if it does
-    not exist yet, its nearest existing parent) is not a writable folder, or
-    when the shards are more bytes than that bound: copies evicted before the
-    next epoch would cost a whole-shard download each time.
+    ``$TFRECORD_TORCH_SHARD_CACHE`` is ``off``; when a shard has no version
+    (a server that sends no ETag): a copy could not be told from a rewritten
+    object of the same size; when the folder (or, if it does not exist yet,
+    its nearest existing parent) is not a writable folder; or when the shards
+    are more bytes than that bound: copies evicted before the next epoch would
+    cost a whole-shard download each time.
     """
     if shard_cache_off():
         _log_once(logging.INFO, f"{ENV}={os.environ.get(ENV)}: reading remote shards by range requests")
@@ -125,6 +129,14 @@ def auto_shard_cache(remote_bytes: int) -> ShardCache | None:
     choose = (f"to copy them, give Source(cache=ShardCache(directory=..., limit=...)) (or "
               f"IndexedTFRecordDataset(cache=...)); cache=None or {ENV}=off reads by range requests "
               "without this message")
+    unversioned = sorted(url for url, (_, version) in listed.items() if not version)
+    if unversioned:
+        more = f" and {len(unversioned) - 1} more" if len(unversioned) > 1 else ""
+        _log_once(logging.WARNING, f"{unversioned[0]}{more}: the server gives no version (ETag) of the object, "
+                                   "so a copy could not be told from a rewritten object; reading the remote "
+                                   f"shards by range requests; {choose}")
+        return None
+    remote_bytes = sum(size for size, _ in listed.values())
     existing = _nearest_existing(folder)
     try:
         free = shutil.disk_usage(existing).free
