@@ -165,7 +165,7 @@ def test_glob_and_stream_with_two_workers_exactly_once(s3, cache):
     assert sorted(got) == list(range(24))
     # Streamed without indexes (read-ahead, shards dealt whole to the workers).
     s3.requests.clear()
-    streamed = TFRecordDataset(pattern, storage_options=s3.options, source=Source(index=False))
+    streamed = TFRecordDataset(pattern, storage_options=s3.options, source=Source(index=False, cache=None))
     assert sorted(ids_of(DataLoader(streamed, batch_size=None, num_workers=2))) == list(range(24))
     gets = [r for r in s3.requests if r[0] == "GET" and "/w2/data-train.tfrecord-" in r[1]
             and not r[1].endswith(".index")]
@@ -175,7 +175,7 @@ def test_glob_and_stream_with_two_workers_exactly_once(s3, cache):
 def test_random_access_fetches_byte_ranges(s3, cache):
     paths = write_remote_shards(s3, "w3", [50])
     s3.requests.clear()
-    ds = IndexedTFRecordDataset(paths, storage_options=s3.options)
+    ds = IndexedTFRecordDataset(paths, storage_options=s3.options, cache=None)
     shard = [r for r in s3.requests if r[0] == "GET" and r[1].endswith("data-train.tfrecord-00000-of-00001")]
     assert shard == []  # opening reads the index object, not the shard
     index = load_index(writer_index_path(paths[0]), storage_options=s3.options)
@@ -227,7 +227,7 @@ def test_transient_500_is_retried(s3, cache, only_our_retries, caplog):
 
 def test_dropped_connection_is_retried(s3, cache, only_our_retries, caplog):
     paths = write_remote_shards(s3, "w5", [30])
-    ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries)
+    ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries, cache=None)  # a record's range
     s3.fault_path, s3.drop = "w5/data-train", 1
     assert int(ds[12]["id"][0]) == 12
     assert s3.drop == 0 and len(retried(caplog)) == 1
@@ -241,7 +241,7 @@ def test_permanent_fault_raises_with_the_url(s3, cache, monkeypatch, only_our_re
 
     monkeypatch.setattr(retry, "BACKOFF", 0.01)
     paths = write_remote_shards(s3, "w6", [10])
-    ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries)
+    ds = IndexedTFRecordDataset(paths, storage_options=only_our_retries, cache=None)  # a record's range
     s3.fault_path, s3.fail_500 = "w6/data-train", 10_000
     try:
         with pytest.raises(RemoteError) as info:
@@ -357,7 +357,7 @@ def test_workers_forked_after_the_parent_used_the_filesystem(s3, cache):
     ds = TFRecordDataset(pattern, storage_options=cached)
     assert sorted(ids_of(ds)) == list(range(12))  # the parent reads first: instance and loop exist
     for index in (None, False):
-        ds = TFRecordDataset(pattern, storage_options=cached, source=Source(index=index))
+        ds = TFRecordDataset(pattern, storage_options=cached, source=Source(index=index, cache=None))
         assert sorted(ids_of(DataLoader(ds, batch_size=None, num_workers=2))) == list(range(12))
 
 

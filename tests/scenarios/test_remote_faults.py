@@ -3,6 +3,7 @@ empty objects, and servers that ignore Range (S3 through moto, HTTP through
 a local server)."""
 
 import http.server
+import logging
 import os
 import subprocess
 import sys
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 from helpers import ids_of
 
-from tfrecord_torch import RecordWriter, Source, TFRecordDataset, make_example, read_records
+from tfrecord_torch import RecordWriter, ShardCache, Source, TFRecordDataset, make_example, read_records
 from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.shardcache import shard_cache_usage
 from tfrecord_torch.records.writer import frame
 
 from .test_remote import S3, with_bucket
@@ -231,6 +234,34 @@ def test_http_without_ranges_needs_an_index_says_so_before_downloading(web):
     assert sum(1 for r in read_records(url)) == 2000
 
 
+def test_the_default_cache_does_not_copy_objects_without_a_version(web, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))
+    Handler.files["/d/e.tfrecord"] = shard_bytes(50)  # served with no ETag
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+        ds = TFRecordDataset(f"{web}/d/e.tfrecord", source=Source(index=False))
+    assert ids_of(ds) == list(range(50))
+    assert f"{web}/d/e.tfrecord: the server gives no version (ETag) of the object" in caplog.text
+    assert not (tmp_path / "shards").exists()
+
+
+def test_http_without_ranges_is_copied_to_the_shard_cache_by_one_streamed_get(web, tmp_path, monkeypatch):
+    monkeypatch.setattr(shardcache, "CHUNK", 1000)  # many range requests a shard, on a server that honoured them
+    data = shard_bytes(300, 100)
+    Handler.files["/d/c.tfrecord"] = data
+    Handler.ranges = False
+    url = f"{web}/d/c.tfrecord"
+    # this server sends no ETag, so the default ("auto") would not copy: the cache is asked for
+    ds = TFRecordDataset(url, source=Source(index=False, cache=ShardCache(str(tmp_path / "shards"))))
+    Handler.log.clear()
+    assert ids_of(ds) == list(range(300))
+    streams = [r for r in Handler.log if r[0] == "GET" and r[2] is None]
+    assert len(streams) == 1  # the whole object by one GET, after the first ranges came back whole
+    assert shard_cache_usage(ShardCache(str(tmp_path / "shards"))) == (1, len(data))
+    Handler.log.clear()
+    assert ids_of(ds) == list(range(300))
+    assert [r for r in Handler.log if r[0] == "GET"] == []  # the next epoch reads the copy
+
+
 @pytest.mark.slow  # 300 MB through loopback twice: about 10 s here
 def test_http_without_ranges_streams_a_large_object_in_bounded_memory(web):
     # ~300 MB of records generated as they are sent: the server holds none of it.
@@ -253,7 +284,7 @@ def test_http_without_ranges_streams_a_large_object_in_bounded_memory(web):
         import torch
         from tfrecord_torch import Source, TFRecordDataset
         base = peak()
-        m = sum(1 for _ in TFRecordDataset("{web}/big.tfrecord", source=Source(index=False)))
+        m = sum(1 for _ in TFRecordDataset("{web}/big.tfrecord", source=Source(index=False, cache=None)))
         print(n, m, first, base, peak())
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,

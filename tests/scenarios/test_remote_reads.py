@@ -61,6 +61,7 @@ class CountingS3(S3):
 
 RECORDS = 1024
 BLOCK = 16
+RANGES = Source(cache=None)  # what is counted here is the records' range requests, with no shard cache
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,8 @@ def test_block_shuffle_reads_a_block_per_request_with_workers_and_ranks(s3, shar
     s3.requests.clear()
     for rank in range(world_size):
         ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=5,
-                             storage_options=s3.options, sharding=Sharding(rank=rank, world_size=world_size))
+                             storage_options=s3.options, sharding=Sharding(rank=rank, world_size=world_size),
+                             source=RANGES)
         ids += [int(i) for batch in DataLoader(ds, batch_size=32, num_workers=workers) for i in batch["id"]]
     assert sorted(ids) == list(range(RECORDS))  # exactly once over ranks and workers
     assert ids != sorted(ids)
@@ -125,7 +127,7 @@ def test_block_shuffle_reads_a_block_per_request_with_workers_and_ranks(s3, shar
 
 def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, shards, unmerged):
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=5,
-                         storage_options=s3.options)
+                         storage_options=s3.options, source=RANGES)
     batches = [b["id"].tolist() for b in DataLoader(ds, batch_size=64, num_workers=2)]
     first = batches[0]
     assert len({i // BLOCK for i in first}) > 16  # records of many blocks in one batch, not one block
@@ -134,10 +136,10 @@ def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, sh
 
 def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmerged):
     s3.delay = 0.1  # long enough that requests sent together overlap on a busy machine
-    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far)
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
     got = [int(i) for batch in DataLoader(ds, batch_size=64) for i in batch["id"]]
     s3.delay = 0.0
-    expected = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far)
+    expected = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
     expected.set_epoch(0)
     assert got == [int(b["id"]) for b in expected]  # the planned order, the same as a second reading
     assert sorted(got) == list(range(RECORDS))
@@ -146,7 +148,7 @@ def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmer
 
 def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
     s3.delay = 0.1
-    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far)
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, cache=None)
     sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
     order = list(sampler)
     got = [int(i) for batch in DataLoader(ds, batch_size=64, sampler=order) for i in batch["id"]]
@@ -158,22 +160,22 @@ def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
 def test_faults_in_flight_are_retried_without_losing_or_repeating_a_record(s3, shards, far, unmerged, fault):
     setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=2,
-                         storage_options=far)
+                         storage_options=far, source=RANGES)
     got = [int(i) for batch in DataLoader(ds, batch_size=64, num_workers=2) for i in batch["id"]]
     assert getattr(s3, fault) == 0
     setattr(s3, fault, 0)
     clean = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=2,
-                            storage_options=far)
+                            storage_options=far, source=RANGES)
     assert got == [int(i) for batch in DataLoader(clean, batch_size=64, num_workers=2) for i in batch["id"]]
     assert sorted(got) == list(range(RECORDS))
-    mapped = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far)
+    mapped = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, cache=None)
     setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
     order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(3)).tolist()
     assert [int(i) for b in DataLoader(mapped, batch_size=100, sampler=order) for i in b["id"]] == order
     assert getattr(s3, fault) == 0
 
 
-@pytest.mark.parametrize("source", [Source(), Source(index=False)], ids=["indexed", "streamed"])
+@pytest.mark.parametrize("source", [RANGES, Source(index=False, cache=None)], ids=["indexed", "streamed"])
 def test_breaking_off_leaves_no_read_ahead_thread(s3, shards, far, source):
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, storage_options=far, source=source)
     for item in ds:

@@ -81,9 +81,9 @@ def _cmd_cache(args) -> int:
     print(f"{folder}: {count} cached indexes, {total:,} bytes (limit {cache_limit():,} bytes, "
           "set by TFRECORD_TORCH_CACHE_LIMIT; clear with `tfrecord-torch cache --clear`)")
     count, total = shard_cache_usage(shards)
-    print(f"{shards.folder}: {count} shard copies, {total:,} bytes (the default folder of "
-          "Source(cache=ShardCache(...)), set by TFRECORD_TORCH_SHARD_CACHE; each dataset's "
-          "ShardCache(limit=) bounds it)")
+    print(f"{shards.folder}: {count} shard copies, {total:,} bytes (where datasets copy remote shards "
+          "by default, set by TFRECORD_TORCH_SHARD_CACHE; each dataset bounds it: the least of 32 GiB and "
+          "half the disk's free space, or its ShardCache(limit=))")
     return 0
 
 

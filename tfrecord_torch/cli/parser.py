@@ -67,10 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cache", help="show or clear the local index and shard caches",
                        description="Datasets keep the indexes they build for shards without one in a "
                                    "local cache ($TFRECORD_TORCH_CACHE or ~/.cache/tfrecord_torch/index), "
-                                   "bounded by $TFRECORD_TORCH_CACHE_LIMIT bytes (default 1 GiB), and, "
-                                   "with Source(cache=ShardCache()), copies of remote shards in the shard "
-                                   "cache ($TFRECORD_TORCH_SHARD_CACHE or ~/.cache/tfrecord_torch/shards). "
-                                   "Print their folders and sizes, or clear them.")
+                                   "bounded by $TFRECORD_TORCH_CACHE_LIMIT bytes (default 1 GiB), and "
+                                   "copies of remote shards in the shard cache ($TFRECORD_TORCH_SHARD_CACHE "
+                                   "or ~/.cache/tfrecord_torch/shards): by default when the shards fit in "
+                                   "the least of 32 GiB and half the disk's free space, or as a dataset's "
+                                   "ShardCache(directory=..., limit=...) says; TFRECORD_TORCH_SHARD_CACHE=off "
+                                   "or cache=None reads by range requests instead. Print their folders and "
+                                   "sizes, or clear them.")
     p.add_argument("--clear", action="store_true",
                    help="remove every cached index and shard copy (not while a job reads the shard cache)")
     p.set_defaults(func=_lazy("_cmd_cache"))

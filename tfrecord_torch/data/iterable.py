@@ -36,7 +36,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
-from tfrecord_torch.io.copies import ShardCopies, copy_ahead
+from tfrecord_torch.io.copies import ShardCopies, copy_ahead, dataset_copies
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
@@ -88,7 +88,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             then the RANK / WORLD_SIZE environment, then (0, 1)) and ``even``.
         source: a :class:`Source`: index files, known shard lengths,
             compression, CRC checks, the indexing progress bar, and the
-            node-local cache of remote shards (``Source(cache=ShardCache())``).
+            node-local cache of remote shards (on by default when they fit:
+            :class:`Source`'s ``cache``).
         batching: a :class:`Batching`: ``drop_last`` in batch mode, and
             ``images``, the image fast path's options.
 
@@ -135,16 +136,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.progress = source.progress
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
-        self.copies = None if source.cache is None or not any(map(is_url, self.paths)) else \
-            ShardCopies(source.cache, {p: listing.stats[p] for p in self.paths if p in listing.stats}, storage_options)
+        self.copies = dataset_copies(source.cache, self.paths, listing.stats, storage_options, shuffled=self.shuffle)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
-        if self.copies is not None:
-            self.copies.warn_if_too_small(self.shuffle)
         shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self._resume = ResumeState(type(self).__name__)

@@ -25,8 +25,7 @@ from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
-from tfrecord_torch.io.copies import ShardCopies
-from tfrecord_torch.io.files import is_url
+from tfrecord_torch.io.copies import CacheArg, dataset_copies
 from tfrecord_torch.io.shardcache import ShardCache
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
@@ -65,12 +64,16 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             later requests for it go straight to its stand-in, so a run of k
             bad records costs O(k) reads, not O(k^2). Failures to reach
             storage always raise.
-        storage_options: fsspec options for URLs (each record is one range request).
-        cache: a :class:`~tfrecord_torch.io.shardcache.ShardCache` to read remote
-            shards from node-local copies: a shard is copied whole when a record
-            of it is first read (by one process of the machine; the others wait
-            for it), then read at disk speed, in later epochs too. None
-            (default): each record is a range request.
+        storage_options: fsspec options for URLs (credentials, endpoint_url, ...).
+        cache: node-local copies of remote shards: a shard is copied whole
+            when a record of it is first read (by one process of the
+            machine; the others wait for it), then read at disk speed, in
+            later epochs too. "auto" (default): as :class:`~tfrecord_torch.Source`'s
+            ``cache`` says (copies in the default folder when the remote
+            shards fit, else range requests; ``TFRECORD_TORCH_SHARD_CACHE=off``
+            turns it off), decided here once for every DataLoader worker. A
+            :class:`~tfrecord_torch.io.shardcache.ShardCache`: copies where and
+            as many as it says. None: each record is a range request.
     """
 
     def __new__(cls, *args, **kwargs):
@@ -81,10 +84,11 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
                  sequence_features: dict | None = None,
                  index: Sequence[PathLike] | str | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
-                 storage_options: dict | None = None, cache: ShardCache | None = None) -> None:
+                 storage_options: dict | None = None, cache: CacheArg = "auto") -> None:
         check_flag("verify", verify)
-        if cache is not None:
-            check_instance("cache", cache, ShardCache, "a ShardCache (ShardCache(limit=...)) or None")
+        if cache is not None and not (isinstance(cache, str) and cache == "auto"):
+            check_instance("cache", cache, ShardCache, 'a ShardCache (ShardCache(directory=..., limit=...)), '
+                                                       '"auto" or None')
         spec = make_spec(features, sequence_features)
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
@@ -102,7 +106,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._fetcher = ItemFetcher(paths=self.paths, indexes=[i for i in indexes if i is not None],
                                     spec=spec, transform=transform,
                                     verify=verify, policy=self.policy, storage_options=storage_options,
-                                    copies=_copies(cache, listing, storage_options))
+                                    copies=dataset_copies(cache, self.paths, listing.stats, storage_options,
+                                                          shuffled=True))  # a sampler may ask for any record
         self.indexes: list[np.ndarray] = self._fetcher.indexes
         self.ends = self._fetcher.ends
         self.verify = verify
@@ -164,14 +169,6 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def close(self) -> None:
         """Close the open shard files (they reopen on the next read)."""
         self._fetcher.close()
-
-
-def _copies(cache: ShardCache | None, listing, storage_options: dict | None) -> ShardCopies | None:
-    if cache is None or not any(map(is_url, listing.files)):
-        return None
-    copies = ShardCopies(cache, {p: listing.stats[p] for p in listing.files if p in listing.stats}, storage_options)
-    copies.warn_if_too_small(True)  # a sampler may ask for any record at any time
-    return copies
 
 
 def _compressed(path: str) -> TFRecordError:

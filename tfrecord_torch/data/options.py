@@ -92,11 +92,21 @@ class Source:
         progress: a progress bar on stderr while shards without index files
             are indexed: None (default) shows it when stderr is a terminal
             and not in a DataLoader worker; True or False always or never.
-        cache: a :class:`~tfrecord_torch.io.shardcache.ShardCache` to keep
-            node-local copies of remote shards (whole shards, copied ahead of
-            use in the epoch's order, shared by the machine's workers and
-            ranks, reused by later epochs); None (default): remote shards are
-            read by range requests. Local shards are never copied.
+        cache: node-local copies of remote shards (whole shards, copied
+            ahead of use in the epoch's order, shared by the machine's
+            workers and ranks, reused by later epochs). "auto" (default):
+            copies in the default folder (``$TFRECORD_TORCH_SHARD_CACHE``, else
+            ``~/.cache/tfrecord_torch/shards``) when the dataset's remote
+            shards fit in the least of 32 GiB and what the folder holds plus
+            half its disk's free space; else (or with
+            ``TFRECORD_TORCH_SHARD_CACHE=off``, a folder that cannot be
+            written, or a shard the server gives no ETag) range requests,
+            saying why in one log line. Decided when
+            the dataset is made; DataLoader workers share the decision. A
+            :class:`~tfrecord_torch.io.shardcache.ShardCache`: copies where and
+            as many as it says. None: remote shards are read by range
+            requests. Local shards are never copied, and nothing is ever
+            written beside the shards.
     """
 
     index: Sequence[PathLike] | str | bool | None = None
@@ -104,7 +114,7 @@ class Source:
     compression: CompressionArg = "auto"
     verify: bool = True
     progress: bool | None = None
-    cache: ShardCache | None = None
+    cache: ShardCache | str | None = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.index, (list, tuple)):
@@ -113,9 +123,9 @@ class Source:
             raise ValueError(f"index must be None, 'beside', False or a list of index paths, got {self.index!r}")
         check_flag("Source.verify", self.verify)
         check_flag("Source.progress", self.progress, optional=True)
-        if self.cache is not None and not isinstance(self.cache, ShardCache):
-            raise ValueError(f"Source.cache must be a ShardCache (ShardCache(limit=...)) or None, "
-                             f"got {self.cache!r}")
+        if not (self.cache is None or isinstance(self.cache, ShardCache) or _is_auto(self.cache)):
+            raise ValueError(f"Source.cache must be a ShardCache (ShardCache(directory=..., limit=...)), "
+                             f"\"auto\" or None, got {self.cache!r}")
         if self.lengths is not None:
             lengths = tuple(self.lengths)
             for n in lengths:
@@ -124,6 +134,10 @@ class Source:
             if self.index is False:
                 raise ValueError("lengths= reads shards by position (they are indexed when read); "
                                  "it cannot go with index=False")
+
+
+def _is_auto(cache: Any) -> bool:
+    return isinstance(cache, str) and cache == "auto"
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,15 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Union
 
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.io.shardcache import ShardCache, entry_path, open_shard
+from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
 
-__all__ = ["CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy"]
+__all__ = ["CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies"]
+
+CacheArg = Union[ShardCache, str, None]
+"""A dataset's ``cache=``: a :class:`ShardCache`, ``"auto"`` or None."""
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +209,35 @@ class CopyAhead:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tuple[int, str]],
+                   storage_options: dict | None, *, shuffled: bool) -> ShardCopies | None:
+    """The copies a dataset of ``paths`` reads its remote shards from, or None:
+    range reads (no remote shards, ``cache=None``, or ``"auto"`` chose them).
+
+    Args:
+        cache: a :class:`ShardCache`, ``"auto"`` (:func:`auto_shard_cache`
+            when some shard is a URL other than ``memory://``; decided here,
+            once: DataLoader workers get the decision with the dataset) or None.
+        paths: the dataset's shards.
+        stats: (size, version) of the remote shards, as listed.
+        storage_options: fsspec options for the URLs.
+        shuffled: whether a reader reads from all shards at once (a shuffle,
+            a sampler): then a cache smaller than the shards is warned about.
+    """
+    remote = [p for p in paths if fs.is_url(p)]
+    if cache is None or not remote:
+        return None
+    if isinstance(cache, str):  # "auto": the dataset's arguments were checked
+        if all(p.startswith("memory://") for p in remote):  # this process's memory: a copy gains nothing
+            return None
+        cache = auto_shard_cache({p: stats[p] for p in remote if p in stats})
+        if cache is None:
+            return None
+    copies = ShardCopies(cache, {p: stats[p] for p in remote if p in stats}, storage_options)
+    copies.warn_if_too_small(shuffled)
+    return copies
 
 
 def copy_ahead(copies: ShardCopies | None, urls: Iterable[str]) -> CopyAhead | None:

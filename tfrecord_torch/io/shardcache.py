@@ -22,6 +22,9 @@ Safety, the reason this module is more than a download:
   descriptor, not a path.
 * **A full or unwritable cache disk** makes the read go to the bucket instead
   (logged once), never a truncated copy.
+
+The datasets' default, ``cache="auto"``, is :func:`auto_shard_cache`: a cache in
+the default folder when the dataset's remote shards fit, else range reads.
 """
 
 from __future__ import annotations
@@ -30,36 +33,52 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tfrecord_torch.errors import RemoteError
-from tfrecord_torch.io import atomic
+from tfrecord_torch.io import atomic, http
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.lru import LruFolder
 
-__all__ = ["ShardCache", "clear_shard_cache", "open_shard", "shard_cache_dir", "shard_cache_usage"]
+__all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "open_shard", "shard_cache_dir",
+           "shard_cache_off", "shard_cache_usage"]
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
 CHUNK = 16 << 20  # bytes per range request of a download
 PARALLEL = 4  # range requests in flight per download
+LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
+ENV = "TFRECORD_TORCH_SHARD_CACHE"
+OFF = frozenset({"off", "0", "false", "no", "none"})  # values of $TFRECORD_TORCH_SHARD_CACHE that turn "auto" off
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
 def shard_cache_dir() -> str:
-    """The default shard cache: ``$TFRECORD_TORCH_SHARD_CACHE`` or
-    ``~/.cache/tfrecord_torch/shards``. Safe to delete when no job reads from it."""
-    return os.environ.get("TFRECORD_TORCH_SHARD_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tfrecord_torch", "shards")
+    """The default shard cache: ``$TFRECORD_TORCH_SHARD_CACHE`` (a folder) or
+    ``~/.cache/tfrecord_torch/shards`` (also when the variable is ``off``).
+    Safe to delete when no job reads from it."""
+    value = os.environ.get(ENV, "")
+    if value and not shard_cache_off():
+        return value
+    return os.path.join(os.path.expanduser("~"), ".cache", "tfrecord_torch", "shards")
+
+
+def shard_cache_off() -> bool:
+    """Whether ``$TFRECORD_TORCH_SHARD_CACHE`` turns ``cache="auto"`` off
+    (``off``, ``0``, ``false``, ``no`` or ``none``, in any case)."""
+    return os.environ.get(ENV, "").strip().lower() in OFF
 
 
 @dataclass(frozen=True)
 class ShardCache:
-    """Keep local copies of remote shards (opt-in).
+    """Keep local copies of remote shards, under an explicit bound (the
+    datasets' default, ``cache="auto"``, picks one: :func:`auto_shard_cache`).
 
     Attributes:
         directory: the cache folder (default :func:`shard_cache_dir`). Share it
@@ -73,7 +92,7 @@ class ShardCache:
     """
 
     directory: str | None = None
-    limit: int = 32 << 30
+    limit: int = LIMIT
     ahead: int = 2
 
     def __post_init__(self) -> None:
@@ -86,6 +105,70 @@ class ShardCache:
     def folder(self) -> str:
         """The cache folder in use."""
         return os.path.abspath(os.path.expanduser(self.directory)) if self.directory else shard_cache_dir()
+
+
+def auto_shard_cache(listed: Mapping[str, tuple[int, str]]) -> ShardCache | None:
+    """The cache ``cache="auto"`` gives a dataset whose remote shards are
+    ``listed`` (URL -> size, version), or None: read them by range requests
+    (the reason logged once).
+
+    The cache is :func:`shard_cache_dir`, bounded by the least of 32 GiB and
+    what the folder holds already plus half the free space of its disk, both
+    measured now; nothing is created until the first copy is written. None when
+    ``$TFRECORD_TORCH_SHARD_CACHE`` is ``off``; when a shard has no version
+    (a server that sends no ETag): a copy could not be told from a rewritten
+    object of the same size; when the folder (or, if it does not exist yet,
+    its nearest existing parent) is not a writable folder; or when the shards
+    are more bytes than that bound: copies evicted before the next epoch would
+    cost a whole-shard download each time.
+    """
+    if shard_cache_off():
+        _log_once(logging.INFO, f"{ENV}={os.environ.get(ENV)}: reading remote shards by range requests")
+        return None
+    folder = os.path.abspath(os.path.expanduser(shard_cache_dir()))
+    choose = (f"to copy them, give Source(cache=ShardCache(directory=..., limit=...)) (or "
+              f"IndexedTFRecordDataset(cache=...)); cache=None or {ENV}=off reads by range requests "
+              "without this message")
+    unversioned = sorted(url for url, (_, version) in listed.items() if not version)
+    if unversioned:
+        more = f" and {len(unversioned) - 1} more" if len(unversioned) > 1 else ""
+        _log_once(logging.WARNING, f"{unversioned[0]}{more}: the server gives no version (ETag) of the object, "
+                                   "so a copy could not be told from a rewritten object; reading the remote "
+                                   f"shards by range requests; {choose}")
+        return None
+    remote_bytes = sum(size for size, _ in listed.values())
+    existing = _nearest_existing(folder)
+    try:
+        free = shutil.disk_usage(existing).free
+        usable = os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)
+    except OSError as e:
+        usable, free, why = False, 0, str(e)
+    else:
+        why = f"{existing} is not a writable folder"
+    if not usable:
+        _log_once(logging.WARNING, f"the shard cache {folder} cannot be written ({why}); reading the remote "
+                                   f"shards by range requests; {choose}")
+        return None
+    held = LruFolder(folder, SUFFIX).usage()[1]
+    limit = min(LIMIT, held + free // 2)
+    if remote_bytes > limit:
+        _log_once(logging.WARNING, f"the remote shards ({remote_bytes:,} bytes) are more than the shard cache "
+                                   f"{folder} takes by default ({limit:,} bytes: the least of 32 GiB and "
+                                   f"its {held:,} bytes of copies plus half of the disk's {free:,} free bytes); "
+                                   f"reading them by range requests; {choose}")
+        return None
+    return ShardCache(folder, limit)
+
+
+def _nearest_existing(folder: str) -> str:
+    """``folder`` if it exists, else its nearest parent that does."""
+    path = folder
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
 
 
 def entry_path(cache: ShardCache, url: str, size: int, version: str) -> str:
@@ -204,7 +287,32 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
               cancel: threading.Event | None = None) -> None:
     """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
-    the ranges not started when ``cancel`` is set left out."""
+    the ranges not started when ``cancel`` is set left out; from a server
+    that ignores ``Range``, by one streamed GET."""
+    try:
+        _download_ranges(url, fd, size, storage_options, cancel)
+    except http.RangesIgnored:  # every range request would bring the whole object
+        _download_stream(url, fd, size, storage_options, cancel)
+
+
+def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
+                     cancel: threading.Event | None) -> None:
+    f = fs.RemoteFile(url, storage_options, 0, size)  # a dropped connection resumes where it stood
+    try:
+        at = 0
+        while at < size and not (cancel is not None and cancel.is_set()):
+            data = f.read(min(CHUNK, size - at))
+            if not data:
+                raise RemoteError(url, f"the object ended after {at} bytes, not the {size} bytes listed "
+                                       "(changed or truncated); list the dataset again")
+            os.pwrite(fd, data, at)
+            at += len(data)
+    finally:
+        f.close()
+
+
+def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
+                     cancel: threading.Event | None) -> None:
     starts = list(range(0, size, CHUNK))
 
     def copy(start: int) -> None:
@@ -222,8 +330,14 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None,
             copy(start)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
-        for future in [pool.submit(copy, s) for s in starts]:
-            future.result()
+        futures = [pool.submit(copy, s) for s in starts]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:  # no more requests once one has failed
+                future.cancel()
+            raise
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
@@ -250,6 +364,16 @@ def _warn_once(key: str, message: str) -> None:
             return
         _warned.add(key)
     log.warning("%s", message)
+
+
+def _log_once(level: int, message: str) -> None:
+    """Log ``message`` the first time this process meets it (a dataset made
+    again each epoch says it once)."""
+    with _warned_lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    log.log(level, "%s", message)
 
 
 def shard_cache_usage(cache: ShardCache | None = None) -> tuple[int, int]:

@@ -6,6 +6,7 @@ import errno
 import logging
 import multiprocessing
 import os
+import shutil
 import threading
 
 import fsspec
@@ -14,7 +15,7 @@ import pytest
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import atomic, shardcache
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.io.shardcache import ShardCache, open_shard, shard_cache_usage
+from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, open_shard, shard_cache_usage
 
 
 @pytest.fixture
@@ -227,3 +228,62 @@ def test_bad_options_are_refused():
         ShardCache(limit=-1)
     with pytest.raises(ValueError, match="ahead"):
         ShardCache(ahead=1.5)
+
+
+def _disk(monkeypatch, free: int) -> None:
+    """Every disk has ``free`` bytes free."""
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=free))
+
+
+def _shards(size: int, version: str = '"etag"') -> dict:
+    """A listing of two remote shards of ``size`` bytes in all."""
+    return {"s3://b/x-0": (size // 2, version), "s3://b/x-1": (size - size // 2, version)}
+
+
+def test_auto_takes_half_the_free_space_up_to_32_gib_and_makes_no_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "a" / "b" / "shards"
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(folder))
+    _disk(monkeypatch, 10_000)
+    assert auto_shard_cache(_shards(5_000)) == ShardCache(str(folder), limit=5_000)
+    assert auto_shard_cache(_shards(5_001)) is None
+    _disk(monkeypatch, 1 << 40)
+    assert auto_shard_cache(_shards(1 << 30)) == ShardCache(str(folder), limit=32 << 30)
+    assert auto_shard_cache(_shards((32 << 30) + 1)) is None
+    assert not (tmp_path / "a").exists()
+
+
+def test_auto_does_not_copy_objects_without_a_version(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+        assert auto_shard_cache(_shards(100, version="")) is None
+    assert "s3://b/x-0 and 1 more: the server gives no version (ETag)" in caplog.text
+
+
+def test_auto_counts_the_copies_already_held(tmp_path, monkeypatch):
+    """A second run of a job whose copies filled most of the disk still reads them."""
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path))
+    (tmp_path / f"a.0{shardcache.SUFFIX}").write_bytes(b"x" * 6_000)
+    (tmp_path / "other-file").write_bytes(b"x" * 50_000)  # not a copy: not counted
+    _disk(monkeypatch, 4_000)
+    assert auto_shard_cache(_shards(8_000)) == ShardCache(str(tmp_path), limit=8_000)
+    assert auto_shard_cache(_shards(8_001)) is None
+
+
+@pytest.mark.parametrize("value", ["off", "OFF", "0", "false", "no", "none"])
+def test_the_environment_turns_auto_off_but_not_an_explicit_cache(tmp_path, monkeypatch, caplog, value):
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", value)
+    with caplog.at_level(logging.INFO, logger="tfrecord_torch.io.shardcache"):
+        assert auto_shard_cache(_shards(2)) is None
+    assert f"TFRECORD_TORCH_SHARD_CACHE={value}: reading remote shards by range requests" in caplog.text
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ShardCache().folder == str(tmp_path / ".cache" / "tfrecord_torch" / "shards")  # not a folder "off"
+
+
+def test_auto_gives_up_on_a_folder_under_a_file(tmp_path, monkeypatch, caplog):
+    (tmp_path / "file").write_bytes(b"")
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "file" / "shards"))
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+        assert auto_shard_cache(_shards(2)) is None
+    assert f"the shard cache {tmp_path / 'file' / 'shards'} cannot be written" in caplog.text
+    assert "cache=None" in caplog.text

@@ -1,0 +1,212 @@
+"""Remote shards read the way the README reads them, with no cache argument, against
+moto's S3 server on 127.0.0.1 (every request logged): the shards are copied to the
+default shard cache once and read from there (far below one shard GET per record, none
+in the next epoch), the records and their order equal a read of the same shards from
+local disk, nothing is written to the bucket, and ``cache=None``,
+``TFRECORD_TORCH_SHARD_CACHE=off``, a dataset too large for the disk and an
+unwritable cache folder read by range requests instead, with the same records."""
+
+import logging
+import os
+import shutil
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from helpers import ids_of
+from torch.utils.data import DataLoader, RandomSampler
+
+from tfrecord_torch import (
+    IndexedTFRecordDataset,
+    Int64,
+    RecordWriter,
+    ShardCache,
+    Source,
+    TFRecordDataset,
+    make_example,
+)
+from tfrecord_torch.io import ranges
+from tfrecord_torch.io.shardcache import shard_cache_usage
+
+from .test_remote import S3, with_bucket
+
+SHARDS, PER_SHARD = 4, 200
+RECORDS = SHARDS * PER_SHARD
+PATTERN = "s3://bucket/default/train-*.tfrecord"
+FEATURES = {"id": Int64()}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    yield from with_bucket(S3())
+
+
+@pytest.fixture(scope="module")
+def shards(s3, tmp_path_factory):
+    """Four shards of 200 records (ids 0..799 in file order) in the bucket, with no
+    index objects (as TensorFlow writes them), and the same shards on local disk."""
+    local = tmp_path_factory.mktemp("local")
+    urls = []
+    for k in range(SHARDS):
+        url = f"s3://bucket/default/train-{k}.tfrecord"
+        with RecordWriter(url, storage_options=s3.options) as w:
+            for i in range(k * PER_SHARD, (k + 1) * PER_SHARD):
+                w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
+        s3.fs().get_file(url.split("://", 1)[1], str(local / f"train-{k}.tfrecord"))
+        urls.append(url)
+    return urls, str(local / "train-*.tfrecord")
+
+
+@pytest.fixture(autouse=True)
+def image_sized(monkeypatch):
+    """Range reads as of records the size of images: no two records are joined
+    into one request, so an uncached shuffled read costs one GET per record."""
+    monkeypatch.setattr(ranges, "MERGE_GAP", 0)
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """The default shard cache folder, not made yet (nor its parent); HOME moved too,
+    so nothing of these tests can reach the real ~/.cache."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    folder = tmp_path / "cache" / "tfrecord_torch" / "shards"
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(folder))
+    return folder
+
+
+def shard_requests(s3, urls, method: str = "GET") -> Counter:
+    """Requests of ``method`` for each shard object since the log was cleared."""
+    keys = {"/" + url.split("://", 1)[1]: url for url in urls}
+    return Counter(keys[path] for m, path, _ in s3.requests if m == method and path in keys)
+
+
+def bucket_keys(s3) -> set[str]:
+    return set(s3.fs().find("bucket"))
+
+
+def loader_ids(ds, epoch: int, **kwargs) -> list[int]:
+    ds.set_epoch(epoch)
+    return ids_of(DataLoader(ds, batch_size=None, num_workers=2, **kwargs))
+
+
+def shuffled(pattern, s3, **kwargs):
+    return TFRecordDataset(pattern, features=FEATURES, shuffle=True, seed=3, storage_options=s3.options, **kwargs)
+
+
+def local_order(shards, epoch: int) -> list[int]:
+    """The oracle: the same shards read from local disk, with the same seed and epoch."""
+    return loader_ids(TFRecordDataset(shards[1], features=FEATURES, shuffle=True, seed=3), epoch)
+
+
+def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_disk(s3, shards, folder):
+    urls = shards[0]
+    keys = bucket_keys(s3)
+    ds = shuffled(PATTERN, s3)
+    assert not folder.parent.exists()  # made when the first copy is written, not with the dataset
+    s3.requests.clear()
+    first = loader_ids(ds, 0)
+    gets = shard_requests(s3, urls)
+    assert gets == dict.fromkeys(urls, 1)  # each shard copied by one request: 4 GETs for 800 records
+    assert sum(gets.values()) / RECORDS < 0.01
+    assert first == local_order(shards, 0)
+    writes = [r for r in s3.requests if r[0] not in ("GET", "HEAD")]
+    s3.requests.clear()
+    second = loader_ids(ds, 1)
+    assert shard_requests(s3, urls) == {}  # no shard GET: read from the copies
+    # each worker asks once per shard whether the object is still the listed one
+    assert shard_requests(s3, urls, "HEAD") == dict.fromkeys(urls, 2)
+    assert second == local_order(shards, 1) and second != first
+    writes += [r for r in s3.requests if r[0] not in ("GET", "HEAD")]
+    assert writes == [] and bucket_keys(s3) == keys  # nothing written to the bucket or beside the shards
+    assert shard_cache_usage(ShardCache(str(folder))) == (SHARDS, sum(s3.fs().size(k) for k in keys))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_use_the_folder_decided_when_the_dataset_was_made(s3, shards, folder, tmp_path, monkeypatch,
+                                                                  context):
+    ds = shuffled(PATTERN, s3)
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(elsewhere))  # seen by the workers, not the dataset
+    s3.requests.clear()
+    assert loader_ids(ds, 0, multiprocessing_context=context) == local_order(shards, 0)
+    assert shard_requests(s3, shards[0]) == dict.fromkeys(shards[0], 1)
+    assert shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
+    assert not elsewhere.exists()
+
+
+def test_map_style_with_a_random_sampler_reads_from_the_copies(s3, shards, folder):
+    urls = shards[0]
+    ds = IndexedTFRecordDataset(PATTERN, features=FEATURES, storage_options=s3.options)
+    local = IndexedTFRecordDataset(shards[1], features=FEATURES)
+    order = list(RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
+    s3.requests.clear()
+    got = ids_of(DataLoader(ds, batch_size=32, sampler=order, num_workers=2))
+    assert got == [int(local[i]["id"]) for i in order] and sorted(got) == list(range(RECORDS))
+    assert shard_requests(s3, urls) == dict.fromkeys(urls, 1)
+    assert shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
+
+
+def range_reads(s3, shards, ds) -> list[int]:
+    """The first epoch of ``ds``, checked to be read by about one range request per record."""
+    s3.requests.clear()
+    got = loader_ids(ds, 0)
+    assert got == local_order(shards, 0)
+    assert sum(shard_requests(s3, shards[0]).values()) > RECORDS // 2  # ~1 per record, not 1 per shard
+    return got
+
+
+def test_cache_none_reads_by_range_requests(s3, shards, folder):
+    range_reads(s3, shards, shuffled(PATTERN, s3, source=Source(cache=None)))
+    assert not folder.parent.exists()
+
+
+def test_the_environment_turns_the_default_cache_off(s3, shards, folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", "off")
+    range_reads(s3, shards, shuffled(PATTERN, s3))
+    assert not folder.parent.exists() and not (tmp_path / "home").exists()
+    ds = IndexedTFRecordDataset(PATTERN, features=FEATURES, storage_options=s3.options)
+    s3.requests.clear()
+    assert [int(ds[i]["id"]) for i in (5, 400, 799)] == [5, 400, 799]
+    assert sum(shard_requests(s3, shards[0]).values()) == 3
+
+
+def test_a_dataset_larger_than_the_default_limit_reads_by_ranges_and_says_so(s3, shards, folder, monkeypatch,
+                                                                            caplog):
+    real = shutil.disk_usage
+    size = sum(s3.fs().size(url.split("://", 1)[1]) for url in shards[0])
+
+    def small_disk(path):  # a disk with the dataset's size free: half of it does not hold the dataset
+        return real(path)._replace(free=size)
+
+    monkeypatch.setattr(shutil, "disk_usage", small_disk)
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+        ds = shuffled(PATTERN, s3)
+    (line,) = [r.getMessage() for r in caplog.records if "shard" in r.getMessage()]
+    assert f"the remote shards ({size:,} bytes) are more than the shard cache {folder}" in line
+    assert "reading them by range requests" in line
+    assert "Source(cache=ShardCache(directory=..., limit=...))" in line and "cache=None" in line
+    range_reads(s3, shards, ds)
+    assert not folder.parent.exists()
+
+
+@pytest.mark.parametrize("how", ["read-only", "under-a-file"])
+def test_an_unwritable_cache_folder_reads_by_ranges(s3, shards, folder, caplog, how):
+    if how == "read-only":
+        folder.mkdir(parents=True)
+        folder.chmod(0o500)
+        if os.access(folder, os.W_OK):
+            folder.chmod(0o700)
+            pytest.skip("this user writes into a read-only folder (root)")
+    else:  # a file where a folder of the path should be: not even root can make the cache
+        folder.parent.parent.mkdir(parents=True)
+        folder.parent.write_bytes(b"")
+    try:
+        with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+            ds = shuffled(PATTERN, s3)
+        assert f"the shard cache {folder} cannot be written" in caplog.text
+        range_reads(s3, shards, ds)
+        assert not folder.exists() or os.listdir(folder) == []
+    finally:
+        if folder.exists():
+            folder.chmod(0o700)
