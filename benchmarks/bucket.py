@@ -62,7 +62,8 @@ PEERS_SCRIPT = os.path.join(ROOT, "benchmarks", "bucket_peers.py")
 # Each peer's venv (benchmarks/venvs/README.md) and where its shards live in the bucket.
 PEERS = {"webdataset": ("webdataset", "wds"), "mosaicml-streaming": ("mosaicml-streaming", "mds"),
          "mosaicml-streaming + xxh64": ("mosaicml-streaming", "mds")}
-PEER_MODES = ("in order", "shuffle=True")
+PEER_MODES = ("in order", "shuffle=True")  # every peer's
+MAP_PEERS = ("mosaicml-streaming", "mosaicml-streaming + xxh64")  # with a map-style RandomSampler row
 SMALL_MODES = ("in order", "shuffle=True")
 SMALL_BATCH = 256
 SMALL_FLOATS = 32
@@ -296,9 +297,9 @@ class Round:
                 self.results.setdefault((data.name, mode, st.label), []).append(run)
                 print(f"round {rnd} {data.name} {mode} {st.label}: {run.rate:,.0f} {unit}/s, first batch "
                       f"{run.first:.2f} s, {run.gets} shard GETs, {run.fetched / 1e6:.1f} MB", flush=True)
-                if st.latency is None or st.warm or mode not in peer_modes or st.variant != self.reference:
+                if st.latency is None or st.warm or st.variant != self.reference:
                     continue
-                for peer in peers:
+                for peer in peers_in(mode, peers, peer_modes):
                     control(self.port, f"/__shape?latency={st.latency}")
                     got = run_peer(peer, mode, self.port, len(data.remote), peer_data, data.records)
                     self.results.setdefault((data.name, mode, peer, st.latency), []).append((got, got.rate / run.rate))
@@ -311,6 +312,13 @@ class Round:
         """The variant the peers are set beside: the shard cache when it runs."""
         variants = self.args.variants.split(",")
         return "cache" if "cache" in variants else variants[0]
+
+
+def peers_in(mode: str, peers: list[str], peer_modes: tuple) -> list[str]:
+    """The peers that read ``mode``."""
+    if mode == "map-style RandomSampler":
+        return [p for p in peers if p in MAP_PEERS]
+    return peers if mode in peer_modes else []
 
 
 def table(data: Data, modes: list[str], storages: list[Storage], results: dict, unit: str) -> list[str]:
@@ -337,12 +345,12 @@ def table(data: Data, modes: list[str], storages: list[Storage], results: dict, 
 
 
 def peer_table(data: Data, modes: list[str], latencies: list[float], peers: list[str], missing: list[str],
-               reference: str, results: dict, unit: str) -> list[str]:
+               reference: str, results: dict, unit: str, modes_of_peers: tuple) -> list[str]:
     per = unit[:-1] if unit.endswith("s") else unit
     lines = [f"| mode | reader | storage | {unit}/s | x ours (per round) | x ours (best) | first batch (s) "
              f"| GETs per {per} | MB fetched per MB used | checksums |",
              "|---|---|---|---:|---|---:|---:|---:|---:|---|"]
-    for mode in modes:
+    for mode in [m for m in modes if peers_in(m, peers, modes_of_peers)]:
         for lat in latencies:
             ours_runs = results[(data.name, mode, f"bucket, {lat * 1000:g} ms, {VARIANTS[reference]}")]
             ours = max(r.rate for r in ours_runs)
@@ -351,7 +359,7 @@ def peer_table(data: Data, modes: list[str], latencies: list[float], peers: list
                          f"{min(r.gets / r.seen for r in ours_runs):.4f} | "
                          f"{min(r.fetched / (r.seen * data.record_bytes) for r in ours_runs):.2f} | "
                          "CRC32C of every record |")
-            for peer in peers:
+            for peer in peers_in(mode, peers, modes_of_peers):
                 runs = results[(data.name, mode, peer, lat)]
                 rate = max(r.rate for r, _ in runs)
                 lines.append(f"| {mode} | {peer} | bucket, {lat * 1000:g} ms | {rate:,.0f} | "
@@ -397,6 +405,9 @@ def main() -> None:
     for v in variants:
         if v not in VARIANTS:
             parser.error(f"--variants: {v!r} is not one of {', '.join(VARIANTS)}")
+    for peer in filter(None, args.peers.split(",")):
+        if peer not in PEERS:
+            parser.error(f"--peers: {peer!r} is not one of {', '.join(PEERS)}")
     args.budget = args.budget or (10.0 if args.quick else 30.0)
     small_records = args.small_records or (8192 if args.quick else 100_000)
     os.makedirs(args.out, exist_ok=True)
@@ -534,10 +545,12 @@ def main() -> None:
                   "`Image()`) in 2 DataLoader workers, batches of 64. webdataset: `wds.WebDataset(http URLs)` "
                   "(streamed by curl), shuffled with `shardshuffle` and `.shuffle(1000)`. mosaicml streaming: "
                   "`StreamingDataset(remote='s3://...', local=tmpdir, shuffle=...)` with `S3_ENDPOINT_URL` at the "
-                  "proxy, a fresh local folder each run. Ours checks every record's CRCs. GETs and MB: all the "
+                  "proxy, a fresh local folder each run; its map-style RandomSampler row samples a map-style view of the "
+                  "StreamingDataset (`dataset.get_item(i)`, which downloads the sample's shard whole the first time); "
+                  "webdataset has no random access. Ours checks every record's CRCs. GETs and MB: all the "
                   "peer's GETs in its process, over the images counted and their bytes in our shards.", "",
-                  *peer_table(images, [m for m in modes if m in PEER_MODES], latencies, peers, missing,
-                              rounds.reference, results, "images")]
+                  *peer_table(images, modes, latencies, peers, missing, rounds.reference, results, "images",
+                              PEER_MODES)]
     if peers or missing:
         lines += peer_lines
     if args.small:
@@ -547,7 +560,7 @@ def main() -> None:
                       f"{SMALL_BATCH}. webdataset has no small-record row (it would store each record as files in "
                       "a tar).", "",
                       *peer_table(data_sets[1], list(SMALL_MODES), latencies, small_peers, [], rounds.reference,
-                                  results, "records")]
+                                  results, "records", SMALL_MODES)]
         else:
             lines += ["", "Small records have no peer rows: mosaicml streaming's venv is missing."]
     lines += ["", "The limit: range GETs at random offsets through the same proxy, N at once (threads over s3fs).",

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 PEERS = ("webdataset", "mosaicml-streaming", "mosaicml-streaming + xxh64")
-MODES = ("in order", "shuffle=True")
+MODES = ("in order", "shuffle=True", "map-style RandomSampler")  # the last: mosaicml streaming only
 BATCH = 64
 SMALL_BATCH = 256
 SHUFFLE_BUFFER = 1000  # webdataset's sample shuffle buffer (its docs' usual figure)
@@ -121,10 +121,27 @@ def _streaming_loader(mode: str, remote: str, validate: bool, small: bool):
                 return torch.from_numpy(sample["x"]), sample["label"]
             return _decode(sample["image"]), sample["label"]
 
+    class Indexed(torch.utils.data.Dataset):
+        """Random access, as a map-style dataset: ``dataset[i]`` downloads the sample's shard whole
+        the first time any process of the machine asks for one of its samples."""
+
+        def __init__(self, ds: StreamingDataset) -> None:
+            self.ds = ds
+
+        def __len__(self) -> int:
+            return self.ds.num_samples
+
+        def __getitem__(self, i: int):
+            return self.ds.get_item(i)
+
     local = tempfile.mkdtemp(prefix="bench-mds-")
     batch = SMALL_BATCH if small else BATCH
     ds = Decoded(remote=remote, local=local, shuffle=mode == "shuffle=True", shuffle_seed=0, batch_size=batch,
                  validate_hash="xxh64" if validate else None)
+    if mode == "map-style RandomSampler":
+        indexed = Indexed(ds)
+        sampler = torch.utils.data.RandomSampler(indexed, generator=torch.Generator().manual_seed(0))
+        return DataLoader(indexed, batch_size=batch, sampler=sampler, num_workers=2)
     return DataLoader(ds, batch_size=batch, num_workers=2)
 
 
@@ -171,8 +188,8 @@ def main() -> None:
     parser.add_argument("--prefix")
     parser.add_argument("--records", type=int)
     args = parser.parse_args()
-    if args.data == "small" and args.peer == "webdataset":
-        parser.error("--data small: only the mosaicml streaming peers have a small-record writer")
+    if args.peer == "webdataset" and (args.data == "small" or args.mode == "map-style RandomSampler"):
+        parser.error("webdataset reads images in order or shuffled (no small records, no random access)")
     if args.action == "write":
         if args.data == "small":
             os.makedirs(args.out, exist_ok=True)
