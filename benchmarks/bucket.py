@@ -314,6 +314,11 @@ class Round:
         return "cache" if "cache" in variants else variants[0]
 
 
+def per_item(x: float) -> str:
+    """A count per item, legible both near 1 and near 1/100,000."""
+    return "0" if x == 0 else f"{x:.3f}" if x >= 0.01 else f"{x:.2g}"
+
+
 def peers_in(mode: str, peers: list[str], peer_modes: tuple) -> list[str]:
     """The peers that read ``mode``."""
     if mode == "map-style RandomSampler":
@@ -337,7 +342,7 @@ def table(data: Data, modes: list[str], storages: list[Storage], results: dict, 
             if st.latency is None:
                 gets = fetched = "-"
             else:
-                gets = f"{min(r.gets / r.seen for r in runs):.4f}"
+                gets = per_item(min(r.gets / r.seen for r in runs))
                 fetched = f"{min(r.fetched / (r.seen * data.record_bytes) for r in runs):.2f}"
             lines.append(f"| {mode} | {st.label} | {rate:,.0f} | {rate / best_local:.2f} | {rounds} | "
                          f"{min(r.first for r in runs):.2f} | {gets} | {fetched} |")
@@ -356,7 +361,7 @@ def peer_table(data: Data, modes: list[str], latencies: list[float], peers: list
             ours = max(r.rate for r in ours_runs)
             lines.append(f"| {mode} | ours, {VARIANTS[reference]} | bucket, {lat * 1000:g} ms | {ours:,.0f} | - | "
                          f"1.00 | {min(r.first for r in ours_runs):.2f} | "
-                         f"{min(r.gets / r.seen for r in ours_runs):.4f} | "
+                         f"{per_item(min(r.gets / r.seen for r in ours_runs))} | "
                          f"{min(r.fetched / (r.seen * data.record_bytes) for r in ours_runs):.2f} | "
                          "CRC32C of every record |")
             for peer in peers_in(mode, peers, modes_of_peers):
@@ -364,7 +369,7 @@ def peer_table(data: Data, modes: list[str], latencies: list[float], peers: list
                 rate = max(r.rate for r, _ in runs)
                 lines.append(f"| {mode} | {peer} | bucket, {lat * 1000:g} ms | {rate:,.0f} | "
                              f"{', '.join(f'{x:.2f}' for _, x in runs)} | {rate / ours:.2f} | "
-                             f"{min(r.first for r, _ in runs):.2f} | {min(r.gets / r.seen for r, _ in runs):.4f} | "
+                             f"{min(r.first for r, _ in runs):.2f} | {per_item(min(r.gets / r.seen for r, _ in runs))} | "
                              f"{min(r.fetched / (r.seen * data.record_bytes) for r, _ in runs):.2f} | "
                              f"{PEER_CHECKS[peer]} |")
     for peer in missing:
@@ -536,7 +541,7 @@ def main() -> None:
                   f"`label` and {SMALL_FLOATS} floats `x` ({small.record_bytes:.0f} bytes per record with framing; "
                   "the records of benchmarks/cases/small.py), parsed to an int64 tensor and a float32 tensor "
                   f"[{SMALL_FLOATS}] in 2 DataLoader workers, batches of {SMALL_BATCH}; first {small.records:,} "
-                  "records per run. Storage and columns as above, per record.", "",
+                  f"records per run, or as many as {args.budget:g} s gave. Storage and columns as above, per record.", "",
                   *table(small, list(SMALL_MODES), storages, results, "records")]
     peer_lines = ["", "Peers, each beside our " + VARIANTS[rounds.reference] + " row of the same mode in the same "
                   "round (the ratio per round, then for the best images/s of each): the same payload bytes (our "
