@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -109,7 +110,7 @@ def _webdataset_loader(mode: str, urls: list[str]):
     return DataLoader(ds, batch_size=BATCH, num_workers=2)
 
 
-def _streaming_loader(mode: str, remote: str, validate: bool, small: bool):
+def _streaming_loader(mode: str, remote: str, local: str, validate: bool, small: bool):
     import torch
     from streaming import StreamingDataset
     from torch.utils.data import DataLoader
@@ -134,7 +135,6 @@ def _streaming_loader(mode: str, remote: str, validate: bool, small: bool):
         def __getitem__(self, i: int):
             return self.ds.get_item(i)
 
-    local = tempfile.mkdtemp(prefix="bench-mds-")
     batch = SMALL_BATCH if small else BATCH
     ds = Decoded(remote=remote, local=local, shuffle=mode == "shuffle=True", shuffle_seed=0, batch_size=batch,
                  validate_hash="xxh64" if validate else None)
@@ -160,16 +160,23 @@ def read(peer: str, mode: str, endpoint: str, bucket: str, prefix: str, shards: 
         from streaming.base.util import clean_stale_shared_memory
 
         clean_stale_shared_memory()
-        loader = _streaming_loader(mode, f"s3://{bucket}/{prefix}", validate=peer.endswith("xxh64"), small=small)
-    t0 = time.perf_counter()
-    seen, first = 0, None
-    for _images, labels in loader:
-        if first is None:
-            first = time.perf_counter() - t0
-        seen += len(labels)
-        if seen >= records:
-            break
-    rate = seen / (time.perf_counter() - t0)
+        local = tempfile.mkdtemp(prefix="bench-mds-")  # a fresh, empty local folder for each run
+        loader = _streaming_loader(mode, f"s3://{bucket}/{prefix}", local, validate=peer.endswith("xxh64"),
+                                   small=small)
+    try:
+        t0 = time.perf_counter()
+        seen, first = 0, None
+        for _images, labels in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            seen += len(labels)
+            if seen >= records:
+                break
+        rate = seen / (time.perf_counter() - t0)
+    finally:
+        del loader  # its workers are gone before their folder is
+        if peer != "webdataset":
+            shutil.rmtree(local, ignore_errors=True)
     return {"rate": rate, "first": first or 0.0, "seen": seen}
 
 
