@@ -13,8 +13,10 @@ for a 40 MB object), which would measure moto, not the reader. Everything
 else (listings, stats, whole-object GETs) goes to the server.
 
 It prints the port it listens on. ``GET /__stats`` answers the GETs seen so
-far as JSON (``{"gets": n, "shard_gets": n}``; shard GETs: paths holding
-``.tfrecord-`` and not ``.index``) without reaching the server. The
+far and the body bytes sent in answer to them as JSON (``{"gets": n,
+"shard_gets": n, "bytes": n, "shard_bytes": n}``; shard GETs: paths holding
+``.tfrecord-`` and not ``.index``, whole objects and ranges alike) without
+reaching the server. The
 latency and bandwidth can be changed while it runs: ``GET /__shape?latency=
 0.05&bandwidth=1e8``.
 """
@@ -32,6 +34,12 @@ class Shape:
     def __init__(self, latency: float, bandwidth: float) -> None:
         self.latency, self.bandwidth = latency, bandwidth
         self.gets = self.shard_gets = 0
+        self.bytes = self.shard_bytes = 0  # body bytes sent in answer to GETs
+
+    def sent(self, shard: bool, count: int) -> None:
+        self.bytes += count
+        if shard:
+            self.shard_bytes += count
 
 
 def _control(line: bytes, shape: Shape) -> bytes | None:
@@ -44,26 +52,36 @@ def _control(line: bytes, shape: Shape) -> bytes | None:
         query = urllib.parse.parse_qs(url.query)
         shape.latency = float(query.get("latency", [shape.latency])[0])
         shape.bandwidth = float(query.get("bandwidth", [shape.bandwidth])[0])
-    body = json.dumps({"gets": shape.gets, "shard_gets": shape.shard_gets, "latency": shape.latency,
+    body = json.dumps({"gets": shape.gets, "shard_gets": shape.shard_gets, "bytes": shape.bytes,
+                       "shard_bytes": shape.shard_bytes, "latency": shape.latency,
                        "bandwidth": shape.bandwidth}).encode()
     return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
-async def _send(writer: asyncio.StreamWriter, data: bytes, asked: float, shape: Shape) -> None:
+async def _send(writer: asyncio.StreamWriter, data: bytes, asked: float, shape: Shape,
+                counted: bool | None = None) -> None:
     """``data`` to the client: its first byte ``shape.latency`` after the
-    request came in, then at most ``shape.bandwidth`` bytes/s."""
+    request came in, then at most ``shape.bandwidth`` bytes/s. The body bytes
+    that left (a client may hang up early) are counted unless ``counted`` is
+    None, as a shard's when it is True."""
     loop = asyncio.get_running_loop()
     wait = asked + shape.latency - loop.time()
     if wait > 0:
         await asyncio.sleep(wait)
     started = loop.time()
-    for i in range(0, len(data), 65536):
-        ahead = started + i / shape.bandwidth - loop.time()
-        if ahead > 0:
-            await asyncio.sleep(ahead)
-        writer.write(data[i:i + 65536])
-        await writer.drain()
+    sent = 0
+    try:
+        for i in range(0, len(data), 65536):
+            ahead = started + i / shape.bandwidth - loop.time()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            writer.write(data[i:i + 65536])
+            await writer.drain()
+            sent = min(i + 65536, len(data))
+    finally:
+        if counted is not None:
+            shape.sent(counted, max(0, sent - (data.find(b"\r\n\r\n") + 4)))
 
 
 async def _forward(head: bytes, body: bytes, upstream: tuple) -> bytes:
@@ -130,14 +148,14 @@ async def _serve(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
                 client_writer.write(control)
                 await client_writer.drain()
                 return
+            shard = ".tfrecord-" in target and ".index" not in target
             if method == "GET":
                 shape.gets += 1
-                if ".tfrecord-" in target and ".index" not in target:
-                    shape.shard_gets += 1
+                shape.shard_gets += shard
             answer = await mirror.answer(method, target, headers, head)
             if answer is None:
                 answer = await _forward(head, body, upstream)
-            await _send(client_writer, answer, asked, shape)
+            await _send(client_writer, answer, asked, shape, shard if method == "GET" else None)
             if b"connection: close" in answer.split(b"\r\n\r\n", 1)[0].lower():
                 return
     except (ConnectionError, OSError):

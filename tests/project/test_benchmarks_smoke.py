@@ -188,27 +188,41 @@ def test_quick_run_of_the_training_loop_benchmark(tmp_path):
 
 @pytest.mark.slow
 def test_quick_run_of_the_bucket_benchmark_with_its_peers(tmp_path):
-    """benchmarks/bucket.py --quick: every mode reads through the shaped bucket and lands in the
-    table; each peer (webdataset, mosaicml streaming) runs under its venv beside our same mode,
-    or is listed as skipped when its venv is absent."""
+    """benchmarks/bucket.py --quick: every mode reads through the shaped bucket, with the shard
+    cache and with range reads, for images and for small records, and lands in the table; the
+    shard cache rows fetch far fewer shard GETs than images; each peer (webdataset, mosaicml
+    streaming) runs under its venv beside our same mode, or is listed as skipped when its venv
+    is absent."""
     sys.path.insert(0, ROOT)
     try:
         from benchmarks import bucket
     finally:
         sys.path.remove(ROOT)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bucket.py"), "--quick", "--records",
-                           "128", "--latencies", "0.02", "--out", str(tmp_path)], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=1800,
+                           "128", "--small-records", "2048", "--latencies", "0.02", "--out", str(tmp_path)],
+                          cwd=ROOT, check=False, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (tmp_path / "bucket.md").read_text()
     assert table in proc.stdout
+    lines = table.splitlines()
+
+    def row(start: str) -> list[str]:
+        return next(line for line in lines if line.startswith(start)).split("|")
+
     for mode in bucket.MODES:
-        assert f"| {mode} | bucket, 20 ms |" in table
+        cached = row(f"| {mode} | bucket, 20 ms, shard cache (default) |")
+        assert float(cached[3].replace(",", "")) > 0 and float(cached[7]) < 0.5, cached
+        assert float(row(f"| {mode} | bucket, 20 ms, range reads (cache=None) |")[3].replace(",", "")) > 0
+    assert row("| shuffle=True | bucket, 20 ms, shard cache, second epoch (warm) |")
+    for mode in bucket.SMALL_MODES:
+        for variant in bucket.VARIANTS.values():
+            small = [line for line in lines if line.startswith(f"| {mode} | bucket, 20 ms, {variant} |")]
+            assert len(small) == 2, small  # images, then small records
     for peer in bucket.PEERS:
         if bucket.peer_python(peer) is None:
             assert f"| - | {peer} | skipped |" in table
             continue
         for mode in bucket.PEER_MODES:
-            row = next(line for line in table.splitlines() if line.startswith(f"| {mode} | {peer} | bucket, 20 ms |"))
-            assert float(row.split("|")[4].replace(",", "")) > 0, row
+            got = row(f"| {mode} | {peer} | bucket, 20 ms |")
+            assert float(got[4].replace(",", "")) > 0, got
