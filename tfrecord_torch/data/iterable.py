@@ -12,7 +12,11 @@ import torch.utils.data
 
 from tfrecord_torch._args import check_flag, check_instance, check_int
 from tfrecord_torch._types import Paths
-from tfrecord_torch.data import elastic, plan
+from tfrecord_torch.data import (
+    collating,  # noqa: F401 - registers the items' collate in workers
+    elastic,
+    plan,
+)
 from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy

@@ -17,6 +17,7 @@ import torch.utils.data
 
 from tfrecord_torch._args import check_flag, check_instance
 from tfrecord_torch._types import PathLike, Paths
+from tfrecord_torch.data import collating  # noqa: F401 - registers the items' collate in workers
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes

@@ -137,22 +137,6 @@ def _write(path, sizes, bad=()):
     return path
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Reused and allocated segments, counted in the DataLoader's workers."""
-    counts = torch.zeros(2, dtype=torch.int64).share_memory_()
-    take = SharedBuffers.take
-
-    def counting(self, *args):
-        before = self.reused
-        out = take(self, *args)
-        counts[0 if self.reused > before else 1] += 1
-        return out
-
-    monkeypatch.setattr(SharedBuffers, "take", counting)
-    return counts
-
-
 def test_workers_reuse_segments_and_kept_batches_stay_intact(tmp_path, counted):
     path = _write(tmp_path / "a.tfrecord", [(24, 32)] * 160)
     ds = TFRecordDataset(path, features=SPEC, batch_size=4)
