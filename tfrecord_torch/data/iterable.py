@@ -12,7 +12,11 @@ import torch.utils.data
 
 from tfrecord_torch._args import check_flag, check_instance, check_int
 from tfrecord_torch._types import Paths
-from tfrecord_torch.data import elastic, plan
+from tfrecord_torch.data import (
+    collating,  # noqa: F401 - registers the items' collate in workers
+    elastic,
+    plan,
+)
 from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
@@ -31,6 +35,7 @@ from tfrecord_torch.data.reading import (
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_random_access
+from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
@@ -298,6 +303,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
+        freeze_inherited()
         worker, workers = _reader()
         skip = self._resume.start([worker, workers])
         if self.streamed:

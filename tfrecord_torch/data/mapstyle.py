@@ -17,10 +17,12 @@ import torch.utils.data
 
 from tfrecord_torch._args import check_flag, check_instance
 from tfrecord_torch._types import PathLike, Paths
+from tfrecord_torch.data import collating  # noqa: F401 - registers the items' collate in workers
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.usage import check_positional
+from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
 from tfrecord_torch.features.payload import Payload
@@ -144,6 +146,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
+        freeze_inherited()
         return self._fetcher.item(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
@@ -154,6 +157,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         calls this for a batch. Every index is checked (IndexError) before
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
+        freeze_inherited()
         fetcher = self._fetcher
         checked = [fetcher.check(i) for i in indices]
         out = fetcher.items(checked)

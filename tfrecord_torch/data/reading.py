@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.unique imports it at its first call: here, forked DataLoader workers inherit it
 
 from tfrecord_torch.data.readahead import ReadAhead
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError

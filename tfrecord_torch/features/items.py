@@ -15,6 +15,7 @@ equal size". A ``collate_fn`` of one's own gets the items as dicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -67,11 +68,20 @@ def as_batch_head(value: dict, locate: Any) -> Item:
     return item
 
 
-def collate_items(batch: list, *, collate_fn_map: dict | None = None) -> dict:
-    """default_collate of a batch of items: a dict of each key's collated values."""
+def collate_items(batch: list, *, collate_fn_map: dict | None = None, stack: Callable | None = None) -> dict:
+    """default_collate of a batch of items: a dict of each key's collated values.
+
+    ``stack(key, values)``, if given, is tried first for each key; where it
+    gives None, the values are collated as default_collate does.
+    """
     out = {}
     for key in batch[0]:
         values = [item[key] for item in batch]
+        if stack is not None:
+            stacked = stack(key, values)
+            if stacked is not None:
+                out[key] = stacked
+                continue
         try:
             out[key] = collate(values, collate_fn_map=collate_fn_map)
         except RuntimeError as e:

@@ -65,3 +65,32 @@ def test_a_read_context_is_frozen_and_keyword_only():
         context.verify = True
     with pytest.raises(TypeError):
         ReadContext(None, False)
+
+
+WORKER_IMPORTS = """
+import sys
+import torch.utils.data
+from tfrecord_torch import TFRecordDataset, presets
+
+before = set()
+new = lambda item: {**item, "new": sorted(set(sys.modules) - before)}
+ds = TFRecordDataset(sys.argv[1], features=presets.tfds(), transform=new)
+loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=list,
+                                     worker_init_fn=lambda _: before.update(sys.modules))
+print(sorted({name for batch in loader for item in batch for name in item["new"]}))
+"""
+
+
+def test_a_worker_imports_nothing_to_read_and_decode_images(tmp_path):
+    """Modules first imported in a forked DataLoader worker are imported
+    again by every epoch's workers (numpy.ma under np.unique, tv_tensors
+    under the decoded images): they are imported in the main process."""
+    import subprocess
+    import sys
+
+    from helpers import image_shards
+
+    path, _ = image_shards(tmp_path, fmt="JPEG", sizes=((16, 16),) * 8)
+    out = subprocess.run([sys.executable, "-c", WORKER_IMPORTS, str(path)], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout

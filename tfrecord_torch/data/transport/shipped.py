@@ -265,7 +265,9 @@ class SharedBuffers:
                 self.reused = self.allocated = 0
             flags = self._flags
             assert flags is not None
-            free = [k for k in range(self.slots) if int(flags[k]) == 0 and self._unheld(k)]
+            # the sender's references first: it sets the flag (sending) before it lets go, so a flag
+            # read before them may be one of a batch sent and let go in between
+            free = [k for k in range(self.slots) if self._unheld(k) and int(flags[k]) == 0]
             for k in free:
                 held = self._segments[k]
                 if held is not None and held[1].shape == tuple(shape) and held[1].dtype == dtype:

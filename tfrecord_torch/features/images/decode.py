@@ -114,9 +114,11 @@ def _torchvision(data: bytes, header: Header, mode: str) -> list[np.ndarray]:
 def preload() -> None:
     """Import torchvision's decoders now, in the main process, so DataLoader
     workers forked from it do not each pay the import (about a second and a
-    half) at their first image, every epoch."""
+    half) at their first image, every epoch; and tv_tensors, which wraps
+    the decoded images."""
     if _torchvision_usable():
         import torchvision.io  # noqa: F401
+        import torchvision.tv_tensors  # noqa: F401
 
 
 def _torchvision_usable() -> bool:

@@ -51,6 +51,28 @@ def test_a_segment_is_reused_only_after_the_receiver_lets_go():
     assert segment3 is segment and buffers.reused == 1
 
 
+def test_a_batch_sent_and_let_go_during_the_check_of_its_slot_is_not_reused(monkeypatch):
+    """A worker's feeder thread sends a batch (setting its segment's flag)
+    and then lets go of it; a check of that slot in between, by the thread
+    that collates the next batch, must not find it free while the main
+    process holds the batch."""
+    buffers = SharedBuffers(slots=1)
+    queued = [taken(buffers, 7)[0]]  # collated, waiting in the worker's queue
+    received = []
+    unheld = SharedBuffers._unheld
+
+    def feeder_meanwhile(self, k):
+        if queued:
+            received.append(send(queued.pop()))  # sent, then let go by the feeder thread
+        return unheld(self, k)
+
+    monkeypatch.setattr(SharedBuffers, "_unheld", feeder_meanwhile)
+    out, token = buffers.take((2, 5, 6, 3), np.uint8, zero=False)
+    out.fill_(9)
+    assert token is None  # the only segment is held by the main process: a fresh one
+    assert bool((received[0] == 7).all())
+
+
 def test_sent_twice_the_second_is_a_copy_and_views_are_plain():
     buffers = SharedBuffers(slots=2)
     batch, (segment, flags, slot) = taken(buffers, 3)
@@ -113,22 +135,6 @@ def _write(path, sizes, bad=()):
                 rng.integers(0, 255, (h, w_, 3), dtype=np.uint8), "JPEG", quality=90)
             w.write(make_example({"image": data, "label": i}))
     return path
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """Reused and allocated segments, counted in the DataLoader's workers."""
-    counts = torch.zeros(2, dtype=torch.int64).share_memory_()
-    take = SharedBuffers.take
-
-    def counting(self, *args):
-        before = self.reused
-        out = take(self, *args)
-        counts[0 if self.reused > before else 1] += 1
-        return out
-
-    monkeypatch.setattr(SharedBuffers, "take", counting)
-    return counts
 
 
 def test_workers_reuse_segments_and_kept_batches_stay_intact(tmp_path, counted):

@@ -1,0 +1,236 @@
+"""The per-sample path's batches from DataLoader workers (data/collating.py):
+the same batches as in the main process, over shared memory the workers use
+again only once the main process let go of a batch."""
+
+import gc
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from helpers import png_bytes
+from torch.utils.data import DataLoader, default_collate
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from tfrecord_torch import Image, Int64, RecordWriter, TFRecordDataset, make_example, presets
+from tfrecord_torch.data.transport.shipped import _MAPPED, SLOTS
+from tfrecord_torch.data.transport.stacking import Stacker
+
+from .transport.test_shipped import count_fd_receipts
+
+
+def _write(path, n, size=(24, 32), bad=()):
+    rng = np.random.default_rng(0)
+    with RecordWriter(path) as w:
+        for i in range(n):
+            data = b"not a jpeg" if i in bad else png_bytes(
+                rng.integers(0, 255, (*size, 3), dtype=np.uint8), "JPEG", quality=90)
+            w.write(make_example({"image": data, "label": i}))
+    return path
+
+
+def _same(a, b):
+    """Equal batches: keys, types, dtypes, shapes, strides and values."""
+    assert type(a) is type(b) and list(a) == list(b)
+    for key in a:
+        x, y = a[key], b[key]
+        assert (type(x), x.dtype, x.shape, x.stride()) == (type(y), y.dtype, y.shape, y.stride()), key
+        assert torch.equal(x, y), key
+
+
+class Expected:
+    """What the main process's default_collate makes of the items a batch
+    holds (found by label): the per-sample path with num_workers=0."""
+
+    def __init__(self, ds):
+        self.items = {int(item["label"]): item for item in ds}
+
+    def check(self, batch):
+        _same(batch, default_collate([self.items[int(label)] for label in batch["label"]]))
+
+
+def _masked(item):
+    """A tv_tensors.Mask beside the image (a second large key), and a float key."""
+    image = item["image"]
+    return {"image": image, "mask": tv_tensors.Mask(image[0] > 128), "mean": image.float().mean(0),
+            "label": item["label"]}
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_worker_batches_equal_the_main_process_batches(tmp_path, context):
+    path = _write(tmp_path / "a.tfrecord", 50, size=(64, 64))
+    for transform in (None, _masked):
+        ds = TFRecordDataset(path, features=presets.tfds(), transform=transform)
+        expected = Expected(ds)
+        alone = list(DataLoader(ds, batch_size=8, num_workers=0))
+        assert type(alone[0]["image"]) is torch.Tensor  # default_collate gives plain tensors
+        got = list(DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context=context))
+        assert sorted(torch.cat([b["label"] for b in got]).tolist()) == list(range(50))
+        for b in got:
+            expected.check(b)
+
+
+def test_kept_batches_are_never_written_into(tmp_path, counted):
+    path = _write(tmp_path / "a.tfrecord", 240, size=(64, 64))
+    ds = TFRecordDataset(path, features=presets.tfds())
+    expected = Expected(ds)
+    kept = []
+    for k, b in enumerate(DataLoader(ds, batch_size=8, num_workers=2)):
+        expected.check(b)
+        if k % 3 == 0:
+            kept.append(b)
+    assert k == 29 and len(kept) == 10
+    for b in kept:  # after up to 27 later batches over the same workers' segments
+        expected.check(b)
+    reused, allocated = counted.tolist()
+    assert reused >= 5 and reused + allocated == 30  # segments went round; the kept ones were left alone
+
+
+def test_segments_are_reused_and_passed_to_the_main_process_once(tmp_path, monkeypatch):
+    """A batch arrives without a file descriptor once its segment has been
+    sent (the image by reference to a segment the main process keeps
+    mapped, the labels by value): default_collate's fresh segments cost
+    one per tensor per batch."""
+    path = _write(tmp_path / "a.tfrecord", 160, size=(64, 64))
+    ds = TFRecordDataset(path, features=presets.tfds())
+    expected = Expected(ds)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True)
+    it = iter(loader)  # the workers start
+    receipts = count_fd_receipts(monkeypatch)
+    for epoch in range(3):
+        batches = 0
+        for b in it if epoch == 0 else loader:
+            expected.check(b)
+            batches += 1
+        assert batches == 20
+        assert len(_MAPPED._segments) <= 2 * SLOTS
+    assert 0 < len(receipts) <= 2 * 2 * SLOTS  # a segment and the flags, per segment of a worker
+    assert len(receipts) < 60  # 3 epochs x 20 batches: not one a batch
+
+
+def test_map_style_batches_from_workers(tmp_path):
+    from tfrecord_torch import IndexedTFRecordDataset
+
+    path = _write(tmp_path / "a.tfrecord", 60)
+    ds = IndexedTFRecordDataset(path, features=presets.tfds())
+    alone = list(DataLoader(ds, batch_size=8, num_workers=0))
+    got = list(DataLoader(ds, batch_size=8, num_workers=2))
+    assert len(got) == len(alone) == 8
+    for a, b in zip(alone, got):  # map-style: the same batches, in the same order
+        _same(a, b)
+
+
+def test_images_of_several_sizes_keep_the_collate_error(tmp_path):
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i, size in enumerate([(24, 32), (24, 32), (16, 20), (24, 32)]):
+            data = png_bytes(np.zeros((*size, 3), np.uint8), "JPEG")
+            w.write(make_example({"image": data, "label": i}))
+    ds = TFRecordDataset(path, features=presets.tfds())
+    with pytest.raises(RuntimeError, match="cannot stack feature 'image'.*pad_collate"):
+        list(DataLoader(ds, batch_size=4, num_workers=1))
+
+
+def test_a_collate_fn_of_ones_own_gets_the_items(tmp_path):
+    path = _write(tmp_path / "a.tfrecord", 16)
+    ds = TFRecordDataset(path, features=presets.tfds())
+    got = list(DataLoader(ds, batch_size=4, num_workers=2, collate_fn=lambda items: items))
+    assert [len(b) for b in got] == [4, 4, 4, 4]
+    assert type(got[0][0]["image"]) is tv_tensors.Image and got[0][0]["image"].shape == (3, 24, 32)
+
+
+def test_corrupt_images_skipped_per_sample(tmp_path):
+    path = _write(tmp_path / "a.tfrecord", 40, size=(64, 64), bad={3, 17, 30})
+    ds = TFRecordDataset(path, features={"image": Image(), "label": Int64()}, on_error="skip")
+    images = {int(item["label"]): item["image"] for item in ds}
+    got = list(DataLoader(ds, batch_size=8, num_workers=2))
+    labels = torch.cat([b["label"] for b in got]).tolist()
+    assert sorted(labels) == sorted(images) == [i for i in range(40) if i not in (3, 17, 30)]
+    for b in got:
+        assert type(b["image"]) is torch.Tensor and b["image"].dtype == torch.uint8
+        assert all(torch.equal(image, images[int(label)]) for image, label in zip(b["image"], b["label"]))
+
+
+# the DataLoader's own SIGCHLD handler may raise again while its iterator is collected
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_worker_killed_mid_epoch_fails_loudly_and_the_next_epoch_is_whole(tmp_path):
+    path = _write(tmp_path / "a.tfrecord", 160, size=(64, 64))
+    ds = TFRecordDataset(path, features=presets.tfds())
+    expected = Expected(ds)
+    it = iter(DataLoader(ds, batch_size=8, num_workers=2))
+    first = [next(it) for _ in range(6)]
+    # the DataLoader's SIGCHLD handler raises, or a segment's descriptor was on its way from the worker
+    with pytest.raises((RuntimeError, ConnectionError)):
+        os.kill(it._workers[1].pid, signal.SIGKILL)
+        for _ in it:
+            pass
+    del it
+    for b in first:
+        expected.check(b)
+    again = list(DataLoader(ds, batch_size=8, num_workers=2))
+    assert sorted(torch.cat([b["label"] for b in again]).tolist()) == list(range(160))
+    for b in again:
+        expected.check(b)
+
+
+def _shared_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum("/torch_" in line for line in f)
+
+
+def test_breaking_early_leaves_no_segment_behind(tmp_path):
+    """Epochs left after a few batches: the segments the main process keeps
+    mapped are those of the last workers only, however many epochs broke."""
+    path = _write(tmp_path / "a.tfrecord", 160, size=(64, 64))
+    ds = TFRecordDataset(path, features=presets.tfds())
+    loader = DataLoader(ds, batch_size=8, num_workers=2)
+    counts = []
+    for _ in range(8):
+        for k, _ in enumerate(loader):
+            if k == 3:
+                break
+        gc.collect()
+        counts.append((_shared_mappings(), len(_MAPPED._segments)))
+    assert all(segments <= 2 * SLOTS for _, segments in counts), counts
+    assert max(m for m, _ in counts[1:]) <= counts[1][0] + 2, counts  # flat, not growing with the epochs
+    list(loader)  # a whole epoch lets go of the broken ones' segments
+    gc.collect()
+    assert len(_MAPPED._segments) <= 2 * SLOTS
+
+
+def test_the_stacker_leaves_what_it_does_not_handle_to_default_collate():
+    stacker = Stacker(slots=2)  # outside a worker, as a worker would use it
+    image = tv_tensors.Image(torch.zeros(3, 128, 128, dtype=torch.uint8))
+    assert stacker.stack("strings", ["a", "b"]) is None
+    assert stacker.stack("sizes", [torch.zeros(3, 4), torch.zeros(3, 5)]) is None
+    assert stacker.stack("dtypes", [torch.zeros(3), torch.zeros(3, dtype=torch.int64)]) is None
+    assert stacker.stack("bf16", [torch.zeros(64, 512, dtype=torch.bfloat16)] * 2) is None
+    assert stacker.stack("grad", [torch.zeros(64, 512, requires_grad=True)] * 2) is None
+    assert stacker.stack("sparse", [torch.zeros(64, 512).to_sparse()] * 2) is None
+    big = stacker.stack("image", [image, image + 1])
+    assert type(big).__name__ == "Shipped" and big.shape == (2, 3, 128, 128) and big.is_contiguous()
+    assert torch.equal(big.as_subclass(torch.Tensor), torch.stack([image, image + 1]))
+    small = stacker.stack("label", [torch.tensor(1), torch.tensor(2)])
+    assert type(small).__name__ == "Inline" and small.tolist() == [1, 2]
+
+
+def test_a_tv_tensor_kept_by_stack_is_left_to_default_collate():
+    """With tv_tensors' return type set to keep subclasses, torch.stack
+    gives an Image; default_collate's own result is kept then."""
+    stacker = Stacker(slots=2)
+    image = tv_tensors.Image(torch.zeros(3, 128, 128, dtype=torch.uint8))
+    with tv_tensors.set_return_type("TVTensor"):
+        assert stacker.stack("image", [image, image]) is None
+    assert stacker.stack("image", [image, image]) is not None
+
+
+def test_a_transform_per_sample_through_workers(tmp_path):
+    """The crop idiom of the docs: RandomResizedCrop + flip per sample, seeded."""
+    path = _write(tmp_path / "a.tfrecord", 32, size=(40, 48))
+    transform = v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip()])
+    ds = TFRecordDataset(path, features=presets.tfds(), transform=transform)
+    got = list(DataLoader(ds, batch_size=8, num_workers=2, generator=torch.Generator().manual_seed(0)))
+    assert [b["image"].shape for b in got] == [(8, 3, 16, 16)] * 4
+    assert type(got[0]["image"]) is torch.Tensor and got[0]["image"].is_contiguous()
