@@ -1,5 +1,5 @@
 """Case B on photos: case B's rows (images_crop) over larger, more detailed JPEGs of varied sizes,
-~110 KB each, the size of ImageNet's photos, where the entropy decoding weighs more than on
+~107 KB on average, the size of ImageNet's photos, where the entropy decoding weighs more than on
 images_crop's 61 KB ones."""
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def build_photos(path: str, p: dict) -> dict:
 
 case("images_photo", dataset="images_photo_jpeg", unit="images/s", repeats=3, quick_repeats=1, probe=False,
      ref="tf.data",
-     title="ImageNet training idiom on photo-sized JPEGs (~110 KB, 500x375 to 800x600): "
+     title="ImageNet training idiom on photo-sized JPEGs (~107 KB, 500x375 to 800x600): "
            "RandomResizedCrop(224) + flip, batches of 64, on 2 cores",
-     short="images_photo: ~110 KB photos, RandomResizedCrop(224) + flip -> [64, 3, 224, 224]")
+     short="images_photo: ~107 KB photos, RandomResizedCrop(224) + flip -> [64, 3, 224, 224]")
 
 for _impl in CASES["images_crop"].impls.values():  # case B's rows, each as images_crop runs it
     worker("images_photo", _impl.name, note=_impl.note, ref=_impl.ref, python=_impl.python,
