@@ -185,7 +185,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         index, save = index_argument(index, len(self.paths))
         built = shard_indexes(listing, compression=self.compression, index=index, save=save,
                               progress=self.progress, report=self.policy.reporter(),
-                              storage_options=self.storage_options)
+                              storage_options=self.storage_options, copies=self._fresh_copies())
         for path, found, expected in zip(self.paths, built, self._lengths or ()):
             if found is None:
                 raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "

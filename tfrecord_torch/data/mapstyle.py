@@ -100,16 +100,17 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             for p in self.paths:
                 if is_compressed(p, "auto", storage_options):
                     raise _compressed(p)
+        copies = dataset_copies(cache, self.paths, listing.stats, storage_options,
+                                shuffled=True)  # a sampler may ask for any record
         indexes = shard_indexes(listing, index=index, save=save, report=self.policy.reporter(),
-                                storage_options=storage_options)
+                                storage_options=storage_options, copies=None if copies is None else copies.fresh())
         for p, i in zip(self.paths, indexes):
             if i is None:
                 raise _compressed(p)
         self._fetcher = ItemFetcher(paths=self.paths, indexes=[i for i in indexes if i is not None],
                                     spec=spec, transform=transform,
                                     verify=verify, policy=self.policy, storage_options=storage_options,
-                                    copies=dataset_copies(cache, self.paths, listing.stats, storage_options,
-                                                          shuffled=True))  # a sampler may ask for any record
+                                    copies=copies)
         self.indexes: list[np.ndarray] = self._fetcher.indexes
         self.ends = self._fetcher.ends
         self.verify = verify

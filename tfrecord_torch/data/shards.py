@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import listing as lister
 from tfrecord_torch.records.compression import is_compressed
 from tfrecord_torch.records.shardindex import SaveIndex, index_cache_dir, remote_shard_index, shard_index
+
+if TYPE_CHECKING:
+    from tfrecord_torch.io.copies import ShardCopies
 
 __all__ = ["OPEN_THREADS", "describe_shards", "expand_paths", "find_shards", "index_argument", "index_cache_dir",
            "shard_index",
@@ -78,7 +81,7 @@ def index_argument(index, shards: int) -> tuple[list | None, SaveIndex]:
 
 def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | None = None, build: bool = True,
                   save: SaveIndex = "cache", storage_options: dict | None = None, report=None,
-                  progress: bool | None = None) -> list[np.ndarray | None]:
+                  progress: bool | None = None, copies: ShardCopies | None = None) -> list[np.ndarray | None]:
     """Each shard's checked index, or None for a compressed shard (streamed, not indexed).
 
     ``index``: one index path per shard (used as given, see :func:`shard_index`).
@@ -88,6 +91,9 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
     index is checked against the shard's listed size (its records must tile the object);
     the record headers are checked as the records are read, so an index of another object
     is reported then, as a corrupt record naming the file and offset.
+
+    ``copies``: the shard cache's copies of the remote shards, or None; a remote
+    shard that must be scanned is scanned from its copy (made for it).
 
     ``progress``: a progress bar over the bytes read while shards are indexed,
     on stderr, shown once a shard needs indexing: True, False, or None (when
@@ -102,7 +108,7 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
         if index is not None:
             return shard_index(path, os.fspath(index[i]), build=build, storage_options=so)
         if fs.is_url(path):
-            return remote_shard_index(path, listing, compression, build, so, report, bar)
+            return remote_shard_index(path, listing, compression, build, so, report, bar, copies)
         if is_compressed(path, compression, so):
             return None
         return shard_index(path, build=build, save=save, storage_options=so, report=report, progress=bar)

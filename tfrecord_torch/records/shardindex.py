@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from tfrecord_torch.records.index import (
     writer_index_path,
 )
 from tfrecord_torch.records.stamp import local_identity, stamp_matches, write_stamp
+
+if TYPE_CHECKING:
+    from tfrecord_torch.io.copies import ShardCopies
 
 __all__ = ["SaveIndex", "cache_limit", "cache_usage", "clear_index_cache", "index_cache_dir",
            "index_candidates", "remote_shard_index", "shard_index"]
@@ -208,10 +211,13 @@ def _write_beside(path: str, index: np.ndarray) -> None:
 
 
 def remote_shard_index(path: str, listing: lister.Listing, compression, build: bool,
-                       storage_options: dict | None, report=None, progress=None) -> np.ndarray | None:
+                       storage_options: dict | None, report=None, progress=None,
+                       copies: ShardCopies | None = None) -> np.ndarray | None:
     """A remote shard's index: an index object its writer left (one request each, none
     when the listing shows there is none), or a cached one (none), or after a 12-byte
-    sniff (one) a scan of the shard; None if the shard is compressed."""
+    sniff (one) a scan of the shard; None if the shard is compressed. With ``copies``
+    (the shard cache) the scan reads the shard's local copy, made for it: the one
+    download serves the index and the records read later."""
     compression = check_compression(compression, allow_auto=True)
     if compression not in ("auto", None):
         return None
@@ -244,7 +250,12 @@ def remote_shard_index(path: str, listing: lister.Listing, compression, build: b
             return None
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    index = scan_index(path, storage_options, progress=progress, report=report)
+    copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
+    if copy is None:
+        index = scan_index(path, storage_options, progress=progress, report=report)
+    else:
+        with copy:
+            index = scan_index(copy, progress=progress, report=report)
     if (int(index[-1].sum()) if len(index) else 0) != stat[0]:
         return index  # cut short by a bad length: kept for this run only
     _cache_put(cached, index)
