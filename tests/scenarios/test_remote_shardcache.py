@@ -311,3 +311,37 @@ def test_the_cli_shows_and_clears_the_shard_copies(s3, shards, tmp_path, monkeyp
     assert main(["cache", "--clear"]) == 0
     assert f"removed {SHARDS} shard copies from {folder}" in capsys.readouterr().out
     assert os.listdir(folder) == []
+
+
+@pytest.fixture
+def thread_starts(monkeypatch):
+    """The names of the threads started while the test runs."""
+    names: list[str] = []
+    start = threading.Thread.start
+
+    def noted(self):
+        names.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", noted)
+    return names
+
+
+@pytest.mark.parametrize("source", [{}, {"index": False}], ids=["indexed", "streamed"])
+def test_complete_copies_are_read_in_the_consumers_thread(s3, shards, tmp_path, thread_starts, source):
+    plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, shuffle=True,
+                            source=Source(cache=None, **source))
+    ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, shuffle=True,
+                         source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=0), **source))
+    s3.requests.clear()
+    cold = ids(ds)
+    if not source:  # the bucket's requests are made ahead
+        assert "tfrecord_torch-readahead" in thread_starts
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
+    assert cold == ids(plain)
+    thread_starts.clear()
+    s3.requests.clear()
+    warm = ids(ds)  # the copies, complete: fetched where they are decoded
+    assert "tfrecord_torch-readahead" not in thread_starts
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
+    assert warm == ids(plain) and warm != cold

@@ -18,7 +18,7 @@ from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
-from tfrecord_torch.data.readahead import ReadAhead
+from tfrecord_torch.data.readahead import fetch_ahead
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -381,7 +381,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                               report=self.policy.reporter(), readers=readers)
         copying = copy_ahead(copies, (self.paths[s] for s in plan.shards_in_order(planner, [(min(lo + skip, hi), hi)])))
 
-        def fetched():
+        def units():
             done = 0  # units (records) of the plan finished before this group
             for shards, records in groups:
                 if done + len(shards) <= skip:
@@ -390,13 +390,17 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 start = max(skip - done, 0)
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
-                yield done + start, fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
-                                                    context)
+                yield done + start, shards[start:], records[start:]
                 done += len(shards)
 
-        source = fetched()
-        if any(map(is_url, self.paths)):  # the next groups' requests in flight while this one decodes
-            source = ReadAhead(source, weight=_group_bytes)
+        def fetch(unit) -> tuple[int, list]:
+            return unit[0], fetch_scattered(self.paths, self.indexes, unit[1], unit[2], context)
+
+        def remote(unit) -> bool:  # the group waits on the bucket: read it ahead
+            return any(is_url(p) and (copies is None or not copies.held(p))
+                       for p in (self.paths[s] for s in np.unique(unit[1]).tolist()))
+
+        source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
         try:
             for done, items in source:
                 for item in items:

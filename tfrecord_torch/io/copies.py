@@ -54,6 +54,7 @@ class ShardCopies:
         self.cache, self.storage_options = cache, storage_options
         self._stats = dict(stats)
         self._checked: set[str] = set()  # objects found unchanged since listed, this iteration
+        self._held: set[str] = set()  # objects with a complete copy, found this iteration
         self._opening: dict[str, threading.Lock] = {}  # held while an object is checked (or copied)
         self._lock = threading.Lock()
 
@@ -89,10 +90,26 @@ class ShardCopies:
         size, version = self.stat(url)
         return entry_path(self.cache, url, size, version)
 
-    def open(self, url: str, cancel: threading.Event | None = None) -> int | None:
+    def held(self, url: str) -> bool:
+        """Whether ``url``'s complete copy is there to read, without copying
+        anything (a stat of the copy; the first time in an iteration, the
+        object's change check too). Once true, true for the iteration."""
+        with self._lock:
+            if url in self._held:
+                return True
+        fd = self.open(url, fill=False)
+        if fd is None:
+            return False
+        os.close(fd)
+        with self._lock:
+            self._held.add(url)
+        return True
+
+    def open(self, url: str, cancel: threading.Event | None = None, fill: bool = True) -> int | None:
         """A read-only descriptor of ``url``'s complete copy (filled if
-        missing), or None: read it from the bucket (a full cache disk, a shard
-        larger than the limit, or ``cancel`` set).
+        missing, unless ``fill`` is False), or None: read it from the bucket
+        (a full cache disk, a shard larger than the limit, ``cancel`` set, or
+        no complete copy and no ``fill``).
 
         Raises:
             RemoteError: the object changed since it was listed.
@@ -104,23 +121,29 @@ class ShardCopies:
                 opening = self._opening.setdefault(url, threading.Lock())
         if checked:
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                            cancel=cancel)
+                            cancel=cancel, fill=fill)
         else:
-            fd = self._open_checked(url, size, version, opening, cancel)
+            fd = self._open_checked(url, size, version, opening, cancel, fill)
         if fd is not None:
             _in_use[url] = entry_path(self.cache, url, size, version)
         return fd
 
     def _open_checked(self, url: str, size: int, version: str, opening: threading.Lock,
-                      cancel: threading.Event | None) -> int | None:
-        with opening:  # a second thread opening it meanwhile waits, then needs no check of its own
+                      cancel: threading.Event | None, fill: bool) -> int | None:
+        # a second thread opening it meanwhile waits, then needs no check of its own;
+        # one that will not fill does not wait for another's fill
+        if not opening.acquire(blocking=fill):
+            return None
+        try:
             with self._lock:
                 recheck = url not in self._checked
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                            recheck=recheck, cancel=cancel)
+                            recheck=recheck, cancel=cancel, fill=fill)
             if fd is not None:
                 with self._lock:
                     self._checked.add(url)
+        finally:
+            opening.release()
         return fd
 
     def open_file(self, url: str):
@@ -141,7 +164,7 @@ class ShardCopies:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._checked, self._opening = set(), {}
+        self._checked, self._opening, self._held = set(), {}, set()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
