@@ -24,7 +24,7 @@ from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
-from tfrecord_torch.records.streams import Stream, open_bytes, open_stream
+from tfrecord_torch.records.streams import open_bytes, open_stream
 
 __all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or_skip", "decode_payload",
            "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
