@@ -36,7 +36,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
-from tfrecord_torch.io.copies import ShardCopies, copy_ahead, dataset_copies
+from tfrecord_torch.io.copies import CopyAhead, ShardCopies, copy_ahead, dataset_copies
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
@@ -401,15 +401,19 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                        for p in (self.paths[s] for s in np.unique(unit[1]).tolist()))
 
         source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
+        ended = False
         try:
             for done, items in source:
                 for item in items:
                     done += 1
                     yield done, SKIPPED if item is None else self._decode(item)
+            ended = True
         finally:
             source.close()
             if copying is not None:
                 copying.close()
+            if copies is not None:
+                copies.close(finish=ended)
             readers.close()
 
     def _streamed(self, worker: int, workers: int, skip: int):
@@ -436,7 +440,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                                     (worker,))
         else:
             out = self._streamed_records(units, skip)
-        return out if ahead is None else _closing(out, ahead)
+        return _closing(out, ahead, copies)
 
     def _streamed_records(self, units, skip: int):
         for position, unit in enumerate(units, start=1):
@@ -501,9 +505,15 @@ def _reader() -> list[int]:
     return [0, 1] if info is None else [info.id, info.num_workers]
 
 
-def _closing(items: Iterator, resource: Any) -> Iterator:
-    """``items``, with ``resource`` closed when they end or are dropped."""
+def _closing(items: Iterator, ahead: CopyAhead | None, copies: ShardCopies | None) -> Iterator:
+    """``items``, with ``ahead`` and ``copies`` closed when they end or are
+    dropped (the copies' fills let end first when the items ended)."""
+    ended = False
     try:
         yield from items
+        ended = True
     finally:
-        resource.close()
+        if ahead is not None:
+            ahead.close()
+        if copies is not None:
+            copies.close(finish=ended)
