@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Generic, TypeVar
 
 __all__ = ["READ_AHEAD_BYTES", "ReadAhead", "fetch_ahead"]
 
@@ -165,7 +165,7 @@ class _Local:
 
 
 def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable[[U], bool],
-                weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> Iterator[T]:
+                weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> Generator[T, None, None]:
     """``fetch(unit)`` of each of ``units``, in order. A run of units for which
     ``remote(unit)`` holds (they wait on the network) is fetched ahead by a
     :class:`ReadAhead` thread; the thread stops at the next other unit, which
@@ -181,10 +181,10 @@ def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable
     ahead: ReadAhead | None = None
     try:
         for unit in units:
-            pending: object = unit
+            pending: Any = unit
             while pending is not _END:
-                if not remote(pending):  # type: ignore[arg-type]
-                    yield fetch(pending)  # type: ignore[arg-type]
+                if not remote(pending):
+                    yield fetch(pending)
                     break
                 ahead = ReadAhead(_remote_run(pending, units, fetch, remote),
                                   weight=lambda item: 0 if isinstance(item, _Local) else weight(item), limit=limit)
@@ -201,13 +201,13 @@ def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable
             ahead.close()
 
 
-def _remote_run(first: U, units: Iterator[U], fetch: Callable[[U], T], remote: Callable[[U], bool]) -> Iterator:
+def _remote_run(first: Any, units: Iterator, fetch: Callable, remote: Callable) -> Iterator:
     """The fetched units from ``first`` on while they are remote, then the
     first other unit handed back (the read-ahead thread runs this)."""
     unit = first
     while True:
         yield fetch(unit)
-        unit = next(units, _END)  # type: ignore[arg-type]
+        unit = next(units, _END)
         if unit is _END:
             return
         if not remote(unit):
