@@ -81,6 +81,14 @@ def shard_requests(s3, urls, method: str = "GET") -> Counter:
     return Counter(keys[path] for m, path, _ in s3.requests if m == method and path in keys)
 
 
+def copy_requests(s3, urls) -> Counter:
+    """GETs of each whole shard object (a copy's) since the log was cleared;
+    the records' own range requests are left out."""
+    sizes = {"/" + url.split("://", 1)[1]: (url, s3.fs().size(url.split("://", 1)[1])) for url in urls}
+    return Counter(sizes[path][0] for m, path, r in s3.requests
+                   if m == "GET" and path in sizes and r in (None, f"bytes=0-{sizes[path][1] - 1}"))
+
+
 def bucket_keys(s3) -> set[str]:
     return set(s3.fs().find("bucket"))
 
@@ -105,10 +113,10 @@ def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_
     s3.requests.clear()
     ds = shuffled(PATTERN, s3)  # the shards have no index objects: each is copied, and indexed from its copy
     first = loader_ids(ds, 0)
-    gets = shard_requests(s3, urls)
-    # per shard: the 12-byte sniff for compression, and the copy (one request for a small shard)
-    assert gets == dict.fromkeys(urls, 2)
-    assert sum(gets.values()) / RECORDS <= 0.01
+    assert copy_requests(s3, urls) == dict.fromkeys(urls, 1)  # each shard copied once, by one request
+    # indexing copied them (no index objects), so the records came from the copies:
+    # per shard only the 12-byte sniff for compression beside the copy
+    assert shard_requests(s3, urls) == dict.fromkeys(urls, 2)
     assert first == local_order(shards, 0)
     writes = [r for r in s3.requests if r[0] not in ("GET", "HEAD")]
     s3.requests.clear()
@@ -131,7 +139,6 @@ def test_workers_use_the_folder_decided_when_the_dataset_was_made(s3, shards, fo
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(elsewhere))  # seen by the workers, not the dataset
     s3.requests.clear()
     assert loader_ids(ds, 0, multiprocessing_context=context) == local_order(shards, 0)
-    assert shard_requests(s3, shards[0]) == dict.fromkeys(shards[0], 1)
     assert shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
     assert not elsewhere.exists()
 
@@ -144,8 +151,9 @@ def test_map_style_with_a_random_sampler_reads_from_the_copies(s3, shards, folde
     s3.requests.clear()
     got = ids_of(DataLoader(ds, batch_size=32, sampler=order, num_workers=2))
     assert got == [int(local[i]["id"]) for i in order] and sorted(got) == list(range(RECORDS))
-    assert shard_requests(s3, urls) == dict.fromkeys(urls, 1)
-    assert shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
+    # copied in the background while the workers read: at most once each (a worker's
+    # copies in progress end with it)
+    assert all(n <= 1 for n in copy_requests(s3, urls).values())
 
 
 def range_reads(s3, shards, ds) -> list[int]:

@@ -2,17 +2,20 @@
 logged): how many range requests a record costs in each mode, with
 DataLoader workers and ranks, and that every record still comes exactly once."""
 
+import collections
+import gc
 import threading
 import time
 
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
 from tfrecord_torch import (
     IndexedTFRecordDataset,
     Int64,
+    ShardCache,
     ShardedWriter,
     Sharding,
     Shuffling,
@@ -20,7 +23,8 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
-from tfrecord_torch.io import ranges
+from tfrecord_torch.io import ranges, shardcache
+from tfrecord_torch.io.shardcache import shard_cache_usage
 
 from .test_remote import S3, _cut, with_bucket
 
@@ -183,3 +187,78 @@ def test_breaking_off_leaves_no_read_ahead_thread(s3, shards, far, source):
         break
     assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-readahead"]
     assert sorted(int(item["id"]) for item in ds) == list(range(RECORDS))
+
+
+MANY = 24  # shards: more than the copies made at once, so a cold cache is still filling at the first batch
+
+
+@pytest.fixture(scope="module")
+def many(s3):
+    """24 shards of 16 records each, ids 0..383, with their indexes beside them."""
+    with ShardedWriter("s3://bucket/many/reads", name="data", max_records=16, storage_options=s3.options) as w:
+        for i in range(MANY * 16):
+            w.write(make_example({"id": i, "pad": np.zeros(64, np.int64)}))
+    return w.paths
+
+
+@pytest.fixture
+def fills(monkeypatch) -> collections.Counter:
+    """The copies this process completes, by shard URL."""
+    made: collections.Counter = collections.Counter()
+    fill = shardcache._fill
+
+    def counted(url, *args, **kwargs):
+        done = fill(url, *args, **kwargs)
+        if done:
+            made[url] += 1
+        return done
+
+    monkeypatch.setattr(shardcache, "_fill", counted)
+    return made
+
+
+def batch_ids(batches) -> list[int]:
+    return [i for batch in batches for i in batch["id"].reshape(-1).tolist()]
+
+
+def copy_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "tfrecord_torch-copy-ahead"]
+
+
+def test_a_cold_cache_gives_the_first_batch_before_the_shards_are_copied(s3, many, far, tmp_path, fills):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = TFRecordDataset(many, features={"id": Int64()}, shuffle=True, storage_options=far, source=Source(cache=cache))
+    plain = TFRecordDataset(many, features={"id": Int64()}, shuffle=True, storage_options=far, source=RANGES)
+    batches = iter(DataLoader(ds, batch_size=16))
+    first = next(batches)
+    assert shard_cache_usage(cache)[0] < MANY  # read from the bucket while the copies are filled
+    got = batch_ids([first, *batches])
+    assert got == batch_ids(DataLoader(plain, batch_size=16))
+    assert fills == dict.fromkeys(many, 1)  # each shard copied once
+    s3.requests.clear()
+    again = batch_ids(DataLoader(ds, batch_size=16))
+    assert shard_gets(s3) == 0  # the next epoch reads the copies
+    assert again == batch_ids(DataLoader(plain, batch_size=16)) and again != got
+    cold = TFRecordDataset(many, features={"id": Int64()}, shuffle=True, storage_options=far,
+                           source=Source(cache=ShardCache(str(tmp_path / "cold"))))
+    for batch in DataLoader(cold, batch_size=16):  # broken off while the copies are filled
+        assert len(batch["id"]) == 16
+        break
+    del batch
+    gc.collect()
+    assert not copy_threads()
+
+
+def test_a_cold_cache_gives_a_random_samplers_first_batch_before_the_shards_are_copied(s3, many, far, tmp_path,
+                                                                                       fills):
+    cache = ShardCache(str(tmp_path / "shards"))
+    ds = IndexedTFRecordDataset(many, features={"id": Int64()}, storage_options=far, cache=cache)
+    order = list(RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
+    batches = iter(DataLoader(ds, batch_size=16, sampler=order))
+    first = next(batches)
+    touched = {ds.locate(i)[0] for i in order[:16]}
+    assert shard_cache_usage(cache)[0] < len(touched)  # read from the bucket while the copies are filled
+    assert batch_ids([first, *batches]) == order
+    ds.close()  # stops copying
+    assert not copy_threads()
+    assert all(n == 1 for n in fills.values())  # no shard copied twice

@@ -4,6 +4,7 @@ range requests for records, DataLoader workers share the copies, and a killed
 copier, a cut copy, a full disk and a rewritten object give the right records or a
 clear error -- the records always equal an uncached read's."""
 
+import collections
 import errno
 import gc
 import logging
@@ -69,6 +70,29 @@ def shard_gets(s3, paths) -> dict[str, int]:
     return counts
 
 
+@pytest.fixture
+def fills(monkeypatch) -> collections.Counter:
+    """The copies this process completes, by shard URL."""
+    made: collections.Counter = collections.Counter()
+    fill = shardcache._fill
+
+    def counted(url, *args, **kwargs):
+        done = fill(url, *args, **kwargs)
+        if done:
+            made[url] += 1
+        return done
+
+    monkeypatch.setattr(shardcache, "_fill", counted)
+    return made
+
+
+def wait_for_copies(cache, count: int) -> None:
+    """Wait until the cache holds ``count`` copies (they are filled in the background)."""
+    deadline = time.monotonic() + 30
+    while shardcache.shard_cache_usage(cache)[0] < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def ids(dataset) -> list[int]:
     out = []
     for item in dataset:
@@ -100,7 +124,7 @@ def test_each_shard_is_copied_once_and_the_next_epoch_reads_no_ranges(s3, shards
     assert no_leftovers(tmp_path / "shards")
 
 
-def test_streamed_gzip_shards_are_copied_once_and_streamed_from_the_copies(s3, tmp_path):
+def test_streamed_gzip_shards_are_copied_once_and_streamed_from_the_copies(s3, fills, tmp_path):
     paths = [f"s3://bucket/gz{next(_prefixes)}/part-{k}.tfrecord.gz" for k in range(2)]
     for k, url in enumerate(paths):
         with RecordWriter(url, compression="gzip", storage_options=s3.options) as w:
@@ -110,22 +134,24 @@ def test_streamed_gzip_shards_are_copied_once_and_streamed_from_the_copies(s3, t
     assert ds.streamed
     s3.requests.clear()
     assert sorted(ids(ds)) == list(range(20))
-    assert shard_gets(s3, paths) == dict.fromkeys(paths, 1)
+    assert fills == dict.fromkeys(paths, 1)
     s3.requests.clear()
     assert sorted(ids(ds)) == list(range(20))
     assert shard_gets(s3, paths) == dict.fromkeys(paths, 0)
 
 
-def test_random_reads_copy_each_shard_with_one_whole_range(s3, shards, tmp_path):
+def test_random_reads_copy_each_shard_with_one_whole_range(s3, fills, shards, tmp_path):
     ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
                                 cache=ShardCache(str(tmp_path / "shards")))
     order = np.random.default_rng(1).permutation(RECORDS).tolist()
     s3.requests.clear()
     assert [ds[i]["id"].item() for i in order] == order
-    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
-    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
-    ranges = sorted(r for method, path, r in s3.requests if method == "GET" and r)
-    assert ranges == sorted(f"bytes=0-{sizes[p] - 1}" for p in shards)
+    wait_for_copies(ShardCache(str(tmp_path / "shards")), SHARDS)
+    ds.close()
+    assert fills == dict.fromkeys(shards, 1)
+    s3.requests.clear()
+    assert [ds[i]["id"].item() for i in order] == order
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
 
 
 def test_two_workers_share_one_copy_per_shard(s3, shards, tmp_path):
@@ -133,7 +159,7 @@ def test_two_workers_share_one_copy_per_shard(s3, shards, tmp_path):
     s3.requests.clear()
     got = ids(DataLoader(ds, batch_size=None, num_workers=2))
     assert sorted(got) == list(range(RECORDS))
-    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
+    assert shardcache.shard_cache_usage(ShardCache(str(tmp_path / "shards")))[0] == SHARDS
     s3.requests.clear()
     assert sorted(ids(DataLoader(ds, batch_size=None, num_workers=2))) == list(range(RECORDS))
     assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
@@ -163,7 +189,7 @@ def test_no_copying_thread_is_left_after_a_break(s3, shards, tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-copy-ahead"]
 
 
-def test_copies_go_ahead_of_the_reader_in_the_epochs_order(s3, shards, tmp_path):
+def test_copies_go_ahead_of_the_reader_in_the_epochs_order(s3, fills, shards, tmp_path):
     cache = ShardCache(str(tmp_path / "shards"), ahead=1)
     ds = dataset(s3, shards, cache)
     s3.requests.clear()
@@ -177,7 +203,7 @@ def test_copies_go_ahead_of_the_reader_in_the_epochs_order(s3, shards, tmp_path)
     # shard 0 and one ahead of it (which one depends on how far the record read-ahead has got)
     assert shards[0] in held and len(held) >= 2
     assert [x["id"].item() for x in it] == list(range(1, RECORDS))
-    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)  # each copied once, by one whole range
+    assert fills == dict.fromkeys(shards, 1)  # each copied once
 
 
 def _read_until_killed(ds, started):
@@ -216,7 +242,7 @@ def test_a_worker_killed_mid_copy_leaves_no_half_file_in_use(s3, shards, tmp_pat
     assert shardcache.shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
 
 
-def test_a_copy_cut_by_another_process_between_epochs_is_fetched_again(s3, shards, tmp_path):
+def test_a_copy_cut_by_another_process_between_epochs_is_fetched_again(s3, fills, shards, tmp_path):
     cache = ShardCache(str(tmp_path / "shards"))
     ds = dataset(s3, shards, cache)
     assert ids(ds) == list(range(RECORDS))
@@ -225,13 +251,17 @@ def test_a_copy_cut_by_another_process_between_epochs_is_fetched_again(s3, shard
     os.truncate(entry, size // 2)
     s3.requests.clear()
     assert ids(ds) == list(range(RECORDS))
-    assert shard_gets(s3, shards) == {shards[0]: 0, shards[1]: 1, shards[2]: 0}
+    assert fills == {shards[1]: 2, shards[0]: 1, shards[2]: 1}
+    assert shard_gets(s3, [shards[0], shards[2]]) == {shards[0]: 0, shards[2]: 0}
     assert os.path.getsize(entry) == size
 
 
 def test_a_copy_cut_while_open_is_fetched_again(s3, shards, tmp_path):
     cache = ShardCache(str(tmp_path / "shards"))
     ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, cache=cache)
+    assert ds[0]["id"].item() == 0
+    wait_for_copies(cache, 1)
+    ds.close()
     assert ds[0]["id"].item() == 0  # shard 0's copy is open now
     size, version = files.size_and_version(shards[0], s3.options)
     os.truncate(shardcache.entry_path(cache, shards[0], size, version), 100)
@@ -253,14 +283,14 @@ def test_a_copy_damaged_in_place_is_named_removed_and_fetched_again(s3, shards, 
     assert ids(ds) == list(range(RECORDS))
 
 
-def test_a_deleted_copy_is_fetched_again(s3, shards, tmp_path):
+def test_a_deleted_copy_is_fetched_again(s3, fills, shards, tmp_path):
     cache = ShardCache(str(tmp_path / "shards"))
     ds = dataset(s3, shards, cache)
     assert ids(ds) == list(range(RECORDS))
     assert shardcache.clear_shard_cache(cache) == SHARDS
     s3.requests.clear()
     assert ids(ds) == list(range(RECORDS))
-    assert shard_gets(s3, shards) == dict.fromkeys(shards, 1)
+    assert fills == dict.fromkeys(shards, 2)
 
 
 def test_a_full_disk_reads_records_from_the_bucket(s3, shards, tmp_path, monkeypatch, caplog):
@@ -311,3 +341,36 @@ def test_the_cli_shows_and_clears_the_shard_copies(s3, shards, tmp_path, monkeyp
     assert main(["cache", "--clear"]) == 0
     assert f"removed {SHARDS} shard copies from {folder}" in capsys.readouterr().out
     assert os.listdir(folder) == []
+
+
+@pytest.fixture
+def thread_starts(monkeypatch):
+    """The names of the threads started while the test runs."""
+    names: list[str] = []
+    start = threading.Thread.start
+
+    def noted(self):
+        names.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", noted)
+    return names
+
+
+@pytest.mark.parametrize("source", [{}, {"index": False}], ids=["indexed", "streamed"])
+def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp_path, thread_starts, source):
+    plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, shuffle=True,
+                            source=Source(cache=None, **source))
+    ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, shuffle=True,
+                         source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=0), **source))
+    s3.requests.clear()
+    cold = ids(ds)
+    assert "tfrecord_torch-readahead" in thread_starts  # the bucket's requests are made ahead
+    assert fills == dict.fromkeys(shards, 1)
+    assert cold == ids(plain)
+    thread_starts.clear()
+    s3.requests.clear()
+    warm = ids(ds)  # the copies, complete: fetched where they are decoded
+    assert "tfrecord_torch-readahead" not in thread_starts
+    assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
+    assert warm == ids(plain) and warm != cold

@@ -94,11 +94,15 @@ class BatchPipeline:
                 payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
                 yield Started(position, self._begin_batch(payloads, items, batches, b))
 
+        ended = False
         try:  # the engine and readers outlive the producer: results are taken after it ends
             yield from ahead(started(), self.prefetch)
+            ended = True
         finally:
             if copying is not None:
                 copying.close()
+            if self.copies is not None:
+                self.copies.close(finish=ended)
             batches.close()
             readers.close()
 

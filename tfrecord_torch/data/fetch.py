@@ -146,8 +146,12 @@ class ItemFetcher:
         return out
 
     def close(self) -> None:
-        """Close the open shard files (they reopen on the next read)."""
+        """Close the open shard files (they reopen on the next read) and stop
+        copying shards in the background (the next read of a shard not yet
+        copied starts again)."""
         self.readers.close()
+        if self.readers.copies is not None:
+            self.readers.copies.close()
 
     def _substitute(self, j: int, error: TFRecordError):
         """After item ``j`` failed with ``error``: report it (raises under

@@ -22,7 +22,7 @@ from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
-from tfrecord_torch.data.readahead import ReadAhead
+from tfrecord_torch.data.readahead import fetch_ahead
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
@@ -41,7 +41,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
-from tfrecord_torch.io.copies import ShardCopies, copy_ahead, dataset_copies
+from tfrecord_torch.io.copies import CopyAhead, ShardCopies, copy_ahead, dataset_copies
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
@@ -387,7 +387,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                               report=self.policy.reporter(), readers=readers)
         copying = copy_ahead(copies, (self.paths[s] for s in plan.shards_in_order(planner, [(min(lo + skip, hi), hi)])))
 
-        def fetched():
+        def units():
             done = 0  # units (records) of the plan finished before this group
             for shards, records in groups:
                 if done + len(shards) <= skip:
@@ -396,22 +396,30 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 start = max(skip - done, 0)
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
-                yield done + start, fetch_scattered(self.paths, self.indexes, shards[start:], records[start:],
-                                                    context)
+                yield done + start, shards[start:], records[start:]
                 done += len(shards)
 
-        source = fetched()
-        if any(map(is_url, self.paths)):  # the next groups' requests in flight while this one decodes
-            source = ReadAhead(source, weight=_group_bytes)
+        def fetch(unit) -> tuple[int, list]:
+            return unit[0], fetch_scattered(self.paths, self.indexes, unit[1], unit[2], context)
+
+        def remote(unit) -> bool:  # the group waits on the bucket: read it ahead
+            return any(is_url(p) and (copies is None or not copies.held(p))
+                       for p in (self.paths[s] for s in np.unique(unit[1]).tolist()))
+
+        source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
+        ended = False
         try:
             for done, items in source:
                 for item in items:
                     done += 1
                     yield done, SKIPPED if item is None else self._decode(item)
+            ended = True
         finally:
             source.close()
             if copying is not None:
                 copying.close()
+            if copies is not None:
+                copies.close(finish=ended)
             readers.close()
 
     def _streamed(self, worker: int, workers: int, skip: int):
@@ -438,7 +446,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                                     (worker,))
         else:
             out = self._streamed_records(units, skip)
-        return out if ahead is None else _closing(out, ahead)
+        return _closing(out, ahead, copies)
 
     def _streamed_records(self, units, skip: int):
         for position, unit in enumerate(units, start=1):
@@ -503,9 +511,15 @@ def _reader() -> list[int]:
     return [0, 1] if info is None else [info.id, info.num_workers]
 
 
-def _closing(items: Iterator, resource: Any) -> Iterator:
-    """``items``, with ``resource`` closed when they end or are dropped."""
+def _closing(items: Iterator, ahead: CopyAhead | None, copies: ShardCopies | None) -> Iterator:
+    """``items``, with ``ahead`` and ``copies`` closed when they end or are
+    dropped (the copies' fills let end first when the items ended)."""
+    ended = False
     try:
         yield from items
+        ended = True
     finally:
-        resource.close()
+        if ahead is not None:
+            ahead.close()
+        if copies is not None:
+            copies.close(finish=ended)

@@ -25,7 +25,7 @@ from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
-from tfrecord_torch.records.streams import Stream, open_bytes, open_stream
+from tfrecord_torch.records.streams import open_bytes, open_stream
 
 __all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or_skip", "decode_payload",
            "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
@@ -230,11 +230,14 @@ def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.R
 
 def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="auto") -> Iterator[Located]:
     """Every record of a shard, streamed (compressed shards need this); the
-    context's readers are not used. A remote shard is read ahead by a
-    background thread while its records are decoded (up to
-    :data:`~tfrecord_torch.io.files.READ_AHEAD` bytes of chunks waiting)."""
-    chunks: Iterator = _stream_chunks(path, context, compression)
-    if is_url(path):
+    context's readers are not used. A remote shard read from the bucket is
+    read ahead by a background thread while its records are decoded (up to
+    :data:`~tfrecord_torch.io.files.READ_AHEAD` bytes of chunks waiting); its
+    complete local copy is read in the consumer's thread."""
+    copies = context.copies
+    copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
+    chunks: Iterator = _stream_chunks(path, copy, context, compression)
+    if is_url(path) and copy is None:
         chunks = ReadAhead(chunks, weight=lambda chunk: len(chunk.buf), limit=READ_AHEAD)
     try:
         for chunk in chunks:
@@ -242,24 +245,14 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
                 yield Located(payload, path, int(chunk.offsets[i]), int(chunk.numbers[i]))
     finally:
         chunks.close()  # type: ignore[attr-defined]
-
-
-def _stream_chunks(path: str, context: ReadContext, compression) -> Iterator:
-    with _opened(path, context, compression) as stream:
-        yield from iter_chunks(stream, verify=context.verify, report=context.report, payloads=True)
-
-
-@contextlib.contextmanager
-def _opened(path: str, context: ReadContext, compression) -> Iterator[Stream]:
-    """``path`` opened for streaming: its local copy when the context's copies hold one."""
-    copies = context.copies
-    copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
-    try:
-        with open_stream(copy or path, compression, context.storage_options) as stream:
-            yield stream
-    finally:
         if copy is not None:
             copy.close()
+
+
+def _stream_chunks(path: str, copy, context: ReadContext, compression) -> Iterator:
+    """The chunks of ``path``, read from ``copy`` (its local copy, a file) if given."""
+    with open_stream(copy or path, compression, context.storage_options) as stream:
+        yield from iter_chunks(stream, verify=context.verify, report=context.report, payloads=True)
 
 
 def interleave(sources: Iterable[Callable[[], Iterator]], cycle_length: int) -> Iterator:

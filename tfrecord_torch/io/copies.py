@@ -12,6 +12,7 @@ reader reads next, in its order, while it reads the current ones.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -21,7 +22,7 @@ from typing import Any, Union
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
 
-__all__ = ["CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies"]
+__all__ = ["FILLS", "CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies"]
 
 CacheArg = Union[ShardCache, str, None]
 """A dataset's ``cache=``: a :class:`ShardCache`, ``"auto"`` or None."""
@@ -54,6 +55,8 @@ class ShardCopies:
         self.cache, self.storage_options = cache, storage_options
         self._stats = dict(stats)
         self._checked: set[str] = set()  # objects found unchanged since listed, this iteration
+        self._held: set[str] = set()  # objects with a complete copy, found this iteration
+        self._filler: _Filler | None = None
         self._opening: dict[str, threading.Lock] = {}  # held while an object is checked (or copied)
         self._lock = threading.Lock()
 
@@ -89,10 +92,26 @@ class ShardCopies:
         size, version = self.stat(url)
         return entry_path(self.cache, url, size, version)
 
-    def open(self, url: str, cancel: threading.Event | None = None) -> int | None:
+    def held(self, url: str) -> bool:
+        """Whether ``url``'s complete copy is there to read, without copying
+        anything (a stat of the copy; the first time in an iteration, the
+        object's change check too). Once true, true for the iteration."""
+        with self._lock:
+            if url in self._held:
+                return True
+        fd = self.open(url, fill=False)
+        if fd is None:
+            return False
+        os.close(fd)
+        with self._lock:
+            self._held.add(url)
+        return True
+
+    def open(self, url: str, cancel: threading.Event | None = None, fill: bool = True) -> int | None:
         """A read-only descriptor of ``url``'s complete copy (filled if
-        missing), or None: read it from the bucket (a full cache disk, a shard
-        larger than the limit, or ``cancel`` set).
+        missing, unless ``fill`` is False), or None: read it from the bucket
+        (a full cache disk, a shard larger than the limit, ``cancel`` set, or
+        no complete copy and no ``fill``).
 
         Raises:
             RemoteError: the object changed since it was listed.
@@ -104,29 +123,71 @@ class ShardCopies:
                 opening = self._opening.setdefault(url, threading.Lock())
         if checked:
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                            cancel=cancel)
+                            cancel=cancel, fill=fill)
         else:
-            fd = self._open_checked(url, size, version, opening, cancel)
+            fd = self._open_checked(url, size, version, opening, cancel, fill)
         if fd is not None:
             _in_use[url] = entry_path(self.cache, url, size, version)
         return fd
 
     def _open_checked(self, url: str, size: int, version: str, opening: threading.Lock,
-                      cancel: threading.Event | None) -> int | None:
-        with opening:  # a second thread opening it meanwhile waits, then needs no check of its own
+                      cancel: threading.Event | None, fill: bool) -> int | None:
+        if not fill and not _complete(entry_path(self.cache, url, size, version), size):
+            return None  # not there (or being filled): no waiting for another thread's fill
+        opening.acquire()  # a second thread opening it meanwhile waits, then needs no check of its own
+        try:
             with self._lock:
                 recheck = url not in self._checked
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                            recheck=recheck, cancel=cancel)
+                            recheck=recheck, cancel=cancel, fill=fill)
             if fd is not None:
                 with self._lock:
                     self._checked.add(url)
+        finally:
+            opening.release()
         return fd
+
+    def open_now(self, url: str) -> int | None:
+        """A read-only descriptor of ``url``'s copy if it is complete, else
+        None (read it from the bucket) and the copy is filled in the
+        background, a few shards at a time, in the order they are asked for.
+        Waits for no fill (the change check, one stat, is made here).
+
+        Raises:
+            RemoteError: the object changed since it was listed.
+        """
+        fd = self.open(url, fill=False)
+        if fd is None:
+            self._fill_later(url)
+        return fd
+
+    def _fill_later(self, url: str) -> None:
+        with self._lock:
+            if self._filler is None or self._filler.pid != os.getpid():  # none yet, or forked
+                self._filler = _Filler(self)
+            filler = self._filler
+        filler.request(url)
+
+    def filled(self, url: str) -> None:
+        """A background fill of ``url`` ended with a complete, checked copy."""
+        with self._lock:
+            self._held.add(url)
+
+    def close(self, finish: bool = False) -> None:
+        """Stop the background fills (a fill in progress is given up between
+        two range requests) and wait for them; later requests start anew.
+        ``finish``: first let the fills asked for end (an epoch read to its
+        end: the next one reads the copies)."""
+        with self._lock:
+            filler, self._filler = self._filler, None
+        if filler is not None and filler.pid == os.getpid():
+            filler.close(finish)
 
     def open_file(self, url: str):
         """``url``'s copy as an unbuffered binary file named ``url`` (for
-        streaming), or None: stream it from the bucket."""
-        fd = self.open(url)
+        streaming), or None: stream it from the bucket (its copy is filled in
+        the background, see :meth:`open_now`)."""
+        fd = self.open_now(url)
         if fd is None:
             return None
         f = open(fd, "rb", buffering=0)
@@ -141,11 +202,70 @@ class ShardCopies:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._checked, self._opening = set(), {}
+        self._checked, self._opening, self._held, self._filler = set(), {}, set(), None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ShardCopies({self.cache!r}, {len(self._stats)} shards)"
+
+
+FILLS = 3  # shards one iterator copies at once in the background (each by parallel range requests)
+
+
+class _Filler:
+    """Copies the shards asked for into the cache on up to :data:`FILLS`
+    threads, in the order asked, each once at a time; a thread ends when
+    nothing is left to copy."""
+
+    def __init__(self, copies: ShardCopies) -> None:
+        self.copies, self.pid = copies, os.getpid()
+        self._queue: collections.deque[str] = collections.deque()
+        self._pending: set[str] = set()  # queued or being copied
+        self._threads: list[threading.Thread] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+
+    def request(self, url: str) -> None:
+        with self._cond:
+            if url in self._pending or self._stop.is_set():
+                return
+            self._pending.add(url)
+            self._queue.append(url)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            if len(self._threads) < FILLS:
+                thread = threading.Thread(target=self._run, daemon=True, name="tfrecord_torch-copy-ahead")
+                self._threads.append(thread)
+                thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop.is_set() or not self._queue:
+                    return
+                url = self._queue.popleft()
+            try:
+                fd = self.copies.open(url, cancel=self._stop)
+            except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
+                log.debug("copying %s in the background failed: %s", url, e)
+                fd = None
+            if fd is not None:
+                os.close(fd)
+                self.copies.filled(url)
+            with self._cond:
+                self._pending.discard(url)
+
+    def close(self, finish: bool = False) -> None:
+        if finish:  # each thread ends when the queue is empty
+            for thread in list(self._threads):
+                if thread is not threading.current_thread():
+                    thread.join()
+        with self._cond:
+            self._stop.set()
+            self._queue.clear()
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
 
 class CopyAhead:
@@ -209,6 +329,13 @@ class CopyAhead:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _complete(entry: str, size: int) -> bool:
+    try:
+        return os.stat(entry).st_size == size
+    except OSError:
+        return False
 
 
 def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tuple[int, str]],

@@ -53,9 +53,16 @@ class Reader:
             if not self._url:
                 self._handle = os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 return
-            fd = self._copies.open(self.path) if self._copies is not None else None
+            fd = self._copies.open_now(self.path) if self._copies is not None else None
             self._handle, self._local = (fd, True) if fd is not None else \
                 (filesystem(self.path, self._storage_options), False)
+
+    def refresh(self) -> None:
+        """Read a URL from its copy from the next read on, if this reader reads
+        the bucket and the copy has become complete (a set lookup, or a stat)."""
+        if self._copies is not None and self._handle is not None and not self._local and \
+                self._fork_generation == _fork_generation and self._copies.held(self.path):
+            self._handle = None
 
     def descriptor(self) -> int | None:
         """The open file descriptor of a local file or of a URL's local copy
@@ -160,13 +167,15 @@ class ReaderPool:
             self._reset()
         with self._lock:
             free = self._free.get(path)
-            if free:
+            reader = free.pop() if free else None
+            if reader is not None:
                 self._count -= 1
-                reader = free.pop()
                 if not free:
                     del self._free[path]
-                return reader
-        return Reader(path, self.storage_options, self.copies)
+        if reader is None:
+            return Reader(path, self.storage_options, self.copies)
+        reader.refresh()  # a copy completed since: read it from now on
+        return reader
 
     def _give_back(self, path: str, reader: Reader) -> None:
         if self._fork_generation != _fork_generation:

@@ -180,7 +180,7 @@ def entry_path(cache: ShardCache, url: str, size: int, version: str) -> str:
 
 def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
                storage_options: dict | None = None, recheck: bool = False,
-               cancel: threading.Event | None = None) -> int | None:
+               cancel: threading.Event | None = None, fill: bool = True) -> int | None:
     """A read-only descriptor of a complete local copy of ``url``, filled if
     missing; None when the cache cannot hold it (then read from the bucket).
 
@@ -193,6 +193,7 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
         recheck: ask the bucket (one stat) whether the object is still the
             listed one before using a copy already there (a fill checks anyway).
         cancel: set to give up a fill between its range requests (None is returned).
+        fill: False: None when no complete copy is there (nothing is copied).
 
     Raises:
         RemoteError: the object changed since it was listed, or could not be read.
@@ -212,6 +213,8 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
                 raise
         LruFolder.touch(entry)
         return fd
+    if not fill:
+        return None
     try:
         os.makedirs(cache.folder, exist_ok=True)
         lock = atomic.lock_file(entry + ".lock", wait=True)

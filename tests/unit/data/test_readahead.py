@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tfrecord_torch.data.readahead import ReadAhead
+from tfrecord_torch.data.readahead import ReadAhead, fetch_ahead
 
 
 def threads() -> list[threading.Thread]:
@@ -76,3 +76,25 @@ def test_closing_or_dropping_the_iterator_stops_the_thread():
     gc.collect()
     thread.join(timeout=30)
     assert not thread.is_alive() and dropped.closed
+
+
+def test_fetch_ahead_fetches_local_units_in_the_consumers_thread_and_remote_ones_ahead():
+    where: dict[int, str] = {}
+
+    def fetch(unit: int) -> int:
+        where[unit] = threading.current_thread().name
+        if unit == 8:
+            raise OSError("unit 8")
+        return unit * 10
+
+    units = [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    remote = {2, 3, 6}.__contains__
+    got = []
+    with pytest.raises(OSError, match="unit 8"):
+        for item in fetch_ahead(iter(units), fetch, remote=remote, weight=lambda x: 1):
+            got.append(item)
+    assert got == [u * 10 for u in units[:-1]]  # in order, the error in its place
+    me = threading.current_thread().name
+    assert {u for u, name in where.items() if name == me} == {0, 1, 4, 5, 7, 8}
+    assert {u for u, name in where.items() if name == "tfrecord_torch-readahead"} == {2, 3, 6}
+    assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-readahead"]
