@@ -183,11 +183,12 @@ class ShardCopies:
         if filler is not None and filler.pid == os.getpid():
             filler.close(finish)
 
-    def open_file(self, url: str):
+    def open_file(self, url: str, fill: bool = False):
         """``url``'s copy as an unbuffered binary file named ``url`` (for
         streaming), or None: stream it from the bucket (its copy is filled in
-        the background, see :meth:`open_now`)."""
-        fd = self.open_now(url)
+        the background, see :meth:`open_now`). ``fill``: make the copy now,
+        waiting for it (for a caller that reads the whole object anyway)."""
+        fd = self.open(url) if fill else self.open_now(url)
         if fd is None:
             return None
         f = open(fd, "rb", buffering=0)

@@ -250,7 +250,7 @@ def remote_shard_index(path: str, listing: lister.Listing, compression, build: b
             return None
     if not build:
         raise TFRecordError(f"{path}: no index (build one with `tfrecord-torch index`)")
-    copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
+    copy = copies.open_file(path, fill=True) if copies is not None and copies.covers(path) else None
     if copy is None:
         index = scan_index(path, storage_options, progress=progress, report=report)
     else:
