@@ -214,9 +214,12 @@ def test_quick_run_of_the_bucket_benchmark_with_its_peers(tmp_path):
 
     for mode in bucket.MODES:
         cached = row(f"| {mode} | bucket, 20 ms, shard cache (default) |")
-        assert float(cached[3].replace(",", "")) > 0 and float(cached[7]) < 0.5, cached
+        # a cold cache's first epoch reads records by range while their shards are copied:
+        # below one GET per image, not far below on the quick run's few records
+        assert float(cached[3].replace(",", "")) > 0 and float(cached[7]) < 1.0, cached
         assert float(row(f"| {mode} | bucket, 20 ms, range reads (cache=None) |")[3].replace(",", "")) > 0
-    assert row("| shuffle=True | bucket, 20 ms, shard cache, second epoch (warm) |")
+    warm = row("| shuffle=True | bucket, 20 ms, shard cache, second epoch (warm) |")
+    assert float(warm[7]) == 0, warm  # the second epoch reads the copies only
     for mode in bucket.SMALL_MODES:
         for variant in bucket.VARIANTS.values():
             small = [line for line in lines if line.startswith(f"| {mode} | bucket, 20 ms, {variant} |")]

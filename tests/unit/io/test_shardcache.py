@@ -273,6 +273,7 @@ def test_auto_counts_the_copies_already_held(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", ["off", "OFF", "0", "false", "no", "none"])
 def test_the_environment_turns_auto_off_but_not_an_explicit_cache(tmp_path, monkeypatch, caplog, value):
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", value)
+    monkeypatch.setattr(shardcache, "_warned", set())  # said once per process: an earlier test may have said it
     with caplog.at_level(logging.INFO, logger="tfrecord_torch.io.shardcache"):
         assert auto_shard_cache(_shards(2)) is None
     assert f"TFRECORD_TORCH_SHARD_CACHE={value}: reading remote shards by range requests" in caplog.text
