@@ -214,9 +214,10 @@ def test_quick_run_of_the_bucket_benchmark_with_its_peers(tmp_path):
 
     for mode in bucket.MODES:
         cached = row(f"| {mode} | bucket, 20 ms, shard cache (default) |")
-        # a cold cache's first epoch reads records by range while their shards are copied:
-        # below one GET per image, not far below on the quick run's few records
-        assert float(cached[3].replace(",", "")) > 0 and float(cached[7]) < 1.0, cached
+        # a cold cache's first epoch reads records by range while their shards are copied,
+        # so on the quick run's 128 images its GETs per image say little: only the warm
+        # epoch's are asserted (none)
+        assert float(cached[3].replace(",", "")) > 0, cached
         assert float(row(f"| {mode} | bucket, 20 ms, range reads (cache=None) |")[3].replace(",", "")) > 0
     warm = row("| shuffle=True | bucket, 20 ms, shard cache, second epoch (warm) |")
     assert float(warm[7]) == 0, warm  # the second epoch reads the copies only
