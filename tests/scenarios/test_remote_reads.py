@@ -2,7 +2,6 @@
 logged): how many range requests a record costs in each mode, with
 DataLoader workers and ranks, and that every record still comes exactly once."""
 
-import collections
 import gc
 import threading
 import time
@@ -23,7 +22,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
-from tfrecord_torch.io import ranges, shardcache
+from tfrecord_torch.io import ranges
 from tfrecord_torch.io.shardcache import shard_cache_usage
 
 from .test_remote import S3, _cut, with_bucket
@@ -199,22 +198,6 @@ def many(s3):
         for i in range(MANY * 16):
             w.write(make_example({"id": i, "pad": np.zeros(64, np.int64)}))
     return w.paths
-
-
-@pytest.fixture
-def fills(monkeypatch) -> collections.Counter:
-    """The copies this process completes, by shard URL."""
-    made: collections.Counter = collections.Counter()
-    fill = shardcache._fill
-
-    def counted(url, *args, **kwargs):
-        done = fill(url, *args, **kwargs)
-        if done:
-            made[url] += 1
-        return done
-
-    monkeypatch.setattr(shardcache, "_fill", counted)
-    return made
 
 
 def batch_ids(batches) -> list[int]:

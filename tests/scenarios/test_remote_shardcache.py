@@ -4,7 +4,6 @@ range requests for records, DataLoader workers share the copies, and a killed
 copier, a cut copy, a full disk and a rewritten object give the right records or a
 clear error -- the records always equal an uncached read's."""
 
-import collections
 import errno
 import gc
 import logging
@@ -68,22 +67,6 @@ def shard_gets(s3, paths) -> dict[str, int]:
         if method == "GET" and path in keys:
             counts[keys[path]] += 1
     return counts
-
-
-@pytest.fixture
-def fills(monkeypatch) -> collections.Counter:
-    """The copies this process completes, by shard URL."""
-    made: collections.Counter = collections.Counter()
-    fill = shardcache._fill
-
-    def counted(url, *args, **kwargs):
-        done = fill(url, *args, **kwargs)
-        if done:
-            made[url] += 1
-        return done
-
-    monkeypatch.setattr(shardcache, "_fill", counted)
-    return made
 
 
 def wait_for_copies(cache, count: int) -> None:
