@@ -42,3 +42,15 @@ def test_a_worker_does_not_walk_the_objects_it_inherited(tmp_path):
     assert gc.get_freeze_count() == frozen
     del ballast
     assert len(gc.get_objects()) > inherited // 2
+
+
+def test_a_process_that_only_looks_like_a_worker_freezes_nothing(tmp_path, monkeypatch):
+    """Tests (test_elastic.py) play workers in one process by patching
+    get_worker_info; before, that froze the whole test process."""
+    import types
+
+    path = _write(tmp_path / "a.tfrecord")
+    frozen = gc.get_freeze_count()
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=1))
+    assert [x["id"].item() for x in TFRecordDataset(path)] == list(range(8))
+    assert gc.get_freeze_count() == frozen
