@@ -18,7 +18,11 @@ class Cycle:
 def _census(item):
     """What the worker's collector sees, and what it collects of a cycle made here."""
     Cycle()
-    return {"id": item["id"], "tracked": torch.tensor(len(gc.get_objects())), "collected": torch.tensor(gc.collect())}
+    return {
+        "id": item["id"],
+        "tracked": torch.tensor(len(gc.get_objects())),
+        "collected": torch.tensor(gc.collect()),
+    }
 
 
 def _write(path, n=8):
@@ -51,6 +55,8 @@ def test_a_process_that_only_looks_like_a_worker_freezes_nothing(tmp_path, monke
 
     path = _write(tmp_path / "a.tfrecord")
     frozen = gc.get_freeze_count()
-    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=1))
+    monkeypatch.setattr(
+        torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=1)
+    )
     assert [x["id"].item() for x in TFRecordDataset(path)] == list(range(8))
     assert gc.get_freeze_count() == frozen
