@@ -100,7 +100,7 @@ class BatchPipeline:
             ended = True
         finally:
             if copying is not None:
-                copying.close()
+                copying.close(finish=ended)
             if self.copies is not None:
                 self.copies.close(finish=ended)
             batches.close()

@@ -417,7 +417,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         finally:
             source.close()
             if copying is not None:
-                copying.close()
+                copying.close(finish=ended)
             if copies is not None:
                 copies.close(finish=ended)
             readers.close()
@@ -520,6 +520,6 @@ def _closing(items: Iterator, ahead: CopyAhead | None, copies: ShardCopies | Non
         ended = True
     finally:
         if ahead is not None:
-            ahead.close()
+            ahead.close(finish=ended)
         if copies is not None:
             copies.close(finish=ended)

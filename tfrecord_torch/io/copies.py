@@ -277,14 +277,17 @@ class CopyAhead:
     ahead of those the reader said it began (:meth:`began`). The reader opens
     its shards through the same cache: a shard being copied here is waited
     for (the cache's lock), not copied twice. :meth:`close` stops the thread,
-    giving up a copy in progress between two range requests.
+    giving up a copy in progress between two range requests, or letting it
+    end (``finish``: an epoch read to its end, whose reader's own fills wait
+    for that copy and would otherwise begin it again).
     """
 
     def __init__(self, copies: ShardCopies, order: Iterable[str], ahead: int) -> None:
         self.copies, self.ahead = copies, ahead
         self._began: set[str] = set()
         self._cond = threading.Condition()
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # no copy begins after it is set
+        self._cancel = threading.Event()  # the copy in progress is given up
         self._thread = threading.Thread(target=self._run, args=(iter(order),), daemon=True,
                                         name="tfrecord_torch-copy-ahead")
         self._thread.start()
@@ -308,7 +311,7 @@ class CopyAhead:
                     return
                 done += 1
                 try:
-                    fd = self.copies.open(url, cancel=self._stop)
+                    fd = self.copies.open(url, cancel=self._cancel)
                 except Exception as e:  # the reader opening this shard meets it again and raises it
                     log.debug("copying %s ahead failed: %s", url, e)
                     continue
@@ -317,9 +320,12 @@ class CopyAhead:
         except Exception as e:  # working out the order; reading goes on without copies ahead
             log.warning("copying shards ahead stopped: %s", e)
 
-    def close(self) -> None:
-        """Stop the thread and wait for it."""
+    def close(self, finish: bool = False) -> None:
+        """Stop the thread and wait for it; ``finish``: let the copy in
+        progress end first (none begins after this call)."""
         self._stop.set()
+        if not finish:
+            self._cancel.set()
         with self._cond:
             self._cond.notify_all()
         if self._thread is not threading.current_thread():

@@ -1,0 +1,61 @@
+"""Copying shards ahead of a reader (io/copies.py CopyAhead): an epoch read to
+its end lets the copy in progress end; a reader that stops early gives it up."""
+
+import os
+import threading
+
+import fsspec
+import pytest
+
+from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.copies import CopyAhead, ShardCopies
+from tfrecord_torch.io.shardcache import ShardCache, shard_cache_usage
+
+
+@pytest.fixture
+def held_bucket(monkeypatch):
+    """A 4-range object in memory whose first range request waits for ``go``."""
+    monkeypatch.setattr(shardcache, "CHUNK", 1000)
+    url = "memory://copyahead/a.tfrecord"
+    data = os.urandom(4000)
+    fsspec.filesystem("memory").pipe_file(url, data)
+    began, go, real = threading.Event(), threading.Event(), fs.read_range
+
+    def held(u, start, end, storage_options=None):
+        if start == 0:
+            began.set()
+            assert go.wait(30)
+        return real(u, start, end, storage_options)
+
+    monkeypatch.setattr(fs, "read_range", held)
+    yield url, data, began, go
+    fsspec.filesystem("memory").rm_file(url)
+
+
+def _close_while_copying(url, tmp_path, began, go, finish):
+    cache = ShardCache(str(tmp_path / "shards"))
+    copies = ShardCopies(cache, {url: fs.size_and_version(url)})
+    ahead = CopyAhead(copies, [url], ahead=1)
+    assert began.wait(30)  # the copy is under way
+    closing = threading.Thread(target=ahead.close, kwargs={"finish": finish})
+    closing.start()
+    closing.join(0.2)
+    go.set()
+    closing.join(30)
+    assert not closing.is_alive()
+    return cache
+
+
+def test_an_epoch_read_to_its_end_lets_the_copy_in_progress_end(held_bucket, tmp_path):
+    # Before, close() always gave the copy up, and the reader's own background
+    # fill, waiting on the same lock, began it again: a second download.
+    url, data, began, go = held_bucket
+    cache = _close_while_copying(url, tmp_path, began, go, finish=True)
+    assert shard_cache_usage(cache) == (1, len(data))
+
+
+def test_a_reader_that_stops_early_gives_the_copy_up(held_bucket, tmp_path):
+    url, data, began, go = held_bucket
+    cache = _close_while_copying(url, tmp_path, began, go, finish=False)
+    assert shard_cache_usage(cache) == (0, 0)
