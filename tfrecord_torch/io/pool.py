@@ -15,6 +15,7 @@ from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 
 if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
+    from tfrecord_torch.io.filling import FillView
 
 __all__ = ["Reader", "ReaderPool", "read_at"]
 
@@ -35,7 +36,9 @@ if hasattr(os, "register_at_fork"):
 class Reader:
     """Positioned reads of one file: ``pread`` locally, one range request
     remotely -- or ``pread`` of the URL's local copy when ``copies`` holds
-    (or can fill) one. Reopens in a forked child."""
+    one, or of the part of it written while the copy is filled (waiting for
+    the fill to reach the bytes asked: one download serves both). Reopens in
+    a forked child."""
 
     def __init__(self, path: str, storage_options: dict | None = None,
                  copies: ShardCopies | None = None) -> None:
@@ -44,25 +47,35 @@ class Reader:
         self._copies = copies if copies is not None and copies.covers(path) else None
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
         self._local = not self._url  # the handle is a descriptor (a local file, or a URL's copy)
+        self._view: FillView | None = None  # reads of the URL's copy being filled, before the bucket
         self._fork_generation = -1  # the fork generation that opened the handle
 
     def _open(self) -> None:
         if self._fork_generation != _fork_generation or self._handle is None:
             self._fork_generation = _fork_generation
-            self._handle, self._local = None, not self._url
+            self._handle, self._local, self._view = None, not self._url, None
             if not self._url:
                 self._handle = os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 return
             fd = self._copies.open_now(self.path) if self._copies is not None else None
             self._handle, self._local = (fd, True) if fd is not None else \
                 (filesystem(self.path, self._storage_options), False)
+            if fd is None and self._copies is not None:
+                self._view = self._copies.fill_view(self.path)
 
     def refresh(self) -> None:
         """Read a URL from its copy from the next read on, if this reader reads
         the bucket and the copy has become complete (a set lookup, or a stat)."""
         if self._copies is not None and self._handle is not None and not self._local and \
                 self._fork_generation == _fork_generation and self._copies.held(self.path):
+            self._close_view()
             self._handle = None
+
+    def remote(self) -> bool:
+        """Whether reads go to the bucket (so several in flight pay off); a
+        copy being filled is read in order, one read at a time."""
+        self._open()
+        return not self._local and self._view is None
 
     def descriptor(self) -> int | None:
         """The open file descriptor of a local file or of a URL's local copy
@@ -79,6 +92,11 @@ class Reader:
             if self._url and len(data) < size:
                 return self._short_copy(offset, size, data)
             return data
+        if self._view is not None:
+            data = self._view.read(offset, size)
+            if data is not None:
+                return data
+            self._close_view()  # no fill will bring these bytes: the bucket, from now on
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
         if http.is_http(self.path):
@@ -111,13 +129,19 @@ class Reader:
                                          "clear it (`tfrecord-torch cache --clear`)")
         return again
 
+    def _close_view(self) -> None:
+        if self._view is not None and self._fork_generation == _fork_generation:
+            self._view.close()
+        self._view = None
+
     def close(self) -> None:
         if self._handle is not None and self._fork_generation == _fork_generation and self._local:
             os.close(self._handle)
+        self._close_view()
         self._handle = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_handle": None, "_fork_generation": -1}
+        return {**self.__dict__, "_handle": None, "_view": None, "_fork_generation": -1}
 
     def __del__(self) -> None:
         try:

@@ -90,7 +90,7 @@ def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int]) ->
     requests not started. An error is raised where its range comes, after
     the ranges before it.
     """
-    url = reader.descriptor() is None
+    url = reader.remote()
     requests = plan_requests(offsets, sizes, gap=MERGE_GAP if url else 0,
                              longest=MAX_REQUEST if url else _LOCAL_REQUEST)
     if not url or len(requests) == 1:
@@ -111,7 +111,7 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
     out: list[list[bytes]] = []
     jobs: list[tuple[Reader, Request]] = []
     for reader, offsets, sizes in reads:
-        if reader.descriptor() is not None:
+        if not reader.remote():
             out.append(read_ranges(reader, offsets, sizes))
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
@@ -121,7 +121,7 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
         out.append([b""] * len(offsets))
     flow = _flow(jobs)
     for slot, (reader, offsets, sizes) in enumerate(reads):
-        if reader.descriptor() is not None:
+        if not reader.remote():
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
         ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
