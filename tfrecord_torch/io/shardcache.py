@@ -287,7 +287,7 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
         return _unwritable(folder, e)
     try:
         _download(url, fd, size, storage_options, cancel)
-        if cancel is not None and cancel.is_set():  # some ranges were left out
+        if os.fstat(fd).st_size != size:  # cancelled: some ranges were left out
             return False
         os.fsync(fd)
         _check_unchanged(url, size, version, storage_options, "while it was being copied")
