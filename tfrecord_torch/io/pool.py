@@ -93,9 +93,9 @@ class Reader:
                 return self._short_copy(offset, size, data)
             return data
         if self._view is not None:
-            data = self._view.read(offset, size)
-            if data is not None:
-                return data
+            filled = self._view.read(offset, size)
+            if filled is not None:
+                return filled
             self._close_view()  # no fill will bring these bytes: the bucket, from now on
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
