@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,7 @@ from tfrecord_torch.io import atomic
 from tfrecord_torch.io.files import RemoteFile
 from tfrecord_torch.io.shardcache import fill_path, open_complete
 
-__all__ = ["POLL", "FillFile", "FillView", "can_watch"]
+__all__ = ["FAR", "POLL", "Far", "FillFile", "FillView", "can_watch"]
 
 POLL = 0.003  # seconds between two looks at a fill in progress (a 4 MiB range takes ~40 ms at 100 MB/s)
 
@@ -52,58 +53,91 @@ class FillView:
         pending: whether this process has the fill queued or running (so a
             missing fill file means "not begun yet", not "no fill").
 
-    Not thread-safe: one reader uses it (its reads are made one at a time).
+    Thread-safe: a descriptor it reads is closed only by :meth:`close`.
     """
 
     def __init__(self, entry: str, size: int, pending: Callable[[], bool]) -> None:
         self.entry, self.size, self._pending = entry, size, pending
+        self._lock = threading.Lock()
         self._fill: int | None = None  # a descriptor of the live fill file watched
         self._complete: int | None = None  # a descriptor of the complete copy, once there
+        self._ended: list[int] = []  # descriptors of fills that ended, closed with the view
 
     @property
     def complete(self) -> bool:
         """Whether reads come from the complete copy."""
         return self._complete is not None
 
-    def read(self, offset: int, size: int) -> bytes | None:
+    def read(self, offset: int, size: int, *, far: int | None = None) -> bytes | None | Far:
         """``size`` bytes at ``offset`` (fewer at the object's end), once the
-        fill has written them; None when no fill will: read the bucket."""
+        fill has written them; None when no fill will: read the bucket.
+
+        ``far``: return :data:`FAR` at once (read these bytes from the bucket,
+        the fill goes on) when they end more than ``far`` bytes past what the
+        fill has written; None: wait for it.
+        """
         want = min(offset + size, self.size)
         while True:
-            if self._complete is not None:
-                data = os.pread(self._complete, size, offset)
-                return data if len(data) >= want - offset else None  # a copy cut by another process
-            if self._fill is None:
-                self._fill = _open_live(fill_path(self.entry))
-            if self._fill is not None:
-                if os.fstat(self._fill).st_size >= want:
-                    return os.pread(self._fill, want - offset, offset) if want > offset else b""
-                if _held(self._fill):
-                    time.sleep(POLL)
-                    continue
-                os.close(self._fill)  # its writer ended (its bytes are in the entry) or gave up
-                self._fill = None
-            self._complete = open_complete(self.entry, self.size)
-            if self._complete is not None:
-                continue
-            if self._pending() or _lock_held(self.entry + ".lock"):
-                time.sleep(POLL)  # a fill is about to begin (or checks the object first)
-                continue
-            self._complete = open_complete(self.entry, self.size)  # ended between the two looks
-            if self._complete is None:
+            with self._lock:
+                fd, written = self._look(want)
+            if fd is not None:
+                if fd == self._complete:
+                    data = os.pread(fd, size, offset)
+                    return data if len(data) >= want - offset else None  # a copy cut by another process
+                return os.pread(fd, want - offset, offset) if want > offset else b""
+            if written is None:
                 return None
+            if far is not None and want - written > far:
+                return FAR
+            time.sleep(POLL)
+
+    def _look(self, want: int) -> tuple[int | None, int | None]:
+        """(a descriptor holding bytes up to ``want``, None) or (None, bytes
+        written so far: wait) or (None, None): no fill will write them."""
+        if self._complete is not None:
+            return self._complete, None
+        if self._fill is None:
+            self._fill = _open_live(fill_path(self.entry))
+        if self._fill is not None:
+            written = os.fstat(self._fill).st_size
+            if written >= want:
+                return self._fill, None
+            if _held(self._fill):
+                return None, written
+            self._ended.append(self._fill)  # its writer ended (its bytes are in the entry) or gave up
+            self._fill = None
+        self._complete = open_complete(self.entry, self.size)
+        if self._complete is not None:
+            return self._complete, None
+        if self._pending() or _lock_held(self.entry + ".lock"):
+            return None, 0  # a fill is about to begin (or checks the object first)
+        self._complete = open_complete(self.entry, self.size)  # ended between the two looks
+        return self._complete, None
 
     def close(self) -> None:
-        for fd in (self._fill, self._complete):
-            if fd is not None:
-                os.close(fd)
-        self._fill = self._complete = None
+        with self._lock:
+            for fd in (self._fill, self._complete, *self._ended):
+                if fd is not None:
+                    os.close(fd)
+            self._fill = self._complete = None
+            self._ended = []
 
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
             pass
+
+
+class Far:
+    """The type of :data:`FAR`."""
+
+    def __repr__(self) -> str:
+        return "FAR"
+
+
+FAR = Far()
+"""What :meth:`FillView.read` gives for bytes the fill will not reach soon."""
 
 
 class FillFile(io.RawIOBase):
@@ -142,7 +176,7 @@ class FillFile(io.RawIOBase):
         if n == 0:
             return 0
         data = None if self._bucket is not None else self._view.read(self._pos, n)
-        if data is None:
+        if not isinstance(data, bytes):
             if self._bucket is None:
                 self._bucket = RemoteFile(self.name, self._storage_options, self._pos, self._view.size)
             data = self._bucket.read(n)

@@ -126,3 +126,35 @@ def test_a_fill_given_up_is_cut_before_it_is_let_go(tmp_path, monkeypatch):
     assert view.read(0, 10_000) is None
     view.close()
     assert os.listdir(cache.folder) == []
+
+
+def test_a_random_read_far_past_the_fill_goes_to_the_bucket(monkeypatch, tmp_path):
+    import fsspec
+
+    from tfrecord_torch.io import atomic, pool
+    from tfrecord_torch.io.copies import ShardCopies
+
+    data = os.urandom(50_000)
+    url = "memory://filltest/far.tfrecord"
+    fsspec.filesystem("memory").pipe_file(url, data)
+    size, version = fs.size_and_version(url)
+    cache = ShardCache(str(tmp_path / "cache"))
+    os.makedirs(cache.folder)
+    entry = shardcache.entry_path(cache, url, size, version)
+    lock = atomic.lock_file(entry + ".lock", wait=True)  # a fill of ours: the reader's own fill waits for it
+    fill = shardcache._create_fill(fill_path(entry))
+    os.write(fill, b"F" * 10_000)  # bytes the bucket does not hold: where a read came from shows
+    monkeypatch.setattr(pool, "FAR", 1_000)
+    copies = ShardCopies(cache, {url: (size, version)})
+    reader = pool.Reader(url, copies=copies)
+    try:
+        assert reader.read(0, 5_000) == b"F" * 5_000  # the fill's
+        assert reader.read(30_000, 1_000, wait=False) == data[30_000:31_000]  # far past it: the bucket's
+        assert reader.read(9_500, 400, wait=False) == b"F" * 400  # the fill is still read
+    finally:
+        shardcache._give_up(fill, fill_path(entry))
+        atomic.unlock(entry + ".lock", lock)
+    assert reader.read(0, 5_000) == data[:5_000]  # the reader's own fill, or the bucket: never the given-up bytes
+    reader.close()
+    copies.close(finish=True)
+    fsspec.filesystem("memory").rm_file(url)
