@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
     from tfrecord_torch.io.filling import FillView
 
-__all__ = ["FAR", "Reader", "ReaderPool", "read_at"]
+__all__ = ["FAR_BYTES", "Reader", "ReaderPool", "read_at"]
 
-FAR = 16 << 20
+FAR_BYTES = 16 << 20
 """Bytes past a fill's written part beyond which a read that need not wait
 goes to the bucket: about what a fill has in flight (4 ranges of 4 MiB)."""
 
@@ -97,7 +97,7 @@ class Reader:
 
         A URL whose copy is being filled is read from the fill: the read
         waits for the fill to reach the bytes, or, without ``wait``, reads
-        them from the bucket when they lie more than :data:`FAR` bytes past
+        them from the bucket when they lie more than :data:`FAR_BYTES` bytes past
         what the fill has written (a random read far ahead of a fill just
         begun: one range request costs less than the wait).
         """
@@ -109,7 +109,7 @@ class Reader:
             return data
         view = self._view
         if view is not None:
-            filled = view.read(offset, size, far=None if wait else FAR)
+            filled = view.read(offset, size, far=None if wait else FAR_BYTES)
             if isinstance(filled, bytes):
                 return filled
             if filled is None:  # no fill will bring these bytes: the bucket, from now on

@@ -144,7 +144,7 @@ def test_a_random_read_far_past_the_fill_goes_to_the_bucket(monkeypatch, tmp_pat
     lock = atomic.lock_file(entry + ".lock", wait=True)  # a fill of ours: the reader's own fill waits for it
     fill = shardcache._create_fill(fill_path(entry))
     os.write(fill, b"F" * 10_000)  # bytes the bucket does not hold: where a read came from shows
-    monkeypatch.setattr(pool, "FAR", 1_000)
+    monkeypatch.setattr(pool, "FAR_BYTES", 1_000)
     copies = ShardCopies(cache, {url: (size, version)})
     reader = pool.Reader(url, copies=copies)
     try:
