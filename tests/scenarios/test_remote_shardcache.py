@@ -348,7 +348,9 @@ def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp
                          source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=0), **source))
     s3.requests.clear()
     cold = ids(ds)
-    assert "tfrecord_torch-readahead" in thread_starts  # the bucket's requests are made ahead
+    # the bucket's requests are made ahead: by the read-ahead of records, or (streamed) by the
+    # copy's fill, which the stream reads as it is written
+    assert ("tfrecord_torch-readahead" if source == {} else "tfrecord_torch-copy-ahead") in thread_starts
     assert fills == dict.fromkeys(shards, 1)
     assert cold == ids(plain)
     thread_starts.clear()
@@ -357,3 +359,70 @@ def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp
     assert "tfrecord_torch-readahead" not in thread_starts
     assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
     assert warm == ids(plain) and warm != cold
+
+
+def fetched_bytes(s3, paths, sizes: dict[str, int]) -> int:
+    """Body bytes of the GETs of the shard objects since the log was cleared
+    (a GET with no range brings the whole object)."""
+    sizes = {"/" + p.split("://", 1)[1]: sizes[p] for p in paths}
+    total = 0
+    for method, path, asked in s3.requests:
+        if method != "GET" or path not in sizes:
+            continue
+        if not asked:
+            total += sizes[path]
+            continue
+        first, last = asked.split("=", 1)[1].split("-")
+        total += min(int(last), sizes[path] - 1) - int(first) + 1
+    return total
+
+
+@pytest.fixture
+def slow_fills(monkeypatch):
+    """The shard cache's copies fetch several ranges per shard, slowly (the
+    readers open their shards while the copies are being filled)."""
+    monkeypatch.setattr(shardcache, "CHUNK", 2000)
+    real = files.read_range
+
+    def slow(*args, **kwargs):
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(files, "read_range", slow)
+
+
+COLD = {"in-order": ({}, 2), "shuffled": ({"shuffle": True}, 2), "shuffled-batches": ({"shuffle": True, "batch_size": 7}, 0),
+        "streamed": ({"source_index": False}, 0), "map-style": ({"map_style": True}, 0)}
+
+
+@pytest.mark.parametrize("case", list(COLD))
+def test_a_cold_epoch_fetches_each_shard_once(s3, shards, tmp_path, slow_fills, case):
+    options, workers = COLD[case]
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
+    cache = ShardCache(str(tmp_path / "shards"))
+    if options.get("map_style"):
+        plain = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, cache=None)
+        ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, cache=cache)
+        order = np.random.default_rng(2).permutation(RECORDS).tolist()
+        s3.requests.clear()
+        got = [x["id"].item() for x in ds.__getitems__(order)]
+        ds.close()
+        fetched = fetched_bytes(s3, shards, sizes)
+        assert got == [plain[i]["id"].item() for i in order]
+    else:
+        source = {"index": False} if options.pop("source_index", True) is False else {}
+        plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                source=Source(cache=None, **source), **options)
+        ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                             source=Source(cache=cache, **source), **options)
+        def loaded(d):
+            return ids(DataLoader(d, batch_size=None, num_workers=workers) if workers else d)
+
+        s3.requests.clear()
+        got = loaded(ds)
+        fetched = fetched_bytes(s3, shards, sizes)
+        assert got == loaded(plain)  # the same records in the same order as the bucket's
+    # every byte once: the readers read the copies as they were filled, not the bucket beside them
+    assert fetched <= 1.3 * sum(sizes.values())
+    assert shardcache.shard_cache_usage(cache)[0] == SHARDS
+    assert no_leftovers(tmp_path / "shards")

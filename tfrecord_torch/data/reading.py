@@ -233,7 +233,8 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
     context's readers are not used. A remote shard read from the bucket is
     read ahead by a background thread while its records are decoded (up to
     :data:`~tfrecord_torch.io.files.READ_AHEAD` bytes of chunks waiting); its
-    complete local copy is read in the consumer's thread."""
+    local copy (complete, or as the shard cache fills it) is read in the
+    consumer's thread."""
     copies = context.copies
     copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
     chunks: Iterator = _stream_chunks(path, copy, context, compression)

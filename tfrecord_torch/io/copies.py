@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Union
 
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.filling import FillFile, FillView, can_watch
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
 
 __all__ = ["FILLS", "CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies"]
@@ -161,6 +162,22 @@ class ShardCopies:
             self._fill_later(url)
         return fd
 
+    def fill_view(self, url: str) -> FillView | None:
+        """Reads of ``url``'s copy as it is filled (by this process or another
+        one on the machine), for a reader that :meth:`open_now` found no
+        complete copy for; None where no copy can be read in progress (a shard
+        larger than the limit, a platform without flock): read the bucket."""
+        size, version = self.stat(url)
+        if size > self.cache.limit or not can_watch():
+            return None
+        return FillView(entry_path(self.cache, url, size, version), size, lambda: self._fill_pending(url))
+
+    def _fill_pending(self, url: str) -> bool:
+        """Whether this process's background fills have ``url`` queued or in progress."""
+        with self._lock:
+            filler = self._filler
+        return filler is not None and filler.pid == os.getpid() and filler.pending(url)
+
     def _fill_later(self, url: str) -> None:
         with self._lock:
             if self._filler is None or self._filler.pid != os.getpid():  # none yet, or forked
@@ -185,12 +202,15 @@ class ShardCopies:
 
     def open_file(self, url: str, fill: bool = False):
         """``url``'s copy as an unbuffered binary file named ``url`` (for
-        streaming), or None: stream it from the bucket (its copy is filled in
-        the background, see :meth:`open_now`). ``fill``: make the copy now,
-        waiting for it (for a caller that reads the whole object anyway)."""
+        streaming), or None: stream it from the bucket. Without a complete
+        copy, the copy is filled in the background (see :meth:`open_now`) and
+        the file reads it as it is filled (:class:`FillFile`). ``fill``: make
+        the copy now, waiting for it (for a caller that reads the whole object
+        anyway)."""
         fd = self.open(url) if fill else self.open_now(url)
         if fd is None:
-            return None
+            view = None if fill else self.fill_view(url)
+            return None if view is None else FillFile(view, url, self.storage_options)
         f = open(fd, "rb", buffering=0)
         try:
             f.name = url  # errors name the shard, not the copy
@@ -237,6 +257,11 @@ class _Filler:
                 thread = threading.Thread(target=self._run, daemon=True, name="tfrecord_torch-copy-ahead")
                 self._threads.append(thread)
                 thread.start()
+
+    def pending(self, url: str) -> bool:
+        """Whether ``url`` is queued or being copied."""
+        with self._cond:
+            return url in self._pending
 
     def _run(self) -> None:
         while True:

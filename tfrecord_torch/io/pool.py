@@ -15,8 +15,13 @@ from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 
 if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
+    from tfrecord_torch.io.filling import FillView
 
-__all__ = ["Reader", "ReaderPool", "read_at"]
+__all__ = ["FAR_BYTES", "Reader", "ReaderPool", "read_at"]
+
+FAR_BYTES = 16 << 20
+"""Bytes past a fill's written part beyond which a read that need not wait
+goes to the bucket: about what a fill has in flight (4 ranges of 4 MiB)."""
 
 # Bumped in a forked child: readers and pools compare it to notice a fork
 # (and reopen) without an os.getpid() system call on every read.
@@ -35,7 +40,9 @@ if hasattr(os, "register_at_fork"):
 class Reader:
     """Positioned reads of one file: ``pread`` locally, one range request
     remotely -- or ``pread`` of the URL's local copy when ``copies`` holds
-    (or can fill) one. Reopens in a forked child."""
+    one, or of the part of it written while the copy is filled (waiting for
+    the fill to reach the bytes asked: one download serves both). Reopens in
+    a forked child."""
 
     def __init__(self, path: str, storage_options: dict | None = None,
                  copies: ShardCopies | None = None) -> None:
@@ -44,25 +51,39 @@ class Reader:
         self._copies = copies if copies is not None and copies.covers(path) else None
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
         self._local = not self._url  # the handle is a descriptor (a local file, or a URL's copy)
+        self._view: FillView | None = None  # reads of the URL's copy being filled, before the bucket
+        self._dropped: list[FillView] = []  # views of fills that ended, closed with the reader
         self._fork_generation = -1  # the fork generation that opened the handle
 
     def _open(self) -> None:
         if self._fork_generation != _fork_generation or self._handle is None:
             self._fork_generation = _fork_generation
-            self._handle, self._local = None, not self._url
+            self._handle, self._local, self._view, self._dropped = None, not self._url, None, []
             if not self._url:
                 self._handle = os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 return
             fd = self._copies.open_now(self.path) if self._copies is not None else None
             self._handle, self._local = (fd, True) if fd is not None else \
                 (filesystem(self.path, self._storage_options), False)
+            if fd is None and self._copies is not None:
+                self._view = self._copies.fill_view(self.path)
 
     def refresh(self) -> None:
         """Read a URL from its copy from the next read on, if this reader reads
         the bucket and the copy has become complete (a set lookup, or a stat)."""
         if self._copies is not None and self._handle is not None and not self._local and \
                 self._fork_generation == _fork_generation and self._copies.held(self.path):
+            self._close_view()
             self._handle = None
+
+    def remote(self, wait: bool = True) -> bool:
+        """Whether reads go to the bucket (so several in flight pay off). A
+        copy being filled is read one read at a time when its reads ``wait``
+        for the fill (reads in order, at the fill's pace); else its reads go
+        in flight too, each one taking the bytes the fill has or will soon
+        have, and the bucket's for the rest (see :meth:`read`)."""
+        self._open()
+        return not self._local and (self._view is None or not wait)
 
     def descriptor(self) -> int | None:
         """The open file descriptor of a local file or of a URL's local copy
@@ -71,14 +92,29 @@ class Reader:
         self._open()
         return self._handle if self._local else None
 
-    def read(self, offset: int, size: int) -> bytes:
-        """``size`` bytes at ``offset`` (fewer at the end of the file)."""
+    def read(self, offset: int, size: int, wait: bool = True) -> bytes:
+        """``size`` bytes at ``offset`` (fewer at the end of the file).
+
+        A URL whose copy is being filled is read from the fill: the read
+        waits for the fill to reach the bytes, or, without ``wait``, reads
+        them from the bucket when they lie more than :data:`FAR_BYTES` bytes past
+        what the fill has written (a random read far ahead of a fill just
+        begun: one range request costs less than the wait).
+        """
         self._open()
         if self._local:
             data = os.pread(self._handle, size, offset)
             if self._url and len(data) < size:
                 return self._short_copy(offset, size, data)
             return data
+        view = self._view
+        if view is not None:
+            filled = view.read(offset, size, far=None if wait else FAR_BYTES)
+            if isinstance(filled, bytes):
+                return filled
+            if filled is None:  # no fill will bring these bytes: the bucket, from now on
+                self._view = None  # closed by close() or refresh(): another thread may be reading it
+                self._dropped.append(view)
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
         if http.is_http(self.path):
@@ -111,13 +147,21 @@ class Reader:
                                          "clear it (`tfrecord-torch cache --clear`)")
         return again
 
+    def _close_view(self) -> None:
+        if self._fork_generation == _fork_generation:
+            for view in (self._view, *self._dropped):
+                if view is not None:
+                    view.close()
+        self._view, self._dropped = None, []
+
     def close(self) -> None:
         if self._handle is not None and self._fork_generation == _fork_generation and self._local:
             os.close(self._handle)
+        self._close_view()
         self._handle = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_handle": None, "_fork_generation": -1}
+        return {**self.__dict__, "_handle": None, "_view": None, "_dropped": [], "_fork_generation": -1}
 
     def __del__(self) -> None:
         try:

@@ -80,7 +80,8 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int]) -> Generator[bytes, None, None]:
+def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *, wait: bool = True
+                ) -> Generator[bytes, None, None]:
     """The bytes of each range ``offsets[i], sizes[i]`` of the reader's file,
     in the order given (fewer at the end of the file).
 
@@ -90,14 +91,14 @@ def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int]) ->
     requests not started. An error is raised where its range comes, after
     the ranges before it.
     """
-    url = reader.descriptor() is None
+    url = reader.remote(wait)
     requests = plan_requests(offsets, sizes, gap=MERGE_GAP if url else 0,
                              longest=MAX_REQUEST if url else _LOCAL_REQUEST)
     if not url or len(requests) == 1:
         for request in requests:
-            yield from _split(reader.read(request.start, request.end - request.start), request, offsets, sizes)
+            yield from _split(reader.read(request.start, request.end - request.start, wait), request, offsets, sizes)
         return
-    flow = _flow([(reader, r) for r in requests])
+    flow = _flow([(reader, r) for r in requests], wait)
     try:
         for request, data in zip(requests, flow):
             yield from _split(data, request, offsets, sizes)
@@ -111,7 +112,7 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
     out: list[list[bytes]] = []
     jobs: list[tuple[Reader, Request]] = []
     for reader, offsets, sizes in reads:
-        if reader.descriptor() is not None:
+        if not reader.remote(wait=False):
             out.append(read_ranges(reader, offsets, sizes))
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
@@ -119,9 +120,9 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
         requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST)
         jobs += [(reader, r) for r in requests]
         out.append([b""] * len(offsets))
-    flow = _flow(jobs)
+    flow = _flow(jobs, wait=False)
     for slot, (reader, offsets, sizes) in enumerate(reads):
-        if reader.descriptor() is not None:
+        if not reader.remote(wait=False):
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
         ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
@@ -132,8 +133,9 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
     return out
 
 
-def _flow(jobs: Sequence[tuple[Reader, Request]]) -> Generator[bytes, None, None]:
-    """The bytes of each request, in order, the following ones in flight."""
+def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True) -> Generator[bytes, None, None]:
+    """The bytes of each request, in order, the following ones in flight
+    (``wait``: see :meth:`Reader.read`)."""
     executor = _pool()
     flying: collections.deque[tuple[Request, Future]] = collections.deque()
     held = 0  # bytes of the requests in ``flying``
@@ -144,7 +146,7 @@ def _flow(jobs: Sequence[tuple[Reader, Request]]) -> Generator[bytes, None, None
             while following is not None and (not flying or (len(flying) < IN_FLIGHT and held + _size(following[1])
                                                             <= IN_FLIGHT_BYTES)):
                 reader, request = following
-                flying.append((request, executor.submit(reader.read, request.start, _size(request))))
+                flying.append((request, executor.submit(reader.read, request.start, _size(request), wait)))
                 held += _size(request)
                 following = next(pending, None)
             request, future = flying.popleft()
@@ -175,9 +177,9 @@ def read_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int]) ->
     (so near ones join) and handed back in the order given."""
     order = sorted(range(len(offsets)), key=offsets.__getitem__)
     if all(a < b for a, b in zip(order, order[1:])):
-        return list(iter_ranges(reader, offsets, sizes))
+        return list(iter_ranges(reader, offsets, sizes, wait=False))
     out: list[bytes] = [b""] * len(order)
-    got = iter_ranges(reader, [offsets[i] for i in order], [sizes[i] for i in order])
+    got = iter_ranges(reader, [offsets[i] for i in order], [sizes[i] for i in order], wait=False)
     for i, data in zip(order, got):
         out[i] = data
     return out

@@ -10,9 +10,12 @@ Safety, the reason this module is more than a download:
 
 * **One download per shard.** An entry is filled under an exclusive lock on
   ``<entry>.lock``; a second reader (thread, worker, rank) waits and then finds it.
-* **Never a half file in use.** The copy is written to a hidden ``.partial`` file,
-  locked by its writer, and renamed once complete and of the listed size; a writer
-  killed mid-download leaves an unlocked ``.partial`` that the next fill removes.
+* **Never a half file in use.** The copy is written in order to a hidden
+  ``.<entry>.fill.partial`` file, flocked by its writer, and renamed once complete,
+  of the listed size and checked; a writer killed mid-download leaves an unlocked
+  ``.partial`` that the next fill removes. While a fill runs, readers on the machine
+  read the part it has written (:mod:`tfrecord_torch.io.filling`) rather than
+  fetching those bytes again; a fill given up cuts its file to 0 bytes first.
 * **Never a stale copy.** The entry's name hashes the URL with the object's size and
   version (ETag) as listed when the dataset was made; the object is checked again
   before and after the download, and an object that changed raises
@@ -29,14 +32,16 @@ the default folder when the dataset's remote shards fit, else range reads.
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
+import itertools
 import logging
 import os
 import shutil
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tfrecord_torch.errors import RemoteError
@@ -44,13 +49,13 @@ from tfrecord_torch.io import atomic, http
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.lru import LruFolder
 
-__all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "open_shard", "shard_cache_dir",
-           "shard_cache_off", "shard_cache_usage"]
+__all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "fill_path", "open_complete", "open_shard",
+           "shard_cache_dir", "shard_cache_off", "shard_cache_usage"]
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
-CHUNK = 16 << 20  # bytes per range request of a download
+CHUNK = 4 << 20  # bytes per range request of a download (readers of the fill wait for whole ones)
 PARALLEL = 4  # range requests in flight per download
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
@@ -203,7 +208,7 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
                         "reading it from the bucket")
         return None
     entry = entry_path(cache, url, size, version)
-    fd = _open_complete(entry, size)
+    fd = open_complete(entry, size)
     if fd is not None:
         if recheck:
             try:
@@ -223,12 +228,12 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
         return None
     assert lock is not None  # wait=True
     try:
-        fd = _open_complete(entry, size)  # filled by whoever held the lock before us
+        fd = open_complete(entry, size)  # filled by whoever held the lock before us
         if fd is None:
             if not _fill(url, entry, cache, size=size, version=version, storage_options=storage_options,
                          cancel=cancel):
                 return None
-            fd = _open_complete(entry, size)
+            fd = open_complete(entry, size)
     finally:
         atomic.unlock(entry + ".lock", lock)
     if fd is not None:
@@ -236,7 +241,14 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
     return fd
 
 
-def _open_complete(entry: str, size: int) -> int | None:
+def fill_path(entry: str) -> str:
+    """Where ``entry`` is written while it is filled (under the entry's lock:
+    one fill at a time)."""
+    folder, base = os.path.split(entry)
+    return os.path.join(folder, f".{base}.fill.partial")
+
+
+def open_complete(entry: str, size: int) -> int | None:
     """A descriptor of ``entry`` if it exists with ``size`` bytes; an entry of
     another size (damaged by another process) is removed."""
     try:
@@ -257,34 +269,71 @@ def _open_complete(entry: str, size: int) -> int | None:
 def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
           storage_options: dict | None, cancel: threading.Event | None = None) -> bool:
     """Copy ``url`` into ``entry`` (under the entry's lock); False if the cache
-    disk cannot hold it or ``cancel`` was set."""
+    disk cannot hold it or ``cancel`` was set.
+
+    The bytes are written in order into :func:`fill_path`, flocked while this
+    fill runs, so that every byte below its size is the object's as fetched;
+    a fill given up cuts it to 0 bytes before removing it and letting go of
+    the flock (readers of the part written then read the bucket)."""
     folder, base = os.path.split(entry)
     atomic.remove_orphans(folder, os.path.basename(base))  # a killed filler's leftovers
     _check_unchanged(url, size, version, storage_options, "before copying it")
     LruFolder(folder, SUFFIX).prune(max(0, cache.limit - size))  # make room first
-    fd, temp = atomic.create_temp(folder, base, lock=True)
+    temp = fill_path(entry)
+    kept = False
     try:
-        try:
-            _download(url, fd, size, storage_options, cancel)
-            if cancel is not None and cancel.is_set():  # some ranges were left out
-                _discard(temp)
-                return False
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _check_unchanged(url, size, version, storage_options, "while it was being copied")
-        os.replace(temp, entry)
+        fd = _create_fill(temp)
     except OSError as e:
-        _discard(temp)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
-            _warn_once(folder, f"shard cache {folder}: cannot write ({e.strerror}); reading from the bucket")
+        return _unwritable(folder, e)
+    try:
+        _download(url, fd, size, storage_options, cancel)
+        if os.fstat(fd).st_size != size:  # cancelled: some ranges were left out
             return False
-        raise
-    except BaseException:
-        _discard(temp)
-        raise
+        os.fsync(fd)
+        _check_unchanged(url, size, version, storage_options, "while it was being copied")
+        os.replace(temp, entry)  # while the flock is held: a reader never sees a live fill end without it
+        kept = True
+    except OSError as e:
+        return _unwritable(folder, e)
+    finally:
+        if not kept:
+            _give_up(fd, temp)
+        else:
+            os.close(fd)
     log.info("cached %s as %s", url, entry)
     return True
+
+
+def _create_fill(path: str) -> int:
+    """A new, empty fill file at ``path``, flocked (a file there is a killed
+    filler's: the caller holds the entry's lock)."""
+    _discard(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): readers do not read fills in progress there
+        return fd
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _give_up(fd: int, temp: str) -> None:
+    """End a fill that keeps no copy: cut its file first (readers of the part
+    written stop there), then remove it and let go of the flock."""
+    try:
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    _discard(temp)
+    os.close(fd)
+
+
+def _unwritable(folder: str, e: OSError) -> bool:
+    """False (read from the bucket) for a cache disk that cannot be written; ``e`` is raised otherwise."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        _warn_once(folder, f"shard cache {folder}: cannot write ({e.strerror}); reading from the bucket")
+        return False
+    raise e
 
 
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
@@ -316,31 +365,43 @@ def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
 
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                      cancel: threading.Event | None) -> None:
+    """The ranges are fetched :data:`PARALLEL` at once and written in order
+    (the file's size is then how far it is written), at most ``PARALLEL``
+    fetched ranges waiting to be written."""
     starts = list(range(0, size, CHUNK))
 
-    def copy(start: int) -> None:
+    def fetch(start: int) -> bytes:
         if cancel is not None and cancel.is_set():
-            return
+            return b""
         end = min(start + CHUNK, size)
         data = fs.read_range(url, start, end, storage_options)  # retried inside
         if len(data) != end - start:
             raise RemoteError(url, f"bytes {start}-{end} came back as {len(data)} bytes: the object is shorter "
                                    f"than the {size} bytes listed (changed or truncated); list the dataset again")
-        os.pwrite(fd, data, start)
+        return data
 
     if len(starts) <= 1:
         for start in starts:
-            copy(start)
+            os.pwrite(fd, fetch(start), start)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
-        futures = [pool.submit(copy, s) for s in starts]
+        pending = iter(starts)
+        flying: collections.deque[tuple[int, Future]] = collections.deque()
         try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            for future in futures:  # no more requests once one has failed
+            for start in itertools.islice(pending, 2 * PARALLEL):
+                flying.append((start, pool.submit(fetch, start)))
+            while flying:
+                start, future = flying.popleft()
+                data = future.result()
+                if cancel is not None and cancel.is_set():
+                    return
+                os.pwrite(fd, data, start)
+                following = next(pending, None)
+                if following is not None:
+                    flying.append((following, pool.submit(fetch, following)))
+        finally:
+            for _, future in flying:  # no more requests once one has failed or the copy is given up
                 future.cancel()
-            raise
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
