@@ -26,7 +26,7 @@ import numpy as np
 from tfrecord_torch.features.images.limits import Header, read_header
 
 __all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "decode_jpegs_into",
-           "fast_jpeg", "simplejpeg_available"]
+           "fast_jpeg", "simplejpeg_available", "to_planes"]
 
 JPEG_DECODERS = ("fast", "accurate")
 
@@ -152,3 +152,19 @@ def decode_jpegs_into(images: list[bytes], out: np.ndarray, *, decoder: str = "f
             slot[...] = 0
             errors.append(str(e))
     return errors
+
+
+def to_planes(image: np.ndarray, *, flip: bool = False) -> np.ndarray:
+    """A decoded RGB uint8 [H, W, 3] image as planes, [3, H, W] C-contiguous
+    (what torchvision's decoders give), each row mirrored if ``flip``.
+
+    With the compiled helper, one pass with the GIL released, several times
+    as fast as torch's or NumPy's copy of the permuted view; without it,
+    NumPy's. The same values either way.
+    """
+    height, width = image.shape[0], image.shape[1]
+    if _CROP is None:
+        return np.ascontiguousarray((image[:, ::-1] if flip else image).transpose(2, 0, 1))
+    out = np.empty((3, height, width), np.uint8)
+    _CROP.to_planes(np.ascontiguousarray(image), out, height, width, flip)
+    return out
