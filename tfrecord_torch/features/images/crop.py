@@ -30,7 +30,7 @@ import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.decode import decode_image
-from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg
+from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg, to_planes
 from tfrecord_torch.features.images.limits import check_pixels, read_header
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.images.wrap import as_image
@@ -321,8 +321,8 @@ class CroppedImage(Image):
     drawn from torch's global RNG with the calls the transform makes, the JPEG
     is decoded only inside the window with the accurate IDCT (the per-sample
     ``Image()``'s pixels, torchvision's), resized by ``v2.Resize``'s kernel and
-    flipped. The result, and the RNG's state after it, equal the unfused
-    ``Image()`` + transform's, bit for bit.
+    flipped. The result (a contiguous uint8 [3, H, W]), and the RNG's state
+    after it, equal the unfused ``Image()`` + transform's, bit for bit.
     """
 
     def __init__(self, image: Image, plan: CropPlan) -> None:
@@ -343,8 +343,11 @@ class CroppedImage(Image):
             else:
                 window, box = decode_image(data, "RGB").permute(1, 2, 0).numpy(), crop.box
             out = np.empty((*self.plan.size, 3), np.uint8)
-            resize_into(window, box, crop.flip, self.plan.resample, out)
+            resize_into(window, box, False, self.plan.resample, out)
+            # contiguous planes, as the unfused transform gives them: DataLoader's collate then stacks
+            # them with plain copies, and the flip comes free in the same pass
+            planes = to_planes(out, flip=crop.flip)
         except Exception as e:  # decoders raise many types
             raise FeatureError(self.key, f"cannot decode image ({len(data)} bytes): "
                                          f"{type(e).__name__}: {e}") from e
-        return as_image(torch.from_numpy(out).permute(2, 0, 1))
+        return as_image(torch.from_numpy(planes))

@@ -100,7 +100,8 @@ def test_batch_fused_crop_equals_resized_crop_with_color_jitter(tmp_path):
 
 
 def test_parity_holds_on_a_cpu_without_avx2():
-    """The tests above in a process where torch runs as on a CPU without AVX2."""
+    """The parity tests of this module (named "equal") in a process where torch runs as on a CPU
+    without AVX2."""
     tests = Path(__file__).resolve()
     code = ("import sys, torch, pytest\n"
             "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
@@ -109,7 +110,7 @@ def test_parity_holds_on_a_cpu_without_avx2():
     proc = subprocess.run([sys.executable, "-c", code], cwd=tests.parents[4], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "3 passed" in proc.stdout, proc.stdout[-4000:]
+    assert "15 passed" in proc.stdout, proc.stdout[-4000:]  # the three above and resize_into's twelve
 
 
 # many shapes, and two on which every attempt is rejected (torchvision's central fallback)
@@ -215,3 +216,20 @@ def test_per_sample_fused_crop_follows_the_default_dtype(tmp_path):
             assert torch.equal(out["fused"][1], out["plain"][1])
     finally:
         torch.set_default_dtype(default)
+
+
+def test_per_sample_fused_items_are_laid_out_as_unfused(tmp_path):
+    """Fused per record, the image is what the unfused transform gives: a
+    tv_tensors.Image, contiguous [3, H, W] with the same strides and values."""
+    path = shard(tmp_path, count=8)
+    transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip()])
+    fused = TFRecordDataset(path, features=SPEC, transform=transform)
+    plain = TFRecordDataset(path, features=SPEC, transform=transform,
+                            batching=Batching(images=ImageBatching(fused=False)))
+    out = {}
+    for name, ds in (("fused", fused), ("plain", plain)):
+        torch.manual_seed(7)
+        out[name] = [r["image"] for r in ds]
+    for a, b in zip(out["fused"], out["plain"]):
+        assert type(a) is type(b) is tv_tensors.Image
+        assert a.is_contiguous() and a.stride() == b.stride() and torch.equal(a, b)
