@@ -21,7 +21,13 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.features.images.crop import Box, crop_params, crop_params_batch, plan_transform, resize_into
+from tfrecord_torch.features.images.crop import (
+    Box,
+    crop_params,
+    crop_params_batch,
+    plan_transform,
+    resize_into,
+)
 
 SPEC = {"image": Image(), "label": Int64()}
 JITTER = v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
