@@ -81,6 +81,7 @@ def _crop_helper():  # the compiled helper, or None where it was not built
 
 
 _CROP = _crop_helper()
+_PLANES = getattr(_CROP, "to_planes", None)  # None too where the helper was built from older sources
 _MAX_SIDE = 65500  # libjpeg's JPEG_MAX_DIMENSION: no JPEG is taller or wider
 
 
@@ -163,8 +164,8 @@ def to_planes(image: np.ndarray, *, flip: bool = False) -> np.ndarray:
     same values either way.
     """
     height, width = image.shape[0], image.shape[1]
-    if _CROP is None:
+    if _PLANES is None:
         return np.ascontiguousarray((image[:, ::-1] if flip else image).transpose(2, 0, 1))
     out = np.empty((3, height, width), np.uint8)
-    _CROP.to_planes(np.ascontiguousarray(image), out, height, width, flip)
+    _PLANES(np.ascontiguousarray(image), out, height, width, flip)
     return out

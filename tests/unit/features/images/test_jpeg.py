@@ -159,7 +159,7 @@ def test_planes_equal_numpy_transpose(helper, flip, shape, monkeypatch):
     """to_planes vs NumPy's transpose (of the mirrored image if flip): the
     helper and the fallback, also from a window that is not contiguous."""
     if not helper:
-        monkeypatch.setattr(jpeg_module, "_CROP", None)
+        monkeypatch.setattr(jpeg_module, "_PLANES", None)
     image = photo(4, shape[0] + 2, shape[1] + 3)[1:shape[0] + 1, 2:shape[1] + 2]
     assert image.shape == (*shape, 3)
     expected = (image[:, ::-1] if flip else image).transpose(2, 0, 1)
@@ -170,12 +170,21 @@ def test_planes_equal_numpy_transpose(helper, flip, shape, monkeypatch):
 
 def test_helper_planes_refuse_a_wrong_size():
     """The compiled call checks both buffers against the size it is given."""
-    if not crop_decoding_available():
+    planes = jpeg_module._PLANES
+    if planes is None:
         pytest.skip("the helper is not built")
     image, out = np.zeros((4, 5, 3), np.uint8), np.zeros((3, 4, 5), np.uint8)
     for size in ((4, 6), (5, 5), (-1, 5), (2**62, 2**62)):
         with pytest.raises(ValueError, match="C-contiguous buffers of"):
-            jpeg_module._CROP.to_planes(image, out, *size, False)
+            planes(image, out, *size, False)
     with pytest.raises(ValueError, match="C-contiguous buffers of"):
-        jpeg_module._CROP.to_planes(image, np.zeros((3, 4, 4), np.uint8), 4, 5, False)
-    jpeg_module._CROP.to_planes(image, out, 4, 5, True)
+        planes(image, np.zeros((3, 4, 4), np.uint8), 4, 5, False)
+    planes(image, out, 4, 5, True)
+
+
+def test_the_helper_is_built_with_to_planes():
+    """Where the helper is built, it is built from these sources: a stale
+    build (no to_planes) would pass the other tests on the fallback."""
+    if not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    assert jpeg_module._PLANES is not None
