@@ -91,9 +91,7 @@ def crop_ours_per_sample(path):
 
     from tfrecord_torch import TFRecordDataset, presets
 
-    transform = _transform()
-    ds = TFRecordDataset(path, features=presets.tfds(),
-                         transform=lambda r: {"image": transform(r["image"]), "label": r["label"]})
+    ds = TFRecordDataset(path, features=presets.tfds(), transform=_transform())
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2))
 
 

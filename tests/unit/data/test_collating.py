@@ -209,6 +209,8 @@ def test_the_stacker_leaves_what_it_does_not_handle_to_default_collate():
     assert stacker.stack("bf16", [torch.zeros(64, 512, dtype=torch.bfloat16)] * 2) is None
     assert stacker.stack("grad", [torch.zeros(64, 512, requires_grad=True)] * 2) is None
     assert stacker.stack("sparse", [torch.zeros(64, 512).to_sparse()] * 2) is None
+    assert stacker.stack("tv grad", [tv_tensors.Image(torch.zeros(3, 64, 64, requires_grad=True))] * 2) is None
+    assert stacker.stack("tv sizes", [image, tv_tensors.Image(torch.zeros(3, 128, 127, dtype=torch.uint8))]) is None
     big = stacker.stack("image", [image, image + 1])
     assert type(big).__name__ == "Shipped" and big.shape == (2, 3, 128, 128) and big.is_contiguous()
     assert torch.equal(big.as_subclass(torch.Tensor), torch.stack([image, image + 1]))

@@ -48,7 +48,8 @@ class Stacker:
         """``torch.stack(values)`` as a tensor to send to the main process
         (over a reused segment, or by value if small), or None if these
         values are left to default_collate."""
-        dtype = _numpy_dtype(values)
+        with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, each a Python call otherwise
+            dtype = _numpy_dtype(values)
         if dtype is None:
             return None
         first = values[0]

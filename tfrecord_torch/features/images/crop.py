@@ -18,6 +18,7 @@ without AVX2 (tests/test_crop_cpu_capability.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import platform
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.decode import decode_image
-from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg
+from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg, to_planes
 from tfrecord_torch.features.images.limits import check_pixels, read_header
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.images.wrap import as_image
@@ -148,12 +149,7 @@ def crop_params_batch(plan: CropPlan, sizes: Sequence[tuple[int, int]],
     """
     draws = _Draws(generator)
     scale, ratio = plan.scale, plan.ratio
-    log_low = log_high = 0.0
-    if scale is not None and ratio is not None:
-        log_ratio = torch.log(torch.tensor(ratio))  # as the transform keeps it (default dtype)
-        log_low, log_high = float(log_ratio[0]), float(log_ratio[1])
-    # torchvision compares the tensor with p in the tensor's dtype: p rounded to it, then compared exactly
-    p = torch.tensor(plan.flip, dtype=draws.real.dtype).item()
+    log_low, log_high, p = _draw_constants(plan, draws.real.dtype)
     out = []
     for height, width in sizes:
         if scale is None or ratio is None:
@@ -163,6 +159,19 @@ def crop_params_batch(plan: CropPlan, sizes: Sequence[tuple[int, int]],
         flip = plan.flip > 0 and draws.uniform(0.0, 1.0) < p
         out.append(CropParams(top, left, h, w, flip))
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _draw_constants(plan: CropPlan, dtype: torch.dtype) -> tuple[float, float, float]:
+    """(log of the ratio range's ends, flip probability) for draws into
+    tensors of ``dtype``, the default float dtype when they are drawn: the
+    same every image, so worked out once per plan and dtype."""
+    log_low = log_high = 0.0
+    if plan.scale is not None and plan.ratio is not None:
+        log_ratio = torch.log(torch.tensor(plan.ratio, dtype=dtype))  # as the transform keeps it
+        log_low, log_high = float(log_ratio[0]), float(log_ratio[1])
+    # torchvision compares the tensor with p in the tensor's dtype: p rounded to it, then compared exactly
+    return log_low, log_high, torch.tensor(plan.flip, dtype=dtype).item()
 
 
 class _Draws:
@@ -225,28 +234,50 @@ def resize_into(image: np.ndarray, box: Box, flip: bool, resample: str, out: np.
     top, left, h, w = box
     window = image[top:top + h, left:left + w]
     if (h, w) == out.shape[:2]:
-        out[...] = window
+        resized = window  # nothing to resize: the flip or the copy reads the window itself
     else:
-        source = torch.from_numpy(window).permute(2, 0, 1).unsqueeze(0)
-        target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
-        kernel = _KERNELS[resample]
-        size = [out.shape[0], out.shape[1]]
-        if _native_uint8_resize(resample):
-            kernel(source, size, False, None, None, out=target)
-        else:
-            resized = torch.empty(target.shape, dtype=torch.float32, memory_format=torch.channels_last)
-            kernel(source.to(torch.float32), size, False, None, None, out=resized)
-            if resample != "bilinear":  # bicubic overshoots; torchvision clamps all but bilinear
-                resized.clamp_(0, 255)
-            target.copy_(resized.round_())
+        # flipped: resized aside, then copied over reversed (a copy in place would go through a buffer)
+        resized = np.empty_like(out) if flip else out
+        _resize(window, resample, resized)
     if flip:
-        # moved as whole pixels (one void item each), not byte by byte: over twice as fast; NumPy
-        # copies through a buffer where the two overlap
-        pixels = out.view(np.dtype((np.void, out.shape[2] * out.itemsize)))[..., 0] \
-            if out.flags.c_contiguous else out
-        pixels[...] = pixels[:, ::-1]
+        _flip_into(resized, out)
+    elif resized is not out:
+        out[...] = resized
 
 
+def _resize(window: np.ndarray, resample: str, out: np.ndarray) -> None:
+    """Resize an RGB uint8 [h, w, 3] ``window`` into ``out`` as ``v2.Resize`` does."""
+    source = torch.from_numpy(window).permute(2, 0, 1).unsqueeze(0)
+    target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
+    kernel = _KERNELS[resample]
+    size = [out.shape[0], out.shape[1]]
+    if _native_uint8_resize(resample):
+        kernel(source, size, False, None, None, out=target)
+    else:
+        resized = torch.empty(target.shape, dtype=torch.float32, memory_format=torch.channels_last)
+        kernel(source.to(torch.float32), size, False, None, None, out=resized)
+        if resample != "bilinear":  # bicubic overshoots; torchvision clamps all but bilinear
+            resized.clamp_(0, 255)
+        target.copy_(resized.round_())
+
+
+def _flip_into(image: np.ndarray, out: np.ndarray) -> None:
+    """Write [H, W, C] ``image`` into ``out`` (another array) mirrored left to right.
+
+    torch's flip, a few rows at a time: over twice as fast as NumPy's
+    reversed copy of 3-byte pixels, and each call too small for torch to
+    split across its threads (which spin where decode threads or other
+    processes hold the cores)."""
+    source, target = torch.from_numpy(image), torch.from_numpy(out)
+    rows = max(1, _SERIAL // max(1, image.shape[1] * image.shape[2]))
+    for top in range(0, image.shape[0], rows):
+        target[top:top + rows] = source[top:top + rows].flip(1)
+
+
+_SERIAL = 32768  # elements: torch runs an elementwise op this small on the calling thread (at::internal::GRAIN_SIZE)
+
+
+@functools.lru_cache(maxsize=None)
 def _native_uint8_resize(resample: str) -> bool:
     """Whether ``v2.functional.resize`` resizes a uint8 CPU image with
     ``resample`` ("bilinear" or "bicubic") by torch's uint8 kernel, not
@@ -290,8 +321,8 @@ class CroppedImage(Image):
     drawn from torch's global RNG with the calls the transform makes, the JPEG
     is decoded only inside the window with the accurate IDCT (the per-sample
     ``Image()``'s pixels, torchvision's), resized by ``v2.Resize``'s kernel and
-    flipped. The result, and the RNG's state after it, equal the unfused
-    ``Image()`` + transform's, bit for bit.
+    flipped. The result (a contiguous uint8 [3, H, W]), and the RNG's state
+    after it, equal the unfused ``Image()`` + transform's, bit for bit.
     """
 
     def __init__(self, image: Image, plan: CropPlan) -> None:
@@ -312,8 +343,11 @@ class CroppedImage(Image):
             else:
                 window, box = decode_image(data, "RGB").permute(1, 2, 0).numpy(), crop.box
             out = np.empty((*self.plan.size, 3), np.uint8)
-            resize_into(window, box, crop.flip, self.plan.resample, out)
+            resize_into(window, box, False, self.plan.resample, out)
+            # contiguous planes, as the unfused transform gives them: DataLoader's collate then stacks
+            # them with plain copies, and the flip comes free in the same pass
+            planes = to_planes(out, flip=crop.flip)
         except Exception as e:  # decoders raise many types
             raise FeatureError(self.key, f"cannot decode image ({len(data)} bytes): "
                                          f"{type(e).__name__}: {e}") from e
-        return as_image(torch.from_numpy(out).permute(2, 0, 1))
+        return as_image(torch.from_numpy(planes))

@@ -26,7 +26,7 @@ import numpy as np
 from tfrecord_torch.features.images.limits import Header, read_header
 
 __all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "decode_jpegs_into",
-           "fast_jpeg", "simplejpeg_available"]
+           "fast_jpeg", "simplejpeg_available", "to_planes"]
 
 JPEG_DECODERS = ("fast", "accurate")
 
@@ -81,6 +81,7 @@ def _crop_helper():  # the compiled helper, or None where it was not built
 
 
 _CROP = _crop_helper()
+_PLANES = getattr(_CROP, "to_planes", None)  # None too where the helper was built from older sources
 _MAX_SIDE = 65500  # libjpeg's JPEG_MAX_DIMENSION: no JPEG is taller or wider
 
 
@@ -152,3 +153,19 @@ def decode_jpegs_into(images: list[bytes], out: np.ndarray, *, decoder: str = "f
             slot[...] = 0
             errors.append(str(e))
     return errors
+
+
+def to_planes(image: np.ndarray, *, flip: bool = False) -> np.ndarray:
+    """A decoded RGB uint8 [H, W, 3] image as planes, [3, H, W] C-contiguous
+    (what torchvision's decoders give), each row mirrored if ``flip``.
+
+    With the compiled helper, one pass with the GIL released, twice as fast
+    as torch's copy of the permuted view; without it, NumPy's copy. The
+    same values either way.
+    """
+    height, width = image.shape[0], image.shape[1]
+    if _PLANES is None:
+        return np.ascontiguousarray((image[:, ::-1] if flip else image).transpose(2, 0, 1))
+    out = np.empty((3, height, width), np.uint8)
+    _PLANES(np.ascontiguousarray(image), out, height, width, flip)
+    return out

@@ -23,6 +23,10 @@ def as_image(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     from torchvision import tv_tensors
 
+    if type(tensor) is torch.Tensor and tensor.ndim >= 3:
+        # what Image() makes of such a tensor, without the conversions and checks it runs on
+        # every image (several times as long as as_subclass)
+        return tensor.as_subclass(tv_tensors.Image)
     return tv_tensors.Image(tensor)
 
 

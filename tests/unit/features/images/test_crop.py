@@ -21,7 +21,13 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.features.images.crop import crop_params, crop_params_batch, plan_transform
+from tfrecord_torch.features.images.crop import (
+    Box,
+    crop_params,
+    crop_params_batch,
+    plan_transform,
+    resize_into,
+)
 
 SPEC = {"image": Image(), "label": Int64()}
 JITTER = v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
@@ -100,7 +106,8 @@ def test_batch_fused_crop_equals_resized_crop_with_color_jitter(tmp_path):
 
 
 def test_parity_holds_on_a_cpu_without_avx2():
-    """The tests above in a process where torch runs as on a CPU without AVX2."""
+    """The parity tests of this module (named "equal") in a process where torch runs as on a CPU
+    without AVX2."""
     tests = Path(__file__).resolve()
     code = ("import sys, torch, pytest\n"
             "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
@@ -109,7 +116,7 @@ def test_parity_holds_on_a_cpu_without_avx2():
     proc = subprocess.run([sys.executable, "-c", code], cwd=tests.parents[4], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "3 passed" in proc.stdout, proc.stdout[-4000:]
+    assert "15 passed" in proc.stdout, proc.stdout[-4000:]  # the three above and resize_into's twelve
 
 
 # many shapes, and two on which every attempt is rejected (torchvision's central fallback)
@@ -163,3 +170,72 @@ def test_a_flip_probability_between_two_floats_decides_as_the_transform():
     flipped = bool(flip(torch.tensor([[[0, 1]]]))[0, 0, 0] == 1)
     assert not flipped
     assert crop_params_batch(plan, [(8, 8)], torch.Generator().manual_seed(3))[0].flip is flipped
+
+
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("box, size", [((5, 7, 41, 53), (32, 24)),  # a window resized
+                                       ((3, 2, 32, 24), (32, 24)),  # a window already the output's size
+                                       ((0, 0, 230, 200), (230, 200))])  # more rows than one flip chunk holds
+@pytest.mark.parametrize("slot", [False, True])
+def test_resize_into_equals_torchvision_resized_crop_and_flip(flip, box, size, slot):
+    """resize_into vs F.resized_crop (+ F.horizontal_flip) of the whole image,
+    into a fresh array and into one slot of a batch buffer."""
+    image = photo(1, 240, 210)
+    top, left, h, w = box
+    expected = F.resized_crop(torch.from_numpy(image).permute(2, 0, 1), top, left, h, w, list(size), antialias=True)
+    expected = F.horizontal_flip(expected) if flip else expected
+    buffer = np.full((3, *size, 3), 7, np.uint8)
+    out = buffer[1] if slot else np.empty((*size, 3), np.uint8)
+    resize_into(image, Box(*box), flip, "bilinear", out)
+    assert torch.equal(torch.from_numpy(out).permute(2, 0, 1), expected)
+    if slot:
+        assert (buffer[0] == 7).all() and (buffer[2] == 7).all()
+
+
+def test_a_flip_of_rows_wider_than_a_chunk():
+    """A flip whose rows hold more values than one serial torch call takes
+    (one row a call), against NumPy's reversal."""
+    image = photo(2, 3, 11_000)
+    out = np.empty_like(image)
+    resize_into(image, Box(0, 0, 3, 11_000), True, "bilinear", out)
+    assert np.array_equal(out, image[:, ::-1])
+
+
+def test_per_sample_fused_crop_follows_the_default_dtype(tmp_path):
+    """The draws' constants are worked out once per dtype: reading with
+    float32, then float64 as torch's default dtype, each equals the unfused
+    transform's pixels and leaves torch's RNG where the transform leaves it."""
+    path = shard(tmp_path, count=12)
+    transform = v2.Compose([v2.RandomResizedCrop(32, ratio=(0.3, 3.1)), v2.RandomHorizontalFlip(0.3)])
+    fused = TFRecordDataset(path, features=SPEC, transform=transform)
+    plain = TFRecordDataset(path, features=SPEC, transform=transform,
+                            batching=Batching(images=ImageBatching(fused=False)))
+    default = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dtype)
+            out = {}
+            for name, ds in (("fused", fused), ("plain", plain)):
+                torch.manual_seed(6)
+                out[name] = ([r["image"] for r in ds], torch.get_rng_state())
+            assert all(torch.equal(a, b) for a, b in zip(out["fused"][0], out["plain"][0]))
+            assert torch.equal(out["fused"][1], out["plain"][1])
+    finally:
+        torch.set_default_dtype(default)
+
+
+def test_per_sample_fused_items_are_laid_out_as_unfused(tmp_path):
+    """Fused per record, the image is what the unfused transform gives: a
+    tv_tensors.Image, contiguous [3, H, W] with the same strides and values."""
+    path = shard(tmp_path, count=8)
+    transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip()])
+    fused = TFRecordDataset(path, features=SPEC, transform=transform)
+    plain = TFRecordDataset(path, features=SPEC, transform=transform,
+                            batching=Batching(images=ImageBatching(fused=False)))
+    out = {}
+    for name, ds in (("fused", fused), ("plain", plain)):
+        torch.manual_seed(7)
+        out[name] = [r["image"] for r in ds]
+    for a, b in zip(out["fused"], out["plain"]):
+        assert type(a) is type(b) is tv_tensors.Image
+        assert a.is_contiguous() and a.stride() == b.stride() and torch.equal(a, b)

@@ -15,6 +15,7 @@ from tfrecord_torch.features.images.jpeg import (
     decode_jpeg,
     decode_jpeg_window,
     decode_jpegs_into,
+    to_planes,
 )
 
 
@@ -149,3 +150,41 @@ def test_helper_refuses_what_is_not_bytes():
         decode_jpegs_into(["not bytes"], out)
     with pytest.raises(ValueError, match="C-contiguous buffer of 2 x 4 x 4 x 3 bytes"):
         decode_jpegs_into([b"", b""], out)
+
+
+@pytest.mark.parametrize("helper", [True, False])
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("shape", [(224, 224), (75, 101), (1, 1), (1, 7), (6, 1), (0, 5)])
+def test_planes_equal_numpy_transpose(helper, flip, shape, monkeypatch):
+    """to_planes vs NumPy's transpose (of the mirrored image if flip): the
+    helper and the fallback, also from a window that is not contiguous."""
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_PLANES", None)
+    image = photo(4, shape[0] + 2, shape[1] + 3)[1:shape[0] + 1, 2:shape[1] + 2]
+    assert image.shape == (*shape, 3)
+    expected = (image[:, ::-1] if flip else image).transpose(2, 0, 1)
+    got = to_planes(image, flip=flip)
+    assert got.flags.c_contiguous and got.dtype == np.uint8
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_helper_planes_refuse_a_wrong_size():
+    """The compiled call checks both buffers against the size it is given."""
+    planes = jpeg_module._PLANES
+    if planes is None:
+        pytest.skip("the helper is not built")
+    image, out = np.zeros((4, 5, 3), np.uint8), np.zeros((3, 4, 5), np.uint8)
+    for size in ((4, 6), (5, 5), (-1, 5), (2**62, 2**62)):
+        with pytest.raises(ValueError, match="C-contiguous buffers of"):
+            planes(image, out, *size, False)
+    with pytest.raises(ValueError, match="C-contiguous buffers of"):
+        planes(image, np.zeros((3, 4, 4), np.uint8), 4, 5, False)
+    planes(image, out, 4, 5, True)
+
+
+def test_the_helper_is_built_with_to_planes():
+    """Where the helper is built, it is built from these sources: a stale
+    build (no to_planes) would pass the other tests on the fallback."""
+    if not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    assert jpeg_module._PLANES is not None

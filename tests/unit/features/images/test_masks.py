@@ -203,3 +203,19 @@ def test_batch_mode_moves_boxes_with_a_resized_image(tmp_path):
     for i, record in enumerate(per_sample):
         assert tuple(batch["boxes"][i].canvas_size) == (20, 20)
         assert torch.equal(batch["boxes"][i], record["boxes"]) and torch.equal(batch["image"][i], record["image"])
+
+
+@pytest.mark.parametrize("tensor", [torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4),
+                                    torch.arange(24, dtype=torch.uint8).reshape(3, 4, 2).permute(2, 0, 1),
+                                    torch.zeros(2, 3, 4, 5), torch.zeros(3, 4, requires_grad=True),
+                                    torch.zeros(3, 4, 5, requires_grad=True)])
+def test_as_image_gives_what_tv_tensors_image_gives(tensor):
+    """The image wrapper vs tv_tensors.Image of the same tensor: type, shape,
+    strides, values, gradient flag and the memory it views."""
+    from tfrecord_torch.features.images.wrap import as_image
+
+    got, expected = as_image(tensor), tv_tensors.Image(tensor)
+    assert type(got) is tv_tensors.Image
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    assert got.requires_grad == expected.requires_grad and got.data_ptr() == expected.data_ptr()
+    assert torch.equal(got.as_subclass(torch.Tensor).detach(), expected.as_subclass(torch.Tensor).detach())
