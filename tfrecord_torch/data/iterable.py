@@ -389,6 +389,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
         def units():
             done = 0  # units (records) of the plan finished before this group
+            first = True
             for shards, records in groups:
                 if done + len(shards) <= skip:
                     done += len(shards)
@@ -396,7 +397,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 start = max(skip - done, 0)
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
-                yield done + start, shards[start:], records[start:]
+                cuts = [start, len(shards)]
+                if first:  # the first read small, so the first items wait for it alone
+                    first = False
+                    sizes = _record_sizes(self.indexes, shards[start:], records[start:])
+                    cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
+                for a, b in zip(cuts, cuts[1:]):
+                    yield done + a, shards[a:b], records[a:b]
                 done += len(shards)
 
         def fetch(unit) -> tuple[int, list]:
@@ -476,6 +483,15 @@ def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
     ends = np.cumsum(index[records, 1])
     cuts = np.flatnonzero(np.diff(ends // _GROUP_BYTES)) + 1
     return np.split(records, cuts)
+
+
+def _record_sizes(indexes: list, shards: np.ndarray, records: np.ndarray) -> np.ndarray:
+    """The framed size of record ``records[i]`` of shard ``shards[i]``, each i."""
+    sizes = np.empty(len(records), np.int64)
+    for shard in np.unique(shards).tolist():
+        at = shards == shard
+        sizes[at] = indexes[shard][records[at], 1]
+    return sizes
 
 
 def _group_bytes(group: tuple[int, list]) -> int:
