@@ -312,6 +312,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             units = self._batches(worker, workers, skip)
         else:
             units = self._records(worker, workers, skip)
+            next(units)  # the first read begins now: a DataLoader worker is here before its first index comes
         return self._deliver(units)
 
     def _deliver(self, units) -> Iterator:
@@ -370,7 +371,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
-        sequence, read a group at a time (shard by shard, ascending offsets)."""
+        sequence, read a group at a time (shard by shard, ascending offsets).
+        The first value is None, once the first read has begun; then the
+        (position, record) pairs."""
         planner, lo, hi = self._sequence(worker, workers)
         if not self.shuffle:  # in order: runs of one shard, up to _GROUP_BYTES each
             groups = ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
@@ -416,6 +419,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
         ended = False
         try:
+            source.begin()
+            yield None  # begun: the caller takes this before it asks for the first record
             for done, items in source:
                 for item in items:
                     done += 1

@@ -166,12 +166,14 @@ def read_groups(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
 
 
-def ramp_cuts(sizes: np.ndarray, first: int = FIRST_READ) -> list[int]:
+def ramp_cuts(sizes: np.ndarray, first: int | None = None) -> list[int]:
     """Where to cut the first group an iterator reads (records of ``sizes``
     bytes, in reading order) into reads that grow: the first about ``first``
-    bytes, each next one twice the one before, at least one record each. The
-    first records are in hand after a small read, not after the whole group's;
-    the reads after it overlap their decoding. Cuts are record counts, ascending."""
+    bytes (default :data:`FIRST_READ`), each next one twice the one before, at
+    least one record each. The first records are in hand after a small read,
+    not after the whole group's; the reads after it overlap their decoding.
+    Cuts are record counts, ascending."""
+    first = FIRST_READ if first is None else first
     ends = np.cumsum(sizes)
     cuts: list[int] = []
     step = reach = first
