@@ -22,6 +22,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
+from tfrecord_torch.data import plan
 from tfrecord_torch.io import ranges
 from tfrecord_torch.io.shardcache import shard_cache_usage
 
@@ -31,11 +32,20 @@ from .test_remote import S3, _cut, with_bucket
 class CountingS3(S3):
     """The moto server, each shard GET held ``delay`` seconds (a far bucket)
     with the most GETs seen in flight at once, and faults on shard GETs:
-    ``fail_500`` answers 500, ``drop`` cuts a body short."""
+    ``fail_500`` answers 500, ``drop`` cuts a body short. With ``gate`` set
+    to n, the shard GETs after the next n wait until ``opened`` is set (or
+    ``GATE_WAIT`` seconds: a reader waited for them, counted in ``overdue``,
+    and the gate opens)."""
+
+    GATE_WAIT = 5.0  # under the client's read timeout
 
     def __init__(self) -> None:
         super().__init__()
         self.delay, self.peak, self.flying = 0.0, 0, 0
+        self.gate: int | None = None
+        self.opened = threading.Event()
+        self.arrived = threading.Event()  # set by each shard GET
+        self.overdue = 0
         self.lock = threading.Lock()
 
     def handle(self, environ, start_response):
@@ -44,6 +54,7 @@ class CountingS3(S3):
         if not shard:
             return self.app(environ, start_response)
         self.requests.append((method, path, environ.get("HTTP_RANGE")))
+        self.arrived.set()
         with self.lock:
             self.flying += 1
             self.peak = max(self.peak, self.flying)
@@ -51,7 +62,14 @@ class CountingS3(S3):
             drop = not fail and self.drop > 0
             self.fail_500 -= fail
             self.drop -= drop
+            held = self.gate is not None and self.gate <= 0
+            if self.gate is not None:
+                self.gate -= 1
         try:
+            if held and not self.opened.wait(self.GATE_WAIT):
+                with self.lock:
+                    self.overdue += 1
+                self.opened.set()  # noted: the rest pass
             time.sleep(self.delay)
             if fail:
                 start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
@@ -157,6 +175,49 @@ def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
     got = [int(i) for batch in DataLoader(ds, batch_size=64, sampler=order) for i in batch["id"]]
     assert got == order
     assert s3.peak > 4
+
+
+@pytest.fixture
+def gated(s3):
+    """Shard GETs held at a gate (see CountingS3), opened again after the test."""
+    s3.opened.clear()
+    s3.overdue = 0
+    yield s3
+    s3.gate = None
+    s3.opened.set()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_first_items_wait_for_a_small_first_read_not_a_whole_group(s3, shards, far, unmerged, gated,
+                                                                        monkeypatch, workers):
+    monkeypatch.setattr(plan, "FIRST_READ", 512, raising=False)  # about five of these 109-byte records
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
+    plain = [int(b["id"]) for b in TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1,
+                                                   storage_options=far, source=RANGES)]
+    gated.gate = 16 * max(workers, 1)  # a reader's first read group (256 records) is ~200 GETs
+    batches = iter(DataLoader(ds, batch_size=4, num_workers=workers))
+    first = next(batches)
+    assert gated.overdue == 0  # the first batch needed only GETs let through
+    gated.opened.set()
+    got = batch_ids([first, *batches])
+    assert sorted(got) == list(range(RECORDS))
+    if workers == 0:
+        assert got == plain  # the planned order
+    assert gated.overdue == 0
+
+
+def test_the_first_read_begins_at_iter_before_an_item_is_asked_for(s3, shards, far):
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
+    plain = [int(b["id"]) for b in TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1,
+                                                   storage_options=far, source=RANGES)]
+    s3.arrived.clear()
+    items = iter(ds)  # as a DataLoader worker does at its start, before its first index comes
+    assert s3.arrived.wait(30)  # a shard GET came in with no item asked for
+    assert [int(item["id"]) for item in items] == plain  # the planned order
+    unused = iter(ds)
+    del unused  # dropped before its first item: its read-ahead stops
+    gc.collect()
+    assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-readahead"]
 
 
 @pytest.mark.parametrize("fault", ["fail_500", "drop"])

@@ -312,6 +312,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             units = self._batches(worker, workers, skip)
         else:
             units = self._records(worker, workers, skip)
+            next(units)  # the first read begins now: a DataLoader worker is here before its first index comes
         return self._deliver(units)
 
     def _deliver(self, units) -> Iterator:
@@ -370,7 +371,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
-        sequence, read a group at a time (shard by shard, ascending offsets)."""
+        sequence, read a group at a time (shard by shard, ascending offsets).
+        The first value is None, once the first read has begun; then the
+        (position, record) pairs."""
         planner, lo, hi = self._sequence(worker, workers)
         if not self.shuffle:  # in order: runs of one shard, up to _GROUP_BYTES each
             groups = ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
@@ -389,6 +392,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
         def units():
             done = 0  # units (records) of the plan finished before this group
+            first = True
             for shards, records in groups:
                 if done + len(shards) <= skip:
                     done += len(shards)
@@ -396,7 +400,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 start = max(skip - done, 0)
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
-                yield done + start, shards[start:], records[start:]
+                cuts = [start, len(shards)]
+                if first:  # the first read small, so the first items wait for it alone
+                    first = False
+                    sizes = _record_sizes(self.indexes, shards[start:], records[start:])
+                    cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
+                for a, b in zip(cuts, cuts[1:]):
+                    yield done + a, shards[a:b], records[a:b]
                 done += len(shards)
 
         def fetch(unit) -> tuple[int, list]:
@@ -409,6 +419,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
         ended = False
         try:
+            source.begin()
+            yield None  # begun: the caller takes this before it asks for the first record
             for done, items in source:
                 for item in items:
                     done += 1
@@ -476,6 +488,15 @@ def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
     ends = np.cumsum(index[records, 1])
     cuts = np.flatnonzero(np.diff(ends // _GROUP_BYTES)) + 1
     return np.split(records, cuts)
+
+
+def _record_sizes(indexes: list, shards: np.ndarray, records: np.ndarray) -> np.ndarray:
+    """The framed size of record ``records[i]`` of shard ``shards[i]``, each i."""
+    sizes = np.empty(len(records), np.int64)
+    for shard in np.unique(shards).tolist():
+        at = shards == shard
+        sizes[at] = indexes[shard][records[at], 1]
+    return sizes
 
 
 def _group_bytes(group: tuple[int, list]) -> int:

@@ -9,8 +9,8 @@ asks for the next) weigh less than ``limit`` bytes, so they stay under
 ``limit`` plus one item. An item heavier than ``limit`` is not fetched while
 the consumer holds another: no overlap then, but never two such items. The thread stops, and the
 source is closed in it, when the consumer closes the iterator or drops it.
-A thread is started by the first ``next()``, in the process that iterates
-(a forked DataLoader worker starts its own).
+A thread is started by the first ``next()`` (or :meth:`ReadAhead.start`), in
+the process that iterates (a forked DataLoader worker starts its own).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["READ_AHEAD_BYTES", "ReadAhead", "fetch_ahead"]
+__all__ = ["READ_AHEAD_BYTES", "FetchAhead", "ReadAhead", "fetch_ahead"]
 
 READ_AHEAD_BYTES = 64 << 20  # bytes of fetched items waiting for the consumer of one iterator
 
@@ -118,13 +118,18 @@ class ReadAhead(Generic[T]):
     def __iter__(self) -> ReadAhead[T]:
         return self
 
+    def start(self) -> None:
+        """Start the thread now (the first ``next()`` starts it otherwise)."""
+        if self._thread is None and not self._done:
+            self._thread = threading.Thread(target=self._channel.produce, args=(self._source, self._weight),
+                                            name="tfrecord_torch-readahead", daemon=True)
+            self._thread.start()
+
     def __next__(self) -> T:
         if self._done:
             raise StopIteration
         if self._thread is None:
-            self._thread = threading.Thread(target=self._channel.produce, args=(self._source, self._weight),
-                                            name="tfrecord_torch-readahead", daemon=True)
-            self._thread.start()
+            self.start()
         item = self._channel.take()
         if item is _END:
             self._finish()
@@ -164,8 +169,7 @@ class _Local:
         self.unit = unit
 
 
-def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable[[U], bool],
-                weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> Generator[T, None, None]:
+class FetchAhead(Generic[T]):
     """``fetch(unit)`` of each of ``units``, in order. A run of units for which
     ``remote(unit)`` holds (they wait on the network) is fetched ahead by a
     :class:`ReadAhead` thread; the thread stops at the next other unit, which
@@ -174,31 +178,88 @@ def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable
     the consumer for the GIL). Errors come out in place; the thread stops
     when the iterator is closed or dropped.
 
+    The first unit is fetched from the first ``next()``, or from
+    :meth:`begin` if that comes first (a reader that can start its first
+    request before it is asked for an item: a DataLoader worker, between its
+    start and its first index).
+
     Example:
-        >>> list(fetch_ahead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1))
+        >>> list(FetchAhead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1))
         [10, 20, 30]
     """
-    ahead: ReadAhead | None = None
-    try:
-        for unit in units:
-            pending: Any = unit
+
+    def __init__(self, units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable[[U], bool],
+                 weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> None:
+        self._units, self._fetch, self._remote = units, fetch, remote
+        self._weight, self._limit = weight, limit
+        self._ahead: ReadAhead | None = None
+        self._first: Any = None  # the first unit once begun (_END: none), until the items take it
+        self._begun = False
+        self._items = self._run()
+
+    def begin(self) -> FetchAhead[T]:
+        """Take the first unit now and, if it is remote, start fetching it on
+        the thread (a local one is fetched at the first ``next()``)."""
+        if not self._begun:
+            self._begun = True
+            self._first = next(self._units, _END)
+            if self._first is not _END and self._remote(self._first):
+                self._ahead = self._run_ahead(self._first)
+                self._ahead.start()
+        return self
+
+    def __iter__(self) -> FetchAhead[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def close(self) -> None:
+        """Stop the thread (after the unit it fetches) and close the units."""
+        self._items.close()
+        self._stop()
+
+    def _stop(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close()
+
+    def _run_ahead(self, first: U) -> ReadAhead:
+        weight = self._weight
+        return ReadAhead(_remote_run(first, self._units, self._fetch, self._remote),
+                         weight=lambda item: 0 if isinstance(item, _Local) else weight(item), limit=self._limit)
+
+    def _run(self) -> Generator[T, None, None]:
+        self.begin()
+        pending, self._first = self._first, None
+        try:
             while pending is not _END:
-                if not remote(pending):
-                    yield fetch(pending)
-                    break
-                ahead = ReadAhead(_remote_run(pending, units, fetch, remote),
-                                  weight=lambda item: 0 if isinstance(item, _Local) else weight(item), limit=limit)
+                if self._ahead is None:
+                    if not self._remote(pending):
+                        yield self._fetch(pending)
+                        pending = next(self._units, _END)
+                        continue
+                    self._ahead = self._run_ahead(pending)
                 pending = _END
-                for item in ahead:
+                for item in self._ahead:
                     if isinstance(item, _Local):
                         pending = item.unit
                         break
                     yield item
-                ahead.close()  # the thread has ended (or ends after the unit it fetches)
-                ahead = None
-    finally:
-        if ahead is not None:
-            ahead.close()
+                self._stop()  # the thread has ended (or ends after the unit it fetches)
+        finally:
+            self._stop()
+
+
+def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable[[U], bool],
+                weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> FetchAhead[T]:
+    """A :class:`FetchAhead` of ``units``.
+
+    Example:
+        >>> list(fetch_ahead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1))
+        [10, 20, 30]
+    """
+    return FetchAhead(units, fetch, remote=remote, weight=weight, limit=limit)
 
 
 def _remote_run(first: Any, units: Iterator, fetch: Callable, remote: Callable) -> Iterator:
