@@ -295,3 +295,69 @@ def test_http_without_ranges_streams_a_large_object_in_bounded_memory(web):
     assert n == m == count, out.stderr
     assert first < 150  # MB, reading a 300 MB object: nothing but the read-ahead is held
     assert peak - base < 150, out.stderr  # the dataset, over torch's own import
+
+
+# A reader closed on fsspec's event-loop thread, as the garbage collector may do
+# when it finds an unfinished iterator in a reference cycle (a failed step's
+# traceback) while that thread allocates. Run in a child: on failure the loop
+# thread is stuck for good.
+_CLOSED_ON_THE_LOOP = r'''
+import http.server, os, sys, threading, time
+import fsspec.asyn
+from tfrecord_torch import RecordWriter, Source, TFRecordDataset, make_example
+
+path = sys.argv[1]
+with RecordWriter(path) as w:
+    for i in range(20000):
+        w.write(make_example({"id": i, "pad": b"x" * 2000}))
+data = open(path, "rb").read()
+slow = threading.Event()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_HEAD(self): self._send(False)
+    def do_GET(self): self._send(True)
+    def _send(self, body):
+        start, end = 0, len(data)
+        if self.headers.get("Range"):
+            a, b = self.headers["Range"].split("=")[1].split("-")
+            start, end = int(a), (int(b) + 1 if b else len(data))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("ETag", '"v1"')
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        for at in range(start, end, 65536) if body else ():
+            if slow.is_set():
+                time.sleep(0.05)
+            try:
+                self.wfile.write(data[at:min(at + 65536, end)])
+            except OSError:
+                return
+    def log_message(self, *args): pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+ds = TFRecordDataset(f"http://127.0.0.1:{server.server_port}/a.tfrecord", source=Source(index=False, cache=None))
+it = iter(ds)
+first = next(it)
+slow.set()  # the read-ahead thread now waits on the event loop for its next bytes
+time.sleep(0.3)
+closed = threading.Event()
+def close_here():
+    it.close()
+    closed.set()
+fsspec.asyn.get_loop().call_soon_threadsafe(close_here)
+print(int(first["id"][0]), "closed" if closed.wait(20) else "hung", flush=True)
+os._exit(0)
+'''
+
+
+def test_a_reader_closed_on_the_event_loop_thread_does_not_wait_for_it(tmp_path):
+    out = subprocess.run([sys.executable, "-c", _CLOSED_ON_THE_LOOP, str(tmp_path / "a.tfrecord")],
+                         capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["0", "closed"], out.stderr[-3000:]  # "hung": the close waited on the loop

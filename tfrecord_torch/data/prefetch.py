@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from tfrecord_torch._pending import Pending
+from tfrecord_torch.io.files import may_wait_for
 
 __all__ = ["Prefetcher", "Started", "ahead"]
 
@@ -110,7 +111,7 @@ class Prefetcher:
         """Stop the producer and wait for it; items not taken are dropped."""
         self._stop.set()
         self._room.release()  # wake a producer waiting for room
-        if self._thread is not threading.current_thread():
+        if may_wait_for(self._thread):
             self._thread.join()
 
     @property

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
+from tfrecord_torch.io.files import may_wait_for
+
 __all__ = ["READ_AHEAD_BYTES", "FetchAhead", "ReadAhead", "fetch_ahead"]
 
 READ_AHEAD_BYTES = 64 << 20  # bytes of fetched items waiting for the consumer of one iterator
@@ -148,9 +150,10 @@ class ReadAhead(Generic[T]):
         """Stop the thread (after the item it is fetching) and close the source."""
         self._done = True
         self._channel.stop()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        elif self._thread is None:
+        if self._thread is not None:
+            if may_wait_for(self._thread):
+                self._thread.join()
+        else:
             close = getattr(self._source, "close", None)
             if close is not None:
                 close()

@@ -283,14 +283,14 @@ class _Filler:
     def close(self, finish: bool = False) -> None:
         if finish:  # each thread ends when the queue is empty
             for thread in list(self._threads):
-                if thread is not threading.current_thread():
+                if fs.may_wait_for(thread):
                     thread.join()
         with self._cond:
             self._stop.set()
             self._queue.clear()
             threads = list(self._threads)
         for thread in threads:
-            if thread is not threading.current_thread():
+            if fs.may_wait_for(thread):
                 thread.join()
 
 
@@ -353,7 +353,7 @@ class CopyAhead:
             self._cancel.set()
         with self._cond:
             self._cond.notify_all()
-        if self._thread is not threading.current_thread():
+        if fs.may_wait_for(self._thread):
             self._thread.join()
 
     def __enter__(self) -> CopyAhead:

@@ -17,6 +17,8 @@ import io
 import logging
 import os
 import stat
+import sys
+import threading
 from typing import Any
 
 from tfrecord_torch.errors import RemoteError, TFRecordError
@@ -180,6 +182,19 @@ class RemoteFile(io.RawIOBase):
     def close(self) -> None:
         self._drop()
         super().close()
+
+
+def may_wait_for(thread: threading.Thread) -> bool:
+    """Whether the calling thread may join ``thread``: not when it is that
+    thread, nor when it is fsspec's event-loop thread. The garbage collector
+    runs finalizers on whichever thread allocates, the loop's included; a
+    close run there that waited for a thread waiting on that loop for a
+    request would wait forever. Such a close only tells the thread to stop."""
+    me = threading.current_thread()
+    if thread is me:
+        return False
+    asyn = sys.modules.get("fsspec.asyn")
+    return asyn is None or asyn.iothread[0] is not me
 
 
 def unstrip(fs, protocol: str, path: str) -> str:

@@ -59,3 +59,21 @@ def test_a_reader_that_stops_early_gives_the_copy_up(held_bucket, tmp_path):
     url, data, began, go = held_bucket
     cache = _close_while_copying(url, tmp_path, began, go, finish=False)
     assert shard_cache_usage(cache) == (0, 0)
+
+
+def test_no_thread_waits_for_itself_or_from_the_event_loop():
+    import fsspec.asyn
+
+    from tfrecord_torch.io.files import may_wait_for
+
+    other = threading.Thread(target=lambda: None)
+    assert may_wait_for(other)
+    assert not may_wait_for(threading.current_thread())
+    on_loop = fsspec.asyn.sync(fsspec.asyn.get_loop(), _ask, other)
+    assert on_loop is False
+
+
+async def _ask(thread):
+    from tfrecord_torch.io.files import may_wait_for
+
+    return may_wait_for(thread)
