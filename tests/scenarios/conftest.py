@@ -1,6 +1,7 @@
 """Fixtures shared by the scenario tests."""
 
 import collections
+import sys
 
 import pytest
 
@@ -21,3 +22,14 @@ def fills(monkeypatch) -> collections.Counter:
 
     monkeypatch.setattr(shardcache, "_fill", counted)
     return made
+
+
+@pytest.fixture(autouse=True)
+def fresh_filesystems():
+    """Each test starts with no fsspec filesystem object cached by an earlier one (nor its listings),
+    and keeps one per set of options, as fsspec does by default."""
+    if "s3fs" in sys.modules:
+        sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+    yield
+    if "s3fs" in sys.modules:
+        sys.modules["s3fs"].S3FileSystem.clear_instance_cache()

@@ -248,20 +248,83 @@ ROWS = [
 ]
 
 
+SEQUENCES = [
+    (
+        {"id": i, "title": f"seq {i}"},
+        {
+            "tokens": [[1, 2, 3], [4], np.arange(i + 1)],
+            "frames": np.arange(6 * (i + 1), dtype=np.float32).reshape(-1, 3),
+            "words": [b"x", b"yy", "z"],
+        },
+    )
+    for i in range(8)
+]
+
+
 def _expected(row):
     return parse_example(make_example(row))
 
 
+class PeerLoads(dict):
+    """The peer's answers by job name, with the files it read and wrote."""
+
+    sequences: Path
+    written: Path
+    written_index: Path
+
+
+@pytest.fixture(scope="module")
+def peer_loads(tmp_path_factory) -> PeerLoads:
+    """What the peer's loaders make of our files, and the file (with its index) the peer
+    writes: one subprocess answers the tests below, as ``corpus`` does for the index tests
+    (each interpreter importing the peer imports torch: seconds)."""
+    folder = tmp_path_factory.mktemp("peer-loads")
+    jobs: dict = {}
+    for compression in (None, "gzip"):
+        path = folder / f"rows-{compression}.tfrecord"
+        write(path, [make_example(r) for r in ROWS], compression)
+        jobs[f"rows-{compression}"] = {"path": str(path), "compression": compression}
+    loads = PeerLoads()
+    loads.sequences = folder / "seq.tfrecord"
+    write(loads.sequences, [make_sequence_example(c, f) for c, f in SEQUENCES])
+    jobs["sequences"] = {"path": str(loads.sequences), "index": build_index(loads.sequences)}
+    loads.written, loads.written_index = folder / "peer.tfrecord", folder / "peer.idx"
+    jobs["written"] = {"path": str(loads.written), "index": str(loads.written_index), "n": 30}
+    loads.update(run_peer(folder / "peer", """
+        def rows(args):
+            result = list(example_loader(args["path"], None, compression_type=args["compression"]))
+            typed = list(tfrecord_loader(args["path"], None, compression_type=args["compression"],
+                                         description={"id": "int", "x": "float", "name": "byte"}))
+            return {"all": result, "typed": typed}
+
+        def sequences(args):
+            result = list(tfrecord_loader(args["path"], None, description=[], sequence_description=[]))
+            sharded = [list(sequence_loader(args["path"], args["index"], shard=(i, 2))) for i in range(2)]
+            return {"all": result, "sharded": sharded[0] + sharded[1]}
+
+        def written(args):
+            writer = TFRecordWriter(args["path"])
+            for i in range(args["n"]):
+                writer.write({
+                    "id": (i, "int"),
+                    "values": (list(range(-i, i)), "int"),
+                    "score": ([0.5 * i, -1.0], "float"),
+                    "label": (f"lbl{i}".encode(), "byte"),
+                })
+            writer.write({"c": (7, "int")}, {"steps": ([[1.0, 2.0], [3.0]], "float"),
+                                             "names": ([b"p", b"q"], "byte")})
+            writer.close()
+            create_index(args["path"], args["index"])
+            return [bytes(r) for r in tfrecord_iterator(args["path"])]
+
+        result = {name: (rows if name.startswith("rows-") else globals()[name])(job) for name, job in args.items()}
+    """, jobs))
+    return loads
+
+
 @pytest.mark.parametrize("compression", [None, "gzip"])
-def test_peer_example_loader_reads_our_examples(tmp_path, compression):
-    path = tmp_path / "rows.tfrecord"
-    write(path, [make_example(r) for r in ROWS], compression)
-    peer = run_peer(tmp_path / "peer", """
-        result = list(example_loader(args["path"], None, compression_type=args["compression"]))
-        typed = list(tfrecord_loader(args["path"], None, compression_type=args["compression"],
-                                     description={"id": "int", "x": "float", "name": "byte"}))
-        result = {"all": result, "typed": typed}
-    """, {"path": str(path), "compression": compression})
+def test_peer_example_loader_reads_our_examples(peer_loads, compression):
+    peer = peer_loads[f"rows-{compression}"]
 
     assert len(peer["all"]) == len(ROWS)
     for got, row in zip(peer["all"], ROWS):
@@ -282,28 +345,8 @@ def test_peer_example_loader_reads_our_examples(tmp_path, compression):
         np.testing.assert_array_equal(got["x"], row["x"])
 
 
-SEQUENCES = [
-    (
-        {"id": i, "title": f"seq {i}"},
-        {
-            "tokens": [[1, 2, 3], [4], np.arange(i + 1)],
-            "frames": np.arange(6 * (i + 1), dtype=np.float32).reshape(-1, 3),
-            "words": [b"x", b"yy", "z"],
-        },
-    )
-    for i in range(8)
-]
-
-
-def test_peer_sequence_loader_reads_ours(tmp_path):
-    path = tmp_path / "seq.tfrecord"
-    write(path, [make_sequence_example(c, f) for c, f in SEQUENCES])
-    index = build_index(path)
-    peer = run_peer(tmp_path / "peer", """
-        result = list(tfrecord_loader(args["path"], None, description=[], sequence_description=[]))
-        sharded = [list(sequence_loader(args["path"], args["index"], shard=(i, 2))) for i in range(2)]
-        result = {"all": result, "sharded": sharded[0] + sharded[1]}
-    """, {"path": str(path), "index": index})
+def test_peer_sequence_loader_reads_ours(peer_loads):
+    path, peer = peer_loads.sequences, peer_loads["sequences"]
 
     for records in (peer["all"], peer["sharded"]):
         assert len(records) == len(SEQUENCES)
@@ -326,23 +369,8 @@ def test_peer_sequence_loader_reads_ours(tmp_path):
 # --------------------------------------------------------------------------- files the peer writes, we read
 
 
-def test_we_read_peer_written_file(tmp_path):
-    path = tmp_path / "peer.tfrecord"
-    peer = run_peer(tmp_path / "peer", """
-        writer = TFRecordWriter(args["path"])
-        for i in range(args["n"]):
-            writer.write({
-                "id": (i, "int"),
-                "values": (list(range(-i, i)), "int"),
-                "score": ([0.5 * i, -1.0], "float"),
-                "label": (f"lbl{i}".encode(), "byte"),
-            })
-        writer.write({"c": (7, "int")}, {"steps": ([[1.0, 2.0], [3.0]], "float"),
-                                         "names": ([b"p", b"q"], "byte")})
-        writer.close()
-        create_index(args["path"], args["index"])
-        result = [bytes(r) for r in tfrecord_iterator(args["path"])]
-    """, {"path": str(path), "index": str(tmp_path / "peer.idx"), "n": 30})
+def test_we_read_peer_written_file(peer_loads, tmp_path):
+    path, peer_index, peer = peer_loads.written, peer_loads.written_index, peer_loads["written"]
 
     records = list(read_records(path))
     assert records == peer and len(records) == 31
@@ -359,6 +387,6 @@ def test_we_read_peer_written_file(tmp_path):
 
     # Our index of the peer's file is the peer's index of it, byte for byte.
     ours = build_index(path, tmp_path / "ours.idx")
-    assert Path(ours).read_bytes() == (tmp_path / "peer.idx").read_bytes()
-    with IndexedReader(path, index=tmp_path / "peer.idx") as reader:
+    assert Path(ours).read_bytes() == peer_index.read_bytes()
+    with IndexedReader(path, index=peer_index) as reader:
         assert [reader[i] for i in range(len(reader))] == records

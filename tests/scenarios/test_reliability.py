@@ -50,7 +50,9 @@ def assert_visible_files_complete(folder):
         assert len(ds) == 400
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+# With worker processes the grid is a slow scenario: the writing processes it kills are covered
+# fast by tests/unit/write/test_convert.py (byte-identical for any process count, a kill then a rerun).
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
     script = tmp_path / "convert.py"
     script.write_text(CONVERT)

@@ -50,7 +50,7 @@ class S3:
         self.server = make_server("127.0.0.1", 0, self.handle, threaded=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
-        self.options = {"key": "test", "secret": "test", "skip_instance_cache": True,
+        self.options = {"key": "test", "secret": "test",
                         "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{self.server.port}",
                                           "region_name": "us-east-1"}}
 

@@ -24,6 +24,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.data import plan
 from tfrecord_torch.io import ranges
+from tfrecord_torch.io.copies import FILLS
 from tfrecord_torch.io.shardcache import shard_cache_usage
 
 from .test_remote import S3, _cut, with_bucket
@@ -249,12 +250,12 @@ def test_breaking_off_leaves_no_read_ahead_thread(s3, shards, far, source):
     assert sorted(int(item["id"]) for item in ds) == list(range(RECORDS))
 
 
-MANY = 24  # shards: more than the copies made at once, so a cold cache is still filling at the first batch
+MANY = 4 * FILLS  # shards: more than the copies made at once, so a cold cache is still filling at the first batch
 
 
 @pytest.fixture(scope="module")
 def many(s3):
-    """24 shards of 16 records each, ids 0..383, with their indexes beside them."""
+    """MANY shards of 16 records each, ids 0..16 * MANY - 1, with their indexes beside them."""
     with ShardedWriter("s3://bucket/many/reads", name="data", max_records=16, storage_options=s3.options) as w:
         for i in range(MANY * 16):
             w.write(make_example({"id": i, "pad": np.zeros(64, np.int64)}))
