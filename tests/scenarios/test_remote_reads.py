@@ -250,7 +250,7 @@ def test_breaking_off_leaves_no_read_ahead_thread(s3, shards, far, source):
     assert sorted(int(item["id"]) for item in ds) == list(range(RECORDS))
 
 
-MANY = 4 * FILLS  # shards: more than the copies made at once, so a cold cache is still filling at the first batch
+MANY = 8 * FILLS  # shards: more than the copies made at once, so a cold cache is still filling at the first batch
 
 
 @pytest.fixture(scope="module")

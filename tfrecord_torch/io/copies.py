@@ -170,13 +170,20 @@ class ShardCopies:
         size, version = self.stat(url)
         if size > self.cache.limit or not can_watch():
             return None
-        return FillView(entry_path(self.cache, url, size, version), size, lambda: self._fill_pending(url))
+        return FillView(entry_path(self.cache, url, size, version), size, lambda: self._fill_pending(url),
+                        lambda: self._fill_queued(url))
 
     def _fill_pending(self, url: str) -> bool:
         """Whether this process's background fills have ``url`` queued or in progress."""
         with self._lock:
             filler = self._filler
         return filler is not None and filler.pid == os.getpid() and filler.pending(url)
+
+    def _fill_queued(self, url: str) -> bool:
+        """Whether this process's background fills have ``url`` queued, not begun."""
+        with self._lock:
+            filler = self._filler
+        return filler is not None and filler.pid == os.getpid() and filler.queued(url)
 
     def _fill_later(self, url: str) -> None:
         with self._lock:
@@ -242,6 +249,7 @@ class _Filler:
         self.copies, self.pid = copies, os.getpid()
         self._queue: collections.deque[str] = collections.deque()
         self._pending: set[str] = set()  # queued or being copied
+        self._busy = 0  # threads copying a shard
         self._threads: list[threading.Thread] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -258,6 +266,14 @@ class _Filler:
                 self._threads.append(thread)
                 thread.start()
 
+    def queued(self, url: str) -> bool:
+        """Whether ``url`` waits behind other fills: queued further back than
+        the threads free to take it (one about to be taken is not)."""
+        with self._cond:
+            if url not in self._queue:
+                return False
+            return self._queue.index(url) >= FILLS - self._busy
+
     def pending(self, url: str) -> bool:
         """Whether ``url`` is queued or being copied."""
         with self._cond:
@@ -269,6 +285,7 @@ class _Filler:
                 if self._stop.is_set() or not self._queue:
                     return
                 url = self._queue.popleft()
+                self._busy += 1
             try:
                 fd = self.copies.open(url, cancel=self._stop)
             except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
@@ -279,6 +296,7 @@ class _Filler:
                 self.copies.filled(url)
             with self._cond:
                 self._pending.discard(url)
+                self._busy -= 1
 
     def close(self, finish: bool = False) -> None:
         if finish:  # each thread ends when the queue is empty

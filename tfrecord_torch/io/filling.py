@@ -52,12 +52,15 @@ class FillView:
         size: the object's size as listed.
         pending: whether this process has the fill queued or running (so a
             missing fill file means "not begun yet", not "no fill").
+        queued: whether this process has the fill queued behind others, not
+            begun (a read that need not wait goes to the bucket then).
 
     Thread-safe: a descriptor it reads is closed only by :meth:`close`.
     """
 
-    def __init__(self, entry: str, size: int, pending: Callable[[], bool]) -> None:
-        self.entry, self.size, self._pending = entry, size, pending
+    def __init__(self, entry: str, size: int, pending: Callable[[], bool],
+                 queued: Callable[[], bool] = lambda: False) -> None:
+        self.entry, self.size, self._pending, self._queued = entry, size, pending, queued
         self._lock = threading.Lock()
         self._fill: int | None = None  # a descriptor of the live fill file watched
         self._complete: int | None = None  # a descriptor of the complete copy, once there
@@ -87,13 +90,14 @@ class FillView:
                 return os.pread(fd, want - offset, offset) if want > offset else b""
             if written is None:
                 return None
-            if far is not None and want - written > far:
+            if far is not None and (written < 0 or want - written > far):
                 return FAR
             time.sleep(POLL)
 
     def _look(self, want: int) -> tuple[int | None, int | None]:
         """(a descriptor holding bytes up to ``want``, None) or (None, bytes
-        written so far: wait) or (None, None): no fill will write them."""
+        written so far: wait; -1 for a fill of ours queued behind others) or
+        (None, None): no fill will write them."""
         if self._complete is not None:
             return self._complete, None
         if self._fill is None:
@@ -109,7 +113,13 @@ class FillView:
         self._complete = open_complete(self.entry, self.size)
         if self._complete is not None:
             return self._complete, None
-        if self._pending() or _lock_held(self.entry + ".lock"):
+        if self._pending():
+            # queued behind this process's other fills: with a global shuffle the first group
+            # touches every shard and fills run a few at a time, so it may begin only after them
+            if self._queued() and not _lock_held(self.entry + ".lock"):
+                return None, -1
+            return None, 0  # about to begin (or checking the object first)
+        if _lock_held(self.entry + ".lock"):
             return None, 0  # a fill is about to begin (or checks the object first)
         self._complete = open_complete(self.entry, self.size)  # ended between the two looks
         return self._complete, None

@@ -158,3 +158,32 @@ def test_a_random_read_far_past_the_fill_goes_to_the_bucket(monkeypatch, tmp_pat
     reader.close()
     copies.close(finish=True)
     fsspec.filesystem("memory").rm_file(url)
+
+
+def test_a_read_that_need_not_wait_does_not_wait_for_a_fill_queued_behind_others(tmp_path):
+    """A global shuffle's first group touches every shard, and fills run a few
+    at a time: a shuffled read of a shard whose fill is still queued is read
+    from the bucket at once (before, it waited for that fill to begin)."""
+    import fsspec
+
+    from tfrecord_torch.io import pool
+    from tfrecord_torch.io.copies import ShardCopies
+
+    data = os.urandom(50_000)
+    url = "memory://filltest/queued.tfrecord"
+    fsspec.filesystem("memory").pipe_file(url, data)
+    size, version = fs.size_and_version(url)
+    copies = ShardCopies(ShardCache(str(tmp_path / "cache")), {url: (size, version)})
+    copies._fill_later = lambda url: None  # the fill asked for stays in the queue: the filler's threads are busy
+    copies._fill_pending = copies._fill_queued = lambda url: True
+    reader = pool.Reader(url, copies=copies)
+    got = []
+    reading = threading.Thread(target=lambda: got.append(reader.read(100, 1_000, wait=False)), daemon=True)
+    reading.start()
+    reading.join(20)
+    assert got == [data[100:1_100]]  # the bucket's, without waiting
+    copies._fill_pending = copies._fill_queued = lambda url: False
+    reading.join(20)
+    reader.close()
+    copies.close(finish=True)
+    fsspec.filesystem("memory").rm_file(url)
