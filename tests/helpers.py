@@ -3,6 +3,7 @@
 import filecmp
 import io
 import os
+import signal
 
 import numpy as np
 from PIL import Image as PILImage
@@ -117,3 +118,15 @@ def import_tfds():
     import tensorflow_datasets
 
     return tensorflow_datasets
+
+
+def kill_a_worker_mid_epoch(it):
+    """SIGKILL worker 1 of the DataLoader iterator ``it`` and read on: the
+    loader must fail loudly (its SIGCHLD handler raises, or a shared-memory
+    segment's descriptor was on its way from the worker)."""
+    import pytest
+
+    with pytest.raises((RuntimeError, ConnectionError)):
+        os.kill(it._workers[1].pid, signal.SIGKILL)
+        for _ in it:
+            pass
