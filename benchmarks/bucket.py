@@ -100,17 +100,20 @@ def write_peer(peer: str, data: str, source: str, shards: int, per_shard: int, o
     shutil.copytree(local, os.path.join(mirror, "bench", prefix), dirs_exist_ok=True)
 
 
-def run_peer(peer: str, mode: str, port: int, shards: int, data: str, records: int) -> Run:
+def run_peer(peer: str, mode: str, port: int, shards: int, data: str, records: int,
+             bucket: tuple[int, ...] = ()) -> Run:
     """The peer reading ``data`` ("images" or "small") through the proxy at
-    ``port``: all its GETs and their bytes, from its process start to its end."""
-    before = control(port, "/__stats")
+    ``port``: all its GETs and their bytes, from its process start to its end,
+    and the CPU of the ``bucket`` processes over that time."""
+    before, cpu = control(port, "/__stats"), cpu_seconds(bucket)
     proc = subprocess.run([peer_python(peer), PEERS_SCRIPT, "read", "--peer", peer, "--mode", mode, "--endpoint",
                            f"http://127.0.0.1:{port}", "--bucket", "bench", "--prefix", peer_prefix(peer, data),
                            "--shards", str(shards), "--records", str(records), "--data", data],
                           check=True, stdout=subprocess.PIPE, text=True, timeout=900)
     after = control(port, "/__stats")
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Run(got["rate"], got["first"], got["seen"], after["gets"] - before["gets"], after["bytes"] - before["bytes"])
+    return Run(got["rate"], got["first"], got["seen"], after["gets"] - before["gets"], after["bytes"] - before["bytes"],
+               cpu_seconds(bucket) - cpu)
 
 
 def _free_port() -> int:
@@ -172,6 +175,28 @@ class Run(NamedTuple):
     seen: int
     gets: int  # shard GETs (all GETs for a peer)
     fetched: int  # body bytes of those GETs
+    bucket_cpu: float = 0.0  # CPU seconds the bucket (moto and the proxy) spent during the run
+
+    def after_first(self, batch: int) -> float:
+        """Items/s from the first batch to the end of the run."""
+        return (self.seen - batch) / max(self.seen / self.rate - self.first, 1e-9)
+
+    def bucket_cores(self) -> float:
+        """The bucket's CPU over the run's time: cores taken from the reader's machine."""
+        return self.bucket_cpu * self.rate / self.seen
+
+
+def cpu_seconds(pids: tuple[int, ...]) -> float:
+    """User + system CPU seconds of processes (Linux /proc; 0 elsewhere)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def loader_of(mode: str, data: Data, so: dict | None, cache, epoch: int = 0):
@@ -198,12 +223,14 @@ def loader_of(mode: str, data: Data, so: dict | None, cache, epoch: int = 0):
     return DataLoader(ds, batch_size=None if batch_mode else data.batch, num_workers=2)
 
 
-def run_mode(mode: str, data: Data, so: dict | None, cache, port: int, budget: float, epoch: int = 0) -> Run:
+def run_mode(mode: str, data: Data, so: dict | None, cache, port: int, budget: float, epoch: int = 0,
+             bucket: tuple[int, ...] = ()) -> Run:
     """Items/s over the first ``data.records`` items (or what ``budget`` seconds
     gave), the seconds to the first batch, and the proxy's shard GETs and bytes
-    from ``iter(loader)`` until the loader's workers are gone."""
+    and the ``bucket`` processes' CPU from ``iter(loader)`` until the loader's
+    workers are gone."""
     loader = loader_of(mode, data, so, cache, epoch)
-    before = control(port, "/__stats")
+    before, cpu = control(port, "/__stats"), cpu_seconds(bucket)
     t0 = time.perf_counter()
     seen, first = 0, None
     for batch in loader:
@@ -216,7 +243,7 @@ def run_mode(mode: str, data: Data, so: dict | None, cache, port: int, budget: f
     del loader, batch  # the iterator went at the break: its workers are shut down
     after = control(port, "/__stats")
     return Run(seen / elapsed, first or 0.0, seen, after["shard_gets"] - before["shard_gets"],
-               after["shard_bytes"] - before["shard_bytes"])
+               after["shard_bytes"] - before["shard_bytes"], cpu_seconds(bucket) - cpu)
 
 
 def limit(so: dict, paths: list[str], size: int, concurrent: int, count: int) -> float:
@@ -266,20 +293,21 @@ class Round:
     """One round over a data set: every mode, every storage, each peer beside
     our reference row (the shard cache's when it runs) in the same round."""
 
-    def __init__(self, args, port: int, so: dict, cache_root: str, results: dict) -> None:
+    def __init__(self, args, port: int, so: dict, cache_root: str, results: dict, bucket: tuple[int, ...]) -> None:
         self.args, self.port, self.so, self.cache_root, self.results = args, port, so, cache_root, results
+        self.bucket = bucket  # the pids of moto and the proxy
 
     def ours(self, rnd: int, data: Data, mode: str, st: Storage, kept: dict) -> Run:
         from tfrecord_torch import ShardCache
 
         if st.latency is None:
-            return run_mode(mode, data, None, None, self.port, self.args.budget)
+            return run_mode(mode, data, None, None, self.port, self.args.budget, bucket=self.bucket)
         control(self.port, f"/__shape?latency={st.latency}")
         folder = None
         if st.variant == "cache":
             folder = kept.pop("folder") if st.warm else tempfile.mkdtemp(dir=self.cache_root)
         run = run_mode(mode, data, self.so, ShardCache(directory=folder) if folder else None, self.port,
-                       self.args.budget, epoch=1 if st.warm else 0)
+                       self.args.budget, epoch=1 if st.warm else 0, bucket=self.bucket)
         if folder and not st.warm and mode == "shuffle=True" and st.latency == self.args.warm_at:
             kept["folder"] = folder  # the warm row reads these copies next
         elif folder:
@@ -296,12 +324,14 @@ class Round:
                 run = self.ours(rnd, data, mode, st, kept)
                 self.results.setdefault((data.name, mode, st.label), []).append(run)
                 print(f"round {rnd} {data.name} {mode} {st.label}: {run.rate:,.0f} {unit}/s, first batch "
-                      f"{run.first:.2f} s, {run.gets} shard GETs, {run.fetched / 1e6:.1f} MB", flush=True)
+                      f"{run.first:.2f} s, then {run.after_first(data.batch):,.0f} {unit}/s, {run.gets} shard GETs, "
+                      f"{run.fetched / 1e6:.1f} MB, bucket CPU {run.bucket_cores():.2f} cores", flush=True)
                 if st.latency is None or st.warm or st.variant != self.reference:
                     continue
                 for peer in peers_in(mode, peers, peer_modes):
                     control(self.port, f"/__shape?latency={st.latency}")
-                    got = run_peer(peer, mode, self.port, len(data.remote), peer_data, data.records)
+                    got = run_peer(peer, mode, self.port, len(data.remote), peer_data, data.records,
+                                   self.bucket)
                     self.results.setdefault((data.name, mode, peer, st.latency), []).append((got, got.rate / run.rate))
                     print(f"round {rnd} {data.name} {peer} {mode} {st.latency * 1000:g} ms: {got.rate:,.0f} {unit}/s "
                           f"({got.rate / run.rate:.2f}x ours), first batch {got.first:.2f} s, {got.gets} GETs, "
@@ -329,10 +359,12 @@ def peers_in(mode: str, peers: list[str], peer_modes: tuple) -> list[str]:
 def table(data: Data, modes: list[str], storages: list[Storage], results: dict, unit: str) -> list[str]:
     per = unit[:-1] if unit.endswith("s") else unit
     lines = [f"| mode | storage | {unit}/s | x local (best) | x local (per round) | first batch (s) "
-             f"| shard GETs per {per} | MB fetched per MB used |", "|---|---|---:|---:|---|---:|---:|---:|"]
+             f"| x local after the first batch (best) | bucket CPU (cores) | shard GETs per {per} "
+             "| MB fetched per MB used |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for mode in modes:
         local = results[(data.name, mode, "local disk")]
         best_local = max(r.rate for r in local)
+        best_local_after = max(r.after_first(data.batch) for r in local)
         for st in storages:
             runs = results.get((data.name, mode, st.label))
             if not runs:
@@ -344,8 +376,11 @@ def table(data: Data, modes: list[str], storages: list[Storage], results: dict, 
             else:
                 gets = per_item(min(r.gets / r.seen for r in runs))
                 fetched = f"{min(r.fetched / (r.seen * data.record_bytes) for r in runs):.2f}"
+            after = max(r.after_first(data.batch) for r in runs)
+            cores = "-" if st.latency is None else f"{max(r.bucket_cores() for r in runs):.2f}"
             lines.append(f"| {mode} | {st.label} | {rate:,.0f} | {rate / best_local:.2f} | {rounds} | "
-                         f"{min(r.first for r in runs):.2f} | {gets} | {fetched} |")
+                         f"{min(r.first for r in runs):.2f} | {after / best_local_after:.2f} | {cores} | {gets} | "
+                         f"{fetched} |")
     return lines
 
 
@@ -390,6 +425,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer, smaller shards and runs (a smoke run)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--records", type=int, default=1024, help="images per run")
+    parser.add_argument("--shards", type=int, default=None, help="image shards (default 4; 2 with --quick)")
+    parser.add_argument("--per-shard", type=int, default=None, help="images per shard (default 512; 256 with --quick)")
     parser.add_argument("--latencies", default="0.005,0.02,0.05")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--variants", default=",".join(VARIANTS),
@@ -427,6 +464,7 @@ def main() -> None:
     from tfrecord_torch.data.shards import expand_paths
 
     shards, per_shard = (2, 256) if args.quick else (4, 512)
+    shards, per_shard = args.shards or shards, args.per_shard or per_shard
     small_shards, small_per_shard = (2, 10_000) if args.quick else (4, 50_000)
     latencies = [float(v) for v in args.latencies.split(",")]
     warm_at = args.warm_at if "cache" in variants and args.warm_at in latencies else None
@@ -489,7 +527,7 @@ def main() -> None:
             prebuild_indexes(data, so)
         storages = storages_of(latencies, variants, warm_at)
         results: dict = {}
-        rounds = Round(args, port, so, cache_root, results)
+        rounds = Round(args, port, so, cache_root, results, (moto.pid, proxy.pid))
         for rnd in range(args.rounds):
             rounds.run(rnd, data_sets[0], modes, storages, peers, PEER_MODES, "images", "images")
             if args.small:
@@ -528,6 +566,11 @@ def main() -> None:
               "requests as it goes."
               + (" *second epoch (warm)* is a new loader for epoch 1 over the folder the cold shard cache run "
                  "above it filled (shuffle=True only)." if warm_at is not None else ""),
+              "",
+              "x local after the first batch: images/s from the first batch to the end of the run, over the "
+              "same for local disk (the time to the first batch is its own column). Bucket CPU: the CPU time moto "
+              "and the proxy spent during the run over the run's time, in cores; they share the machine's cores "
+              "with the reader, which a real bucket does not.",
               "",
               "Shard GETs per image: the proxy's count of GETs of shard objects (ranges and whole objects alike, "
               "the cache's copies included) from `iter(loader)` until the loader's workers are gone, over the "
