@@ -306,41 +306,44 @@ class RecordTail(Iterator[bytes]):
             followed = self._followed
             if followed is None:
                 return self._raw.read(_CHUNK) or b""
-            problem = followed.changed()
-            if problem is not None:
-                raise CorruptRecordError(self.name, self.offset, self.records,
-                                         f"{problem}; the records from this one on cannot be read here: open a new "
-                                         "RecordTail to read the file from its start")
+            self._check(followed)
             data = followed.read(_CHUNK)
-            if data or not followed.replaced():
-                return data
-            data = followed.read(_CHUNK)  # written before the new file took the name
-            if data:
-                return data
-            if self.pending:
-                if self._record_buffered():  # raise_if_truncated reads ahead: hand those out first
+            if not data and followed.replaced():
+                data = followed.read(_CHUNK)  # written before the new file took the name
+                if not data:
+                    if self._follow_new(followed):
+                        continue
                     return b""
-                raise CorruptRecordError(self.name, self.offset, self.records,
-                                         f"truncated record: a new file took the name, and the old one ends "
-                                         f"{self.pending} bytes into this record")
-            if not self._follow_new():
-                return b""
+            if data:
+                self._check(followed)  # cut between the check and the read: these are the new bytes
+            return data
 
-    def _record_buffered(self) -> bool:
-        """Whether a whole record waits in the buffer."""
-        if len(self._buf) - self._pos < _HEADER_SIZE:
-            return False
-        length = _HEADER.unpack_from(self._buf, self._pos)[0]
-        return len(self._buf) - self._pos >= length + _OVERHEAD
+    def _check(self, followed: _FollowedFile) -> None:
+        problem = followed.changed()
+        if problem is not None:
+            raise CorruptRecordError(self.name, self.offset, self.records,
+                                     f"{problem}; the records from this one on cannot be read here: open a new "
+                                     "RecordTail to read the file from its start")
 
-    def _follow_new(self) -> bool:
-        """Go on with the file that took the name, from its start; False if it went away again."""
-        assert self._followed is not None
+    def _follow_new(self, old: _FollowedFile) -> bool:
+        """Go on with the file that took the name, from its start, once ``old``
+        is read to its end; False if that must wait (records of the old file
+        still to hand out) or the new file went away again.
+
+        Raises:
+            CorruptRecordError: the old file ends inside a record.
+        """
+        if self.pending:
+            if self._record_buffered():  # raise_if_truncated reads ahead: hand those out first
+                return False
+            raise CorruptRecordError(self.name, self.offset, self.records,
+                                     f"truncated record: a new file took the name, and the old one ends "
+                                     f"{self.pending} bytes into this record")
         try:
-            new = _FollowedFile(self._followed.path)
+            new = _FollowedFile(old.path)
         except FileNotFoundError:
             return False
-        self._followed.close()
+        old.close()
         self._followed, self._raw = new, new.file
         self._head, self._zip, self._carry = b"", None, b""
         self._buf, self._pos = bytearray(), 0
@@ -350,6 +353,13 @@ class RecordTail(Iterator[bytes]):
         if self._compression != "auto":
             self._start(self._compression)
         return True
+
+    def _record_buffered(self) -> bool:
+        """Whether a whole record waits in the buffer."""
+        if len(self._buf) - self._pos < _HEADER_SIZE:
+            return False
+        length = _HEADER.unpack_from(self._buf, self._pos)[0]
+        return len(self._buf) - self._pos >= length + _OVERHEAD
 
     def _inflate(self, data: bytes) -> bool:
         assert self._zip is not None and self._compression is not None

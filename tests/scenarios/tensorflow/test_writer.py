@@ -148,12 +148,12 @@ def test_tail_raises_when_tensorflows_writer_starts_the_file_again(tmp_path, com
         w.write(run2[0])
         w.flush()
         with pytest.raises(CorruptRecordError, match="the file was truncated: it is") as e:
-            list(tail)
+            next(tail)
         assert (e.value.path, e.value.record) == (str(path), 4)
         for r in run2[1:]:
             w.write(r)
     with pytest.raises(CorruptRecordError, match="truncated and written again") as e:
-        list(tail)
+        next(tail)
     assert (e.value.path, e.value.record) == (str(path), 4)
     assert list(RecordTail(path)) == tf_read(path, compression) == run2
 

@@ -207,7 +207,7 @@ def test_a_truncated_file_raises_naming_the_file_and_offset(tmp_path, compressio
     os.truncate(path, keep)
     for _ in range(2):
         with pytest.raises(CorruptRecordError, match=rf"the file was truncated: it is {keep} bytes long") as e:
-            list(tail)
+            next(tail)
         assert e.value.path == str(path)
         assert (e.value.offset, e.value.record) == (sum(len(frame(p)) for p in PAYLOADS), len(PAYLOADS))
         assert "open a new RecordTail" in str(e.value)
@@ -232,7 +232,7 @@ def test_a_file_written_again_in_place_raises(tmp_path, compression):
     assert os.stat(path).st_ino == inode
     for _ in range(2):
         with pytest.raises(CorruptRecordError, match="truncated and written again") as e:
-            list(tail)
+            next(tail)
         assert (e.value.path, e.value.record) == (str(path), 3)
     assert list(RecordTail(path)) == second
 
@@ -346,3 +346,31 @@ def test_a_reader_thread_follows_a_rotating_writer(tmp_path):
     writer.join()
     assert not errors
     assert seen == [p for payloads in files for p in payloads]
+
+
+def test_a_file_written_again_between_the_check_and_the_read_raises(tmp_path):
+    """The tail compares the file with what it read before each read; a
+    writer that truncates and writes the file again right after that check
+    is caught after the read, before any of the new bytes are handed out."""
+    path = tmp_path / "events"
+    first = [b"run 1, step %d" % i for i in range(3)]
+    second = [b"run 2, step %d" % i for i in range(6)]  # the same sizes: the framing lines up
+    write_in_place(path, first)
+    tail = RecordTail(path)
+    assert list(tail) == first
+    followed = tail._followed
+    opened = followed.file
+
+    class WrittenAgainBeforeTheRead:
+        def read(self, size):
+            write_in_place(path, second)
+            followed.file = opened
+            return opened.read(size)
+
+        def fileno(self):
+            return opened.fileno()
+
+    followed.file = WrittenAgainBeforeTheRead()
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="truncated and written again"):
+            next(tail)  # not run 2's record 3, as if it followed run 1's record 2
