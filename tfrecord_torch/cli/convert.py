@@ -30,6 +30,9 @@ def add_convert_parser(sub, parents=()) -> None:
     p.add_argument("--shard-size", type=int, default=10_000, help="records per shard, at most (default 10000)")
     p.add_argument("--num-shards", type=int, default=None, help="the number of shards (instead of --shard-size)")
     p.add_argument("--compression", choices=["none", "gzip"], default="none")
+    p.add_argument("--compression-level", type=int, choices=range(-1, 10), default=None, metavar="LEVEL",
+                   help="with --compression gzip: 0 (stored) to 9 (smallest), -1 zlib's default (6); "
+                        "default: TensorFlow's")
     p.add_argument("--seed", type=int, default=0, help="seed of the write order (default 0)")
     p.add_argument("--no-shuffle", dest="shuffle", action="store_false",
                    help="keep the source order (default: a seeded random order, so shards mix classes)")
@@ -45,16 +48,23 @@ def add_convert_parser(sub, parents=()) -> None:
 
 
 def _cmd_convert(args) -> int:
+    from tfrecord_torch.records.compression import CompressionOptions
     from tfrecord_torch.write.convert import write_dataset
     from tfrecord_torch.write.options import Encoding, Execution, ShardLayout
 
+    compression = None if args.compression == "none" else args.compression
+    deflate = None
+    if args.compression_level is not None:
+        if compression is None:
+            raise ValueError(f"--compression-level {args.compression_level} needs --compression gzip")
+        deflate = CompressionOptions(level=args.compression_level)
     source, default_name = _source_dataset(args)
     dataset = source.build()  # once per process: write_dataset reuses it
     split = args.split or ("test" if args.train is False else "train")
     name = args.name or default_name
     options = dict(name=name, split=split, seed=args.seed, shuffle=args.shuffle,
-                   shards=ShardLayout(size=args.shard_size, count=args.num_shards,
-                                      compression=None if args.compression == "none" else args.compression),
+                   shards=ShardLayout(size=args.shard_size, count=args.num_shards, compression=compression,
+                                      compression_options=deflate),
                    encoding=Encoding(image_format=args.format, quality=args.quality),
                    storage_options=args.storage_options)
     if args.dask_scheduler:

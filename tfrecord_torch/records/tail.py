@@ -6,6 +6,12 @@ that arrives mid-write may find a last record that is only partly written.
 This reader hands out the complete records, stops at the end of what is
 there (a partial record included) without losing its place, and carries on
 from the same record when iterated again.
+
+A path is followed by name, as ``tail -F`` follows a log: when a new file
+takes the name (a writer renamed the old one away, or published a new one
+over it), the old file is read to its end and the new one from its start.
+A file truncated under the reader, or truncated and written again from its
+start, raises: the records after the reader's place are not there.
 """
 
 from __future__ import annotations
@@ -30,6 +36,58 @@ _HEADER = struct.Struct("<QI")
 _HEADER_SIZE = 12
 _OVERHEAD = 16
 _DETECT = 12  # bytes "auto" needs before it decides (an uncompressed header)
+_PROBE = 64  # bytes at each end of what was read, compared with the file before each read
+
+
+class _FollowedFile:
+    """The file a path names, read from its start: its handle, how much of it
+    has been read, and the first and last bytes read, which show that the
+    file was truncated or written again since."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.file = open(path, "rb", buffering=0)  # unbuffered: every read sees new data
+        st = os.fstat(self.file.fileno())
+        self.identity = (st.st_dev, st.st_ino)
+        self.position = 0  # bytes read, all handed to the RecordTail
+        self._first = b""
+        self._last = b""
+
+    def read(self, size: int) -> bytes:
+        data = self.file.read(size) or b""
+        if data:
+            self.position += len(data)
+            if len(self._first) < _PROBE:
+                self._first = (self._first + data[:_PROBE])[:_PROBE]
+            self._last = (self._last + data[-_PROBE:])[-_PROBE:]
+        return data
+
+    def changed(self) -> str | None:
+        """Why the bytes read so far are no longer the file's bytes, or None.
+        A writer only appends; a shorter file, or other bytes where the first
+        or the last bytes read were, means the file was cut under the reader."""
+        if not self.position:
+            return None
+        fd = self.file.fileno()
+        size = os.fstat(fd).st_size
+        if size < self.position:
+            return f"the file was truncated: it is {size:,} bytes long, and {self.position:,} of its bytes had been read"
+        if (os.pread(fd, len(self._first), 0) != self._first
+                or os.pread(fd, len(self._last), self.position - len(self._last)) != self._last):
+            return (f"the file was truncated and written again: its first {self.position:,} bytes, read "
+                    "before, hold other bytes now")
+        return None
+
+    def replaced(self) -> bool:
+        """Whether the path names another file than the one open."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:  # renamed away, and the new file not created yet
+            return False
+        return (st.st_dev, st.st_ino) != self.identity
+
+    def close(self) -> None:
+        self.file.close()
 
 
 class RecordTail(Iterator[bytes]):
@@ -51,6 +109,25 @@ class RecordTail(Iterator[bytes]):
     compressed data) raises CorruptRecordError, and raises again if
     iterated again: it will not heal by waiting.
 
+    A path is followed by name. When another file takes the name (a
+    log-style writer renamed the file away and started a new one, or a
+    writer published a new file over it by a rename), the tail reads the old
+    file to its end, then the new one from its start; :attr:`offset` and
+    :attr:`records` start again at 0 and :attr:`replacements` counts the
+    switch. The old file must be finished before the new one appears: if it
+    ends inside a record then, that raises CorruptRecordError (a truncated
+    record), again on every try. A file that comes and goes between two
+    iterations is not seen.
+
+    A file truncated under the tail (shorter than what was read of it), or
+    truncated and written again from its start (as a writer that opens the
+    same path again does: other bytes where the first or last bytes read
+    were), raises CorruptRecordError naming the file, the next record's
+    offset and number, and the sizes, on every try: the records after the
+    tail's place are not there. Open a new RecordTail to read the file from
+    its start. A file object is read as it is: replacement and truncation are
+    detected through a path only.
+
     Args:
         source: a local path, or a binary file object (read from its current
             position; not closed here).
@@ -67,15 +144,18 @@ class RecordTail(Iterator[bytes]):
 
     def __init__(self, source: PathLike | BinaryIO, *, compression: CompressionArg = "auto",
                  verify: bool = True) -> None:
-        self._compression: str | None = check_compression(compression, allow_auto=True)
+        self._asked: str | None = check_compression(compression, allow_auto=True)
+        self._compression = self._asked
         self.verify = check_flag("verify", verify)
         self._raw: BinaryIO
+        self._followed: _FollowedFile | None = None
         if isinstance(source, (str, os.PathLike)):
             self.name = os.fspath(source)
             if fs.is_url(self.name):
                 raise ValueError(f"source must be a local path or a file object, got the URL {self.name!r}: "
                                  "a growing remote object cannot be followed")
-            self._raw = open(fs.local(self.name), "rb", buffering=0)  # unbuffered: every read sees new data
+            self._followed = _FollowedFile(fs.local(self.name))
+            self._raw = self._followed.file
             self._owned = True
         elif hasattr(source, "read"):
             self._raw = source
@@ -90,9 +170,12 @@ class RecordTail(Iterator[bytes]):
         self._pos = 0  # cut off when more comes, not per record: a cut moves the whole buffer
         self._closed = False
         self.offset = 0
-        """Byte offset of the next record (in the decompressed stream for a compressed file)."""
+        """Byte offset of the next record in the file followed now (in the
+        decompressed stream for a compressed file)."""
         self.records = 0
-        """Records handed out so far."""
+        """Records handed out from the file followed now."""
+        self.replacements = 0
+        """Times a new file under the path was followed after the old one's end."""
         if self._compression != "auto":
             self._start(self._compression)
 
@@ -133,7 +216,8 @@ class RecordTail(Iterator[bytes]):
 
         Raises:
             CorruptRecordError: naming the file, the partial record's offset
-                and number, and how many of its bytes are there.
+                and number, and how many of its bytes are there; or, as
+                iterating does, a file truncated under the tail.
         """
         while self._fill():
             pass
@@ -201,7 +285,7 @@ class RecordTail(Iterator[bytes]):
             elif self._carry:
                 data, self._carry = self._carry, b""
             else:
-                data = self._raw.read(_CHUNK) or b""
+                data = self._read()
                 if not data:
                     return False
                 if self._compression == "auto":
@@ -215,6 +299,67 @@ class RecordTail(Iterator[bytes]):
                 return True
             if self._inflate(data):
                 return True
+
+    def _read(self) -> bytes:
+        """The file's next raw bytes; b"" when it has no more for now."""
+        while True:
+            followed = self._followed
+            if followed is None:
+                return self._raw.read(_CHUNK) or b""
+            self._check(followed)
+            data = followed.read(_CHUNK)
+            if not data and followed.replaced():
+                data = followed.read(_CHUNK)  # written before the new file took the name
+                if not data:
+                    if self._follow_new(followed):
+                        continue
+                    return b""
+            if data:
+                self._check(followed)  # cut between the check and the read: these are the new bytes
+            return data
+
+    def _check(self, followed: _FollowedFile) -> None:
+        problem = followed.changed()
+        if problem is not None:
+            raise CorruptRecordError(self.name, self.offset, self.records,
+                                     f"{problem}; the records from this one on cannot be read here: open a new "
+                                     "RecordTail to read the file from its start")
+
+    def _follow_new(self, old: _FollowedFile) -> bool:
+        """Go on with the file that took the name, from its start, once ``old``
+        is read to its end; False if that must wait (records of the old file
+        still to hand out) or the new file went away again.
+
+        Raises:
+            CorruptRecordError: the old file ends inside a record.
+        """
+        if self.pending:
+            if self._record_buffered():  # raise_if_truncated reads ahead: hand those out first
+                return False
+            raise CorruptRecordError(self.name, self.offset, self.records,
+                                     f"truncated record: a new file took the name, and the old one ends "
+                                     f"{self.pending} bytes into this record")
+        try:
+            new = _FollowedFile(old.path)
+        except FileNotFoundError:
+            return False
+        old.close()
+        self._followed, self._raw = new, new.file
+        self._head, self._zip, self._carry = b"", None, b""
+        self._buf, self._pos = bytearray(), 0
+        self.offset = self.records = 0
+        self.replacements += 1
+        self._compression = self._asked  # "auto" decides again: the new file may be compressed otherwise
+        if self._compression != "auto":
+            self._start(self._compression)
+        return True
+
+    def _record_buffered(self) -> bool:
+        """Whether a whole record waits in the buffer."""
+        if len(self._buf) - self._pos < _HEADER_SIZE:
+            return False
+        length = _HEADER.unpack_from(self._buf, self._pos)[0]
+        return len(self._buf) - self._pos >= length + _OVERHEAD
 
     def _inflate(self, data: bytes) -> bool:
         assert self._zip is not None and self._compression is not None

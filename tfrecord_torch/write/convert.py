@@ -9,6 +9,7 @@ record schema is in ``encode.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from tfrecord_torch._types import PathLike
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.records.compression import CompressionOptions
 from tfrecord_torch.tfds.metadata import check_dataset_name
 from tfrecord_torch.write.commit import commit, finished_shards
 from tfrecord_torch.write.encode import FORMATS, encode_sample, file_samples
@@ -68,8 +70,11 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
         seed: the write order's seed; record ``j`` of the split is source
             sample ``write_order(len(dataset), seed=seed)[j]``.
         shards: a :class:`ShardLayout`: records per shard (``size``, default
-            10,000), or the shard ``count``, or ``max_bytes`` per shard, and
-            the ``compression``.
+            10,000), or the shard ``count``, or ``max_bytes`` per shard, the
+            ``compression``, and ``compression_options`` (a
+            :class:`~tfrecord_torch.CompressionOptions`, as ``RecordWriter``
+            takes it: ``ShardLayout(compression="gzip",
+            compression_options=CompressionOptions(level=9))``).
         encoding: an :class:`Encoding`: ``image_format`` ("png", "jpeg" or
             "raw"), JPEG ``quality``, ``class_names``.
         execution: an :class:`Execution`: an ``executor`` or ``num_workers``
@@ -102,7 +107,7 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
     plan = plan_conversion(length, output_dir, name=name, split=split, num_shards=num_shards, seed=seed,
                            shuffle=shuffle, compression=compression)
     digest = files_digest(files) if files is not None else None
-    fingerprint = _fingerprint(plan, options, dataset, source, digest)
+    fingerprint = _fingerprint(plan, options, dataset, source, digest, layout.compression_options)
     with _split_lock(plan):
         done = finished_shards(plan, fingerprint, storage_options)
         if done:
@@ -110,7 +115,7 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
                      name, split, len(done), len(plan.shards))
         recipe = source_of(dataset) if executor is not None else None
         tasks = [ShardTask(spec=spec, length=length, seed=seed, shuffle=shuffle, compression=compression,
-                           options=options, fingerprint=fingerprint, files_digest=digest, source=recipe,
+                           compression_options=layout.compression_options, options=options, fingerprint=fingerprint, files_digest=digest, source=recipe,
                            storage_options=storage_options)
                  for spec in plan.shards if spec.index not in done]
         workers = 0
@@ -154,7 +159,8 @@ def _shard_count(dataset: Any, files: list | None, options: dict, length: int, s
     return max(1, min(count, length))
 
 
-def _fingerprint(plan: ConversionPlan, options: dict, dataset: Any, source: Any, digest: str | None) -> str:
+def _fingerprint(plan: ConversionPlan, options: dict, dataset: Any, source: Any, digest: str | None,
+                 compression_options: CompressionOptions | None = None) -> str:
     """The identity of what the plan writes: shards of an earlier run with the
     same fingerprint are kept by a rerun."""
     recipe = recipe_of(dataset)
@@ -167,6 +173,8 @@ def _fingerprint(plan: ConversionPlan, options: dict, dataset: Any, source: Any,
     data = {"version": _PLAN_VERSION, "length": plan.length, "seed": plan.seed, "shuffle": plan.shuffle,
             "num_shards": len(plan.shards), "compression": plan.compression, "options": describe(options),
             "source": what}
+    if compression_options is not None:  # absent by default: the fingerprints of earlier runs stay valid
+        data["compression_options"] = dataclasses.asdict(compression_options)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
 

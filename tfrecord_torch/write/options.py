@@ -9,8 +9,9 @@ from __future__ import annotations
 import concurrent.futures as cf
 from dataclasses import dataclass
 
-from tfrecord_torch._args import check_choice, check_flag, check_int
+from tfrecord_torch._args import check_choice, check_flag, check_instance, check_int
 from tfrecord_torch._types import CompressionArg
+from tfrecord_torch.records.compression import CompressionOptions, check_compression
 from tfrecord_torch.write.encode import FORMATS
 
 __all__ = ["MOVED", "Encoding", "Execution", "ShardLayout"]
@@ -28,17 +29,34 @@ class ShardLayout:
         compression: None or "gzip". tf.data reads GZIP shards (with
             ``compression_type="GZIP"``) but TFDS and random access need
             uncompressed ones; only those get indexes.
+        compression_options: how GZIP shards are deflated, the
+            :class:`~tfrecord_torch.CompressionOptions` that ``RecordWriter``
+            and ``ShardedWriter`` take (``level``, ``window_bits``,
+            ``mem_level``, ``strategy``); None gives TensorFlow's defaults.
+            Only with ``compression``.
+
+    Raises:
+        ValueError: a bad number, or ``compression_options`` without a
+            ``compression``, naming the field.
+        TypeError: ``compression_options`` that is not a CompressionOptions.
     """
 
     size: int = 10_000
     count: int | None = None
     max_bytes: int | None = None
     compression: CompressionArg = None
+    compression_options: CompressionOptions | None = None
 
     def __post_init__(self) -> None:
         check_int("ShardLayout.size", self.size, minimum=1)
         check_int("ShardLayout.count", self.count, minimum=1, optional=True)
         check_int("ShardLayout.max_bytes", self.max_bytes, minimum=1, optional=True)
+        if self.compression_options is not None:
+            check_instance("ShardLayout.compression_options", self.compression_options, CompressionOptions,
+                           "a CompressionOptions, e.g. CompressionOptions(level=9)")
+            if check_compression(self.compression, allow_auto=False) is None:
+                raise ValueError(f"ShardLayout.compression_options needs ShardLayout(compression='gzip'), got "
+                                 f"compression={self.compression!r}")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import numpy as np
 
 from tfrecord_torch.io import atomic
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.records.compression import CompressionOptions
 from tfrecord_torch.records.index import write_index, writer_index_path
 from tfrecord_torch.records.stamp import write_stamp
 from tfrecord_torch.records.writer import RecordWriter
@@ -53,6 +54,7 @@ class ShardTask:
         spec: the shard.
         length, seed, shuffle: the plan's write order.
         compression: None or "gzip".
+        compression_options: how a compressed shard is deflated (None: TensorFlow's defaults).
         options: encoding options (``format``, ``quality``, ``class_names``).
         fingerprint: the plan's identity, kept in the completion marker.
         files_digest: for a source copied file by file, a digest of its
@@ -73,6 +75,7 @@ class ShardTask:
     files_digest: str | None
     source: DatasetSource | None
     storage_options: dict | None = None
+    compression_options: CompressionOptions | None = None
     attempt: int = 0
 
 
@@ -178,7 +181,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     stats = ImageStats()
     try:
         with os.fdopen(fd, "wb") as f:
-            writer = RecordWriter(f, compression=task.compression)
+            writer = RecordWriter(f, compression=task.compression, compression_options=task.compression_options)
             sizes = []
             for i in sources.tolist():
                 payload, meta = encode_sample(i, dataset, files, task.options)

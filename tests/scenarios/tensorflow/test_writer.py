@@ -2,8 +2,11 @@
 compression options (``CompressionOptions`` here, ``tf.io.TFRecordOptions``
 there) both writers write the same bytes, flushes included; each reads what
 the other writes; ``RecordTail`` follows a file TensorFlow's writer is
-writing, and TensorFlow reads what the in-place writer has flushed."""
+writing (across a rotation, and raising when TensorFlow's writer starts the
+file again in place), and TensorFlow reads what the in-place writer has
+flushed."""
 
+import os
 import random
 import zlib
 
@@ -11,7 +14,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.lib.io import tf_record
 
-from tfrecord_torch import CompressionOptions, RecordTail, RecordWriter, read_records
+from tfrecord_torch import CompressionOptions, CorruptRecordError, RecordTail, RecordWriter, read_records
 
 TF_TYPE = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
 TF_NAME = {"level": "compression_level", "window_bits": "window_bits", "mem_level": "mem_level",
@@ -123,3 +126,63 @@ def test_tensorflow_reads_what_the_in_place_writer_flushed(tmp_path):
         assert list(tf_record.tf_record_iterator(str(path))) == [b"a", b"b"]
         w.write(b"c")
     assert tf_read(path, None) == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_tail_raises_when_tensorflows_writer_starts_the_file_again(tmp_path, compression):
+    """A restarted job's ``tf.io.TFRecordWriter`` opens the same path again:
+    the file is truncated and written from its start, under the same inode.
+    The tail raises rather than hand out the new run's records after its
+    place as if they followed the old run's, whether the new run is still
+    short of the tail's place or already past it."""
+    path = tmp_path / "events"
+    options = tf.io.TFRecordOptions(TF_TYPE[compression])
+    run1 = [b"run 1, step %d" % i for i in range(4)]
+    with tf.io.TFRecordWriter(str(path), options) as w:
+        for r in run1:
+            w.write(r)
+    tail = RecordTail(path)
+    assert list(tail) == run1
+    run2 = [b"run 2, step %d" % i for i in range(8)]  # the same sizes: the framing lines up
+    with tf.io.TFRecordWriter(str(path), options) as w:
+        w.write(run2[0])
+        w.flush()
+        with pytest.raises(CorruptRecordError, match="the file was truncated: it is") as e:
+            next(tail)
+        assert (e.value.path, e.value.record) == (str(path), 4)
+        for r in run2[1:]:
+            w.write(r)
+    with pytest.raises(CorruptRecordError, match="truncated and written again") as e:
+        next(tail)
+    assert (e.value.path, e.value.record) == (str(path), 4)
+    assert list(RecordTail(path)) == tf_read(path, compression) == run2
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_tail_follows_tensorflows_writer_across_a_rotation(tmp_path, compression):
+    """TensorFlow's writer finishes a file, it is renamed away and a new one is
+    written under the name: the tail hands out the rest of the old file, then
+    the new file, as TensorFlow reads the two."""
+    path = tmp_path / "events"
+    options = tf.io.TFRecordOptions(TF_TYPE[compression])
+    records = payloads(20)
+    with tf.io.TFRecordWriter(str(path), options) as w:
+        for r in records[:5]:
+            w.write(r)
+        w.flush()
+        tail = RecordTail(path)
+        seen = list(tail)
+        for r in records[5:10]:
+            w.write(r)
+    os.rename(path, tmp_path / "events.1")
+    with tf.io.TFRecordWriter(str(path), options) as w:
+        for r in records[10:15]:
+            w.write(r)
+        w.flush()
+        seen.extend(tail)
+        assert seen == records[:15] and tail.replacements == 1
+        for r in records[15:]:
+            w.write(r)
+    seen.extend(tail)
+    tail.raise_if_truncated()
+    assert seen == tf_read(tmp_path / "events.1", compression) + tf_read(path, compression) == records

@@ -2,10 +2,14 @@
 header, a payload, a footer, a compressed block) yields the records complete
 before the cut, reports the rest as pending, and goes on from the same record
 once the file is completed; a corrupt complete record raises, again and again;
-a reader thread follows a writer thread record for record."""
+a reader thread follows a writer thread record for record. A path is
+followed by name: a file that replaces it is read from its start after the
+old one's end (a reader thread follows a rotating writer), and a file
+truncated, or truncated and written again, raises on every try."""
 
 import gzip
 import io
+import os
 import threading
 import time
 import zlib
@@ -182,3 +186,191 @@ def test_a_reader_thread_follows_a_writer_thread(tmp_path, compression):
     writer.join()
     assert not errors
     assert seen == payloads == list(read_records(path))
+
+
+def write_in_place(path, payloads, compression=None):
+    """What a writer that opens ``path`` again leaves: the file truncated and written from its start."""
+    with RecordWriter(path, compression=compression, atomic=False) as w:
+        for p in payloads:
+            w.write(p)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+@pytest.mark.parametrize("keep", [0, 30])
+def test_a_truncated_file_raises_naming_the_file_and_offset(tmp_path, compression, keep):
+    """A file cut below what the tail read of it never yields garbage or
+    stops as if the writer were slow: it raises, on every try."""
+    path = tmp_path / "events"
+    write_in_place(path, PAYLOADS, compression)
+    tail = RecordTail(path)
+    assert list(tail) == PAYLOADS
+    os.truncate(path, keep)
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match=rf"the file was truncated: it is {keep} bytes long") as e:
+            next(tail)
+        assert e.value.path == str(path)
+        assert (e.value.offset, e.value.record) == (sum(len(frame(p)) for p in PAYLOADS), len(PAYLOADS))
+        assert "open a new RecordTail" in str(e.value)
+    with pytest.raises(CorruptRecordError, match="truncated"):
+        tail.raise_if_truncated()
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+def test_a_file_written_again_in_place_raises(tmp_path, compression):
+    """A writer that opens the path again (``atomic=False`` here, TensorFlow's
+    writer too) truncates the same file and writes it from its start; once it
+    has written past the tail's place, the tail raises instead of handing out
+    the new records after that place as if they followed the old ones."""
+    path = tmp_path / "events"
+    first = [b"run 1, step %d" % i for i in range(3)]
+    write_in_place(path, first, compression)
+    tail = RecordTail(path, compression=compression)
+    assert list(tail) == first
+    inode = os.stat(path).st_ino
+    second = [b"run 2, step %d" % i for i in range(6)]  # the same sizes: the framing lines up
+    write_in_place(path, second, compression)
+    assert os.stat(path).st_ino == inode
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="truncated and written again") as e:
+            next(tail)
+        assert (e.value.path, e.value.record) == (str(path), 3)
+    assert list(RecordTail(path)) == second
+
+
+@pytest.mark.parametrize("publish", ["rename away, then a new file", "a new file renamed over it"])
+def test_a_replaced_file_is_followed_from_its_start(tmp_path, publish):
+    """Log-style rotation and an atomic publish both put a new file under the
+    name: the tail reads the old one to its end, then the new one from its
+    start (compression detected again), as read_records reads the two files."""
+    path = tmp_path / "events"
+    old = RecordWriter(path, atomic=False)
+    old.write(b"a1")
+    old.write(b"a2")
+    old.flush()
+    tail = RecordTail(path)
+    assert list(tail) == [b"a1", b"a2"]
+    old.write(b"a3")  # written after the tail's last look, before the rotation
+    old.close()
+    if publish == "rename away, then a new file":
+        os.rename(path, tmp_path / "events.1")
+        assert list(tail) == [b"a3"]  # nothing under the name yet: the old file stays open
+        new = RecordWriter(path, compression="gzip", atomic=False)
+        new.write(b"b1")
+        new.flush()
+    else:
+        os.link(path, tmp_path / "events.1")  # kept, for the oracle below
+        new = RecordWriter(tmp_path / "staged", compression="gzip", atomic=False)
+        new.write(b"b1")
+        new.flush()
+        os.rename(tmp_path / "staged", path)
+    assert list(tail) == ([b"b1"] if publish == "rename away, then a new file" else [b"a3", b"b1"])
+    assert (tail.replacements, tail.records, tail.compression) == (1, 1, "gzip")
+    new.write(b"b2")
+    new.close()
+    assert list(tail) == [b"b2"] and tail.offset == len(frame(b"b1")) + len(frame(b"b2"))
+    tail.raise_if_truncated()
+    tail.close()
+    assert list(read_records(tmp_path / "events.1")) == [b"a1", b"a2", b"a3"]
+    assert list(read_records(path)) == [b"b1", b"b2"]
+
+
+def test_a_replaced_file_that_ends_inside_a_record_raises(tmp_path):
+    path = tmp_path / "events"
+    path.write_bytes(frame(b"whole") + frame(b"cut")[:-3])
+    tail = RecordTail(path)
+    assert list(tail) == [b"whole"]
+    os.rename(path, tmp_path / "events.1")
+    path.write_bytes(frame(b"new"))
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="record 1 at byte offset 21: truncated record: a new file "
+                                                     "took the name, and the old one ends 16 bytes into this record"):
+            list(tail)
+
+
+def test_raise_if_truncated_keeps_the_old_files_records_when_replaced(tmp_path):
+    path = tmp_path / "events"
+    path.write_bytes(frame(b"a1"))
+    tail = RecordTail(path)
+    assert list(tail) == [b"a1"]
+    with open(path, "ab") as f:
+        f.write(frame(b"a2") + frame(b"a3"))
+    os.rename(path, tmp_path / "events.1")
+    path.write_bytes(frame(b"b1"))
+    tail.raise_if_truncated()
+    assert list(tail) == [b"a2", b"a3", b"b1"] and tail.replacements == 1
+
+
+def test_a_reader_thread_follows_a_rotating_writer(tmp_path):
+    """The writer rotates log-style (closes the file, renames it to
+    ``events.<k>``, starts a new one) once the reader follows the current one;
+    the reader gets every record of every file once, in order."""
+    path = tmp_path / "events"
+    files = [[f"file {k} event {i}".encode() * (1 + i % 9) for i in range(300)] for k in range(4)]
+    finished = threading.Event()
+    errors: list[BaseException] = []
+    tail_box: list[RecordTail] = []
+
+    def write():
+        try:
+            for k, payloads in enumerate(files):
+                while k and tail_box[0].replacements < k - 1:  # the reader must see each file under the name
+                    time.sleep(0.001)
+                if k:
+                    os.rename(path, tmp_path / f"events.{k - 1}")
+                with RecordWriter(path, compression="gzip" if k % 2 else None, atomic=False) as w:
+                    if not k:
+                        tail_box.append(RecordTail(path))
+                    for i, p in enumerate(payloads):
+                        w.write(p)
+                        if i % 7 == 0:
+                            w.flush()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+        finally:
+            finished.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while not tail_box and not finished.is_set():
+        time.sleep(0.001)
+    seen: list[bytes] = []
+    with tail_box[0] as tail:
+        while True:
+            done = finished.is_set()
+            seen.extend(tail)
+            if done:
+                break
+            time.sleep(0.001)
+        tail.raise_if_truncated()
+        assert tail.replacements == len(files) - 1
+    writer.join()
+    assert not errors
+    assert seen == [p for payloads in files for p in payloads]
+
+
+def test_a_file_written_again_between_the_check_and_the_read_raises(tmp_path):
+    """The tail compares the file with what it read before each read; a
+    writer that truncates and writes the file again right after that check
+    is caught after the read, before any of the new bytes are handed out."""
+    path = tmp_path / "events"
+    first = [b"run 1, step %d" % i for i in range(3)]
+    second = [b"run 2, step %d" % i for i in range(6)]  # the same sizes: the framing lines up
+    write_in_place(path, first)
+    tail = RecordTail(path)
+    assert list(tail) == first
+    followed = tail._followed
+    opened = followed.file
+
+    class WrittenAgainBeforeTheRead:
+        def read(self, size):
+            write_in_place(path, second)
+            followed.file = opened
+            return opened.read(size)
+
+        def fileno(self):
+            return opened.fileno()
+
+    followed.file = WrittenAgainBeforeTheRead()
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="truncated and written again"):
+            next(tail)  # not run 2's record 3, as if it followed run 1's record 2

@@ -504,3 +504,96 @@ def test_sharded_writer_takes_compression_options_like_record_writer(tmp_path):
     with pytest.raises(TypeError, match="compression_options must be a CompressionOptions"):
         ShardedWriter(tmp_path / "bad", name="d", compression="gzip", compression_options={"level": 1})
     assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())
+
+
+GZIP_XFL = {1: 4, 9: 2}  # the gzip header's XFL byte zlib writes: 4 "fastest" (level 1), 2 "maximum" (level 9)
+
+
+@pytest.mark.parametrize("how", ["write_dataset", "cli"])
+def test_gzip_shards_take_compression_options(tmp_path, how):
+    """A conversion with a compression level writes, per shard, the bytes
+    RecordWriter writes with the same CompressionOptions (its bytes are
+    TensorFlow's, tests/scenarios/tensorflow/test_writer.py); tf.data reads
+    the records of the uncompressed conversion from them, and the level is in
+    the gzip header."""
+    from tfrecord_torch import CompressionOptions, RecordWriter
+
+    source = torchvision.datasets.FakeData(size=10)  # as `convert FakeData --size 10` builds it
+
+    def convert(out, level=None):
+        if how == "cli":
+            gzip = ["--compression", "gzip", "--compression-level", str(level)] if level is not None else []
+            assert main(["convert", "FakeData", str(out), "--size", "10", "--num-shards", "2", "-q", *gzip]) == 0
+            return sorted(str(p) for p in out.glob("fakedata-train.tfrecord-*-of-*") if ".index" not in p.name)
+        layout = ShardLayout(count=2) if level is None else \
+            ShardLayout(count=2, compression="gzip", compression_options=CompressionOptions(level=level))
+        return write_dataset(source, out, name="fakedata", shards=layout, execution=Execution(progress=False))
+
+    expected = [list(read_records(p)) for p in convert(tmp_path / "plain")]
+    for level in (1, 9):
+        paths = convert(tmp_path / f"level{level}", level)
+        assert len(paths) == 2
+        for path, records in zip(paths, expected):
+            ds = tf.data.TFRecordDataset(path, compression_type="GZIP")
+            assert [r.numpy() for r in ds] == records
+            data = Path(path).read_bytes()
+            assert data[8] == GZIP_XFL[level]
+            with RecordWriter(tmp_path / "single.gz", compression="gzip",
+                              compression_options=CompressionOptions(level=level)) as w:
+                for r in records:
+                    w.write(r)
+            assert data == (tmp_path / "single.gz").read_bytes()
+
+
+def test_compression_options_are_checked_naming_the_argument(tmp_path, capsys):
+    from tfrecord_torch import CompressionOptions
+
+    with pytest.raises(ValueError, match=r"ShardLayout.compression_options needs ShardLayout\(compression='gzip'\)"):
+        ShardLayout(compression_options=CompressionOptions(level=9))
+    with pytest.raises(TypeError, match="ShardLayout.compression_options must be a CompressionOptions"):
+        ShardLayout(compression="gzip", compression_options={"level": 9})
+    with pytest.raises(ValueError, match=r"level must be an int in \[-1, 9\], got 10"):
+        ShardLayout(compression="gzip", compression_options=CompressionOptions(level=10))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit):
+        main(["convert", "FakeData", str(out), "--compression", "gzip", "--compression-level", "10"])
+    assert "argument --compression-level: invalid choice: 10" in capsys.readouterr().err
+    assert main(["convert", "FakeData", str(out), "--size", "4", "--compression-level", "9"]) == 1
+    assert "--compression-level 9 needs --compression gzip" in capsys.readouterr().err
+    assert not out.exists()
+
+
+class FailsOnce(torch.utils.data.Dataset):
+    """Sample 5 raises while ``failing`` is set: a run stops after shard 0 of two."""
+
+    failing = True
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5 and FailsOnce.failing:
+            raise RuntimeError("sample 5 is not there yet")
+        return np.full((4, 4, 3), i, np.uint8), i % 2
+
+
+def test_a_rerun_with_another_compression_level_writes_the_shards_again(tmp_path):
+    """The compression options are part of what a conversion writes: a rerun
+    after a failure keeps the finished shards of a run with the same options
+    only, so the shards never mix levels."""
+    from tfrecord_torch import CompressionOptions
+
+    def run(level):
+        return write_dataset(FailsOnce(), tmp_path, name="flaky", shuffle=False,
+                             shards=ShardLayout(count=2, compression="gzip",
+                                                compression_options=CompressionOptions(level=level)),
+                             execution=Execution(num_workers=0, retries=0, progress=False))
+
+    FailsOnce.failing = True
+    with pytest.raises(RuntimeError, match="sample 5"):
+        run(1)
+    FailsOnce.failing = False
+    paths = run(9)
+    assert [Path(p).read_bytes()[8] for p in paths] == [GZIP_XFL[9]] * 2
+    labels = [int(r["label"]) for p in paths for r in tf_records(Path(p).parent, Path(p).name, "GZIP")]
+    assert labels == [i % 2 for i in range(8)]
