@@ -40,9 +40,6 @@ FEATURES = {"id": Int64()}
 @pytest.fixture(scope="module")
 def s3():
     server = S3()
-    # a new filesystem object per call: with fsspec's cached one, the first test here has read its
-    # shards by ranges, never from copies, when run after others on an xdist worker (not yet understood)
-    server.options["skip_instance_cache"] = True
     yield from with_bucket(server)
 
 
@@ -227,3 +224,37 @@ def test_an_unwritable_cache_folder_reads_by_ranges(s3, shards, folder, caplog, 
     finally:
         if folder.exists():
             folder.chmod(0o700)
+
+
+def write_shard(url: str, ids, storage_options) -> None:
+    with RecordWriter(url, storage_options=storage_options) as w:
+        for i in ids:
+            w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
+
+
+@pytest.mark.parametrize("cache", ["auto", None])
+def test_a_dataset_made_again_after_another_writer_rewrote_a_shard_reads_the_new_shard(s3, folder, cache, tmp_path,
+                                                                                       monkeypatch):
+    """One process keeps fsspec's filesystem object (and its listings) all along, as a
+    user's does, and makes a dataset of the pattern for each epoch: a shard rewritten by
+    another writer between two epochs (larger: 150 records, not 100) is read whole by
+    the next dataset, the other shards from their copies; the new object is copied
+    once, and nothing of it is read by ranges."""
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))  # no index another test cached
+    urls = [f"s3://bucket/rewritten/train-{k}.tfrecord" for k in range(4)]
+    for k, url in enumerate(urls):
+        write_shard(url, range(100 * k, 100 * (k + 1)), s3.options)
+    pattern, source = "s3://bucket/rewritten/train-*.tfrecord", Source(cache=cache)
+    for epoch in (0, 1):  # a dataset made for each epoch
+        assert sorted(loader_ids(shuffled(pattern, s3, source=source), epoch)) == list(range(400))
+    other_writer = {**s3.options, "skip_instance_cache": True}  # another process's filesystem object
+    write_shard(urls[2], range(1000, 1150), other_writer)
+    new_size = s3.fs().info(urls[2].split("://", 1)[1], refresh=True)["size"]
+    s3.requests.clear()
+    got = loader_ids(shuffled(pattern, s3, source=source), 2)
+    assert sorted(got) == [*range(200), *range(300, 400), *range(1000, 1150)]
+    if cache is not None:
+        rewritten = "/" + urls[2].split("://", 1)[1]
+        gets = [r for m, path, r in s3.requests if m == "GET" and path == rewritten]
+        assert sorted(gets, key=str) == sorted([f"bytes=0-{new_size - 1}", "bytes=0-11"], key=str)  # copy, sniff
+        assert shard_requests(s3, [u for u in urls if u != urls[2]]) == {}  # read from their copies

@@ -44,6 +44,29 @@ def _is_file(info: dict) -> bool:
     return info.get("type", "file") == "file"
 
 
+def _forget_listings(fs, path: str) -> None:
+    """Drop what ``fs`` remembers of listings at, above and below ``path``, so the next
+    listing asks the store. fsspec keeps one filesystem object per set of options for
+    the life of the process, and s3fs or gcsfs answer a glob, an ``ls`` or an ``info``
+    from that object's listing cache: an object another writer has rewritten since
+    would be listed with its former size and version, and the shards' copies, cached
+    indexes and record counts keyed on those."""
+    root = path.rstrip("/")
+    fs.invalidate_cache(root)
+    listings = getattr(fs, "dircache", None)
+    if listings:
+        for key in [k for k in list(listings) if k.startswith(root + "/")]:
+            listings.pop(key, None)
+
+
+def _glob_root(path: str) -> str:
+    """The folder a glob's matches lie under: its path up to the folder of the first magic character."""
+    import re
+
+    magic = re.search(r"[*?[]", path)
+    return path if magic is None else path[: magic.start()].rsplit("/", 1)[0]
+
+
 def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
     """Files matching paths, globs and folders, local or remote (see shards.expand_paths)."""
     return list_files(patterns, storage_options, skip).files
@@ -135,6 +158,7 @@ def _list_index_folders(files: list[str], storage_options: dict | None, stats: d
         protocol = url.split("://", 1)[0]
         if protocol not in _LISTABLE:
             continue
+        _forget_listings(fs, p)
         try:
             entries = retrying("list", url, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
@@ -193,6 +217,7 @@ def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, 
             continue
         fs, p = filesystem(parent, storage_options)
         protocol = parent.split("://", 1)[0]
+        _forget_listings(fs, p)
         try:
             entries = retrying("list", parent, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
@@ -227,6 +252,7 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
 
     fs, p = filesystem(item, storage_options)
     protocol = item.split("://", 1)[0]
+    _forget_listings(fs, _glob_root(p) if globlib.has_magic(p) else p)
     if globlib.has_magic(p):
         infos = retrying("glob", item, lambda: fs.glob(p, detail=True))
         _list_siblings(fs, protocol, p, infos, stats, folders)
