@@ -232,19 +232,21 @@ def write_shard(url: str, ids, storage_options) -> None:
             w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
 
 
-@pytest.mark.parametrize("cache", ["auto", None])
-def test_a_dataset_made_again_after_another_writer_rewrote_a_shard_reads_the_new_shard(s3, folder, cache, tmp_path,
-                                                                                       monkeypatch):
+@pytest.mark.parametrize(("cache", "named"), [("auto", "glob"), (None, "glob"), (None, "folder"), (None, "list")])
+def test_a_dataset_made_again_after_another_writer_rewrote_a_shard_reads_the_new_shard(s3, folder, cache, named,
+                                                                                       tmp_path, monkeypatch):
     """One process keeps fsspec's filesystem object (and its listings) all along, as a
-    user's does, and makes a dataset of the pattern for each epoch: a shard rewritten by
-    another writer between two epochs (larger: 150 records, not 100) is read whole by
-    the next dataset, the other shards from their copies; the new object is copied
-    once, and nothing of it is read by ranges."""
+    user's does, and makes a dataset of the shards (a glob, their folder or a list of
+    them) for each epoch: a shard rewritten by another writer between two epochs
+    (larger: 150 records, not 100) is read whole by the next dataset; with the shard
+    cache, the new object is copied once and not read by ranges, the other shards are
+    read from their copies."""
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))  # no index another test cached
     urls = [f"s3://bucket/rewritten/train-{k}.tfrecord" for k in range(4)]
     for k, url in enumerate(urls):
         write_shard(url, range(100 * k, 100 * (k + 1)), s3.options)
-    pattern, source = "s3://bucket/rewritten/train-*.tfrecord", Source(cache=cache)
+    pattern = {"glob": "s3://bucket/rewritten/train-*.tfrecord", "folder": "s3://bucket/rewritten", "list": urls}[named]
+    source = Source(cache=cache)
     for epoch in (0, 1):  # a dataset made for each epoch
         assert sorted(loader_ids(shuffled(pattern, s3, source=source), epoch)) == list(range(400))
     other_writer = {**s3.options, "skip_instance_cache": True}  # another process's filesystem object

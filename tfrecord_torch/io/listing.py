@@ -44,19 +44,22 @@ def _is_file(info: dict) -> bool:
     return info.get("type", "file") == "file"
 
 
-def _forget_listings(fs, path: str) -> None:
-    """Drop what ``fs`` remembers of listings at, above and below ``path``, so the next
-    listing asks the store. fsspec keeps one filesystem object per set of options for
-    the life of the process, and s3fs or gcsfs answer a glob, an ``ls`` or an ``info``
-    from that object's listing cache: an object another writer has rewritten since
-    would be listed with its former size and version, and the shards' copies, cached
-    indexes and record counts keyed on those."""
-    root = path.rstrip("/")
-    fs.invalidate_cache(root)
+def _forget_listings(fs, path: str, *, parent: bool = True) -> None:
+    """Drop what ``fs`` remembers of the listings of ``path``, of the folders below it
+    and (``parent``) of its folder, so the next listing or ``info`` of them asks the
+    store. fsspec keeps one filesystem object per set of options for the life of the
+    process, and s3fs or gcsfs answer a glob, an ``ls`` or an ``info`` from that
+    object's listing cache: an object another writer has rewritten since would be
+    listed with its former size and version, and the shards' copies, cached indexes
+    and record counts keyed on those. (``fs.invalidate_cache`` of s3fs drops every
+    folder above too: the shards' folder, just listed, when its index folder is.)"""
     listings = getattr(fs, "dircache", None)
-    if listings:
-        for key in [k for k in list(listings) if k.startswith(root + "/")]:
-            listings.pop(key, None)
+    if not listings:
+        return
+    root = path.rstrip("/")
+    above = root.rsplit("/", 1)[0] if parent and "/" in root else None
+    for key in [k for k in list(listings) if k == root or k == above or k.startswith(root + "/")]:
+        listings.pop(key, None)
 
 
 def _glob_root(path: str) -> str:
@@ -158,7 +161,7 @@ def _list_index_folders(files: list[str], storage_options: dict | None, stats: d
         protocol = url.split("://", 1)[0]
         if protocol not in _LISTABLE:
             continue
-        _forget_listings(fs, p)
+        _forget_listings(fs, p, parent=False)
         try:
             entries = retrying("list", url, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
