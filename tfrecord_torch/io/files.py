@@ -49,14 +49,39 @@ S3_CONNECTIONS = 32  # connections of an S3 filesystem, unless given: io/ranges.
 def filesystem(url: str, storage_options: dict | None):
     """The fsspec filesystem and path of ``url``. An S3 filesystem gets
     ``config_kwargs={"max_pool_connections": 32}`` unless the options say
-    otherwise (botocore's default of 10 would hold back requests in flight)."""
+    otherwise (botocore's default of 10 would hold back requests in flight).
+
+    With ``skip_instance_cache=True`` in the options, fsspec builds a new
+    filesystem object on every call (for S3 a new client: about 0.1 s of CPU,
+    and a cold shuffled epoch over 24 shards makes some 240 calls); this
+    process then keeps one for the package's own reads, per protocol and
+    options, never shared with the caller's objects nor with a forked child."""
     import fsspec
 
     options = storage_options or {}
     if url.startswith(("s3://", "s3a://")) and "max_pool_connections" not in (options.get("config_kwargs") or {}):
         options = {**options, "config_kwargs": {**(options.get("config_kwargs") or {}),
                                                 "max_pool_connections": S3_CONNECTIONS}}
-    return fsspec.core.url_to_fs(url, **options)
+    if not options.get("skip_instance_cache") or "::" in url:  # fsspec keeps one itself (chained URLs: always)
+        return fsspec.core.url_to_fs(url, **options)
+    protocol = fsspec.core.split_protocol(url)[0] or "file"
+    cls = fsspec.get_filesystem_class(protocol)
+    key = (protocol, fsspec.utils.tokenize(options, cls._get_kwargs_from_urls(url)))
+    with _own_lock:
+        if _own_pid[0] != os.getpid():  # a forked child: the parent's objects hold its connections and loop
+            _own.clear()
+            _own_pid[0] = os.getpid()
+        system = _own.get(key)
+        if system is None:
+            system, path = fsspec.core.url_to_fs(url, **options)
+            _own[key] = system
+            return system, path
+    return system, cls._strip_protocol(url)
+
+
+_own: dict[tuple[str, str], Any] = {}  # filesystem() of options with skip_instance_cache, for this process
+_own_pid = [os.getpid()]
+_own_lock = threading.Lock()
 
 
 def size_and_version(path, storage_options: dict | None = None) -> tuple[int, str]:

@@ -44,6 +44,32 @@ def _is_file(info: dict) -> bool:
     return info.get("type", "file") == "file"
 
 
+def _forget_listings(fs, path: str, *, parent: bool = True) -> None:
+    """Drop what ``fs`` remembers of the listings of ``path``, of the folders below it
+    and (``parent``) of its folder, so the next listing or ``info`` of them asks the
+    store. fsspec keeps one filesystem object per set of options for the life of the
+    process, and s3fs or gcsfs answer a glob, an ``ls`` or an ``info`` from that
+    object's listing cache: an object another writer has rewritten since would be
+    listed with its former size and version, and the shards' copies, cached indexes
+    and record counts keyed on those. (``fs.invalidate_cache`` of s3fs drops every
+    folder above too: the shards' folder, just listed, when its index folder is.)"""
+    listings = getattr(fs, "dircache", None)
+    if not listings:
+        return
+    root = path.rstrip("/")
+    above = root.rsplit("/", 1)[0] if parent and "/" in root else None
+    for key in [k for k in list(listings) if k == root or k == above or k.startswith(root + "/")]:
+        listings.pop(key, None)
+
+
+def _glob_root(path: str) -> str:
+    """The folder a glob's matches lie under: its path up to the folder of the first magic character."""
+    import re
+
+    magic = re.search(r"[*?[]", path)
+    return path if magic is None else path[: magic.start()].rsplit("/", 1)[0]
+
+
 def expand(patterns, storage_options: dict | None, skip: tuple) -> list[str]:
     """Files matching paths, globs and folders, local or remote (see shards.expand_paths)."""
     return list_files(patterns, storage_options, skip).files
@@ -135,6 +161,7 @@ def _list_index_folders(files: list[str], storage_options: dict | None, stats: d
         protocol = url.split("://", 1)[0]
         if protocol not in _LISTABLE:
             continue
+        _forget_listings(fs, p, parent=False)
         try:
             entries = retrying("list", url, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
@@ -193,6 +220,7 @@ def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, 
             continue
         fs, p = filesystem(parent, storage_options)
         protocol = parent.split("://", 1)[0]
+        _forget_listings(fs, p)
         try:
             entries = retrying("list", parent, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
@@ -227,6 +255,7 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
 
     fs, p = filesystem(item, storage_options)
     protocol = item.split("://", 1)[0]
+    _forget_listings(fs, _glob_root(p) if globlib.has_magic(p) else p)
     if globlib.has_magic(p):
         infos = retrying("glob", item, lambda: fs.glob(p, detail=True))
         _list_siblings(fs, protocol, p, infos, stats, folders)
