@@ -3,18 +3,29 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-if "TFRECORD_TORCH_CACHE" not in os.environ:  # each test process its own index cache, never the user's
-    import tempfile
 
-    os.environ["TFRECORD_TORCH_CACHE"] = tempfile.mkdtemp(prefix="tfrecord-torch-test-cache-")
-if "TFRECORD_TORCH_SHARD_CACHE" not in os.environ:  # remote shards are copied by default: never into ~/.cache
+
+def _own_folder(var: str, prefix: str) -> None:
+    """A folder of this test process's own in ``var``, never the user's
+    ``~/.cache``, unless the user set ``var``. An xdist worker inherits the
+    controller's environment: with one folder for all, a worker's copy of
+    ``s3://bucket/key`` (same key and ETag on another worker's server) or its
+    cached index could answer another worker's reads (a test was seen to
+    find its indexes cached before it made them)."""
     import atexit
     import shutil
     import tempfile
 
-    _shards, _owner = tempfile.mkdtemp(prefix="tfrecord-torch-test-shards-"), os.getpid()
-    os.environ["TFRECORD_TORCH_SHARD_CACHE"] = _shards
-    atexit.register(lambda: os.getpid() == _owner and shutil.rmtree(_shards, ignore_errors=True))
+    marker = f"_{var}_OF_TESTS"  # the pid of the test process that made the folder
+    if var in os.environ and marker not in os.environ or os.environ.get(marker) == str(os.getpid()):
+        return
+    folder, owner = tempfile.mkdtemp(prefix=prefix), os.getpid()
+    os.environ[var], os.environ[marker] = folder, str(owner)
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
+
+
+_own_folder("TFRECORD_TORCH_CACHE", "tfrecord-torch-test-cache-")  # index files
+_own_folder("TFRECORD_TORCH_SHARD_CACHE", "tfrecord-torch-test-shards-")  # remote shards are copied by default
 sys.path.insert(0, os.path.dirname(__file__))  # tests/helpers.py
 
 # torchvision (and the triton it imports with CUDA builds of torch) must load
