@@ -7,7 +7,7 @@
 - ``example/_fastwire``: tf.train.Example / SequenceExample decoding for the
   common case, and a whole framed record read (pread, CRCs, decode) for random
   access; without it, learned layouts and protobuf decode.
-- ``records/_frames``: a run of adjacent framed records read with one pread,
+- ``records/_frames``: a run of adjacent framed records read straight into their payloads,
   lengths and CRCs checked; without it, the records are read and scanned in
   Python. Both record readers link ``records/_crc32c.c``.
 

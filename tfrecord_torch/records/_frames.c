@@ -1,5 +1,5 @@
 /* Framed records of an indexed shard read in C: a run of adjacent records
- * (records/frames.py) with one positioned read, lengths and CRCs checked.
+ * (records/frames.py) read straight into their payloads, lengths and CRCs checked.
  * Built with _crc32c.c (the same CRC-32C _fastwire's one-record reads use);
  * numpy's C API reads the index. */
 #define PY_SSIZE_T_CLEAN
@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 void tfr_crc32c_setup(void);
@@ -18,23 +19,76 @@ uint32_t tfr_masked_crc32c(const uint8_t *p, size_t n);
 
 /* read_frames(fd, index, r0, r1, verify, crc): records r0..r1-1 of a shard
  * (index: int64 [n, 2] of offsets and frame sizes), adjacent in the file,
- * read with one pread (GIL released) and checked as one framed record is checked:
- * a list of their payloads (bytes). Payload CRCs of more than 1 KiB are
+ * read with positioned reads (GIL released) and checked as one framed record is
+ * checked: a list of their payloads (bytes). Payload CRCs of more than 1 KiB are
  * computed by crc (the crc32c package's function, which is faster on long
  * buffers). None for anything else: records that are not adjacent, more than
  * 64 MiB at once, offsets or sizes that are negative or overflow, a short
  * read, a length or CRC that does not match.
  *
+ * Each payload is read straight into its bytes object (preadv: the headers and
+ * footers into a small array beside them), not into one buffer of the whole
+ * run that is then copied out: a fresh multi-megabyte buffer costs a page fault
+ * per 4 KiB every call, more than the read itself, in a process whose
+ * allocator hands such buffers back to the kernel (a DataLoader worker).
+ *
  * The rows used are copied out of the index first and every offset and size
  * is checked on the copy: the GIL is released during the read and crc runs
  * Python code, so the caller's array may change before the frames are cut. */
+#define IOV_BATCH 1024 /* iovecs per preadv call: Linux's and macOS's IOV_MAX */
+
+/* Reads frames [0, n) of spans into payloads' bytes and heads (16 bytes per frame: its header's 12,
+ * then its footer's 4), from file offset start; 0, or -1 on a short read or an error. */
+static int read_into(int fd, int64_t start, const int64_t *spans, Py_ssize_t n, PyObject *payloads,
+                     uint8_t *heads) {
+    struct iovec iov[IOV_BATCH];
+    int count = 0;
+    int64_t pos = start, want = 0;
+    Py_ssize_t r;
+    ssize_t got;
+
+    /* the bytes lie in this order: header 0 (12), payload 0, footer 0 + header 1 (16: adjacent in
+     * heads), payload 1, ..., footer n-1 (4) */
+    for (r = 0; r <= n; r++) {
+        if (count + 2 > IOV_BATCH) { /* room for this record's two iovecs, or read what is queued */
+            Py_BEGIN_ALLOW_THREADS
+            got = preadv(fd, iov, count, (off_t)pos);
+            Py_END_ALLOW_THREADS
+            if (got != (ssize_t)want) {
+                return -1;
+            }
+            pos += want;
+            count = 0;
+            want = 0;
+        }
+        if (r == 0) {
+            iov[count].iov_base = heads;
+            iov[count++].iov_len = 12;
+            want += 12;
+        } else {
+            iov[count].iov_base = heads + 16 * (r - 1) + 12;
+            iov[count++].iov_len = r < n ? 16 : 4;
+            want += r < n ? 16 : 4;
+        }
+        if (r < n) {
+            iov[count].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(payloads, r));
+            iov[count++].iov_len = (size_t)(spans[2 * r + 1] - 16);
+            want += spans[2 * r + 1] - 16;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    got = preadv(fd, iov, count, (off_t)pos);
+    Py_END_ALLOW_THREADS
+    return got == (ssize_t)want ? 0 : -1;
+}
+
 static PyObject *read_frames(PyObject *self, PyObject *args) {
     int fd, verify;
-    Py_ssize_t r0, r1, r, n, got, total;
+    Py_ssize_t r0, r1, r, n;
     PyObject *index, *crc, *out = NULL;
     PyArrayObject *ix;
     int64_t *spans = NULL, start, end;
-    uint8_t *buf = NULL, *p;
+    uint8_t *heads = NULL;
 
     if (!PyArg_ParseTuple(args, "iOnnpO", &fd, &index, &r0, &r1, &verify, &crc)) {
         return NULL;
@@ -52,7 +106,8 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     memcpy(spans, (const int64_t *)PyArray_DATA(ix) + 2 * r0, sizeof(int64_t) * 2 * (size_t)n);
     /* each sum below stays under start + MAX_SPAN, which cannot overflow */
     start = end = spans[0];
-    if (start < 0 || start > INT64_MAX - MAX_SPAN) {
+    if (start < 0 || start > INT64_MAX - MAX_SPAN || (int64_t)(off_t)start != start ||
+        (int64_t)(off_t)(start + MAX_SPAN) != start + MAX_SPAN) {
         goto fallback;
     }
     for (r = 0; r < n; r++) {
@@ -61,40 +116,39 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
         }
         end += spans[2 * r + 1];
     }
-    total = (Py_ssize_t)(end - start);
-    if ((buf = PyMem_Malloc((size_t)total)) == NULL) {
-        PyMem_Free(spans);
-        return PyErr_NoMemory();
+    /* n frames of at least 16 bytes each fit in MAX_SPAN: 16 * n cannot overflow */
+    if ((heads = PyMem_Malloc(16 * (size_t)n)) == NULL || (out = PyList_New(n)) == NULL) {
+        goto error;
     }
-    Py_BEGIN_ALLOW_THREADS
-    got = pread(fd, buf, (size_t)total, (off_t)start);
-    Py_END_ALLOW_THREADS
-    if (got != total || (out = PyList_New(n)) == NULL) {
-        goto fallback;
-    }
-    for (r = 0, p = buf; r < n; p += spans[2 * r + 1], r++) {
-        uint64_t length;
-        uint32_t stored, sum;
-        PyObject *payload;
-        memcpy(&length, p, 8);
-        if (length != (uint64_t)spans[2 * r + 1] - 16) {
-            goto fallback;
-        }
-        memcpy(&stored, p + 8, 4);
-        if (verify && tfr_masked_crc32c(p, 8) != stored) {
-            goto fallback;
-        }
-        payload = PyBytes_FromStringAndSize((const char *)p + 12, (Py_ssize_t)length);
+    for (r = 0; r < n; r++) { /* filled below, before anyone else sees them */
+        PyObject *payload = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(spans[2 * r + 1] - 16));
         if (payload == NULL) {
             goto error;
         }
         PyList_SET_ITEM(out, r, payload);
+    }
+    if (read_into(fd, start, spans, n, out, heads) != 0) {
+        goto fallback;
+    }
+    for (r = 0; r < n; r++) {
+        const uint8_t *head = heads + 16 * r;
+        PyObject *payload = PyList_GET_ITEM(out, r);
+        uint64_t length;
+        uint32_t stored, sum;
+        memcpy(&length, head, 8);
+        if (length != (uint64_t)spans[2 * r + 1] - 16) {
+            goto fallback;
+        }
+        memcpy(&stored, head + 8, 4);
+        if (verify && tfr_masked_crc32c(head, 8) != stored) {
+            goto fallback;
+        }
         if (!verify) {
             continue;
         }
-        memcpy(&stored, p + 12 + length, 4);
+        memcpy(&stored, head + 12, 4);
         if (length <= 1024) {
-            sum = tfr_masked_crc32c(p + 12, (size_t)length);
+            sum = tfr_masked_crc32c((const uint8_t *)PyBytes_AS_STRING(payload), (size_t)length);
         } else {
             PyObject *value = PyObject_CallOneArg(crc, payload);
             unsigned long plain;
@@ -113,18 +167,18 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
         }
     }
     PyMem_Free(spans);
-    PyMem_Free(buf);
+    PyMem_Free(heads);
     return out;
 fallback:
     Py_XDECREF(out);
     PyMem_Free(spans);
-    PyMem_Free(buf);
+    PyMem_Free(heads);
     Py_RETURN_NONE;
 error:
     Py_XDECREF(out);
     PyMem_Free(spans);
-    PyMem_Free(buf);
-    return NULL;
+    PyMem_Free(heads);
+    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 }
 
 static PyMethodDef methods[] = {

@@ -1,10 +1,12 @@
 """A run of adjacent records of an indexed shard, read at once.
 
-:func:`read_frames` reads records ``r0`` to ``r1 - 1`` of a local shard with
-one positioned read and checks each frame (its length against the index,
-both CRCs when asked), in C where ``records/_frames.c`` was built. It never
-raises for bad data: anything it does not vouch for is left to the usual
-path (:func:`~tfrecord_torch.records.scan.scan` and
+:func:`read_frames` reads records ``r0`` to ``r1 - 1`` of a local shard, each
+payload straight into its bytes object (a ``preadv`` per 511 records, no
+buffer of the whole run to fault in and copy out), and checks each frame
+(its length against the index, both CRCs when asked), in C where
+``records/_frames.c`` was built. It never raises for bad data: anything it
+does not vouch for is left to the usual path
+(:func:`~tfrecord_torch.records.scan.scan` and
 :func:`~tfrecord_torch.records.framing.parse_frame`), which names the file,
 offset and record in its error. Stream reading of whole files is
 :mod:`.framing`.
@@ -43,8 +45,8 @@ def compiled_frames() -> bool:
 def read_frames(fd: int, index: np.ndarray, r0: int, r1: int, verify: bool,
                 crc: Callable[[bytes], int]) -> list[bytes] | None:
     """The payloads of records ``r0`` to ``r1 - 1`` of a shard (``index``: its
-    int64 [n, 2] offsets and frame sizes), adjacent in the file, read with one
-    positioned read from the open file ``fd`` and checked (``crc``: the crc32c
+    int64 [n, 2] offsets and frame sizes), adjacent in the file, read with positioned
+    reads from the open file ``fd`` and checked (``crc``: the crc32c
     package's function, for long payloads); None where the usual path must
     read them (records not adjacent, over 64 MiB at once, a short read, a
     length or CRC that does not match). Where the compiled reader is built

@@ -278,3 +278,69 @@ def test_read_frames_equals_the_records_or_leaves_them(tmp_path):
             assert unchecked[r] != payloads[r] and unchecked[:r] == payloads[:r]
         finally:
             os.close(fd)
+
+
+def _indexed_shard(path, payloads):
+    with RecordWriter(path) as w:
+        for p in payloads:
+            w.write(p)
+    build_index(path)
+    return load_index(f"{path}.index")
+
+
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+def test_read_frames_of_runs_longer_than_one_read_call(tmp_path):
+    """Runs of more records than one vectored read takes (511): every payload,
+    the empty ones too, whatever run is asked; a file cut short or a frame
+    damaged in a later call leaves the run to the usual path."""
+    path = tmp_path / "many.tfrecord"
+    payloads = [bytes([i % 251]) * (i % 7 * 300) for i in range(1200)]  # empty, short and over 1 KiB
+    index = _indexed_shard(path, payloads)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for r0, r1 in [(0, 1200), (0, 511), (0, 512), (510, 1023), (1, 1200), (1199, 1200)]:
+            assert frames.read_frames(fd, index, r0, r1, True, crc32c) == payloads[r0:r1]
+            assert frames.read_frames(fd, index, r0, r1, False, crc32c) == payloads[r0:r1]
+    finally:
+        os.close(fd)
+    data = path.read_bytes()
+    damaged = bytearray(data)
+    damaged[int(index[1000, 0]) + int(index[1000, 1]) - 1] ^= 1  # record 1000's footer (its payload's CRC)
+    path.write_bytes(bytes(damaged))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert frames.read_frames(fd, index, 0, 1200, True, crc32c) is None
+        assert frames.read_frames(fd, index, 0, 1200, False, crc32c) == payloads  # only a CRC is wrong
+    finally:
+        os.close(fd)
+    path.write_bytes(data[:-3])  # the last footer cut short: the last call's read comes back short
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for verify in (True, False):
+            assert frames.read_frames(fd, index, 0, 1200, verify, crc32c) is None
+            assert frames.read_frames(fd, index, 0, 1199, verify, crc32c) == payloads[:1199]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+def test_read_frames_reads_payloads_with_no_buffer_of_the_run(tmp_path):
+    """Each payload is read straight into its bytes: what a run's read
+    allocates at its peak is the payloads and a little more, not a buffer of
+    the whole run beside them (a fresh one per call costs a page fault per
+    4 KiB in a DataLoader worker)."""
+    import tracemalloc
+
+    path = tmp_path / "big.tfrecord"
+    payloads = [bytes([i]) * 100_000 for i in range(40)]  # 4 MB in all
+    index = _indexed_shard(path, payloads)
+    fd = os.open(path, os.O_RDONLY)
+    tracemalloc.start()
+    try:
+        got = frames.read_frames(fd, index, 0, 40, True, crc32c)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        os.close(fd)
+    assert got == payloads
+    assert peak < 1.1 * sum(map(len, payloads))
