@@ -426,3 +426,28 @@ def test_a_cold_epoch_fetches_each_shard_once(s3, shards, tmp_path, slow_fills, 
     assert fetched <= 1.3 * sum(sizes.values())
     assert shardcache.shard_cache_usage(cache)[0] == SHARDS
     assert no_leftovers(tmp_path / "shards")
+
+
+def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shards, tmp_path, monkeypatch):
+    from tfrecord_torch.data import plan
+
+    monkeypatch.setattr(shardcache, "CHUNK", 2_000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 500, raising=False)
+    monkeypatch.setattr(plan, "FIRST_READ", 500)  # a few of these records
+    opened = threading.Event()
+    overdue = []
+    read_range = files.read_range
+
+    def gated(url, start, end, *args):  # a fill's ranges past its first hold until the first record is out
+        if ".index" not in url and end > 500 and not opened.wait(5):
+            overdue.append((url, start, end))  # the first record waited for it
+            opened.set()
+        return read_range(url, start, end, *args)
+
+    monkeypatch.setattr(files, "read_range", gated)
+    plain = ids(dataset(s3, shards, None))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
+    first = next(items)
+    assert overdue == []  # the first record came from the fill's first range alone
+    opened.set()
+    assert [int(first["id"]), *ids(items)] == plain  # the planned order
