@@ -451,3 +451,30 @@ def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shar
     assert overdue == []  # the first record came from the fill's first range alone
     opened.set()
     assert [int(first["id"]), *ids(items)] == plain  # the planned order
+
+
+def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, tmp_path, monkeypatch):
+    from tfrecord_torch.data import plan
+    from tfrecord_torch.io import pool
+
+    monkeypatch.setattr(shardcache, "CHUNK", 300)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300, raising=False)
+    monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
+    monkeypatch.setattr(plan, "FIRST_READ", 300)  # a few records, from all over the shards
+    opened = threading.Event()
+    overdue = []
+    read_range = files.read_range
+
+    def gated(url, start, end, *args):  # a fill's ranges past its first hold until the first record is out
+        if ".index" not in url and start > 0 and not opened.wait(5):
+            overdue.append((url, start, end))  # the first record waited for it
+            opened.set()
+        return read_range(url, start, end, *args)
+
+    monkeypatch.setattr(files, "read_range", gated)
+    plain = ids(dataset(s3, shards, None, shuffle=True))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), shuffle=True))
+    first = next(items)
+    assert overdue == []  # records past the fills' first ranges came from the bucket
+    opened.set()
+    assert [int(first["id"]), *ids(items)] == plain  # the planned order

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -393,6 +394,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         def units():
             done = 0  # units (records) of the plan finished before this group
             first = True
+            lead = True  # the iteration's first read
             for shards, records in groups:
                 if done + len(shards) <= skip:
                     done += len(shards)
@@ -406,15 +408,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     sizes = _record_sizes(self.indexes, shards[start:], records[start:])
                     cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
                 for a, b in zip(cuts, cuts[1:]):
-                    yield done + a, shards[a:b], records[a:b]
+                    yield _Read(done + a, shards[a:b], records[a:b], lead)
+                    lead = False
                 done += len(shards)
 
-        def fetch(unit) -> tuple[int, list]:
-            return unit[0], fetch_scattered(self.paths, self.indexes, unit[1], unit[2], context)
+        # the first items wait for no fill's later ranges: their records past a fill's first
+        # range come from the bucket (at most a first read's bytes fetched twice)
+        first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
 
-        def remote(unit) -> bool:  # the group waits on the bucket: read it ahead
+        def fetch(unit: _Read) -> tuple[int, list]:
+            return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
+                                                  first_context if unit.lead else context)
+
+        def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
             return any(is_url(p) and (copies is None or not copies.held(p))
-                       for p in (self.paths[s] for s in np.unique(unit[1]).tolist()))
+                       for p in (self.paths[s] for s in np.unique(unit.shards).tolist()))
 
         source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
         ended = False
@@ -501,6 +509,16 @@ def _record_sizes(indexes: list, shards: np.ndarray, records: np.ndarray) -> np.
 
 def _group_bytes(group: tuple[int, list]) -> int:
     return sum(len(item.payload) for item in group[1] if item is not None)
+
+
+class _Read(NamedTuple):
+    """One read of record mode: records ``records[i]`` of shards ``shards[i]``,
+    the first at ``position`` of the reader's sequence."""
+
+    position: int
+    shards: np.ndarray
+    records: np.ndarray
+    lead: bool  # the iteration's first read
 
 
 class _IndexArgs(NamedTuple):
