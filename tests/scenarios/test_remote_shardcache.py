@@ -453,7 +453,8 @@ def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shar
     assert [int(first["id"]), *ids(items)] == plain  # the planned order
 
 
-def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, tmp_path, monkeypatch):
+@pytest.mark.parametrize("options", [{}, {"batch_size": 7}, {"map_style": True}], ids=["records", "batches", "map-style"])
+def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, tmp_path, monkeypatch, options):
     from tfrecord_torch.data import plan
     from tfrecord_torch.io import pool
 
@@ -472,9 +473,20 @@ def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, t
         return read_range(url, start, end, *args)
 
     monkeypatch.setattr(files, "read_range", gated)
-    plain = ids(dataset(s3, shards, None, shuffle=True))
-    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), shuffle=True))
+    if options.pop("map_style", False):  # a sampler's batch of records from all over the shards
+        order = np.random.default_rng(2).permutation(RECORDS).tolist()
+        ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                    cache=ShardCache(str(tmp_path / "shards")))
+        got = [x["id"].item() for x in ds.__getitems__(order[:4])]
+        assert overdue == []  # records past the fills' first ranges came from the bucket
+        opened.set()
+        got += [x["id"].item() for x in ds.__getitems__(order[4:])]
+        ds.close()
+        assert got == order
+        return
+    plain = ids(dataset(s3, shards, None, shuffle=True, **options))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), shuffle=True, **options))
     first = next(items)
     assert overdue == []  # records past the fills' first ranges came from the bucket
     opened.set()
-    assert [int(first["id"]), *ids(items)] == plain  # the planned order
+    assert [*first["id"].reshape(-1).tolist(), *ids(items)] == plain  # the planned order
