@@ -394,7 +394,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         def units():
             done = 0  # units (records) of the plan finished before this group
             first = True
-            lead = True  # the iteration's first read
+            asked = 0  # bytes of the reads before, in the first group
             for shards, records in groups:
                 if done + len(shards) <= skip:
                     done += len(shards)
@@ -403,22 +403,24 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
                 cuts = [start, len(shards)]
+                sizes = None
                 if first:  # the first read small, so the first items wait for it alone
                     first = False
                     sizes = _record_sizes(self.indexes, shards[start:], records[start:])
                     cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
                 for a, b in zip(cuts, cuts[1:]):
-                    yield _Read(done + a, shards[a:b], records[a:b], lead)
-                    lead = False
+                    yield _Read(done + a, shards[a:b], records[a:b], sizes is not None and asked < plan.EARLY_BYTES)
+                    if sizes is not None:
+                        asked += int(sizes[a - start:b - start].sum())
                 done += len(shards)
 
-        # the first items wait for no fill's later ranges: their records past a fill's first
-        # range come from the bucket (at most a first read's bytes fetched twice)
+        # the first items wait for no fill's later ranges: the early reads' records past a fill's
+        # first range come from the bucket (at most about EARLY_BYTES fetched twice)
         first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
 
         def fetch(unit: _Read) -> tuple[int, list]:
             return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
-                                                  first_context if unit.lead else context)
+                                                  first_context if unit.early else context)
 
         def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
             return any(is_url(p) and (copies is None or not copies.held(p))
@@ -518,7 +520,7 @@ class _Read(NamedTuple):
     position: int
     shards: np.ndarray
     records: np.ndarray
-    lead: bool  # the iteration's first read
+    early: bool  # begins before the iteration has read plan.EARLY_BYTES
 
 
 class _IndexArgs(NamedTuple):

@@ -24,9 +24,10 @@ FAR_BYTES = 16 << 20
 goes to the bucket: about what a fill has in flight (4 ranges of 4 MiB)."""
 
 FIRST_FAR_BYTES = 1 << 20
-""":data:`FAR_BYTES` for the first read of an iteration: its records wait for
-no more than a fill's first range (a range request of a record costs one
-round trip; a fill begun at the same time reaches 16 MiB several later)."""
+""":data:`FAR_BYTES` for the first reads of an iteration (and a first batch):
+their records wait for no more than a fill's first range (a range request
+of a record costs one round trip; a fill begun at the same time reaches
+16 MiB several later)."""
 
 # Bumped in a forked child: readers and pools compare it to notice a fork
 # (and reopen) without an os.getpid() system call on every read.
