@@ -492,3 +492,27 @@ def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, t
     assert overdue == []  # records past the fills' first ranges came from the bucket
     opened.set()
     assert [i for item in first for i in item["id"].reshape(-1).tolist()] + ids(items) == plain  # the planned order
+
+
+def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3, shards, tmp_path, slow_fills,
+                                                                             monkeypatch):
+    from tfrecord_torch.data import plan
+    from tfrecord_torch.io import pool
+
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300, raising=False)
+    monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
+    monkeypatch.setattr(plan, "FIRST_READ", 300)
+    monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)
+    read_range = files.read_range
+
+    def later(url, start, *args):  # a fill's first range lands well before its next ones
+        if start > 0:
+            time.sleep(0.5)
+        return read_range(url, start, *args)
+
+    monkeypatch.setattr(files, "read_range", later)
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
+    s3.requests.clear()
+    got = ids(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
+    assert got == list(range(RECORDS))
+    assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # the fills' bytes, none twice

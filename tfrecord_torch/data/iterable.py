@@ -409,13 +409,15 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     sizes = _record_sizes(self.indexes, shards[start:], records[start:])
                     cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
                 for a, b in zip(cuts, cuts[1:]):
-                    yield _Read(done + a, shards[a:b], records[a:b], sizes is not None and asked < plan.EARLY_BYTES)
+                    early = self.shuffle and sizes is not None and asked < plan.EARLY_BYTES
+                    yield _Read(done + a, shards[a:b], records[a:b], early)
                     if sizes is not None:
                         asked += int(sizes[a - start:b - start].sum())
                 done += len(shards)
 
-        # the first items wait for no fill's later ranges: the early reads' records past a fill's
-        # first range come from the bucket (at most about EARLY_BYTES fetched twice)
+        # the first shuffled items wait for no fill's later ranges: the early reads' records past a
+        # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
+        # order, a fill's first ranges grow as the reads do, and the reads wait for them
         first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
 
         def fetch(unit: _Read) -> tuple[int, list]:
@@ -520,7 +522,7 @@ class _Read(NamedTuple):
     position: int
     shards: np.ndarray
     records: np.ndarray
-    early: bool  # begins before the iteration has read plan.EARLY_BYTES
+    early: bool  # shuffled, and begins before the iteration has read plan.EARLY_BYTES
 
 
 class _IndexArgs(NamedTuple):
