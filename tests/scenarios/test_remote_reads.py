@@ -3,6 +3,7 @@ logged): how many range requests a record costs in each mode, with
 DataLoader workers and ranks, and that every record still comes exactly once."""
 
 import gc
+import os
 import threading
 import time
 
@@ -307,3 +308,26 @@ def test_a_cold_cache_gives_a_random_samplers_first_batch_before_the_shards_are_
     ds.close()  # stops copying
     assert not copy_threads()
     assert all(n == 1 for n in fills.values())  # no shard copied twice
+
+
+@pytest.mark.parametrize("cache", ["ranges", "shard cache"])
+def test_a_workers_first_request_parses_no_botocore_data_again(s3, shards, tmp_path, monkeypatch, cache):
+    from botocore.loaders import JSONFileLoader
+
+    parsed = tmp_path / "parsed"
+    load_file = JSONFileLoader.load_file
+
+    def noted(self, file_path):
+        with open(parsed, "a") as f:
+            f.write(f"{os.getpid()} {file_path}\n")
+        return load_file(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", noted)  # forked workers inherit it
+    source = RANGES if cache == "ranges" else Source(cache=ShardCache(str(tmp_path / "shards")))
+    ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
+    got = [int(i) for batch in DataLoader(ds, batch_size=64, num_workers=2, multiprocessing_context="fork")
+           for i in batch["id"]]
+    assert sorted(got) == list(range(RECORDS))
+    in_workers = [line for line in (parsed.read_text().splitlines() if parsed.exists() else [])
+                  if int(line.split()[0]) != os.getpid()]
+    assert in_workers == []  # the parent's parsed service model and endpoint rules serve the workers' clients

@@ -426,3 +426,93 @@ def test_a_cold_epoch_fetches_each_shard_once(s3, shards, tmp_path, slow_fills, 
     assert fetched <= 1.3 * sum(sizes.values())
     assert shardcache.shard_cache_usage(cache)[0] == SHARDS
     assert no_leftovers(tmp_path / "shards")
+
+
+def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shards, tmp_path, monkeypatch):
+    from tfrecord_torch.data import plan
+
+    monkeypatch.setattr(shardcache, "CHUNK", 2_000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 500, raising=False)
+    monkeypatch.setattr(plan, "FIRST_READ", 500)  # a few of these records
+    opened = threading.Event()
+    overdue = []
+    read_range = files.read_range
+
+    def gated(url, start, end, *args):  # a fill's ranges past its first hold until the first record is out
+        if ".index" not in url and end > 500 and not opened.wait(5):
+            overdue.append((url, start, end))  # the first record waited for it
+            opened.set()
+        return read_range(url, start, end, *args)
+
+    monkeypatch.setattr(files, "read_range", gated)
+    plain = ids(dataset(s3, shards, None))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
+    first = next(items)
+    assert overdue == []  # the first record came from the fill's first range alone
+    opened.set()
+    assert [int(first["id"]), *ids(items)] == plain  # the planned order
+
+
+@pytest.mark.parametrize("options", [{}, {"batch_size": 7}, {"map_style": True}], ids=["records", "batches", "map-style"])
+def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, tmp_path, monkeypatch, options):
+    from tfrecord_torch.data import plan
+    from tfrecord_torch.io import pool
+
+    monkeypatch.setattr(shardcache, "CHUNK", 300)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300, raising=False)
+    monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
+    monkeypatch.setattr(plan, "FIRST_READ", 300)  # a few records, from all over the shards
+    monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)  # the reads of 300, 600 and 1200 bytes
+    opened = threading.Event()
+    overdue = []
+    read_range = files.read_range
+
+    def gated(url, start, end, *args):  # a fill's ranges past its first hold until the first records are out
+        if ".index" not in url and start > 0 and not opened.wait(5):
+            overdue.append((url, start, end))  # the first record waited for it
+            opened.set()
+        return read_range(url, start, end, *args)
+
+    monkeypatch.setattr(files, "read_range", gated)
+    if options.pop("map_style", False):  # a sampler's batch of records from all over the shards
+        order = np.random.default_rng(2).permutation(RECORDS).tolist()
+        ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                    cache=ShardCache(str(tmp_path / "shards")))
+        got = [x["id"].item() for x in ds.__getitems__(order[:4])]
+        assert overdue == []  # records past the fills' first ranges came from the bucket
+        opened.set()
+        got += [x["id"].item() for x in ds.__getitems__(order[4:])]
+        ds.close()
+        assert got == order
+        return
+    plain = ids(dataset(s3, shards, None, shuffle=True, **options))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), shuffle=True, **options))
+    # record mode: the early reads' records (~25 of these ~76-byte records); batch mode: the first batch
+    first = [next(items) for _ in range(1 if options else 12)]
+    assert overdue == []  # records past the fills' first ranges came from the bucket
+    opened.set()
+    assert [i for item in first for i in item["id"].reshape(-1).tolist()] + ids(items) == plain  # the planned order
+
+
+def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3, shards, tmp_path, slow_fills,
+                                                                             monkeypatch):
+    from tfrecord_torch.data import plan
+    from tfrecord_torch.io import pool
+
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300, raising=False)
+    monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
+    monkeypatch.setattr(plan, "FIRST_READ", 300)
+    monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)
+    read_range = files.read_range
+
+    def later(url, start, *args):  # a fill's first range lands well before its next ones
+        if start > 0:
+            time.sleep(0.5)
+        return read_range(url, start, *args)
+
+    monkeypatch.setattr(files, "read_range", later)
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
+    s3.requests.clear()
+    got = ids(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
+    assert got == list(range(RECORDS))
+    assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # the fills' bytes, none twice

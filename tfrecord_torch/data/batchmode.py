@@ -4,6 +4,7 @@ batches parsed column-wise and their images decoded into one buffer, by a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
@@ -86,12 +87,17 @@ class BatchPipeline:
         copying = copy_ahead(self.copies, (self.paths[s] for s in sharding.shards_in_order(plan, spans)))
         batches = self.image_batches(())
 
+        # the first batch waits for no fill's later ranges: its records past a fill's first
+        # range come from the bucket (at most a batch's bytes fetched twice)
+        first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
+
         def started() -> Iterator[Started]:
             for position, b in enumerate(mine, start=skip + 1):
                 a = lo + b * size
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(plan.pairs(a, min(a + size, hi))[0]).tolist())
-                payloads, items = self._batch_records(plan, a, min(a + size, hi), context)
+                payloads, items = self._batch_records(plan, a, min(a + size, hi),
+                                                      first_context if position == skip + 1 else context)
                 yield Started(position, self._begin_batch(payloads, items, batches, b))
 
         ended = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import operator
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -88,6 +89,7 @@ class ItemFetcher:
         self._starts: list[int] = [0, *self._ends[:-1]]
         self.length = self._ends[-1] if self._ends else 0
         self._planned = SpecPlan.of(spec)
+        self._read_in: int | None = None  # the process that has read a batch (a forked worker has not)
 
     def check(self, i: Any) -> int:
         """``i`` as an index in [0, len), negative ones counted from the end."""
@@ -258,9 +260,14 @@ class ItemFetcher:
                 with self.readers.borrow(path) as reader:
                     read.append(ranges.read_ranges(reader, offsets, sizes))
         else:
+            # a process's first batch waits for no fill's later ranges: its records past a fill's
+            # first range come from the bucket (at most a batch's bytes fetched twice)
+            first = self._read_in != os.getpid()
+            self._read_in = os.getpid()
             with contextlib.ExitStack() as stack:
                 readers = [stack.enter_context(self.readers.borrow(path)) for path, *_ in parts]
                 read = ranges.read_many([(reader, offsets, sizes)
-                                         for reader, (_, _, offsets, sizes) in zip(readers, parts)])
+                                         for reader, (_, _, offsets, sizes) in zip(readers, parts)],
+                                        far=pool.FIRST_FAR_BYTES if first else None)
         return [Frame(data, path, offset, r) for (path, records, offsets, _), got in zip(parts, read)
                 for data, offset, r in zip(got, offsets, records)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -393,6 +394,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         def units():
             done = 0  # units (records) of the plan finished before this group
             first = True
+            asked = 0  # bytes of the reads before, in the first group
             for shards, records in groups:
                 if done + len(shards) <= skip:
                     done += len(shards)
@@ -401,20 +403,30 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 if copying is not None:
                     copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
                 cuts = [start, len(shards)]
+                sizes = None
                 if first:  # the first read small, so the first items wait for it alone
                     first = False
                     sizes = _record_sizes(self.indexes, shards[start:], records[start:])
                     cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
                 for a, b in zip(cuts, cuts[1:]):
-                    yield done + a, shards[a:b], records[a:b]
+                    early = self.shuffle and sizes is not None and asked < plan.EARLY_BYTES
+                    yield _Read(done + a, shards[a:b], records[a:b], early)
+                    if sizes is not None:
+                        asked += int(sizes[a - start:b - start].sum())
                 done += len(shards)
 
-        def fetch(unit) -> tuple[int, list]:
-            return unit[0], fetch_scattered(self.paths, self.indexes, unit[1], unit[2], context)
+        # the first shuffled items wait for no fill's later ranges: the early reads' records past a
+        # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
+        # order, a fill's first ranges grow as the reads do, and the reads wait for them
+        first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
 
-        def remote(unit) -> bool:  # the group waits on the bucket: read it ahead
+        def fetch(unit: _Read) -> tuple[int, list]:
+            return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
+                                                  first_context if unit.early else context)
+
+        def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
             return any(is_url(p) and (copies is None or not copies.held(p))
-                       for p in (self.paths[s] for s in np.unique(unit[1]).tolist()))
+                       for p in (self.paths[s] for s in np.unique(unit.shards).tolist()))
 
         source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
         ended = False
@@ -501,6 +513,16 @@ def _record_sizes(indexes: list, shards: np.ndarray, records: np.ndarray) -> np.
 
 def _group_bytes(group: tuple[int, list]) -> int:
     return sum(len(item.payload) for item in group[1] if item is not None)
+
+
+class _Read(NamedTuple):
+    """One read of record mode: records ``records[i]`` of shards ``shards[i]``,
+    the first at ``position`` of the reader's sequence."""
+
+    position: int
+    shards: np.ndarray
+    records: np.ndarray
+    early: bool  # shuffled, and begins before the iteration has read plan.EARLY_BYTES
 
 
 class _IndexArgs(NamedTuple):

@@ -31,6 +31,7 @@ __all__ = ["EVEN_MODES", "BlockOrder", "RangePlanner", "Segment", "global_order"
 
 SHUFFLE_WINDOW = 256  # blocks whose records a block shuffle permutes together
 FIRST_READ = 1 << 20  # bytes of the first read of an iteration; each next one twice the one before, up to a group
+EARLY_BYTES = 4 << 20  # the reads of an iteration that begin before it has read this many bytes are its early ones
 
 EVEN_MODES = (None, "pad", "drop")
 

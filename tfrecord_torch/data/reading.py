@@ -65,6 +65,9 @@ class ReadContext:
             and skipped; None: it is raised.
         readers: open readers to borrow; None: each call opens its own.
         copies: local copies of remote shards for streaming; None: from the bucket.
+        far: bytes past what a shard's fill has written beyond which a
+            scattered read goes to the bucket instead of waiting (None:
+            :data:`~tfrecord_torch.io.pool.FAR_BYTES`).
     """
 
     storage_options: dict | None = None
@@ -72,6 +75,7 @@ class ReadContext:
     report: Callable[[CorruptRecordError], None] | None = None
     readers: pool.ReaderPool | None = None
     copies: ShardCopies | None = None
+    far: int | None = None
 
 
 _DEFAULT = ReadContext()
@@ -171,7 +175,8 @@ def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], con
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
         rows = [index[w] for index, w in zip(indexes, wanted)]
-        frames = ranges.read_many([(reader, r[:, 0].tolist(), r[:, 1].tolist()) for reader, r in zip(readers, rows)])
+        frames = ranges.read_many([(reader, r[:, 0].tolist(), r[:, 1].tolist()) for reader, r in zip(readers, rows)],
+                                  far=context.far)
     return [_parse_run(p, index, w, f, context) for p, index, w, f in zip(paths, indexes, wanted, frames)]
 
 

@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from tfrecord_torch.errors import RemoteError, TFRecordError
-from tfrecord_torch.io import http
+from tfrecord_torch.io import http, s3session
 from tfrecord_torch.io.retry import retrying, status_of
 
 __all__ = ["RemoteFile", "exists", "filesystem", "is_url", "local", "open_read", "ranged", "read_bytes",
@@ -49,7 +49,9 @@ S3_CONNECTIONS = 32  # connections of an S3 filesystem, unless given: io/ranges.
 def filesystem(url: str, storage_options: dict | None):
     """The fsspec filesystem and path of ``url``. An S3 filesystem gets
     ``config_kwargs={"max_pool_connections": 32}`` unless the options say
-    otherwise (botocore's default of 10 would hold back requests in flight).
+    otherwise (botocore's default of 10 would hold back requests in flight),
+    and a session whose botocore data a forked worker inherits
+    (:mod:`tfrecord_torch.io.s3session`).
 
     With ``skip_instance_cache=True`` in the options, fsspec builds a new
     filesystem object on every call (for S3 a new client: about 0.1 s of CPU,
@@ -59,9 +61,11 @@ def filesystem(url: str, storage_options: dict | None):
     import fsspec
 
     options = storage_options or {}
-    if url.startswith(("s3://", "s3a://")) and "max_pool_connections" not in (options.get("config_kwargs") or {}):
-        options = {**options, "config_kwargs": {**(options.get("config_kwargs") or {}),
-                                                "max_pool_connections": S3_CONNECTIONS}}
+    if url.startswith(("s3://", "s3a://")):
+        if "max_pool_connections" not in (options.get("config_kwargs") or {}):
+            options = {**options, "config_kwargs": {**(options.get("config_kwargs") or {}),
+                                                    "max_pool_connections": S3_CONNECTIONS}}
+        options = s3session.with_shared_data(options)
     if not options.get("skip_instance_cache") or "::" in url:  # fsspec keeps one itself (chained URLs: always)
         return fsspec.core.url_to_fs(url, **options)
     protocol = fsspec.core.split_protocol(url)[0] or "file"

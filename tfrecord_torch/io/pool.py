@@ -17,11 +17,17 @@ if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
     from tfrecord_torch.io.filling import FillView
 
-__all__ = ["FAR_BYTES", "Reader", "ReaderPool", "read_at"]
+__all__ = ["FAR_BYTES", "FIRST_FAR_BYTES", "Reader", "ReaderPool", "read_at"]
 
 FAR_BYTES = 16 << 20
 """Bytes past a fill's written part beyond which a read that need not wait
 goes to the bucket: about what a fill has in flight (4 ranges of 4 MiB)."""
+
+FIRST_FAR_BYTES = 1 << 20
+""":data:`FAR_BYTES` for the first reads of an iteration (and a first batch):
+their records wait for no more than a fill's first range (a range request
+of a record costs one round trip; a fill begun at the same time reaches
+16 MiB several later)."""
 
 # Bumped in a forked child: readers and pools compare it to notice a fork
 # (and reopen) without an os.getpid() system call on every read.
@@ -92,14 +98,14 @@ class Reader:
         self._open()
         return self._handle if self._local else None
 
-    def read(self, offset: int, size: int, wait: bool = True) -> bytes:
+    def read(self, offset: int, size: int, wait: bool = True, far: int | None = None) -> bytes:
         """``size`` bytes at ``offset`` (fewer at the end of the file).
 
         A URL whose copy is being filled is read from the fill: the read
         waits for the fill to reach the bytes, or, without ``wait``, reads
-        them from the bucket when they lie more than :data:`FAR_BYTES` bytes past
-        what the fill has written (a random read far ahead of a fill just
-        begun: one range request costs less than the wait).
+        them from the bucket when they lie more than ``far`` bytes (default
+        :data:`FAR_BYTES`) past what the fill has written (a random read far
+        ahead of a fill just begun: one range request costs less than the wait).
         """
         self._open()
         if self._local:
@@ -109,7 +115,7 @@ class Reader:
             return data
         view = self._view
         if view is not None:
-            filled = view.read(offset, size, far=None if wait else FAR_BYTES)
+            filled = view.read(offset, size, far=None if wait else FAR_BYTES if far is None else far)
             if isinstance(filled, bytes):
                 return filled
             if filled is None:  # no fill will bring these bytes: the bucket, from now on

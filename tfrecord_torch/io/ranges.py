@@ -106,9 +106,11 @@ def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *,
         flow.close()
 
 
-def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> list[list[bytes]]:
+def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]], *, far: int | None = None
+              ) -> list[list[bytes]]:
     """:func:`read_ranges` of several files at once (``(reader, offsets,
-    sizes)`` each), the requests of all of them in flight together."""
+    sizes)`` each), the requests of all of them in flight together (``far``:
+    see :meth:`Reader.read`)."""
     out: list[list[bytes]] = []
     jobs: list[tuple[Reader, Request]] = []
     for reader, offsets, sizes in reads:
@@ -120,7 +122,7 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
         requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST)
         jobs += [(reader, r) for r in requests]
         out.append([b""] * len(offsets))
-    flow = _flow(jobs, wait=False)
+    flow = _flow(jobs, wait=False, far=far)
     for slot, (reader, offsets, sizes) in enumerate(reads):
         if not reader.remote(wait=False):
             continue
@@ -133,9 +135,10 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]]) -> l
     return out
 
 
-def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True) -> Generator[bytes, None, None]:
+def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | None = None
+          ) -> Generator[bytes, None, None]:
     """The bytes of each request, in order, the following ones in flight
-    (``wait``: see :meth:`Reader.read`)."""
+    (``wait``, ``far``: see :meth:`Reader.read`)."""
     executor = _pool()
     flying: collections.deque[tuple[Request, Future]] = collections.deque()
     held = 0  # bytes of the requests in ``flying``
@@ -146,7 +149,7 @@ def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True) -> Generato
             while following is not None and (not flying or (len(flying) < IN_FLIGHT and held + _size(following[1])
                                                             <= IN_FLIGHT_BYTES)):
                 reader, request = following
-                flying.append((request, executor.submit(reader.read, request.start, _size(request), wait)))
+                flying.append((request, executor.submit(reader.read, request.start, _size(request), wait, far)))
                 held += _size(request)
                 following = next(pending, None)
             request, future = flying.popleft()

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
 CHUNK = 4 << 20  # bytes per range request of a download (readers of the fill wait for whole ones)
+FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
 PARALLEL = 4  # range requests in flight per download
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
@@ -277,23 +278,32 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     the flock (readers of the part written then read the bucket)."""
     folder, base = os.path.split(entry)
     atomic.remove_orphans(folder, os.path.basename(base))  # a killed filler's leftovers
-    _check_unchanged(url, size, version, storage_options, "before copying it")
+    # the object is asked whether it changed while the first ranges are on their way (one round
+    # trip less before the first bytes); no byte is written before it answers
+    checked = _check_soon(url, size, version, storage_options, "before copying it")
     LruFolder(folder, SUFFIX).prune(max(0, cache.limit - size))  # make room first
     temp = fill_path(entry)
     kept = False
     try:
         fd = _create_fill(temp)
     except OSError as e:
+        checked.result()  # a changed object is an error, even on a full disk
         return _unwritable(folder, e)
     try:
-        _download(url, fd, size, storage_options, cancel)
+        try:
+            _download(url, fd, size, storage_options, cancel, checked)
+        except BaseException:
+            checked.result()  # a changed object's error before what its ranges met
+            raise
         if os.fstat(fd).st_size != size:  # cancelled: some ranges were left out
             return False
+        checked.result()  # (an empty object writes nothing)
         os.fsync(fd)
         _check_unchanged(url, size, version, storage_options, "while it was being copied")
         os.replace(temp, entry)  # while the flock is held: a reader never sees a live fill end without it
         kept = True
     except OSError as e:
+        checked.result()
         return _unwritable(folder, e)
     finally:
         if not kept:
@@ -337,18 +347,19 @@ def _unwritable(folder: str, e: OSError) -> bool:
 
 
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
-              cancel: threading.Event | None = None) -> None:
+              cancel: threading.Event | None = None, checked: Future | None = None) -> None:
     """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
     the ranges not started when ``cancel`` is set left out; from a server
-    that ignores ``Range``, by one streamed GET."""
+    that ignores ``Range``, by one streamed GET. Nothing is written before
+    ``checked`` (the object's change check) has its result; its error is raised."""
     try:
-        _download_ranges(url, fd, size, storage_options, cancel)
+        _download_ranges(url, fd, size, storage_options, cancel, checked)
     except http.RangesIgnored:  # every range request would bring the whole object
-        _download_stream(url, fd, size, storage_options, cancel)
+        _download_stream(url, fd, size, storage_options, cancel, checked)
 
 
 def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
-                     cancel: threading.Event | None) -> None:
+                     cancel: threading.Event | None, checked: Future | None = None) -> None:
     f = fs.RemoteFile(url, storage_options, 0, size)  # a dropped connection resumes where it stood
     try:
         at = 0
@@ -357,32 +368,53 @@ def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
             if not data:
                 raise RemoteError(url, f"the object ended after {at} bytes, not the {size} bytes listed "
                                        "(changed or truncated); list the dataset again")
+            if checked is not None:
+                checked.result()
             os.pwrite(fd, data, at)
             at += len(data)
     finally:
         f.close()
 
 
+def _ranges_of(size: int) -> list[tuple[int, int]]:
+    """The [start, end) ranges a download of ``size`` bytes requests, in order:
+    the first :data:`FIRST_CHUNK` bytes, each next twice the one before, up to
+    :data:`CHUNK` (a reader following the fill has the first records after
+    a small range, not after a whole chunk)."""
+    ranges, start, step = [], 0, min(FIRST_CHUNK, CHUNK)
+    while start < size:
+        end = min(start + step, size)
+        ranges.append((start, end))
+        start, step = end, min(2 * step, CHUNK)
+    return ranges
+
+
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
-                     cancel: threading.Event | None) -> None:
-    """The ranges are fetched :data:`PARALLEL` at once and written in order
-    (the file's size is then how far it is written), at most ``PARALLEL``
-    fetched ranges waiting to be written."""
-    starts = list(range(0, size, CHUNK))
+                     cancel: threading.Event | None, checked: Future | None = None) -> None:
+    """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
+    once and written in order (the file's size is then how far it is
+    written), at most ``PARALLEL`` fetched ranges waiting to be written."""
+    ends = dict(_ranges_of(size))
+    starts = list(ends)
 
     def fetch(start: int) -> bytes:
         if cancel is not None and cancel.is_set():
             return b""
-        end = min(start + CHUNK, size)
+        end = ends[start]
         data = fs.read_range(url, start, end, storage_options)  # retried inside
         if len(data) != end - start:
             raise RemoteError(url, f"bytes {start}-{end} came back as {len(data)} bytes: the object is shorter "
                                    f"than the {size} bytes listed (changed or truncated); list the dataset again")
         return data
 
+    def write(data: bytes, start: int) -> None:
+        if checked is not None:
+            checked.result()
+        os.pwrite(fd, data, start)
+
     if len(starts) <= 1:
         for start in starts:
-            os.pwrite(fd, fetch(start), start)
+            write(fetch(start), start)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
         pending = iter(starts)
@@ -395,13 +427,29 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                 data = future.result()
                 if cancel is not None and cancel.is_set():
                     return
-                os.pwrite(fd, data, start)
+                write(data, start)
                 following = next(pending, None)
                 if following is not None:
                     flying.append((following, pool.submit(fetch, following)))
         finally:
             for _, future in flying:  # no more requests once one has failed or the copy is given up
                 future.cancel()
+
+
+def _check_soon(url: str, size: int, version: str, storage_options: dict | None, when: str) -> Future:
+    """:func:`_check_unchanged` on a thread of its own: its result, or its error."""
+    checked: Future = Future()
+
+    def check() -> None:
+        try:
+            _check_unchanged(url, size, version, storage_options, when)
+        except BaseException as e:
+            checked.set_exception(e)
+        else:
+            checked.set_result(None)
+
+    threading.Thread(target=check, daemon=True, name="tfrecord_torch-copy-check").start()
+    return checked
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:

@@ -288,3 +288,46 @@ def test_auto_gives_up_on_a_folder_under_a_file(tmp_path, monkeypatch, caplog):
         assert auto_shard_cache(_shards(2)) is None
     assert f"the shard cache {tmp_path / 'file' / 'shards'} cannot be written" in caplog.text
     assert "cache=None" in caplog.text
+
+
+def test_the_first_ranges_are_fetched_while_the_object_is_checked_and_written_after(bucket, tmp_path,
+                                                                                   monkeypatch):
+    put, reads = bucket
+    monkeypatch.setattr(shardcache, "CHUNK", 10_000)
+    data = os.urandom(50_000)
+    url = put("g.tfrecord", data)
+    size, version = _listed(url)
+    cache = ShardCache(str(tmp_path))
+    fill = shardcache.fill_path(shardcache.entry_path(cache, url, size, version))
+    fetched = threading.Event()
+    read_range, size_and_version = fs.read_range, fs.size_and_version
+
+    def noted(*args):
+        got = read_range(*args)
+        fetched.set()
+        return got
+
+    checks = []
+
+    def held(*args):
+        if not checks:  # the check before copying answers once a range has come back
+            came = fetched.wait(10)
+            checks.append((came, os.path.getsize(fill) if os.path.exists(fill) else None))
+        return size_and_version(*args)
+
+    monkeypatch.setattr(fs, "read_range", noted)
+    monkeypatch.setattr(fs, "size_and_version", held)
+    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    assert checks == [(True, 0)]  # a range came back before the check answered, and nothing was written
+
+
+def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_path, monkeypatch):
+    put, reads = bucket
+    monkeypatch.setattr(shardcache, "CHUNK", 8_000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1_000, raising=False)
+    data = os.urandom(30_000)
+    url = put("h.tfrecord", data)
+    size, version = _listed(url)
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)) == data
+    assert sorted((start, end) for _, start, end in reads) == [(0, 1_000), (1_000, 3_000), (3_000, 7_000),
+                                                               (7_000, 15_000), (15_000, 23_000), (23_000, 30_000)]
