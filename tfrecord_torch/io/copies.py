@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Union
 
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io import filling
 from tfrecord_torch.io.filling import FillFile, FillView, can_watch
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
 
@@ -238,6 +239,7 @@ class ShardCopies:
 
 
 FILLS = 3  # shards one iterator copies at once in the background (each by parallel range requests)
+RECHECK = 0.05  # seconds between two looks at the fills of other processes, while every queued shard is theirs
 
 
 class _Filler:
@@ -260,6 +262,7 @@ class _Filler:
                 return
             self._pending.add(url)
             self._queue.append(url)
+            self._cond.notify_all()  # a thread waiting for held fills may take this one
             self._threads = [t for t in self._threads if t.is_alive()]
             if len(self._threads) < FILLS:
                 thread = threading.Thread(target=self._run, daemon=True, name="tfrecord_torch-copy-ahead")
@@ -279,13 +282,44 @@ class _Filler:
         with self._cond:
             return url in self._pending
 
-    def _run(self) -> None:
+    def _take(self) -> str | None:
+        """The next shard to copy, taken off the queue (None: nothing left): the
+        first one no other fill holds the lock of; while every queued one is
+        held, the thread waits for a new request or for one of those fills to
+        end (:data:`RECHECK`). A fill of another process (a DataLoader worker,
+        a rank) is let run while this one copies a shard nobody copies yet: the
+        workers of a shuffle, which all ask for every shard at once, share the
+        copying (and the CPU of receiving it) instead of the first one to lock
+        taking it all."""
         while True:
             with self._cond:
                 if self._stop.is_set() or not self._queue:
-                    return
-                url = self._queue.popleft()
-                self._busy += 1
+                    return None
+                queued = list(self._queue)
+            free = next((url for url in queued if not self._locked(url)), None)
+            with self._cond:
+                if self._stop.is_set():
+                    return None
+                if free is None:
+                    self._cond.wait(RECHECK)
+                    continue
+                if free in self._queue:  # another thread may have taken it meanwhile
+                    self._queue.remove(free)
+                    self._busy += 1
+                    return free
+
+    def _locked(self, url: str) -> bool:
+        """Whether a fill (of any process) holds ``url``'s entry lock."""
+        try:
+            return filling.lock_held(self.copies.entry(url) + ".lock")
+        except Exception:  # its stat failed: the fill taking it meets the error (and logs it)
+            return False
+
+    def _run(self) -> None:
+        while True:
+            url = self._take()
+            if url is None:
+                return
             try:
                 fd = self.copies.open(url, cancel=self._stop)
             except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
@@ -306,6 +340,7 @@ class _Filler:
         with self._cond:
             self._stop.set()
             self._queue.clear()
+            self._cond.notify_all()
             threads = list(self._threads)
         for thread in threads:
             if fs.may_wait_for(thread):

@@ -30,7 +30,7 @@ from tfrecord_torch.io import atomic
 from tfrecord_torch.io.files import RemoteFile
 from tfrecord_torch.io.shardcache import fill_path, open_complete
 
-__all__ = ["FAR", "POLL", "Far", "FillFile", "FillView", "can_watch"]
+__all__ = ["FAR", "POLL", "Far", "FillFile", "FillView", "can_watch", "lock_held"]
 
 POLL = 0.003  # seconds between two looks at a fill in progress (a 4 MiB range takes ~40 ms at 100 MB/s)
 
@@ -116,10 +116,10 @@ class FillView:
         if self._pending():
             # queued behind this process's other fills: with a global shuffle the first group
             # touches every shard and fills run a few at a time, so it may begin only after them
-            if self._queued() and not _lock_held(self.entry + ".lock"):
+            if self._queued() and not lock_held(self.entry + ".lock"):
                 return None, -1
             return None, 0  # about to begin (or checking the object first)
-        if _lock_held(self.entry + ".lock"):
+        if lock_held(self.entry + ".lock"):
             return None, 0  # a fill is about to begin (or checks the object first)
         self._complete = open_complete(self.entry, self.size)  # ended between the two looks
         return self._complete, None
@@ -229,8 +229,11 @@ def _held(fd: int) -> bool:
     return False
 
 
-def _lock_held(path: str) -> bool:
-    """Whether a fill holds the entry's lock file (one is running or about to)."""
+def lock_held(path: str) -> bool:
+    """Whether a fill holds the entry's lock file ``path`` (one is running or
+    about to); False where there is no flock."""
+    if not can_watch():
+        return False
     try:
         fd = atomic.lock_file(path, wait=False)
     except OSError:  # no cache folder yet: nobody fills

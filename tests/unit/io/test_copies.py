@@ -1,5 +1,7 @@
 """Copying shards ahead of a reader (io/copies.py CopyAhead): an epoch read to
-its end lets the copy in progress end; a reader that stops early gives it up."""
+its end lets the copy in progress end; a reader that stops early gives it up.
+Background fills (ShardCopies.open_now) of two readers asking for the same
+shards copy different shards at once, each shard once."""
 
 import os
 import threading
@@ -7,6 +9,7 @@ import threading
 import fsspec
 import pytest
 
+from tfrecord_torch.io import copies as copies_module
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import shardcache
 from tfrecord_torch.io.copies import CopyAhead, ShardCopies
@@ -77,3 +80,60 @@ async def _ask(thread):
     from tfrecord_torch.io.files import may_wait_for
 
     return may_wait_for(thread)
+
+
+def test_two_readers_asking_for_the_same_shards_copy_different_ones(tmp_path, monkeypatch):
+    # Two ShardCopies of one cache stand for two DataLoader workers of a shuffle (their
+    # entry locks are flocks of separate open files, as between processes); each copies
+    # one shard at a time. The second reader copies the shard nobody copies yet rather
+    # than waiting for the first reader's fill of the shard both asked for first.
+    monkeypatch.setattr(copies_module, "FILLS", 1)
+    urls = [f"memory://copyshare/{k}.tfrecord" for k in range(2)]
+    for url in urls:
+        fsspec.filesystem("memory").pipe_file(url, os.urandom(3000))
+    began, go, real = threading.Event(), threading.Event(), fs.read_range
+
+    def held(u, start, end, storage_options=None):
+        if u == urls[0]:
+            began.set()
+            assert go.wait(60)
+        return real(u, start, end, storage_options)
+
+    monkeypatch.setattr(fs, "read_range", held)
+    fills: list[str] = []
+    real_fill = shardcache._fill
+
+    def fill(url, *args, **kwargs):
+        fills.append(url)
+        return real_fill(url, *args, **kwargs)
+
+    monkeypatch.setattr(shardcache, "_fill", fill)
+    cache = ShardCache(str(tmp_path / "shards"))
+    stats = {url: fs.size_and_version(url) for url in urls}
+    first, second = ShardCopies(cache, stats), ShardCopies(cache, stats)
+    try:
+        assert all(first.open_now(url) is None for url in urls)  # nothing copied yet: filled in the background
+        assert began.wait(30)  # the first reader copies urls[0], held mid-copy
+        assert all(second.open_now(url) is None for url in urls)
+        other_done = _wait_for(lambda: second.held(urls[1]), 20)  # copied by the second reader meanwhile
+        go.set()
+        first.close(finish=True)
+        second.close(finish=True)
+    finally:
+        go.set()
+        for url in urls:
+            fsspec.filesystem("memory").rm_file(url)
+    assert other_done
+    assert sorted(fills) == urls  # each shard copied once
+    assert shard_cache_usage(cache) == (2, 6000)
+
+
+def _wait_for(condition, seconds: float = 30) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
