@@ -1,7 +1,8 @@
 """default_collate of items, as DataLoader(ds, batch_size=N) runs it.
 
 In the main process (``num_workers=0``) it is
-:func:`~tfrecord_torch.features.items.collate_items`. In a DataLoader
+:func:`~tfrecord_torch.features.items.collate_items`, each large tensor
+key stacked by :func:`stack_on_this_thread`. In a DataLoader
 worker, each key's values are stacked into a shared-memory segment the
 worker uses again once the main process let go of the batch
 (:class:`~tfrecord_torch.data.transport.stacking.Stacker`), where torch
@@ -14,24 +15,70 @@ affected unless it calls default_collate itself.
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch.utils.data
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from tfrecord_torch.data.transport.shipped import inline_small
-from tfrecord_torch.data.transport.stacking import Stacker
+from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype
 from tfrecord_torch.features.items import Item, collate_items
 
-__all__ = ["collate_worker_items"]
+__all__ = ["collate_worker_items", "stack_on_this_thread"]
 
 _STACKER = Stacker()
+_GRAIN = 32768  # at::internal::GRAIN_SIZE: torch copies fewer elements than this on the calling thread
 
 
 def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> dict:
     """default_collate of a batch of items; in a DataLoader worker, over
     reused shared memory."""
     if torch.utils.data.get_worker_info() is None:
-        return collate_items(batch, collate_fn_map=collate_fn_map)
+        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack_on_this_thread)
     return inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=_STACKER.stack))
+
+
+def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
+    """``torch.stack(values)`` -- the same shape, strides, type and values --
+    copied by NumPy on the calling thread; None (left to default_collate)
+    where torch.stack runs there itself (one torch thread, or too few
+    elements), for values the worker's stacker leaves too, and for values
+    of several strides or that torch.stack would not stack contiguously.
+
+    With several torch threads, torch.stack copies each image of a batch on
+    its OpenMP team: a fork and a join per image, whose team threads spin
+    between the images and, on cores other processes keep busy, leave the
+    main thread waiting at each join. The team stays the user's, for the
+    model; the batch's copies need none of it.
+    """
+    if torch.get_num_threads() == 1:
+        return None
+    with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, each a Python call otherwise
+        dtype = stackable_dtype(values)
+        first = values[0]
+        if dtype is None or first.dim() == 0 or len(values) * first.numel() < _GRAIN:
+            return None
+        strides = first.stride()
+        if any(v.stride() != strides or v.is_conj() or v.is_neg() for v in values):  # conj, neg: no NumPy view
+            return None
+        if not _stacks_contiguously(tuple(first.shape), strides, first.dtype):
+            return None
+        arrays = [v.numpy() for v in values]
+    # an empty view of the first value stacks to the type torch.stack gives these values, copying nothing
+    if type(torch.stack([first.narrow(0, 0, 0)])) is not torch.Tensor:
+        return None  # a subclass torch.stack keeps (tv_tensors' return type setting)
+    out = torch.empty((len(values), *first.shape), dtype=first.dtype)
+    np.stack(arrays, out=out.numpy())
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _stacks_contiguously(shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype) -> bool:
+    """Whether torch.stack of tensors of this shape and these strides gives
+    a contiguous tensor: worked out on the meta device (no data, no copy)."""
+    pair = torch.stack([torch.empty_strided(shape, strides, dtype=dtype, device="meta")] * 2)
+    return pair.stride() == torch.empty((2, *shape), dtype=dtype, device="meta").stride()
 
 
 default_collate_fn_map[Item] = collate_worker_items

@@ -1,8 +1,14 @@
-"""The per-sample path's batches from DataLoader workers (data/collating.py):
-the same batches as in the main process, over shared memory the workers use
-again only once the main process let go of a batch."""
+"""The per-sample path's batches (data/collating.py): from DataLoader
+workers, the same batches as in the main process, over shared memory the
+workers use again only once the main process let go of a batch; in the main
+process, torch.stack's batches, copied without torch's OpenMP team."""
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +19,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from tfrecord_torch import Image, Int64, RecordWriter, TFRecordDataset, make_example, presets
+from tfrecord_torch.data.collating import stack_on_this_thread
 from tfrecord_torch.data.transport.shipped import _MAPPED, SLOTS
 from tfrecord_torch.data.transport.stacking import Stacker
 
@@ -232,3 +239,85 @@ def test_a_transform_per_sample_through_workers(tmp_path):
     got = list(DataLoader(ds, batch_size=8, num_workers=2, generator=torch.Generator().manual_seed(0)))
     assert [b["image"].shape for b in got] == [(8, 3, 16, 16)] * 4
     assert type(got[0]["image"]) is torch.Tensor and got[0]["image"].is_contiguous()
+
+
+@pytest.fixture
+def two_torch_threads():
+    """torch with two intra-op threads (the default on two cores), as the user left it after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("transform", [None, "crop", _masked])
+def test_main_process_batches_equal_torch_stack(tmp_path, transform, two_torch_threads):
+    """Per sample with num_workers=0, each key's batch is torch.stack of the
+    items' values (default_collate's own call): type, dtype, shape, strides
+    and values; images decoded as strided views (no transform) or contiguous
+    planes (the fused crop)."""
+    path = _write(tmp_path / "a.tfrecord", 24, size=(64, 80))
+    if transform == "crop":
+        transform = v2.Compose([v2.RandomResizedCrop(72), v2.RandomHorizontalFlip()])
+    ds = TFRecordDataset(path, features=presets.tfds(), transform=transform)
+    torch.manual_seed(3)
+    chunks = list(DataLoader(ds, batch_size=8, num_workers=0, collate_fn=list))  # the same draws
+    torch.manual_seed(3)
+    batches = list(DataLoader(ds, batch_size=8, num_workers=0))
+    assert len(batches) == 3
+    for batch, chunk in zip(batches, chunks):
+        _same(batch, {key: torch.stack([item[key] for item in chunk]) for key in chunk[0]})
+    assert torch.get_num_threads() == 2
+
+
+def test_the_main_process_stack_leaves_what_torch_keeps_or_stacks_alone(two_torch_threads):
+    image = tv_tensors.Image(torch.zeros(3, 128, 128, dtype=torch.uint8))
+    assert stack_on_this_thread("sizes", [torch.zeros(3, 4), torch.zeros(3, 5)]) is None
+    assert stack_on_this_thread("bf16", [torch.zeros(64, 512, dtype=torch.bfloat16)] * 2) is None
+    assert stack_on_this_thread("small", [torch.zeros(3, 4)] * 8) is None  # torch.stack copies it serially
+    with tv_tensors.set_return_type("TVTensor"):
+        assert stack_on_this_thread("image", [image, image]) is None
+    stacked = stack_on_this_thread("image", [image, image + 1])
+    assert type(stacked) is torch.Tensor and torch.equal(stacked, torch.stack([image, image + 1]))
+    torch.set_num_threads(1)
+    assert stack_on_this_thread("image", [image, image + 1]) is None
+
+
+_THREADS = textwrap.dedent("""
+    import os, sys, threading, time
+    import torch
+    torch.set_num_threads(2)
+    import torchvision  # noqa: F401
+    from torch.utils.data import DataLoader
+    from tfrecord_torch import TFRecordDataset, presets
+
+    def foreign():  # threads of the process that Python did not start: an OpenMP team's among them
+        return set(map(int, os.listdir("/proc/self/task"))) - {t.native_id for t in threading.enumerate()}
+
+    ds = TFRecordDataset(sys.argv[1], features=presets.tfds())
+    before = foreign()
+    batches = list(DataLoader(ds, batch_size=8, num_workers=0))
+    for _ in range(100):  # a Python thread that just ended may linger a moment as an OS thread
+        if not foreign() - before:
+            break
+        time.sleep(0.02)
+    ours = len(foreign() - before)
+    torch.stack(list(batches[0]["image"]))  # torch's own stack of the same images, the control
+    print(len(batches), ours, len(foreign() - before), torch.get_num_threads())
+""")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the threads in /proc")
+def test_main_process_batches_start_no_openmp_team(tmp_path):
+    """Per sample with num_workers=0 and two torch threads, the batches are
+    stacked without starting torch's OpenMP team (whose threads spin
+    between the images' copies); the user's thread setting stays as it was."""
+    path = _write(tmp_path / "a.tfrecord", 24, size=(128, 128))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    out = subprocess.run([sys.executable, "-c", _THREADS, str(path)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    batches, ours, control, threads = map(int, out.stdout.split())
+    if control == 0:
+        pytest.skip("torch.stack starts no thread of its own here (torch without OpenMP threads)")
+    assert (batches, ours, threads) == (3, 0, 2)

@@ -28,7 +28,7 @@ import torch
 
 from tfrecord_torch.data.transport.shipped import INLINE_BYTES, SLOTS, Inline, SharedBuffers
 
-__all__ = ["Stacker"]
+__all__ = ["Stacker", "stackable_dtype"]
 
 
 class Stacker:
@@ -49,7 +49,7 @@ class Stacker:
         (over a reused segment, or by value if small), or None if these
         values are left to default_collate."""
         with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, each a Python call otherwise
-            dtype = _numpy_dtype(values)
+            dtype = stackable_dtype(values)
         if dtype is None:
             return None
         first = values[0]
@@ -69,7 +69,7 @@ class Stacker:
         return pool.ship(out, token)
 
 
-def _numpy_dtype(values: list) -> np.dtype | None:
+def stackable_dtype(values: list) -> np.dtype | None:
     """The NumPy dtype of ``values`` if they are dense CPU tensors of one
     shape and dtype that need no gradient; else None."""
     first = values[0]

@@ -17,11 +17,14 @@ without AVX2 (tests/test_crop_cpu_capability.py).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import functools
 import math
+import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -251,14 +254,58 @@ def _resize(window: np.ndarray, resample: str, out: np.ndarray) -> None:
     target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
     kernel = _KERNELS[resample]
     size = [out.shape[0], out.shape[1]]
-    if _native_uint8_resize(resample):
-        kernel(source, size, False, None, None, out=target)
-    else:
-        resized = torch.empty(target.shape, dtype=torch.float32, memory_format=torch.channels_last)
-        kernel(source.to(torch.float32), size, False, None, None, out=resized)
-        if resample != "bilinear":  # bicubic overshoots; torchvision clamps all but bilinear
-            resized.clamp_(0, 255)
-        target.copy_(resized.round_())
+    with _on_this_thread():
+        if _native_uint8_resize(resample):
+            kernel(source, size, False, None, None, out=target)
+        else:
+            resized = torch.empty(target.shape, dtype=torch.float32, memory_format=torch.channels_last)
+            kernel(source.to(torch.float32), size, False, None, None, out=resized)
+            if resample != "bilinear":  # bicubic overshoots; torchvision clamps all but bilinear
+                resized.clamp_(0, 255)
+            target.copy_(resized.round_())
+
+
+@contextlib.contextmanager
+def _on_this_thread() -> Iterator[None]:
+    """torch's operators inside run on the calling thread alone.
+
+    Where torch's resize kernels are not the serial AVX2 ones (a CPU without
+    AVX2, or bicubic on some), they split each image over torch's OpenMP
+    team: several forks and joins per image, and on a decode thread a team
+    of its own. The OpenMP thread count is a setting of each thread, so it
+    is set to one for this thread only, and set back after: the user's
+    threads, and this one afterwards, keep torch's threads.
+    """
+    threads = torch.get_num_threads()  # first sets this thread up for torch, which would undo the one
+    omp = _openmp() if threads > 1 else None
+    if omp is None:
+        yield
+        return
+    omp.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        omp.omp_set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def _openmp() -> Any:
+    """The OpenMP runtime loaded in this process (GNU's or LLVM's, the one
+    torch runs its threads on), or None where none is found."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if line.rstrip().endswith((".so", ".so.1", ".so.5"))})
+    except OSError:  # not Linux
+        return None
+    for path in paths:
+        if os.path.basename(path).startswith(("libgomp", "libomp", "libiomp5")):
+            try:
+                runtime = ctypes.CDLL(path)
+                if runtime.omp_get_max_threads() == torch.get_num_threads():  # torch's, as far as one can tell
+                    return runtime
+            except (OSError, AttributeError):
+                continue
+    return None
 
 
 def _flip_into(image: np.ndarray, out: np.ndarray) -> None:

@@ -239,3 +239,57 @@ def test_per_sample_fused_items_are_laid_out_as_unfused(tmp_path):
     for a, b in zip(out["fused"], out["plain"]):
         assert type(a) is type(b) is tv_tensors.Image
         assert a.is_contiguous() and a.stride() == b.stride() and torch.equal(a, b)
+
+
+_THREADS = """
+import os, sys, threading, time
+import torch
+torch.set_num_threads(2)
+from torch.utils.data import DataLoader
+from torchvision.transforms import v2
+from tfrecord_torch import TFRecordDataset, presets
+
+def foreign():  # threads of the process that Python did not start: an OpenMP team's among them
+    return set(map(int, os.listdir("/proc/self/task"))) - {t.native_id for t in threading.enumerate()}
+
+transform = v2.Compose([v2.RandomResizedCrop(112, interpolation=v2.InterpolationMode[sys.argv[2]]),
+                        v2.RandomHorizontalFlip()])
+before = foreign()
+per_sample = list(DataLoader(TFRecordDataset(sys.argv[1], features=presets.tfds(), transform=transform),
+                             batch_size=8, num_workers=0))
+def started():
+    for _ in range(100):  # a Python thread that just ended may linger a moment as an OS thread
+        if not foreign() - before:
+            break
+        time.sleep(0.02)
+    return len(foreign() - before)
+
+ours = started()
+batches = iter(TFRecordDataset(sys.argv[1], features=presets.tfds(), transform=transform, batch_size=8))
+batched = [next(batches)]
+ours += started()  # while the decode threads are alive (a team of theirs ends with them)
+batched += list(batches)
+v2.Resize(200)(per_sample[0]["image"])  # torchvision's own resize of the same images, the control
+print(len(per_sample), len(batched), ours, len(foreign() - before), torch.get_num_threads())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the threads in /proc")
+@pytest.mark.parametrize("mode", ["BILINEAR", "BICUBIC"])
+def test_fused_resize_starts_no_openmp_team_without_avx2(tmp_path, mode):
+    """On a CPU where torch's resize kernels split each image over its
+    OpenMP team, the fused crop -- per sample with num_workers=0, and in
+    batch mode on the decode threads -- resizes on the calling thread alone
+    and starts no team; the user's torch thread setting stays as it was."""
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(16):
+            w.write(make_example({"image": png_bytes(photo(i, 150, 170), "JPEG", quality=90), "label": i}))
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "PYTHONPATH": str(Path(__file__).resolve().parents[4])}
+    out = subprocess.run([sys.executable, "-c", _THREADS, str(path), mode], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    per_sample, batched, ours, control, threads = map(int, out.stdout.split())
+    if control == 0:
+        pytest.skip("torch's resize starts no thread of its own here (torch without OpenMP threads)")
+    assert (per_sample, batched, ours, threads) == (2, 2, 0, 2)
