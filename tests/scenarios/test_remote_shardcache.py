@@ -428,23 +428,31 @@ def test_a_cold_epoch_fetches_each_shard_once(s3, shards, tmp_path, slow_fills, 
     assert no_leftovers(tmp_path / "shards")
 
 
+def gate_fill_ranges(monkeypatch, held) -> tuple[threading.Event, list]:
+    """Holds the shards' range reads for which ``held(start, end)`` until the
+    returned event is set (or 5 s): a read that had to wait for one is
+    listed in the returned list (the first records waited for it)."""
+    opened = threading.Event()
+    overdue: list = []
+    read_range = files.read_range
+
+    def gated(url, start, end, *args):
+        if ".index" not in url and held(start, end) and not opened.wait(5):
+            overdue.append((url, start, end))
+            opened.set()
+        return read_range(url, start, end, *args)
+
+    monkeypatch.setattr(files, "read_range", gated)
+    return opened, overdue
+
+
 def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shards, tmp_path, monkeypatch):
     from tfrecord_torch.data import plan
 
     monkeypatch.setattr(shardcache, "CHUNK", 2_000)
     monkeypatch.setattr(shardcache, "FIRST_CHUNK", 500, raising=False)
     monkeypatch.setattr(plan, "FIRST_READ", 500)  # a few of these records
-    opened = threading.Event()
-    overdue = []
-    read_range = files.read_range
-
-    def gated(url, start, end, *args):  # a fill's ranges past its first hold until the first record is out
-        if ".index" not in url and end > 500 and not opened.wait(5):
-            overdue.append((url, start, end))  # the first record waited for it
-            opened.set()
-        return read_range(url, start, end, *args)
-
-    monkeypatch.setattr(files, "read_range", gated)
+    opened, overdue = gate_fill_ranges(monkeypatch, lambda start, end: end > 500)
     plain = ids(dataset(s3, shards, None))
     items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
     first = next(items)
@@ -463,17 +471,7 @@ def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, t
     monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
     monkeypatch.setattr(plan, "FIRST_READ", 300)  # a few records, from all over the shards
     monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)  # the reads of 300, 600 and 1200 bytes
-    opened = threading.Event()
-    overdue = []
-    read_range = files.read_range
-
-    def gated(url, start, end, *args):  # a fill's ranges past its first hold until the first records are out
-        if ".index" not in url and start > 0 and not opened.wait(5):
-            overdue.append((url, start, end))  # the first record waited for it
-            opened.set()
-        return read_range(url, start, end, *args)
-
-    monkeypatch.setattr(files, "read_range", gated)
+    opened, overdue = gate_fill_ranges(monkeypatch, lambda start, end: start > 0)
     if options.pop("map_style", False):  # a sampler's batch of records from all over the shards
         order = np.random.default_rng(2).permutation(RECORDS).tolist()
         ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,

@@ -34,6 +34,14 @@ def complete_before(plain: bytes, cut: int) -> int:
     return n
 
 
+def write_flushing(writer, payloads) -> None:
+    """Writes ``payloads``, flushing after every seventh, so a reader sees the file grow in steps."""
+    for i, p in enumerate(payloads):
+        writer.write(p)
+        if i % 7 == 0:
+            writer.flush()
+
+
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
 def test_every_cut_yields_the_complete_records_then_continues(tmp_path, compression):
     plain = b"".join(frame(p) for p in PAYLOADS)
@@ -161,10 +169,7 @@ def test_a_reader_thread_follows_a_writer_thread(tmp_path, compression):
         try:
             with RecordWriter(path, compression=compression, atomic=False) as w:
                 opened.set()
-                for i, p in enumerate(payloads):
-                    w.write(p)
-                    if i % 7 == 0:
-                        w.flush()
+                write_flushing(w, payloads)
         except BaseException as e:  # reported by the main thread
             errors.append(e)
         finally:
@@ -320,10 +325,7 @@ def test_a_reader_thread_follows_a_rotating_writer(tmp_path):
                 with RecordWriter(path, compression="gzip" if k % 2 else None, atomic=False) as w:
                     if not k:
                         tail_box.append(RecordTail(path))
-                    for i, p in enumerate(payloads):
-                        w.write(p)
-                        if i % 7 == 0:
-                            w.flush()
+                    write_flushing(w, payloads)
         except BaseException as e:  # reported by the main thread
             errors.append(e)
         finally:
