@@ -72,9 +72,6 @@ def filesystem(url: str, storage_options: dict | None):
     cls = fsspec.get_filesystem_class(protocol)
     key = (protocol, fsspec.utils.tokenize(options, cls._get_kwargs_from_urls(url)))
     with _own_lock:
-        if _own_pid[0] != os.getpid():  # a forked child: the parent's objects hold its connections and loop
-            _own.clear()
-            _own_pid[0] = os.getpid()
         system = _own.get(key)
         if system is None:
             system, path = fsspec.core.url_to_fs(url, **options)
@@ -84,8 +81,9 @@ def filesystem(url: str, storage_options: dict | None):
 
 
 _own: dict[tuple[str, str], Any] = {}  # filesystem() of options with skip_instance_cache, for this process
-_own_pid = [os.getpid()]
 _own_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child: the parent's objects hold its connections and loop
+    os.register_at_fork(after_in_child=_own.clear)
 
 
 def size_and_version(path, storage_options: dict | None = None) -> tuple[int, str]:

@@ -24,8 +24,9 @@ __all__ = ["with_shared_data"]
 
 _loaders: dict[str, Any] = {}  # botocore data path -> its loader, shared by this process and its forks
 _sessions: dict[str, Any] = {}  # the options' token -> the session of their filesystems, in this process
-_pid = os.getpid()  # the process _sessions belong to
 _lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # forked: the parent's sessions are not this process's
+    os.register_at_fork(after_in_child=_sessions.clear)
 
 
 def with_shared_data(options: dict) -> dict:
@@ -33,7 +34,6 @@ def with_shared_data(options: dict) -> dict:
     shared (see the module docstring); ``options`` as they are when they give
     a session or an event loop, or arguments s3fs would make its session with
     (the session made here could differ), or without s3fs."""
-    global _pid
     if "session" in options or "loop" in options or options.get("asynchronous"):
         return options
     try:
@@ -48,9 +48,6 @@ def with_shared_data(options: dict) -> dict:
         return options  # s3fs passes the others to the session it makes
     token = fsspec.utils.tokenize(options)
     with _lock:
-        if _pid != os.getpid():  # forked: the parent's sessions are not this process's
-            _pid = os.getpid()
-            _sessions.clear()
         session = _sessions.get(token)
         if session is None:
             session = AioSession()

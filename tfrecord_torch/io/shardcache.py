@@ -302,8 +302,7 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
         _check_unchanged(url, size, version, storage_options, "while it was being copied")
         os.replace(temp, entry)  # while the flock is held: a reader never sees a live fill end without it
         kept = True
-    except OSError as e:
-        checked.result()
+    except OSError as e:  # the check has answered: raised above, or passed
         return _unwritable(folder, e)
     finally:
         if not kept:
