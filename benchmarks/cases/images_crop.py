@@ -166,6 +166,67 @@ def crop_decode_limit(path):
     return run
 
 
+def _windows(path):
+    """The JPEGs in memory, each with a crop window and flip drawn as v2.RandomResizedCrop(224) and
+    RandomHorizontalFlip draw them (the library's own draws, seeded), and the label sum."""
+    import torch
+    from torchvision.transforms import v2
+
+    from tfrecord_torch import parse_example, read_records
+    from tfrecord_torch.features.images.crop import crop_params_batch, plan_transform
+    from tfrecord_torch.features.images.limits import read_header
+
+    records = [parse_example(p) for p in read_records(path)]
+    jpegs = [r["image"][0] for r in records]
+    plan, _ = plan_transform(v2.Compose([v2.RandomResizedCrop(CROP), v2.RandomHorizontalFlip()]))
+    headers = [read_header(j) for j in jpegs]
+    params = crop_params_batch(plan, [(h.height, h.width) for h in headers], torch.Generator().manual_seed(0))
+    return jpegs, params, sum(int(r["label"][0]) for r in records)
+
+
+def _window_limit(path, resize: bool):
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from tfrecord_torch.features.images.crop import Box, resize_into
+    from tfrecord_torch.features.images.jpeg import decode_jpeg_window
+
+    jpegs, params, labels = _windows(path)
+    threads = len(os.sched_getaffinity(0))
+    pool = ThreadPoolExecutor(threads)
+    out = np.empty((len(jpegs), CROP, CROP, 3), np.uint8)
+
+    def share(k):
+        for i in range(k, len(jpegs), threads):
+            c = params[i]
+            window = decode_jpeg_window(jpegs[i], c.box)
+            if resize:
+                resize_into(window, Box(0, 0, c.height, c.width), c.flip, "bilinear", out[i])
+        return 0
+
+    def run():
+        list(pool.map(share, range(threads)))
+        return {"records": len(jpegs), "pixels": len(jpegs) * 3 * CROP * CROP, "checksum": labels}
+    return run
+
+
+@worker("images_crop", "crop-window decode-only limit", yardstick=True,
+        note="ceiling, not a peer: only the crop windows decoded (the compiled libjpeg-turbo helper, TF's "
+             "default IDCT, as decode_and_crop_jpeg), windows drawn as RandomResizedCrop(224), JPEGs in "
+             "memory, a thread per core; no resize, flip, reading or batching")
+def crop_window_limit(path):
+    return _window_limit(path, resize=False)
+
+
+@worker("images_crop", "crop-window decode + resize limit", yardstick=True,
+        note="ceiling, not a peer: the same windows decoded, then resized to 224x224 (torch's antialiased "
+             "kernel, v2.Resize's pixels) and flipped into one buffer; no reading, parsing or batching")
+def crop_window_resize_limit(path):
+    return _window_limit(path, resize=True)
+
+
 target("images_crop", "ours batch mode >= 1.15x tf.data", "ours batch mode", "tf.data", at_least=1.15)
 target("images_crop", "ours batch mode (workers=0) >= 1.15x tf.data", "ours batch mode (workers=0)", "tf.data",
        at_least=1.15)
