@@ -263,3 +263,21 @@ def test_a_dataset_made_again_after_another_writer_rewrote_a_shard_reads_the_new
         gets = [r for m, path, r in s3.requests if m == "GET" and path == rewritten]
         assert sorted(gets, key=str) == sorted([f"bytes=0-{new_size - 1}", "bytes=0-11"], key=str)  # copy, sniff
         assert shard_requests(s3, [u for u in urls if u != urls[2]]) == {}  # read from their copies
+
+
+def test_a_shard_indexed_again_after_another_writer_rewrote_it_gets_the_new_shards_index(s3, tmp_path,
+                                                                                        monkeypatch):
+    """``shard_index(url)`` in a process that listed the shard's folder before (its
+    fsspec filesystem keeps that listing) indexes the shard as it is now: another
+    writer rewrote it with 150 records, not 100, and the index has 150 entries."""
+    from tfrecord_torch.records.shardindex import shard_index
+
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    url = "s3://bucket/reindexed/train-0.tfrecord"
+    write_shard(url, range(100), s3.options)
+    ds = TFRecordDataset("s3://bucket/reindexed/*.tfrecord", features=FEATURES, storage_options=s3.options,
+                         source=Source(cache=None))
+    assert sorted(int(r["id"]) for r in ds) == list(range(100))  # the folder listed, and kept by s3fs
+    assert len(shard_index(url, storage_options=s3.options)) == 100
+    write_shard(url, range(150), {**s3.options, "skip_instance_cache": True})  # another process's writer
+    assert len(shard_index(url, storage_options=s3.options)) == 150

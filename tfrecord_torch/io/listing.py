@@ -10,7 +10,7 @@ from typing import NamedTuple
 from tfrecord_torch.io.files import _os_error, filesystem, is_url, local, unstrip, version_of
 from tfrecord_torch.io.retry import retrying
 
-__all__ = ["Listing", "expand", "list_files"]
+__all__ = ["Listing", "expand", "forget_listings", "list_files"]
 
 INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
 SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
@@ -44,7 +44,7 @@ def _is_file(info: dict) -> bool:
     return info.get("type", "file") == "file"
 
 
-def _forget_listings(fs, path: str, *, parent: bool = True) -> None:
+def forget_listings(fs, path: str, *, parent: bool = True) -> None:
     """Drop what ``fs`` remembers of the listings of ``path``, of the folders below it
     and (``parent``) of its folder, so the next listing or ``info`` of them asks the
     store. fsspec keeps one filesystem object per set of options for the life of the
@@ -161,7 +161,7 @@ def _list_index_folders(files: list[str], storage_options: dict | None, stats: d
         protocol = url.split("://", 1)[0]
         if protocol not in _LISTABLE:
             continue
-        _forget_listings(fs, p, parent=False)
+        forget_listings(fs, p, parent=False)
         try:
             entries = retrying("list", url, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
@@ -220,7 +220,7 @@ def _list_explicit(items: list[str], storage_options: dict | None, stats: dict, 
             continue
         fs, p = filesystem(parent, storage_options)
         protocol = parent.split("://", 1)[0]
-        _forget_listings(fs, p)
+        forget_listings(fs, p)
         try:
             entries = retrying("list", parent, lambda: fs.ls(p, detail=True))
         except FileNotFoundError:
@@ -255,7 +255,7 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
 
     fs, p = filesystem(item, storage_options)
     protocol = item.split("://", 1)[0]
-    _forget_listings(fs, _glob_root(p) if globlib.has_magic(p) else p)
+    forget_listings(fs, _glob_root(p) if globlib.has_magic(p) else p)
     if globlib.has_magic(p):
         infos = retrying("glob", item, lambda: fs.glob(p, detail=True))
         _list_siblings(fs, protocol, p, infos, stats, folders)

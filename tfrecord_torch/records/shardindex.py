@@ -150,6 +150,9 @@ def shard_index(path: str, index_path: str | None = None, *, build: bool = True,
         check_index(index, path, index_path=index_path, storage_options=storage_options)
         return index
     if fs.is_url(path):
+        # asked for by itself, the shard is stat'ed afresh: a listing of its folder that the
+        # process's filesystem object kept would give a rewritten shard's former size and version
+        lister.forget_listings(*fs.filesystem(path, storage_options))
         listing = lister.Listing([path], {}, frozenset())
         found = remote_shard_index(path, listing, "auto", build, storage_options, report, progress)
         if found is None:
