@@ -106,6 +106,20 @@ def test_jpeg_equals_tensorflow_integer_accurate(case, mode, decoder):
     assert np.abs(got - fast).max() <= 5  # TF's default (fast) IDCT: the README's table
 
 
+def test_a_jpeg_with_corrupt_entropy_data_decodes_as_tensorflow_decodes_it():
+    """libjpeg decodes it with a warning ("premature end of data segment"),
+    which simplejpeg makes an error: the image takes the fallback decoder and
+    gives TensorFlow's pixels, as a clean JPEG does."""
+    data = bytearray(jpeg_cases()["4:2:0 odd size"])
+    middle = len(data) * 2 // 3
+    data[middle:middle + 2] = b"\xff\xd3"  # a restart marker where none belongs
+    data = bytes(data)
+    assert images._libjpeg(data, False) is None
+    want = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE").numpy()
+    got = decode_image(data)
+    assert got.is_contiguous() and np.array_equal(hwc(got), want)
+
+
 def test_rgba_from_a_jpeg_is_a_clear_error():
     with pytest.raises(ValueError, match="JPEG has no alpha channel"):
         decode_image(jpeg_cases()["baseline"], "RGBA")
