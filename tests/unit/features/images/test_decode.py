@@ -10,9 +10,11 @@ import pytest
 import torch
 import torchvision.io as tvio
 from PIL import Image as PILImage
+from torch.utils._pytree import tree_flatten
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, presets
+from tfrecord_torch import IndexedTFRecordDataset, RecordWriter, TFRecordDataset, make_example, presets
 from tfrecord_torch.data.imagebatch import laid_out_for
 from tfrecord_torch.features.images import Image, decode_image
 from tfrecord_torch.features.images import decode as images
@@ -151,10 +153,42 @@ def test_other_transforms_get_planes(transform):
     assert spec["image"].decode({"image": [JPEGS["4:4:4"]]}).is_contiguous()
 
 
-def test_a_dataset_resizing_first_gives_what_the_transform_gives_on_planes(tmp_path):
-    """Same values whichever layout the transform received."""
-    encoded = write_jpegs(tmp_path / "j.tfrecord")
-    transform = v2.Compose([v2.Resize(24), v2.CenterCrop(20)])
-    items = list(TFRecordDataset(tmp_path / "j.tfrecord", features=presets.tfds(), transform=transform))
+def note(inputs):
+    SeenResize.seen.extend(x.stride() for x in tree_flatten(inputs)[0] if isinstance(x, tv_tensors.Image))
+
+
+class SeenResize(v2.Resize):
+    """v2.Resize, noting the strides of each image it is given."""
+
+    seen: list = []
+
+    def forward(self, *inputs):
+        note(inputs)
+        return super().forward(*inputs)
+
+
+class SeenCrop(v2.CenterCrop):
+    """v2.CenterCrop, noting the strides of each image it is given."""
+
+    def forward(self, *inputs):
+        note(inputs)
+        return super().forward(*inputs)
+
+
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
+@pytest.mark.parametrize("head", [SeenResize, SeenCrop])
+def test_each_dataset_lays_images_out_for_its_transform(tmp_path, dataset, head):
+    """A transform that resizes first receives the channels-last view, any
+    other planes; the values are the unfused transform's of the planes."""
+    path = tmp_path / "j.tfrecord"
+    encoded = write_jpegs(path)
+    tail = v2.Compose([head(24), v2.CenterCrop(20)])
+    SeenResize.seen = []
+    ds = dataset(path, features=presets.tfds(), transform=tail)
+    items = [ds[i] for i in range(len(encoded))] if dataset is IndexedTFRecordDataset else list(ds)
+    sizes = [decode_image(data).shape for data in encoded]
+    channels_last = [(1, w * c, c) for c, _, w in sizes]
+    planes = [torch.empty(size).stride() for size in sizes]
+    assert SeenResize.seen == (channels_last if head is SeenResize else planes)
     for item, data in zip(items, encoded):
-        assert torch.equal(item["image"], transform(decode_image(data)))
+        assert torch.equal(item["image"], tail(decode_image(data)))
