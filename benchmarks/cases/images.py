@@ -50,7 +50,7 @@ def _image_tally(batches) -> dict:
 
 @worker("images", "ours",
         note=f"TFRecordDataset(path, features=presets.tfds()) through DataLoader(batch_size={IMAGE_BATCH}, "
-             "num_workers=2): uint8 tensors [64, 3, 256, 256] (torchvision decoder); CRCs verified")
+             "num_workers=2): uint8 tensors [64, 3, 256, 256] (libjpeg-turbo, accurate IDCT: torchvision's pixels); CRCs verified")
 def images_ours(path):
     import torch.utils.data
 
@@ -97,7 +97,7 @@ def images_ours_batched0(path):
 
 @worker("images", "ours (workers=0)",
         note=f"per-sample: DataLoader(TFRecordDataset(path, features=presets.tfds()), batch_size={IMAGE_BATCH}, "
-             "num_workers=0): one image at a time in the main process (torchvision decoder)")
+             "num_workers=0): one image at a time in the main process (libjpeg-turbo, accurate IDCT)")
 def images_ours0(path):
     import torch.utils.data
     import torchvision.io  # noqa: F401

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.data.counts import SharedErrorPolicy
+from tfrecord_torch.data.imagebatch import is_v2_transform, laid_out_for
 from tfrecord_torch.data.reading import decode_payload
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
@@ -40,16 +41,20 @@ from tfrecord_torch.records.stale import explain
 __all__ = ["Frame", "ItemFetcher", "SpecPlan"]
 
 class SpecPlan(NamedTuple):
-    """What reading an item needs to know of a spec, worked out once per spec."""
+    """What reading an item needs to know of a spec and a transform, worked
+    out once per pair."""
 
     spec: Any
+    transform: Any
+    decoding: Any  # the spec records decode with: its images laid out for the transform (laid_out_for)
     plan: Any  # the compiled reader's plan (numbers only), or None
     owned: bool  # decoding may keep the parsed arrays
     compiled: bool  # the compiled reader reads records for this spec
 
     @classmethod
-    def of(cls, spec: Any) -> SpecPlan:
-        return cls(spec, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
+    def of(cls, spec: Any, transform: Any = None) -> SpecPlan:
+        decoding = laid_out_for(spec, transform) if isinstance(spec, dict) and is_v2_transform(transform) else spec
+        return cls(spec, transform, decoding, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
                    compiled_reader() and not isinstance(spec, (SequenceSpec, Payload)))
 
 
@@ -88,7 +93,7 @@ class ItemFetcher:
         self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call
         self._starts: list[int] = [0, *self._ends[:-1]]
         self.length = self._ends[-1] if self._ends else 0
-        self._planned = SpecPlan.of(spec)
+        self._planned = SpecPlan.of(spec, transform)
         self._read_in: int | None = None  # the process that has read a batch (a forked worker has not)
 
     def check(self, i: Any) -> int:
@@ -178,14 +183,14 @@ class ItemFetcher:
 
     def _plan(self) -> SpecPlan:
         planned = self._planned
-        if planned.spec is not self.spec:  # the spec was replaced since
-            planned = self._planned = SpecPlan.of(self.spec)
+        if planned.spec is not self.spec or planned.transform is not self.transform:  # replaced since
+            planned = self._planned = SpecPlan.of(self.spec, self.transform)
         return planned
 
     def _read(self, shard: int, r: int):
         path, index = self.paths[shard], self.indexes[shard]
         planned = self._planned
-        if planned.spec is not self.spec:
+        if planned.spec is not self.spec or planned.transform is not self.transform:
             planned = self._plan()
         if planned.compiled:
             item = self._read_compiled(path, index, r, planned)
@@ -233,14 +238,16 @@ class ItemFetcher:
         parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
         if parsed is None or planned.spec is None:
             return parsed
+        spec = planned.decoding
         try:
-            return decode_owned(parsed, planned.spec) if planned.owned else decode(parsed, planned.spec)
+            return decode_owned(parsed, spec) if planned.owned else decode(parsed, spec)
         except FeatureError:
             return None
 
     def _decode(self, frame: bytes, path: str, offset: int, r: int):
         payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
-        return decode_payload(payload, path, offset, r, self.spec, self.transform, self._plan().owned)
+        planned = self._plan()
+        return decode_payload(payload, path, offset, r, planned.decoding, self.transform, planned.owned)
 
     def _read_frames(self, unique: np.ndarray) -> list[Frame]:
         """The frames of the sorted global indices ``unique``, read by

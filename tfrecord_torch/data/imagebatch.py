@@ -35,7 +35,8 @@ from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, I
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform"]
+__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform",
+           "laid_out_for"]
 
 _RESIZE_HINT = ("a transform that gives one size (v2.Resize((h, w)), v2.RandomResizedCrop(s), "
                 "v2.CenterCrop(s))")
@@ -130,17 +131,43 @@ def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatchin
     + flip) and the spec holds one RGB Image and no other spatial feature,
     the image decodes through :class:`CroppedImage` and the transform keeps
     what follows the head -- the same pixels and RNG draws as unfused.
-    ``images=False`` or ``ImageBatching(fused=False)`` keep both as given."""
-    if options is None or not options.fused or not isinstance(spec, dict) or not is_v2_transform(transform):
+    ``images=False`` or ``ImageBatching(fused=False)`` keep the transform
+    whole; the images are then laid out for it (:func:`laid_out_for`)."""
+    if not isinstance(spec, dict) or not is_v2_transform(transform):
         return spec, transform
-    name = _fast_image(spec)
+    name = _fast_image(spec) if options is not None and options.fused else None
     plan, rest = plan_transform(transform) if name is not None else (None, [])
     if name is None or plan is None:
-        return spec, transform
+        return laid_out_for(spec, transform), transform
     from torchvision.transforms import v2
 
     fused = {n: CroppedImage(f, plan) if n == name else f for n, f in spec.items()}
     return fused, (v2.Compose(rest) if rest else None)
+
+
+def laid_out_for(spec: dict, transform: Any) -> dict:
+    """``spec`` with its images laid out for the v2 ``transform`` that takes them.
+
+    Images come as C-contiguous planes, which most v2 transforms (crops,
+    flips, ToDtype, Normalize, colour) and the collate that stacks them run
+    fastest on. A transform that starts by resizing is the exception: torch's
+    antialiased uint8 resize reads an image in channels-last memory directly
+    but first repacks planes into it, and its output keeps the input's
+    layout -- so there the images come as the channels-last view of the
+    decoded buffer, no copy made. The values are the same either way.
+    """
+    if not _resizes_first(transform):
+        return spec
+    return {n: f.laid_out(planes=False) if isinstance(f, Image) else f for n, f in spec.items()}
+
+
+def _resizes_first(transform: Any) -> bool:
+    from torchvision.transforms import v2
+
+    while isinstance(transform, v2.Compose) and transform.transforms:
+        transform = transform.transforms[0]
+    return isinstance(transform, (v2.Resize, v2.RandomResizedCrop, v2.RandomShortestSize, v2.RandomResize,
+                                  v2.ScaleJitter))
 
 
 class DecodedBatch(NamedTuple):
@@ -181,6 +208,8 @@ class ImageBatches:
                 else (None, [transform])
             if self.plan is None:
                 self.name = None  # an unfused per-image transform needs each image on its own
+        if self.per_record and self.name is None:
+            self.spec = laid_out_for(spec, transform)
         self.engine = (DecodeEngine(options, buffers=BatchBuffers(ahead))
                        if self.name is not None and options is not None else None)
         if options is not None and self.engine is None:

@@ -1,6 +1,7 @@
 """Decoded pixels equal TensorFlow's decode of the same bytes, for every format,
-layout and channel choice, with torchvision's decoders and with the Pillow
-fallback used when TensorFlow was imported first."""
+layout and channel choice, with libjpeg-turbo through simplejpeg (JPEGs),
+torchvision's decoders and the Pillow fallback used when TensorFlow was
+imported first."""
 
 import io
 
@@ -18,8 +19,10 @@ MODES = {"unchanged": 0, "L": 1, "RGB": 3, "RGBA": 4}
 rng = np.random.default_rng(13)
 
 
-@pytest.fixture(params=["torchvision", "pillow"])
+@pytest.fixture(params=["simplejpeg", "torchvision", "pillow"])
 def decoder(request, monkeypatch):
+    if request.param != "simplejpeg":  # the decoders JPEGs fall back to
+        monkeypatch.setattr(images, "_libjpeg", lambda data, gray: None)
     if request.param == "pillow":
         monkeypatch.setattr(images, "_torchvision_usable", lambda: False)
     return request.param
@@ -90,7 +93,9 @@ def jpeg_cases():
 @pytest.mark.parametrize("mode", ["unchanged", "L", "RGB"])
 def test_jpeg_equals_tensorflow_integer_accurate(case, mode, decoder):
     data = jpeg_cases()[case]
-    got = hwc(decode_image(data, mode)).astype(int)
+    planes = decode_image(data, mode)
+    assert planes.is_contiguous()
+    got = hwc(planes).astype(int)
     if case == "cmyk" and mode == "L":  # TF refuses; we take the luma of TF's RGB with libpng's weights
         rgb = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE").numpy()
         assert np.array_equal(got, convert_channels(rgb, 1))
@@ -99,6 +104,20 @@ def test_jpeg_equals_tensorflow_integer_accurate(case, mode, decoder):
     assert np.array_equal(got, accurate)
     fast = tf.io.decode_jpeg(data, channels=MODES[mode]).numpy().astype(int)
     assert np.abs(got - fast).max() <= 5  # TF's default (fast) IDCT: the README's table
+
+
+def test_a_jpeg_with_corrupt_entropy_data_decodes_as_tensorflow_decodes_it():
+    """libjpeg decodes it with a warning ("premature end of data segment"),
+    which simplejpeg makes an error: the image takes the fallback decoder and
+    gives TensorFlow's pixels, as a clean JPEG does."""
+    data = bytearray(jpeg_cases()["4:2:0 odd size"])
+    middle = len(data) * 2 // 3
+    data[middle:middle + 2] = b"\xff\xd3"  # a restart marker where none belongs
+    data = bytes(data)
+    assert images._libjpeg(data, False) is None
+    want = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE").numpy()
+    got = decode_image(data)
+    assert got.is_contiguous() and np.array_equal(hwc(got), want)
 
 
 def test_rgba_from_a_jpeg_is_a_clear_error():

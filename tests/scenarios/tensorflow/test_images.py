@@ -1,6 +1,7 @@
 """Images decoded here equal TensorFlow's decode of the same bytes."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import torch
 from helpers import png_bytes
@@ -48,6 +49,28 @@ def test_jpeg_equals_tensorflow_accurate_idct(tmp_path):
         # ... and TensorFlow's default fast IDCT differs by a few levels at most.
         fast = tf.io.decode_jpeg(parsed["image"], channels=3).numpy().astype(np.int16)
         assert np.abs(mine - fast).max() <= 8
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_jpeg_items_are_planes_equal_to_tensorflow_accurate_idct(tmp_path, mode):
+    """4:2:0 at an odd size, 4:2:2, progressive and gray JPEGs: each item's
+    image is C-contiguous and equals TF's INTEGER_ACCURATE decode."""
+    rng = np.random.default_rng(3)
+    base = np.kron(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8), np.ones((8, 8, 1), np.uint8))
+    noisy = np.clip(base.astype(int) + rng.integers(-20, 21, base.shape), 0, 255).astype(np.uint8)
+    encoded = [png_bytes(noisy[:51, :61], "JPEG", quality=75, subsampling=2),
+               png_bytes(noisy[:40, :57], "JPEG", subsampling=1),
+               png_bytes(noisy, "JPEG", quality=90, progressive=True),
+               png_bytes(noisy[:, :, 0], "JPEG")]
+    with RecordWriter(tmp_path / "j.tfrecord") as w:
+        for i, data in enumerate(encoded):
+            w.write(make_example({"image": data, "label": i}))
+    ours = list(TFRecordDataset(tmp_path, features=presets.tfds(mode=mode)))
+    assert len(ours) == len(encoded)
+    for item, data in zip(ours, encoded):
+        assert item["image"].is_contiguous()
+        want = tf.io.decode_jpeg(data, channels=3 if mode == "RGB" else 1, dct_method="INTEGER_ACCURATE")
+        assert np.array_equal(item["image"].permute(1, 2, 0).numpy(), want.numpy())
 
 
 def test_grayscale_matches_tensorflow(tmp_path):

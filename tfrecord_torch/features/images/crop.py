@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images.decode import decode_image
+from tfrecord_torch.features.images.decode import decode_hwc
 from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg, to_planes
 from tfrecord_torch.features.images.limits import check_pixels, read_header
 from tfrecord_torch.features.images.specs import Image
@@ -388,7 +388,7 @@ class CroppedImage(Image):
                 window = decode_jpeg_window(data, crop.box, decoder="accurate")
                 box = Box(0, 0, crop.height, crop.width)
             else:
-                window, box = decode_image(data, "RGB").permute(1, 2, 0).numpy(), crop.box
+                window, box = decode_hwc(data, "RGB"), crop.box
             out = np.empty((*self.plan.size, 3), np.uint8)
             resize_into(window, box, False, self.plan.resample, out)
             # contiguous planes, as the unfused transform gives them: DataLoader's collate then stacks

@@ -8,13 +8,22 @@ converted to RGB -- and keeps 16-bit PNG samples as ``torch.uint16``. "L",
 Where TensorFlow refuses a choice (channels=1 or 4 for a GIF, 1 for WebP or a
 CMYK JPEG) the same arithmetic applies; RGBA from a JPEG is refused, as in TF.
 
-Decoders: torchvision for JPEG (libjpeg's accurate integer IDCT, equal to
-``dct_method="INTEGER_ACCURATE"``), GIF and WebP; Pillow for PNG (torchvision's
-PNG decoder crashes the process on a bad zlib checksum) and the rest, and for
-everything when TensorFlow was imported before torchvision. Every image's
-header is read and checked against the pixel limits before any decoding
-(:mod:`.limits`); an animated GIF is cut after its first frame unless all
-frames are asked for.
+Decoders: for gray, YCbCr and RGB JPEGs of 8 bits, libjpeg-turbo through
+simplejpeg with the accurate integer IDCT (``dct_method="INTEGER_ACCURATE"``,
+and torchvision's ``decode_jpeg``); torchvision for the other JPEGs (CMYK),
+for the JPEGs libjpeg only decodes with a warning (corrupt data it papers
+over, as torchvision and TensorFlow do), GIF and WebP; Pillow for PNG
+(torchvision's PNG decoder crashes the process on a bad zlib checksum) and
+the rest, and for everything but those JPEGs when TensorFlow was imported
+before torchvision. Every image's header is read and checked against the
+pixel limits before any decoding (:mod:`.limits`); an animated GIF is cut
+after its first frame unless all frames are asked for.
+
+Layout: :func:`decode_image` gives C-contiguous planes [C, H, W], which a
+batch stacks with plain copies; :func:`decode_pixels` can give instead the
+[C, H, W] view of the decoded [H, W, C] buffer (channels-last strides, as
+torchvision's decoders give), which torch's antialiased resize reads without
+repacking it.
 """
 
 from __future__ import annotations
@@ -22,11 +31,13 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
 
 from tfrecord_torch.features.images.channels import MODE_CHANNELS, convert_channels, to_uint8
+from tfrecord_torch.features.images.jpeg import fast_jpeg, to_planes
 from tfrecord_torch.features.images.limits import (
     MAX_IMAGE_PIXELS,
     Header,
@@ -37,7 +48,8 @@ from tfrecord_torch.features.images.limits import (
 )
 from tfrecord_torch.features.images.pillow import pillow_frames
 
-__all__ = ["FRAMES", "IMAGE_MODES", "MAX_IMAGE_PIXELS", "decode_image", "image_info", "image_size", "preload"]
+__all__ = ["FRAMES", "IMAGE_MODES", "MAX_IMAGE_PIXELS", "decode_hwc", "decode_image", "decode_pixels", "image_info",
+           "image_size", "preload"]
 
 log = logging.getLogger(__name__)
 IMAGE_MODES = ("RGB", "L", "RGBA", "unchanged")
@@ -57,39 +69,105 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
             WebP give [N, C, H, W], like ``decode_image(expand_animations=True)``).
 
     Returns:
-        uint8 tensor [C, H, W] (uint16 for a 16-bit PNG with mode="unchanged"),
-        or [N, C, H, W] for GIF and WebP with frames="all".
+        C-contiguous uint8 tensor [C, H, W] (uint16 for a 16-bit PNG with
+        mode="unchanged"), or [N, C, H, W] for GIF and WebP with frames="all".
 
     Raises:
         ValueError: corrupt bytes, an image over the pixel limits, or a mode
             the format cannot honour (RGBA from a JPEG).
     """
+    return decode_pixels(data, mode, frames=frames)
+
+
+def decode_pixels(data: bytes, mode: str = "RGB", *, frames: str = "first", planes: bool = True) -> torch.Tensor:
+    """:func:`decode_image`, laid out as asked: ``planes`` gives C-contiguous
+    planes; otherwise a single image is the [C, H, W] view of its decoded
+    [H, W, C] buffer (channels-last strides), no copy made."""
+    arrays, animation = _decode_arrays(data, mode, frames == "all")
+    if planes:
+        out = [torch.from_numpy(_planes(array)) for array in arrays]
+    else:
+        out = [torch.from_numpy(_writeable(array)).permute(2, 0, 1) for array in arrays]
+    if animation:
+        return torch.stack(out)
+    return out[0]
+
+
+def decode_hwc(data: bytes, mode: str = "RGB") -> np.ndarray:
+    """The first frame of :func:`decode_image` as the decoders give it: a
+    writeable array [H, W, C]."""
+    return _writeable(_decode_arrays(data, mode, False)[0][0])
+
+
+def _decode_arrays(data: bytes, mode: str, all_frames: bool) -> tuple[list[np.ndarray], bool]:
+    """The frames [H, W, C] of ``data`` in ``mode``, and whether they are an
+    animation's (with ``all_frames``; else the first frame alone)."""
     header = read_header(data)
     fmt = header.format
-    animation = frames == "all" and fmt in _ANIMATED  # other formats give their first frame (page)
+    animation = all_frames and fmt in _ANIMATED  # other formats give their first frame (page)
     check_pixels(header, header.frames if animation else 1)
     if fmt == "jpeg" and mode == "RGBA":
         raise ValueError("a JPEG has no alpha channel, so mode='RGBA' cannot be honoured (TensorFlow "
                          "refuses channels=4 for JPEG too); use mode='RGB'")
-    if fmt == "gif" and frames == "first" and header.frames > 1:
+    if fmt == "jpeg" and fast_jpeg(header):
+        array = _libjpeg(data, mode == "L" or (mode == "unchanged" and header.channels == 1))
+        if array is not None:
+            return [array], False
+    if fmt == "gif" and not animation and header.frames > 1:
         data = data[:header.first_frame_end] + b";"  # giflib would decode every frame
     torchvision_reads = fmt in ("jpeg", "gif") or (fmt == "webp" and header.frames == 1)  # not animated WebP
     if torchvision_reads and _torchvision_usable():
         arrays = _torchvision(data, header, mode)
     else:
         arrays = pillow_frames(data, all_frames=animation, gray_jpeg=mode == "L", key_alpha=mode == "RGBA")
-    want = None if mode == "unchanged" else MODE_CHANNELS[mode]
-    out = []
-    for array in arrays:
-        if want is not None:
-            array = to_uint8(convert_channels(array, want))
-        if not array.flags.writeable:  # Pillow's arrays are read-only
-            array = array.copy()
-        # [C, H, W] over the [H, W, C] buffer, no copy: the strides torchvision's decoders give too
-        out.append(torch.from_numpy(array).permute(2, 0, 1))
-    if animation:
-        return torch.stack(out)
-    return out[0]
+    if mode != "unchanged":
+        arrays = [to_uint8(convert_channels(array, MODE_CHANNELS[mode])) for array in arrays]
+    return arrays, animation
+
+
+def _libjpeg(data: bytes, gray: bool) -> np.ndarray | None:
+    """A gray, YCbCr or RGB JPEG of 8 bits as RGB [H, W, 3] (libjpeg's luma
+    [H, W, 1] if ``gray``), with the accurate integer IDCT; None where
+    simplejpeg is absent or refuses the data: it makes libjpeg's warnings
+    (corrupt data libjpeg papers over) errors, and those JPEGs take the
+    other decoders, which decode them as TensorFlow does."""
+    simplejpeg = _SIMPLEJPEG if _SIMPLEJPEG is not None else _libjpeg_module()
+    if simplejpeg is False:  # pragma: no cover - a core dependency
+        return None
+    try:
+        return simplejpeg.decode_jpeg(data, "gray" if gray else "rgb", fastdct=False, fastupsample=False)
+    except ValueError:
+        return None
+
+
+_SIMPLEJPEG: Any = None  # the simplejpeg module once imported, False where it is absent
+
+
+def _libjpeg_module() -> Any:
+    """simplejpeg, imported once (False where it cannot be)."""
+    global _SIMPLEJPEG
+    if _SIMPLEJPEG is None:
+        try:
+            import simplejpeg
+        except ImportError:  # pragma: no cover - a core dependency
+            _SIMPLEJPEG = False
+        else:
+            _SIMPLEJPEG = simplejpeg
+    return _SIMPLEJPEG
+
+
+def _planes(array: np.ndarray) -> np.ndarray:
+    """A decoded [H, W, C] array as C-contiguous planes [C, H, W] (writeable)."""
+    planes = array.transpose(2, 0, 1)
+    if planes.flags.c_contiguous:  # one channel, or a decoder's planes seen as [H, W, C]
+        return _writeable(planes)
+    if array.shape[2] == 3 and array.dtype == np.uint8:
+        return to_planes(array)  # compiled, one pass
+    return np.ascontiguousarray(planes)
+
+
+def _writeable(array: np.ndarray) -> np.ndarray:
+    return array if array.flags.writeable else array.copy()  # Pillow's arrays are read-only
 
 
 def _torchvision(data: bytes, header: Header, mode: str) -> list[np.ndarray]:
@@ -112,10 +190,11 @@ def _torchvision(data: bytes, header: Header, mode: str) -> list[np.ndarray]:
 
 
 def preload() -> None:
-    """Import torchvision's decoders now, in the main process, so DataLoader
-    workers forked from it do not each pay the import (about a second and a
-    half) at their first image, every epoch; and tv_tensors, which wraps
-    the decoded images."""
+    """Import the decoders now, in the main process, so DataLoader workers
+    forked from it do not each pay the import at their first image, every
+    epoch (torchvision's takes about a second and a half); and tv_tensors,
+    which wraps the decoded images."""
+    _libjpeg_module()
     if _torchvision_usable():
         import torchvision.io  # noqa: F401
         import torchvision.tv_tensors  # noqa: F401

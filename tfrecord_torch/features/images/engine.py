@@ -35,7 +35,7 @@ import torch
 from tfrecord_torch._args import check_int
 from tfrecord_torch._pending import Pending
 from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params_batch, resize_into
-from tfrecord_torch.features.images.decode import decode_image
+from tfrecord_torch.features.images.decode import decode_hwc
 from tfrecord_torch.features.images.jpeg import (
     JPEG_DECODERS,
     decode_jpeg,
@@ -313,7 +313,7 @@ class DecodeEngine:
                 else:
                     image = decode_jpeg(data, decoder=self.options.decoder, out=slot if direct else None)
             else:
-                image = decode_image(data, self.mode).permute(1, 2, 0).numpy()
+                image = decode_hwc(data, self.mode)
                 if direct:
                     slot[...] = image
             if plan is not None and box is not None and job is not None:

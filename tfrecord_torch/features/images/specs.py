@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from copy import copy as _copy
 from typing import Any
 
 import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images.decode import FRAMES, IMAGE_MODES, decode_image, preload
+from tfrecord_torch.features.images.decode import FRAMES, IMAGE_MODES, decode_pixels, preload
 from tfrecord_torch.features.images.wrap import as_image
 from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
 
@@ -20,7 +21,8 @@ class Image(Feature):
     """Encoded image bytes (PNG, JPEG, GIF, WebP, BMP, TIFF, ...), detected from
     the bytes and decoded as ``tf.io.decode_image`` decodes them, to a
     ``tv_tensors.Image`` uint8 [C, H, W] (a plain tensor when torchvision
-    cannot be imported, see :mod:`tfrecord_torch.features.images.wrap`).
+    cannot be imported, see :mod:`tfrecord_torch.features.images.wrap`) in
+    C-contiguous memory (another layout only through :meth:`laid_out`).
 
     Args:
         mode: "RGB" (C=3), "L" (gray, C=1), "RGBA" (C=4) or "unchanged" (the
@@ -32,6 +34,9 @@ class Image(Feature):
     kind = "bytes"
     stacks = True
     spatial = True
+    # C-contiguous planes, which a batch stacks with plain copies; False: the channels-last view of
+    # the decoded buffer, which torch's antialiased resize reads without repacking (see laid_out)
+    _planes = True
 
     def __init__(self, key: str | None = None, *, mode: str = "RGB", frames: str = "first",
                  default: Any = _REQUIRED) -> None:
@@ -47,10 +52,18 @@ class Image(Feature):
         if len(value) != 1:
             raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
         try:
-            return as_image(decode_image(value[0], self.mode, frames=self.frames))
+            return as_image(decode_pixels(value[0], self.mode, frames=self.frames, planes=self._planes))
         except Exception as e:  # decoders raise many types (Pillow's DecompressionBombError, ...)
             raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): "
                                          f"{type(e).__name__}: {e}") from e
+
+    def laid_out(self, *, planes: bool) -> Image:
+        """This feature giving the same values in another memory layout:
+        ``planes`` C-contiguous [C, H, W] (the default), else the [C, H, W]
+        view of the decoded [H, W, C] buffer, channels-last strides."""
+        copy = _copy(self)
+        copy._planes = planes
+        return copy
 
 
 class RawImage(Feature):
