@@ -1,8 +1,12 @@
 """The exit of a spawned DataLoader worker (data/workerexit.py): stopped
 while its queue's feeder thread still pickles or frees tensors, it exits
-cleanly instead of dying of SIGABRT in interpreter finalization; the wait
-it makes for the feeder ends when the feeder only writes bytes or waits."""
+cleanly instead of dying of SIGABRT in interpreter finalization, with no
+thread of the library alive; the wait it makes for the feeder ends when
+the feeder only writes bytes or waits."""
 
+import atexit
+import functools
+import json
 import multiprocessing
 import sys
 import threading
@@ -12,7 +16,7 @@ import torch
 from helpers import write_shards
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import TFRecordDataset
+from tfrecord_torch import Batching, TFRecordDataset
 from tfrecord_torch.data.workerexit import feeders_holding_items
 
 
@@ -36,6 +40,41 @@ def test_spawned_workers_stopped_while_sending_exit_cleanly(tmp_path):
     workers = list(it._workers)  # the iterator joins them when dropped
     del it
     assert [w.exitcode for w in workers] == [0, 0]
+
+
+def _record_threads_at_exit(folder, worker_id):
+    """worker_init_fn: at the worker's exit (after the datasets' own exit
+    handler, registered later), write the threads alive and those of them
+    that are feeders holding an item."""
+    def record():
+        names = [t.name for t in threading.enumerate()]
+        holding = [t.name for t in feeders_holding_items()]
+        (folder / f"{worker_id}.threads").write_text(json.dumps({"alive": names, "holding": holding}))
+    atexit.register(record)
+
+
+def test_a_spawned_worker_stopped_mid_epoch_exits_without_library_threads(tmp_path):
+    """Batch mode with a prefetch thread, stopped mid-epoch: when a spawned
+    worker reaches its exit handlers, no thread of the library is alive and
+    no feeder holds an item (interpreter finalization then meets no thread
+    inside torch)."""
+    shards, records = tmp_path / "shards", tmp_path / "records"
+    shards.mkdir()
+    records.mkdir()
+    write_shards(shards, [40, 40])
+    ds = TFRecordDataset(shards, shuffle=True, batch_size=4, batching=Batching(prefetch=2))
+    loader = DataLoader(ds, num_workers=2, multiprocessing_context="spawn", batch_size=None,
+                        worker_init_fn=functools.partial(_record_threads_at_exit, records))
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    workers = list(it._workers)
+    del it
+    assert [w.exitcode for w in workers] == [0, 0]
+    for worker in range(2):
+        seen = json.loads((records / f"{worker}.threads").read_text())
+        assert [n for n in seen["alive"] if n.startswith(("tfrecord", "open-shards"))] == []
+        assert seen["holding"] == []
 
 
 class _Gated:
