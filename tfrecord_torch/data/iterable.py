@@ -36,6 +36,7 @@ from tfrecord_torch.data.reading import (
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_random_access
+from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.engine import ImageBatching
@@ -305,6 +306,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator:
         freeze_inherited()
+        finish_sends_at_exit()
         worker, workers = _reader()
         skip = self._resume.start([worker, workers])
         if self.streamed:
