@@ -211,14 +211,21 @@ class DecodeEngine:
         """
         failures: dict[int, Exception] = {}
         headers: list[Header | None] = []
+        # read_headers gives one Header object per distinct JPEG header, so each is checked once:
+        # the batch's Python does not grow with its images
+        sound: set[int] = set()
         for i, found in enumerate(read_headers(images)):  # JPEGs in one call, GIL released
             header: Header | None = None
             if isinstance(found, Header):
-                try:
-                    check_pixels(found)
+                if id(found) in sound:
                     header = found
-                except ValueError as e:
-                    failures[i] = e
+                else:
+                    try:
+                        check_pixels(found)
+                        header = found
+                        sound.add(id(found))
+                    except ValueError as e:
+                        failures[i] = e
             else:
                 failures[i] = found
             headers.append(header)
@@ -283,9 +290,18 @@ class DecodeEngine:
         whole = plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
         errors: dict[int, Exception | None] = {}
         run: list[int] = []
+        # this thread holds the GIL between decoder calls: whether a header decodes whole is asked
+        # once per distinct Header object (read_headers shares them), not once per image
+        fast: dict[int, bool] = {}
         for i in [*chunk, -1]:
             header = headers[i] if i >= 0 else None
-            if whole and header is not None and fast_jpeg(header) and (not run or run[-1] == i - 1):
+            quick = False
+            if whole and header is not None:
+                known = fast.get(id(header))
+                if known is None:
+                    known = fast[id(header)] = fast_jpeg(header)
+                quick = known
+            if quick and (not run or run[-1] == i - 1):
                 run.append(i)
                 continue
             if run:  # a run ends: one call for all of it
@@ -293,7 +309,7 @@ class DecodeEngine:
                                           decoder=self.options.decoder)
                 errors.update({k: None if e is None else ValueError(e) for k, e in zip(run, found)})
                 run = []
-                if whole and header is not None and fast_jpeg(header):
+                if quick:
                     run.append(i)
                     continue
             if i >= 0:

@@ -334,3 +334,33 @@ def _frames(data):
         out.append((at, length))
         at += 16 + length
     return out
+
+
+def test_python_calls_per_batch_do_not_grow_with_its_images():
+    """The header checks and the choice of decoder are made once per distinct
+    header, not per image: the decode threads hold the GIL against the thread
+    that reads and parses for as long as their Python runs."""
+    import sys
+
+    def calls(n):
+        images = [jpeg(i) for i in range(n)]
+        seen = []
+
+        def count(frame, event, arg):
+            if event == "call" and "tfrecord_torch" in frame.f_code.co_filename:  # not the pool's waits
+                seen.append(frame.f_code.co_name)
+
+        with DecodeEngine(ImageBatching(threads=1)) as engine:
+            threading.setprofile(count)  # the decode thread starts with the first batch
+            sys.setprofile(count)
+            try:
+                pixels, _, failures = engine.decode(images)
+            finally:
+                sys.setprofile(None)
+                threading.setprofile(None)  # type: ignore[arg-type]
+        assert not failures and pixels.shape == (n, 3, 40, 56)
+        return seen
+
+    few, many = calls(4), calls(32)
+    assert "check_pixels" in few and "fast_jpeg" in few  # the profile sees both threads
+    assert sorted(many) == sorted(few)
