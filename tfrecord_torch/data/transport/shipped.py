@@ -18,9 +18,9 @@ let go of a batch, so the two keep count together:
   the worker's GIL), so the receiver keeps each segment mapped (:class:`_Mapped`)
   until the worker names it retired with its next new segment, or is gone;
 - in the receiving process the batch arrives as a plain tensor over the
-  segment, made through a NumPy array whose reference count says when no
-  tensor, view or array made from the batch is alive any more (the rule of
-  :mod:`.reuse`); the next batch received clears the flags of those released;
+  segment, made through a NumPy array that every tensor, view or array made
+  from the batch keeps alive (the rule of :mod:`.reuse`); a finalizer on it
+  clears the segment's flag the moment the last of them goes;
 - the batch's small tensors (labels; :func:`inline_small`) travel by value.
 
 A segment is written again only when its flag is clear and the worker itself
@@ -163,7 +163,7 @@ class _Released:
         # moment the receiver lets go of the whole batch: the sender may write the segment again
         # from then on, not only once the receiver takes another batch (a worker starting an epoch
         # then needs fewer segments, each a page fault per 4 KiB when first written)
-        weakref.finalize(array, _release, flags, slot)
+        weakref.finalize(array, _release, flags, slot).atexit = False  # at exit no worker writes again
         return torch.from_numpy(array)
 
 
