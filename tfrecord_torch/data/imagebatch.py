@@ -252,8 +252,10 @@ class ImageBatches:
                 images.append(b"")
             else:
                 images.append(value[0])
-        generator = torch.Generator().manual_seed(
-            int(np.random.SeedSequence([*self.seed, number]).generate_state(1)[0]))
+        generator = None  # the crops' draws; no fused crop draws nothing
+        if self.plan is not None:
+            generator = torch.Generator().manual_seed(
+                int(np.random.SeedSequence([*self.seed, number]).generate_state(1)[0]))
         try:
             decoding = self.engine.start(images, plan=self.plan, generator=generator)
         except MixedSizes:  # no fixed size: refused (named by the dataset), never a list

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tfrecord_torch._types import Bytes
+from tfrecord_torch.example import codec
 from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.example.wire import Reject, Walker
 from tfrecord_torch.records.framing import Chunk
@@ -76,7 +77,15 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
         slow.extend(members[todo].tolist())
     if slow:
         slow.sort()
-        parsed = [parse_one(rows.payload(i)) for i in slow]
+        payloads = [rows.records[i] for i in slow] if rows.records is not None else [rows.payload(i) for i in slow]
+        # the compiled decoder called straight from the comprehension: no Python frame per record
+        quick = codec._FAST.parse_example if parse_one is parse_example and codec._FAST is not None else None
+        if quick is None:
+            parsed = [parse_one(p) for p in payloads]
+        else:
+            parsed = [quick(p) for p in payloads]
+            for k in [k for k, p in enumerate(parsed) if p is None]:  # what protobuf must decide
+                parsed[k] = parse_one(payloads[k])
         keys = {k for p in parsed for k in p}
         slow_rows = np.array(slow, np.int64)
         for key in keys:
@@ -108,7 +117,7 @@ def _assemble(pieces: list, n: int):
             if isinstance(values, np.ndarray):
                 kinds.add((values.dtype, values.shape[1]))
             else:
-                kinds.update((v.dtype, len(v)) if isinstance(v, np.ndarray) else None for v in values)
+                kinds |= {(v.dtype, len(v)) if isinstance(v, np.ndarray) else None for v in values}
         only = kinds.pop() if len(kinds) == 1 else None
         if only is not None:
             dtype, width = only

@@ -137,3 +137,26 @@ def test_property_corrupted_structure_never_misparses(values, data):
             parse_example_batch(payloads)
         return
     assert_same(payloads)
+
+
+def python_calls(function, *args):
+    """The Python-level function calls (frames entered, generators resumed) ``function(*args)`` makes."""
+    import sys
+
+    calls = []
+    sys.setprofile(lambda frame, event, arg: calls.append(frame.f_code) if event == "call" else None)
+    try:
+        function(*args)
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+def test_records_of_different_lengths_parse_with_no_python_call_per_record():
+    """JPEG records differ in length, so no layout groups them: each goes to the
+    compiled decoder straight from one comprehension, the same values as protobuf."""
+    def batch(n):
+        return [make_example({"image": b"\xff\xd8" + bytes(k), "label": k}) for k in range(n)]
+
+    assert_same(batch(64))
+    assert python_calls(parse_example_batch, batch(64)) == python_calls(parse_example_batch, batch(8))

@@ -18,9 +18,9 @@ let go of a batch, so the two keep count together:
   the worker's GIL), so the receiver keeps each segment mapped (:class:`_Mapped`)
   until the worker names it retired with its next new segment, or is gone;
 - in the receiving process the batch arrives as a plain tensor over the
-  segment, made through a NumPy array whose reference count says when no
-  tensor, view or array made from the batch is alive any more (the rule of
-  :mod:`.reuse`); the next batch received clears the flags of those released;
+  segment, made through a NumPy array that every tensor, view or array made
+  from the batch keeps alive (the rule of :mod:`.reuse`); a finalizer on it
+  clears the segment's flag the moment the last of them goes;
 - the batch's small tensors (labels; :func:`inline_small`) travel by value.
 
 A segment is written again only when its flag is clear and the worker itself
@@ -154,26 +154,21 @@ def _inline(value: Any) -> Any:
 
 
 class _Released:
-    """In a receiving process: the batches received over reusable segments,
-    and which of them nothing refers to any more."""
-
-    def __init__(self) -> None:
-        self._held: list[tuple[np.ndarray, torch.Tensor, int]] = []
-        self._lock = threading.Lock()
+    """In a receiving process: each batch received over a reusable segment
+    clears its flag the moment nothing refers to it any more."""
 
     def receive(self, view: torch.Tensor, flags: torch.Tensor, slot: int) -> torch.Tensor:
         array = view.numpy()
-        with self._lock:
-            kept = []
-            for entry in self._held:
-                # the entry and getrefcount's argument: nothing else holds the array
-                if sys.getrefcount(entry[0]) == 2:
-                    entry[1][entry[2]] = 0
-                else:
-                    kept.append(entry)
-            kept.append((array, flags, slot))
-            self._held = kept
+        # every tensor, view or array made from the batch keeps ``array`` alive, so its end is the
+        # moment the receiver lets go of the whole batch: the sender may write the segment again
+        # from then on, not only once the receiver takes another batch (a worker starting an epoch
+        # then needs fewer segments, each a page fault per 4 KiB when first written)
+        weakref.finalize(array, _release, flags, slot).atexit = False  # at exit no worker writes again
         return torch.from_numpy(array)
+
+
+def _release(flags: torch.Tensor, slot: int) -> None:
+    flags[slot] = 0
 
 
 _RELEASED = _Released()

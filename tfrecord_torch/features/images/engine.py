@@ -211,14 +211,21 @@ class DecodeEngine:
         """
         failures: dict[int, Exception] = {}
         headers: list[Header | None] = []
+        # read_headers gives one Header object per distinct JPEG header, so each is checked once:
+        # the batch's Python does not grow with its images
+        sound: set[int] = set()
         for i, found in enumerate(read_headers(images)):  # JPEGs in one call, GIL released
             header: Header | None = None
             if isinstance(found, Header):
-                try:
-                    check_pixels(found)
+                if id(found) in sound:
                     header = found
-                except ValueError as e:
-                    failures[i] = e
+                else:
+                    try:
+                        check_pixels(found)
+                        header = found
+                        sound.add(id(found))
+                    except ValueError as e:
+                        failures[i] = e
             else:
                 failures[i] = found
             headers.append(header)
@@ -238,15 +245,14 @@ class DecodeEngine:
         dtype = np.uint8 if self.options.normalize is None else np.float32
         zero = bool(failures) or sizes is not None
         shape = (len(images), height, width, 3)
-        buffer, token = self._buffers.take(shape, dtype, zero)
-        slots = buffer.numpy()
+        target = _Target(self._buffers, shape, dtype, zero)
         work = [i for i in range(len(images)) if i not in failures]
         pool = self._executor()
         # one task per thread: each a GIL round trip, and whole JPEG runs decode without the GIL
         step = max(1, -(-len(work) // self._threads))
         chunks = [work[k:k + step] for k in range(0, len(work), step)]
-        futures = [pool.submit(self._chunk, chunk, images, headers, jobs, plan, slots) for chunk in chunks]
-        return _DecodingImages(self, chunks, futures, buffer, token, sizes, failures)
+        futures = [pool.submit(self._chunk, chunk, images, headers, jobs, plan, target) for chunk in chunks]
+        return _DecodingImages(self, chunks, futures, target, sizes, failures)
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:
         """The batch's (H, W): the fixed size, else the largest image's. An
@@ -276,16 +282,26 @@ class DecodeEngine:
         return height, width
 
     def _chunk(self, chunk: list[int], images: Sequence[bytes], headers: list[Header | None],
-               jobs: list[CropParams | None], plan: CropPlan | None, slots: np.ndarray
+               jobs: list[CropParams | None], plan: CropPlan | None, target: _Target
                ) -> list[Exception | None]:
-        """Decode the images at positions ``chunk``; their errors (None: decoded).
-        Runs of consecutive whole JPEGs go to the decoder in one call."""
+        """Decode the images at positions ``chunk`` into ``target``'s buffer; their
+        errors (None: decoded). Runs of consecutive whole JPEGs go to the decoder in one call."""
+        slots = target.take()[0].numpy()
         whole = plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
         errors: dict[int, Exception | None] = {}
         run: list[int] = []
+        # this thread holds the GIL between decoder calls: whether a header decodes whole is asked
+        # once per distinct Header object (read_headers shares them), not once per image
+        fast: dict[int, bool] = {}
         for i in [*chunk, -1]:
             header = headers[i] if i >= 0 else None
-            if whole and header is not None and fast_jpeg(header) and (not run or run[-1] == i - 1):
+            quick = False
+            if whole and header is not None:
+                known = fast.get(id(header))
+                if known is None:
+                    known = fast[id(header)] = fast_jpeg(header)
+                quick = known
+            if quick and (not run or run[-1] == i - 1):
                 run.append(i)
                 continue
             if run:  # a run ends: one call for all of it
@@ -293,7 +309,7 @@ class DecodeEngine:
                                           decoder=self.options.decoder)
                 errors.update({k: None if e is None else ValueError(e) for k, e in zip(run, found)})
                 run = []
-                if whole and header is not None and fast_jpeg(header):
+                if quick:
                     run.append(i)
                     continue
             if i >= 0:
@@ -332,22 +348,44 @@ class DecodeEngine:
         return None
 
 
+class _Target:
+    """A batch's buffer, taken from the provider when the first of its chunks
+    starts decoding (or when its result is taken, if it has none): a batch
+    started ahead holds no buffer while it waits for a thread, so a
+    DataLoader worker keeps fewer shared-memory segments, each costing a
+    page fault per 4 KiB when first written."""
+
+    def __init__(self, buffers: BufferProvider, shape: tuple[int, ...], dtype: np.dtype | type,
+                 zero: bool) -> None:
+        self.buffers, self.shape, self.dtype, self.zero = buffers, shape, dtype, zero
+        self._taken: tuple[torch.Tensor, Any] | None = None
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[torch.Tensor, Any]:
+        """The buffer and its provider's token (the same for every caller)."""
+        with self._lock:
+            if self._taken is None:
+                self._taken = self.buffers.take(self.shape, self.dtype, self.zero)
+            return self._taken
+
+
 class _DecodingImages(Pending[DecodedImages]):
     """A batch decoding on the engine's threads: ``futures[k]`` decodes the
-    images at positions ``chunks[k]`` into ``buffer``."""
+    images at positions ``chunks[k]`` into ``target``'s buffer."""
 
     def __init__(self, engine: DecodeEngine, chunks: list[list[int]], futures: list[Future],
-                 buffer: torch.Tensor, token: Any, sizes: torch.Tensor | None,
-                 failures: dict[int, Exception]) -> None:
+                 target: _Target, sizes: torch.Tensor | None, failures: dict[int, Exception]) -> None:
         self.engine, self.chunks, self.futures = engine, chunks, futures
-        self.buffer, self.token, self.sizes, self.failures = buffer, token, sizes, failures
+        self.target, self.sizes, self.failures = target, sizes, failures
 
     def result(self) -> DecodedImages:
-        slots = self.buffer.numpy()
-        for chunk, future in zip(self.chunks, self.futures):
-            for i, error in zip(chunk, future.result()):
+        outcomes = [future.result() for future in self.futures]
+        buffer, token = self.target.take()
+        slots = buffer.numpy()
+        for chunk, errors in zip(self.chunks, outcomes):
+            for i, error in zip(chunk, errors):
                 if error is not None:
                     self.failures[i] = error
                     slots[i] = 0
-        batch = self.buffer.permute(0, 3, 1, 2) if self.engine.options.layout == "NCHW" else self.buffer
-        return DecodedImages(self.engine._buffers.ship(batch, self.token), self.sizes, self.failures)
+        batch = buffer.permute(0, 3, 1, 2) if self.engine.options.layout == "NCHW" else buffer
+        return DecodedImages(self.engine._buffers.ship(batch, token), self.sizes, self.failures)

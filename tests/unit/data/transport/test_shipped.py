@@ -51,6 +51,22 @@ def test_a_segment_is_reused_only_after_the_receiver_lets_go():
     assert segment3 is segment and buffers.reused == 1
 
 
+def test_a_segment_is_free_again_the_moment_the_receiver_lets_go():
+    """No later receipt is needed: the last view of the batch dropped, its
+    segment's flag is clear and the worker takes the segment again."""
+    buffers = SharedBuffers(slots=2)
+    batch, (segment, flags, slot) = taken(buffers, 7)
+    got = send(batch)
+    del batch
+    view = got[1:]
+    del got
+    assert int(flags[slot]) == 1  # a view of the batch is still alive
+    del view
+    assert int(flags[slot]) == 0
+    _, (again, *_) = taken(buffers, 1)
+    assert again is segment and buffers.reused == 1
+
+
 def test_a_batch_sent_and_let_go_during_the_check_of_its_slot_is_not_reused(monkeypatch):
     """A worker's feeder thread sends a batch (setting its segment's flag)
     and then lets go of it; a check of that slot in between, by the thread

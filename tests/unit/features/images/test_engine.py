@@ -27,6 +27,7 @@ from tfrecord_torch import (
 from tfrecord_torch.data.transport import BatchBuffers
 from tfrecord_torch.features.images.crop import CropPlan, crop_params, plan_transform
 from tfrecord_torch.features.images.engine import DecodeEngine
+from tfrecord_torch.features.images.jpeg import decode_jpeg
 
 SPEC = {"image": Image(), "label": Int64()}
 CROP = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip()])
@@ -334,3 +335,64 @@ def _frames(data):
         out.append((at, length))
         at += 16 + length
     return out
+
+
+def test_python_calls_per_batch_do_not_grow_with_its_images():
+    """The header checks and the choice of decoder are made once per distinct
+    header, not per image: the decode threads hold the GIL against the thread
+    that reads and parses for as long as their Python runs."""
+    import sys
+
+    def calls(n):
+        images = [jpeg(i) for i in range(n)]
+        seen = []
+
+        def count(frame, event, arg):
+            if event == "call" and "tfrecord_torch" in frame.f_code.co_filename:  # not the pool's waits
+                seen.append(frame.f_code.co_name)
+
+        with DecodeEngine(ImageBatching(threads=1)) as engine:
+            threading.setprofile(count)  # the decode thread starts with the first batch
+            sys.setprofile(count)
+            try:
+                pixels, _, failures = engine.decode(images)
+            finally:
+                sys.setprofile(None)
+                threading.setprofile(None)  # type: ignore[arg-type]
+        assert not failures and pixels.shape == (n, 3, 40, 56)
+        return seen
+
+    few, many = calls(4), calls(32)
+    assert "check_pixels" in few and "fast_jpeg" in few  # the profile sees both threads
+    assert sorted(many) == sorted(few)
+
+
+def test_a_batch_waiting_for_a_decode_thread_holds_no_buffer():
+    """A batch started ahead takes its buffer when its decoding starts, so
+    batches queued behind a busy thread hold no shared-memory segment; the
+    pixels are those of a plain decode."""
+    from tfrecord_torch.features.images.engine import FreshBuffers
+
+    first_taken, go = threading.Event(), threading.Event()
+
+    class Slow(FreshBuffers):
+        takes = 0
+
+        def take(self, shape, dtype, zero):
+            Slow.takes += 1
+            if Slow.takes == 1:
+                first_taken.set()
+                go.wait(10)  # holds the only decode thread (or, taken too early, the caller)
+            return super().take(shape, dtype, zero)
+
+    images = [jpeg(i) for i in range(3)]
+    with DecodeEngine(ImageBatching(threads=1), buffers=Slow()) as engine:
+        plain = [torch.from_numpy(decode_jpeg(data)).permute(2, 0, 1) for data in images]
+        one = engine.start(images)
+        assert first_taken.wait(10)
+        two = engine.start(images[::-1])
+        assert Slow.takes == 1  # the second batch waits for the thread, with no buffer yet
+        go.set()
+        a, b = one.result().pixels, two.result().pixels
+    assert Slow.takes == 2
+    assert torch.equal(a, torch.stack(plain)) and torch.equal(b, torch.stack(plain[::-1]))
