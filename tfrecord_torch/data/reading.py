@@ -12,6 +12,7 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call: here, forked DataLoader workers inherit it
 
 from tfrecord_torch.data.readahead import ReadAhead
+from tfrecord_torch.data.windows import ShardWindows
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
 from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.features.payload import Payload
@@ -68,6 +69,8 @@ class ReadContext:
         far: bytes past what a shard's fill has written beyond which a
             scattered read goes to the bucket instead of waiting (None:
             :data:`~tfrecord_torch.io.pool.FAR_BYTES`).
+        windows: remote shards fetched a window at a time and kept (for
+            scattered reads); None: each record by its own range.
     """
 
     storage_options: dict | None = None
@@ -76,6 +79,7 @@ class ReadContext:
     readers: pool.ReaderPool | None = None
     copies: ShardCopies | None = None
     far: int | None = None
+    windows: ShardWindows | None = None
 
 
 _DEFAULT = ReadContext()
@@ -170,14 +174,32 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
 
 def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext) -> list[Run]:
     """The records ``wanted[i]`` (ascending) of remote shard ``paths[i]``, one
-    run per shard, every shard's requests in flight together."""
+    run per shard, every shard's requests in flight together (the windows
+    not yet held, for the shards the context's ``windows`` cover)."""
     borrowed = context.readers or pool.ReaderPool(context.storage_options, limit=len(paths))
+    windows = context.windows
+    fetched: list[list[int] | None] = []  # per shard: the windows fetched, or None (its records' ranges)
+    asked = []
+    for path, index, w in zip(paths, indexes, wanted):
+        if windows is not None and windows.covers(path):
+            numbers, starts, sizes = windows.missing(path, index, w)
+            fetched.append(numbers)
+            asked.append((starts, sizes))
+        else:
+            rows = index[w]
+            fetched.append(None)
+            asked.append((rows[:, 0].tolist(), rows[:, 1].tolist()))
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
-        rows = [index[w] for index, w in zip(indexes, wanted)]
-        frames = ranges.read_many([(reader, r[:, 0].tolist(), r[:, 1].tolist()) for reader, r in zip(readers, rows)],
-                                  far=context.far)
-    return [_parse_run(p, index, w, f, context) for p, index, w, f in zip(paths, indexes, wanted, frames)]
+        got = ranges.read_many([(reader, *a) for reader, a in zip(readers, asked)], far=context.far)
+    runs = []
+    for path, index, w, numbers, data in zip(paths, indexes, wanted, fetched, got):
+        if numbers is not None:
+            assert windows is not None  # numbers come from the windows
+            windows.keep(path, numbers, data)
+            data = windows.frames(path, index, w)
+        runs.append(_parse_run(path, index, w, data, context))
+    return runs
 
 
 def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
