@@ -390,3 +390,24 @@ def test_random_batches_of_small_records_fetch_at_most_merge_ratio_times_their_b
     assert [int(i) for b in DataLoader(ds, batch_size=256, sampler=order) for i in b["id"]] == order
     used = sum(int(ds.indexes[shard][r, 1]) for shard, r in map(ds.locate, order))
     assert fetched_bytes(s3) <= 4 * used  # ranges.MERGE_RATIO: not the bytes between far records
+
+
+@pytest.mark.parametrize("cache", ["ranges", "shard cache"])
+def test_an_in_order_read_checks_runs_of_records_not_each_record_apart(s3, shards, tmp_path, monkeypatch, cache):
+    from tfrecord_torch.data import reading
+
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    one_by_one = []
+    parse_frame = reading.parse_frame
+
+    def counted(*args, **kwargs):
+        one_by_one.append(kwargs.get("record"))
+        return parse_frame(*args, **kwargs)
+
+    monkeypatch.setattr(reading, "parse_frame", counted)
+    source = RANGES if cache == "ranges" else Source(cache=ShardCache(str(tmp_path / "shards")))
+    ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
+    for epoch in range(2):  # with the cache: the copies are filled, then complete
+        ds.set_epoch(epoch)
+        assert [int(item["id"]) for item in ds] == list(range(RECORDS))
+    assert one_by_one == []  # scanned a run at a time (compiled from a complete copy), not frame by frame

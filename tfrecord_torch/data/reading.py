@@ -149,12 +149,18 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     ascending offsets: local shards with one positioned read per run of
     consecutive records and per record elsewhere, never a seek back; remote
     shards with the requests of all shards in flight together (near records
-    in one request, see :mod:`tfrecord_torch.io.ranges`). Item ``i`` is
+    in one request, see :mod:`tfrecord_torch.io.ranges`), except a single
+    run of consecutive records of one shard (an in-order read), read as
+    :func:`fetch_runs` reads it: scanned whole, from the shard's local copy
+    with one compiled read once it is complete. Item ``i`` is
     record ``records[i]`` of shard ``shards[i]``, or None where the
     context's ``report`` skipped a bad record."""
     found: dict[tuple[int, int], Located] = {}
     wanted = {shard: np.unique(records[shards == shard]) for shard in np.unique(shards).tolist()}
     remote = [shard for shard in wanted if is_url(paths[shard])]
+    if len(wanted) == 1 and remote and _one_run(wanted[remote[0]]) and \
+            (context.windows is None or not context.windows.covers(paths[remote[0]])):
+        remote = []  # checked and cut by one scan of the run, not record by record
     if remote:
         for shard, run in zip(remote, _fetch_remote([paths[s] for s in remote], [indexes[s] for s in remote],
                                                     [wanted[s] for s in remote], context)):
@@ -170,6 +176,11 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
                 for item in run.items():
                     found[(shard, item.record)] = item
     return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
+
+
+def _one_run(records: np.ndarray) -> bool:
+    """Whether ascending ``records`` are more than one, all consecutive."""
+    return len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records)
 
 
 def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext) -> list[Run]:
