@@ -80,3 +80,7 @@ def test_a_damaged_record_in_a_window_is_reported_with_its_location(small_shards
         for _ in ds:
             pass
     assert caught.value.record == 1234 and caught.value.offset == offset
+    skipping = tt.TFRecordDataset(small_shards, features={"id": tt.Int64()}, shuffle=True, seed=7,
+                                  source=tt.Source(cache=None), on_error="skip")
+    assert sorted(int(item["id"]) for item in skipping) == [i for i in range(12_000) if i != 3000 + 1234]
+    assert skipping.errors()["total"] == 1
