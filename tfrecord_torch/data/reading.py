@@ -124,17 +124,11 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
                          context)
 
 
-def _parse_run(path: str, index: np.ndarray, records: np.ndarray, frames: list[bytes], context: ReadContext,
-               checked: list[bytes | None] | None = None) -> Run:
+def _parse_run(path: str, index: np.ndarray, records: np.ndarray, frames: list[bytes], context: ReadContext) -> Run:
     """The payloads of ``frames``, the frames of ``records``, checked; a bad
-    one is reported and left out (with a ``report`` in the context) or raised.
-    ``checked[i]``: record ``i``'s payload, checked already (None: not)."""
+    one is reported and left out (with a ``report`` in the context) or raised."""
     payloads, numbers = [], []
-    for i, (r, frame) in enumerate(zip(records.tolist(), frames)):
-        if checked is not None and checked[i] is not None:
-            payloads.append(checked[i])
-            numbers.append(r)
-            continue
+    for r, frame in zip(records.tolist(), frames):
         offset = int(index[r, 0])
         try:
             payloads.append(parse_frame(frame, name=path, offset=offset, record=r, verify=context.verify))
@@ -211,17 +205,11 @@ def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], con
         got = ranges.read_many([(reader, *a) for reader, a in zip(readers, asked)], far=context.far)
     runs = []
     for path, index, w, numbers, data in zip(paths, indexes, wanted, fetched, got):
-        if numbers is None:
-            runs.append(_parse_run(path, index, w, data, context))
-            continue
-        assert windows is not None  # numbers come from the windows
-        windows.keep(path, index, numbers, data, context.verify)
-        checked = windows.payloads(path, index, w)
-        if all(payload is not None for payload in checked):
-            runs.append(Run(checked, path, index[w, 0], w))
-            continue
-        frames = [windows.frame(path, index, r) for r in w.tolist()]
-        runs.append(_parse_run(path, index, w, frames, context, checked))
+        if numbers is not None:
+            assert windows is not None  # numbers come from the windows
+            windows.keep(path, numbers, data)
+            data = windows.frames(path, index, w)
+        runs.append(_parse_run(path, index, w, data, context))
     return runs
 
 

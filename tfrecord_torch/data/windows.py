@@ -12,10 +12,6 @@ window: the records whose headers lie in one slice of the shard), each
 window the first time one of its records is needed, and kept for the rest
 of the iteration: every byte of a shard is fetched at most once per
 iteration, and a record after the first of its window costs no request.
-A window is checked by one scan when it comes (its payloads kept); a record
-the scan did not vouch for (a bad CRC, a length that ends the scan, a
-record the index places elsewhere) is left to the usual check when its turn
-comes, which raises or reports it with its location.
 """
 
 from __future__ import annotations
@@ -24,11 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_torch.errors import CorruptRecordError
 from tfrecord_torch.io import ranges
 from tfrecord_torch.io.files import is_url
-from tfrecord_torch.records.framing import OVERHEAD, iter_chunks
-from tfrecord_torch.records.streams import open_bytes
 
 __all__ = ["WINDOW_BYTES", "WINDOW_SHARE", "ShardWindows", "shard_windows"]
 
@@ -51,59 +44,36 @@ class ShardWindows:
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = frozenset(paths)
         self._held: dict[tuple[str, int], bytes] = {}
-        self._checked: dict[tuple[str, int], list] = {}  # each record's payload from the window's scan, or None
         self._bounds: dict[str, np.ndarray] = {}  # path -> [windows, 2]: each window's byte start and end
-        self._firsts: dict[str, np.ndarray] = {}  # path -> each window's first record
 
     def covers(self, path: str) -> bool:
         return path in self.paths
+
+    def held_bytes(self) -> int:
+        return sum(len(data) for data in self._held.values())
 
     def missing(self, path: str, index: np.ndarray, records: np.ndarray) -> tuple[list[int], list[int], list[int]]:
         """(windows, their byte starts, their sizes): the windows that hold
         ``records`` of ``path`` and are not fetched yet, ascending."""
         bounds = self._windows(path, index)
         wanted = np.unique(index[records, 0] // ranges.MAX_REQUEST).tolist()
-        windows = [w for w in wanted if (path, w) not in self._checked]
+        windows = [w for w in wanted if (path, w) not in self._held]
         return windows, [int(bounds[w, 0]) for w in windows], [int(bounds[w, 1] - bounds[w, 0]) for w in windows]
 
-    def keep(self, path: str, index: np.ndarray, windows: list[int], data: list[bytes], verify: bool) -> None:
-        """Hold the fetched ``windows`` of ``path``, each checked by one scan."""
-        bounds, firsts = self._windows(path, index), self._firsts[path]
+    def keep(self, path: str, windows: list[int], data: list[bytes]) -> None:
         for w, got in zip(windows, data):
-            first = int(firsts[w])
-            count = (int(firsts[w + 1]) if w + 1 < len(firsts) else len(index)) - first
-            checked: list = [None] * count
-            try:  # a bad record is left out of ``checked`` (reported to no one): checked again in its turn
-                for chunk in iter_chunks(open_bytes(got, path), verify=verify, offset=int(bounds[w, 0]),
-                                         record=first, payloads=True, block_size=max(len(got), 1),
-                                         report=lambda error: None):
-                    for number, offset, length, payload in zip(chunk.numbers.tolist(), chunk.offsets.tolist(),
-                                                               chunk.lengths.tolist(), chunk.payloads()):
-                        if number - first < count and index[number].tolist() == [offset, length + OVERHEAD]:
-                            checked[number - first] = payload
-            except CorruptRecordError:
-                pass
-            self._checked[(path, w)] = checked
-            if None in checked:  # the bytes of the records left to the usual check
-                self._held[(path, w)] = got
+            self._held[(path, w)] = got
 
-    def payloads(self, path: str, index: np.ndarray, records: np.ndarray) -> list[bytes | None]:
-        """The checked payloads of ``records`` (held windows), None where the
-        window's scan did not vouch for the record."""
-        firsts = self._firsts[path]
-        out = []
-        for r, offset in zip(records.tolist(), index[records, 0].tolist()):
-            w = offset // ranges.MAX_REQUEST
-            out.append(self._checked[(path, w)][r - int(firsts[w])])
-        return out
-
-    def frame(self, path: str, index: np.ndarray, r: int) -> bytes:
-        """The frame bytes of record ``r`` from its window (short where the
+    def frames(self, path: str, index: np.ndarray, records: np.ndarray) -> list[bytes]:
+        """The frame bytes of ``records`` from the windows held (short where a
         window came back short: the frame check then names the record)."""
-        offset, size = index[r].tolist()
-        w = offset // ranges.MAX_REQUEST
-        at = offset - int(self._bounds[path][w, 0])
-        return self._held[(path, w)][at:at + size]
+        bounds = self._windows(path, index)
+        out = []
+        for offset, size in index[records].tolist():
+            w = offset // ranges.MAX_REQUEST
+            at = offset - int(bounds[w, 0])
+            out.append(self._held[(path, w)][at:at + size])
+        return out
 
     def _windows(self, path: str, index: np.ndarray) -> np.ndarray:
         bounds = self._bounds.get(path)
@@ -116,7 +86,7 @@ class ShardWindows:
             # a slice that holds no record's header is never asked for: its bounds are unused
             bounds = np.stack([offsets[np.minimum(firsts, len(index) - 1)],
                                ends[np.maximum(lasts, 0)]], axis=1) if count else np.zeros((0, 2), np.int64)
-            self._bounds[path], self._firsts[path] = bounds, firsts
+            self._bounds[path] = bounds
         return bounds
 
 

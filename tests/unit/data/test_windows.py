@@ -1,7 +1,7 @@
 """Small remote shards read a window at a time in a shuffled iteration: when
 windows are used, that every record still comes once in the planned order
 with each window fetched once, and that a damaged record in a window is
-reported with its location."""
+raised with its location, or skipped and counted under on_error="skip"."""
 
 import numpy as np
 import pytest
