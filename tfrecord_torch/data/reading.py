@@ -204,10 +204,10 @@ def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], con
         readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
         got = ranges.read_many([(reader, *a) for reader, a in zip(readers, asked)], far=context.far)
     runs = []
-    for path, index, w, numbers, data in zip(paths, indexes, wanted, fetched, got):
-        if numbers is not None:
-            assert windows is not None  # numbers come from the windows
-            windows.keep(path, numbers, data)
+    for path, index, w, kept, data in zip(paths, indexes, wanted, fetched, got):
+        if kept is not None:
+            assert windows is not None  # kept windows come from the windows
+            windows.keep(path, kept, data)
             data = windows.frames(path, index, w)
         runs.append(_parse_run(path, index, w, data, context))
     return runs

@@ -49,9 +49,6 @@ class ShardWindows:
     def covers(self, path: str) -> bool:
         return path in self.paths
 
-    def held_bytes(self) -> int:
-        return sum(len(data) for data in self._held.values())
-
     def missing(self, path: str, index: np.ndarray, records: np.ndarray) -> tuple[list[int], list[int], list[int]]:
         """(windows, their byte starts, their sizes): the windows that hold
         ``records`` of ``path`` and are not fetched yet, ascending."""
