@@ -363,19 +363,24 @@ def shard_bytes(paths, s3) -> int:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_shuffled_read_of_small_shards_fetches_each_byte_about_once(s3, small, tmp_path, monkeypatch, workers):
+@pytest.mark.parametrize("batched", [False, True], ids=["records", "batch mode"])
+def test_a_shuffled_read_of_small_shards_fetches_each_byte_about_once(s3, small, tmp_path, monkeypatch, workers,
+                                                                      batched):
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
-    ds = TFRecordDataset(small, features={"id": Int64()}, shuffle=True, seed=3, storage_options=s3.options,
-                         source=RANGES)
-    len(ds)  # the indexes are read before the count
+    batching = {"batch_size": 256} if batched else {}
+
+    def loader():
+        ds = TFRecordDataset(small, features={"id": Int64()}, shuffle=True, seed=3, storage_options=s3.options,
+                             source=RANGES, **batching)
+        return DataLoader(ds, batch_size=None if batched else 256, num_workers=workers)
+
+    loader()  # the indexes are read before the count
     s3.requests.clear()
-    got = batch_ids(DataLoader(ds, batch_size=256, num_workers=workers))
+    got = batch_ids(loader())
     fetched, gets = fetched_bytes(s3), shard_gets(s3)
     assert sorted(got) == list(range(4 * SMALL_PER_SHARD))
     if workers == 0:
-        again = TFRecordDataset(small, features={"id": Int64()}, shuffle=True, seed=3, storage_options=s3.options,
-                                source=RANGES)
-        assert got == [int(item["id"]) for item in again]  # the planned order
+        assert got == batch_ids(loader())  # the planned order, read again
     # each reader fetches the windows of the shards it reads once: not the shards again for every group
     assert fetched <= max(workers, 1) * shard_bytes(small, s3)
     assert gets <= max(workers, 1) * len(small)  # a window per request (a shard here), not a request per record
