@@ -176,6 +176,11 @@ class Run(NamedTuple):
     gets: int  # shard GETs (all GETs for a peer)
     fetched: int  # body bytes of those GETs
     bucket_cpu: float = 0.0  # CPU seconds the bucket (moto and the proxy) spent during the run
+    reader_cpu: float = 0.0  # CPU seconds of the reading process and its DataLoader workers
+
+    def cpu_per_item(self) -> float:
+        """The reader's CPU seconds per item (the startup's included)."""
+        return self.reader_cpu / max(self.seen, 1)
 
     def after_first(self, batch: int) -> float:
         """Items/s from the first batch to the end of the run."""
@@ -197,6 +202,15 @@ def cpu_seconds(pids: tuple[int, ...]) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def tree_cpu() -> float:
+    """User + system CPU seconds of this process and its children waited for
+    (the DataLoader workers of the runs that ended)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def loader_of(mode: str, data: Data, so: dict | None, cache, epoch: int = 0):
@@ -230,7 +244,7 @@ def run_mode(mode: str, data: Data, so: dict | None, cache, port: int, budget: f
     and the ``bucket`` processes' CPU from ``iter(loader)`` until the loader's
     workers are gone."""
     loader = loader_of(mode, data, so, cache, epoch)
-    before, cpu = control(port, "/__stats"), cpu_seconds(bucket)
+    before, cpu, mine = control(port, "/__stats"), cpu_seconds(bucket), tree_cpu()
     t0 = time.perf_counter()
     seen, first = 0, None
     for batch in loader:
@@ -240,10 +254,10 @@ def run_mode(mode: str, data: Data, so: dict | None, cache, port: int, budget: f
         if seen >= data.records or time.perf_counter() - t0 > budget:
             break
     elapsed = time.perf_counter() - t0
-    del loader, batch  # the iterator went at the break: its workers are shut down
+    del loader, batch  # the iterator went at the break: its workers are shut down (and waited for)
     after = control(port, "/__stats")
     return Run(seen / elapsed, first or 0.0, seen, after["shard_gets"] - before["shard_gets"],
-               after["shard_bytes"] - before["shard_bytes"], cpu_seconds(bucket) - cpu)
+               after["shard_bytes"] - before["shard_bytes"], cpu_seconds(bucket) - cpu, tree_cpu() - mine)
 
 
 def limit(so: dict, paths: list[str], size: int, concurrent: int, count: int) -> float:
@@ -325,7 +339,8 @@ class Round:
                 self.results.setdefault((data.name, mode, st.label), []).append(run)
                 print(f"round {rnd} {data.name} {mode} {st.label}: {run.rate:,.0f} {unit}/s, first batch "
                       f"{run.first:.2f} s, then {run.after_first(data.batch):,.0f} {unit}/s, {run.gets} shard GETs, "
-                      f"{run.fetched / 1e6:.1f} MB, bucket CPU {run.bucket_cores():.2f} cores", flush=True)
+                      f"{run.fetched / 1e6:.1f} MB, bucket CPU {run.bucket_cores():.2f} cores, reader CPU "
+                      f"{run.cpu_per_item() * 1e6:,.1f} us/{unit[:-1]}", flush=True)
                 if st.latency is None or st.warm or st.variant != self.reference:
                     continue
                 for peer in peers_in(mode, peers, peer_modes):
@@ -359,8 +374,8 @@ def peers_in(mode: str, peers: list[str], peer_modes: tuple) -> list[str]:
 def table(data: Data, modes: list[str], storages: list[Storage], results: dict, unit: str) -> list[str]:
     per = unit[:-1] if unit.endswith("s") else unit
     lines = [f"| mode | storage | {unit}/s | x local (best) | x local (per round) | first batch (s) "
-             f"| x local after the first batch (best) | bucket CPU (cores) | shard GETs per {per} "
-             "| MB fetched per MB used |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+             f"| x local after the first batch (best) | bucket CPU (cores) | reader CPU per {per} (us) "
+             f"| shard GETs per {per} | MB fetched per MB used |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for mode in modes:
         local = results[(data.name, mode, "local disk")]
         best_local = max(r.rate for r in local)
@@ -378,9 +393,10 @@ def table(data: Data, modes: list[str], storages: list[Storage], results: dict, 
                 fetched = f"{min(r.fetched / (r.seen * data.record_bytes) for r in runs):.2f}"
             after = max(r.after_first(data.batch) for r in runs)
             cores = "-" if st.latency is None else f"{max(r.bucket_cores() for r in runs):.2f}"
+            cpu = min(r.cpu_per_item() for r in runs) * 1e6
             lines.append(f"| {mode} | {st.label} | {rate:,.0f} | {rate / best_local:.2f} | {rounds} | "
-                         f"{min(r.first for r in runs):.2f} | {after / best_local_after:.2f} | {cores} | {gets} | "
-                         f"{fetched} |")
+                         f"{min(r.first for r in runs):.2f} | {after / best_local_after:.2f} | {cores} | {cpu:,.1f} | "
+                         f"{gets} | {fetched} |")
     return lines
 
 
@@ -434,6 +450,8 @@ def main() -> None:
                              "ranges (cache=None)")
     parser.add_argument("--warm-at", type=float, default=0.02,
                         help="the latency of the second-epoch (warm cache) shuffle=True row; -1 for none")
+    parser.add_argument("--images", action=argparse.BooleanOptionalAction, default=True,
+                        help="read the data set of JPEG images (--no-images: the small records alone)")
     parser.add_argument("--small", action=argparse.BooleanOptionalAction, default=True,
                         help="also read a data set of small records (int64 label + 32 floats)")
     parser.add_argument("--small-records", type=int, default=None,
@@ -450,6 +468,8 @@ def main() -> None:
     for peer in filter(None, args.peers.split(",")):
         if peer not in PEERS:
             parser.error(f"--peers: {peer!r} is not one of {', '.join(PEERS)}")
+    if not (args.images or args.small):
+        parser.error("--no-images --no-small reads nothing")
     args.budget = args.budget or (10.0 if args.quick else 30.0)
     small_records = args.small_records or (8192 if args.quick else 100_000)
     os.makedirs(args.out, exist_ok=True)
@@ -483,8 +503,10 @@ def main() -> None:
         jpegs = list(synth_jpegs(0, 64, 512, 90))
         xs = np.random.default_rng(0).standard_normal((small_shards * small_per_shard, SMALL_FLOATS),
                                                       dtype=np.float32)
-        sets = [("images", "bench", "shards", shards, per_shard,
-                 lambda i: tt.make_example({"image": jpegs[i % 64], "label": i % 10}))]
+        sets = []
+        if args.images:
+            sets.append(("images", "bench", "shards", shards, per_shard,
+                         lambda i: tt.make_example({"image": jpegs[i % 64], "label": i % 10})))
         if args.small:
             sets.append(("small records", "small", "small", small_shards, small_per_shard,
                          lambda i: _small_example(tt.make_example, i % 1000, xs[i])))
@@ -518,7 +540,7 @@ def main() -> None:
         for peer in missing:
             print(f"skipped {peer}: its venv is missing (see benchmarks/venvs/README.md)", flush=True)
         small_peers = [p for p in peers if p in SMALL_PEERS]
-        for peer in {PEERS[p][1]: p for p in peers}.values():  # the two streaming rows share shards
+        for peer in {PEERS[p][1]: p for p in peers if args.images}.values():  # the two streaming rows share shards
             write_peer(peer, "images", jpeg_dir, shards, per_shard, args.out, direct, mirror)
         if args.small:
             for peer in {PEERS[p][1]: p for p in small_peers}.values():
@@ -529,13 +551,14 @@ def main() -> None:
         results: dict = {}
         rounds = Round(args, port, so, cache_root, results, (moto.pid, proxy.pid))
         for rnd in range(args.rounds):
-            rounds.run(rnd, data_sets[0], modes, storages, peers, PEER_MODES, "images", "images")
+            if args.images:
+                rounds.run(rnd, data_sets[0], modes, storages, peers, PEER_MODES, "images", "images")
             if args.small:
-                rounds.run(rnd, data_sets[1], list(SMALL_MODES), storages, small_peers, SMALL_MODES, "small",
+                rounds.run(rnd, data_sets[-1], list(SMALL_MODES), storages, small_peers, SMALL_MODES, "small",
                            "records")
         remote_paths = data_sets[0].remote
         limits = []
-        for lat in latencies:
+        for lat in latencies if args.images else ():
             control(port, f"/__shape?latency={lat}")
             for size, concurrent in ((100_000, 1), (100_000, 32), (4 << 20, 1), (4 << 20, 16)):
                 count = max(concurrent * 4, 16) if size > 1e6 else max(concurrent * 8, 32)
@@ -552,12 +575,13 @@ def main() -> None:
     lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; Python "
              f"{platform.python_version()}; load average at the start {load_start[0]:.1f}, {load_start[1]:.1f}, "
              f"{load_start[2]:.1f}; at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}",
-             "Command: `nice -n 10 .venv/bin/python " + shlex.join(["benchmarks/bucket.py", *sys.argv[1:]]) + "`",
-             f"Images: {shards} shards x {per_shard} JPEG records (mean {mean_kb:.0f} KB), first {args.records} "
-             f"images per run, best of {args.rounds} round(s); bucket: moto behind benchmarks/shaped.py, "
-             "100 MB/s per connection; a run stops counting at its images or after "
-             f"{args.budget:g} s, whichever comes first",
-             "", *table(images, modes, storages, results, "images")]
+             "Command: `nice -n 10 .venv/bin/python " + shlex.join(["benchmarks/bucket.py", *sys.argv[1:]]) + "`"]
+    if args.images:
+        lines += [f"Images: {shards} shards x {per_shard} JPEG records (mean {mean_kb:.0f} KB), first {args.records} "
+                  f"images per run, best of {args.rounds} round(s); bucket: moto behind benchmarks/shaped.py, "
+                  "100 MB/s per connection; a run stops counting at its images or after "
+                  f"{args.budget:g} s, whichever comes first",
+                  "", *table(images, modes, storages, results, "images")]
     lines += ["", "Storage: *local disk* is the same pipeline over a local copy of the shards. *shard cache "
               "(default)* passes `ShardCache(directory=<an empty folder>)` (`TFRecordDataset(source=Source(cache="
               "...))`, `IndexedTFRecordDataset(cache=...)`): whole shards are copied to the folder ahead of use and "
@@ -570,7 +594,9 @@ def main() -> None:
               "x local after the first batch: images/s from the first batch to the end of the run, over the "
               "same for local disk (the time to the first batch is its own column). Bucket CPU: the CPU time moto "
               "and the proxy spent during the run over the run's time, in cores; they share the machine's cores "
-              "with the reader, which a real bucket does not.",
+              "with the reader, which a real bucket does not. Reader CPU: the user + system CPU time of the "
+              "reading process and its DataLoader workers from `iter(loader)` until the workers are gone, over "
+              "the items counted (the least of the rounds).",
               "",
               "Shard GETs per image: the proxy's count of GETs of shard objects (ranges and whole objects alike, "
               "the cache's copies included) from `iter(loader)` until the loader's workers are gone, over the "
@@ -579,7 +605,7 @@ def main() -> None:
               "beyond the ones counted (a run reads the first part of an epoch), so both overstate the cost per "
               "image of a whole epoch."]
     if args.small:
-        small = data_sets[1]
+        small = data_sets[-1]
         lines += ["", f"Small records: {small_shards} shards x {small_per_shard:,} tf.train.Examples of an int64 "
                   f"`label` and {SMALL_FLOATS} floats `x` ({small.record_bytes:.0f} bytes per record with framing; "
                   "the records of benchmarks/cases/small.py), parsed to an int64 tensor and a float32 tensor "
@@ -597,9 +623,9 @@ def main() -> None:
                   "StreamingDataset (`dataset.get_item(i)`, which downloads the sample's shard whole the first time); "
                   "webdataset has no random access. Ours checks every record's CRCs. GETs and MB: all the "
                   "peer's GETs in its process, over the images counted and their bytes in our shards.", "",
-                  *peer_table(images, modes, latencies, peers, missing, rounds.reference, results, "images",
-                              PEER_MODES)]
-    if peers or missing:
+                  *(peer_table(images, modes, latencies, peers, missing, rounds.reference, results, "images",
+                               PEER_MODES) if args.images else [])]
+    if args.images and (peers or missing):
         lines += peer_lines
     if args.small:
         if small_peers:
@@ -607,12 +633,14 @@ def main() -> None:
                       f"ndarray float32 [{SMALL_FLOATS}], as many shards), read as above with batches of "
                       f"{SMALL_BATCH}. webdataset has no small-record row (it would store each record as files in "
                       "a tar).", "",
-                      *peer_table(data_sets[1], list(SMALL_MODES), latencies, small_peers, [], rounds.reference,
+                      *peer_table(data_sets[-1], list(SMALL_MODES), latencies, small_peers, [], rounds.reference,
                                   results, "records", SMALL_MODES)]
         else:
             lines += ["", "Small records have no peer rows: mosaicml streaming's venv is missing."]
-    lines += ["", "The limit: range GETs at random offsets through the same proxy, N at once (threads over s3fs).",
-              "", "| latency | GET size | in flight | MB/s | 100 KB images/s equivalent |", "|---|---:|---:|---:|---:|"]
+    if limits:
+        lines += ["", "The limit: range GETs at random offsets through the same proxy, N at once (threads over s3fs).",
+                  "", "| latency | GET size | in flight | MB/s | 100 KB images/s equivalent |",
+                  "|---|---:|---:|---:|---:|"]
     for lat, size, concurrent, mbs in limits:
         lines.append(f"| {lat * 1000:g} ms | {size / 1e3:,.0f} KB | {concurrent} | {mbs:,.0f} | "
                      f"{mbs * 1e3 / mean_kb:,.0f} |")

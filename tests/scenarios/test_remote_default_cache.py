@@ -26,6 +26,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
+from tfrecord_torch.data import windows
 from tfrecord_torch.io import ranges
 from tfrecord_torch.io.shardcache import shard_cache_usage
 
@@ -62,8 +63,10 @@ def shards(s3, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def image_sized(monkeypatch):
     """Range reads as of records the size of images: no two records are joined
-    into one request, so an uncached shuffled read costs one GET per record."""
+    into one request nor fetched in windows of a shard, so an uncached
+    shuffled read costs one GET per record."""
     monkeypatch.setattr(ranges, "MERGE_GAP", 0)
+    monkeypatch.setattr(windows, "WINDOW_BYTES", 0)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
-from tfrecord_torch.data import plan
+from tfrecord_torch.data import plan, windows
 from tfrecord_torch.io import ranges
 from tfrecord_torch.io.copies import FILLS
 from tfrecord_torch.io.shardcache import shard_cache_usage
@@ -105,8 +105,10 @@ def shards(s3):
 @pytest.fixture
 def unmerged(monkeypatch, tmp_path):
     """Ranges fetched as asked: near records are not joined into one request,
-    so the count shows how the plan groups records."""
+    nor fetched in windows of the shard, so the count shows how the plan
+    groups records."""
     monkeypatch.setattr(ranges, "MERGE_GAP", 0)
+    monkeypatch.setattr(windows, "WINDOW_BYTES", 0)
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
 
 
@@ -331,3 +333,86 @@ def test_a_workers_first_request_parses_no_botocore_data_again(s3, shards, tmp_p
     in_workers = [line for line in (parsed.read_text().splitlines() if parsed.exists() else [])
                   if int(line.split()[0]) != os.getpid()]
     assert in_workers == []  # the parent's parsed service model and endpoint rules serve the workers' clients
+
+
+SMALL_PER_SHARD = 5000  # records of ~60 bytes: a shard of ~300 KB, a group's records ~5 KB apart in it
+
+
+@pytest.fixture(scope="module")
+def small(s3):
+    """Four shards of SMALL_PER_SHARD small records each, ids 0..4 * SMALL_PER_SHARD - 1."""
+    with ShardedWriter("s3://bucket/small/reads", name="data", max_records=SMALL_PER_SHARD,
+                       storage_options=s3.options) as w:
+        for i in range(4 * SMALL_PER_SHARD):
+            w.write(make_example({"id": i, "x": np.full(8, i % 7, np.float32)}))
+    return w.paths
+
+
+def fetched_bytes(s3) -> int:
+    """The body bytes of the shard range GETs logged (each asks ``bytes=a-b``)."""
+    total = 0
+    for method, path, asked in s3.requests:
+        if method == "GET" and "/reads/data-train.tfrecord-" in path and not path.endswith(".index"):
+            first, last = asked.split("=")[1].split("-")
+            total += int(last) - int(first) + 1
+    return total
+
+
+def shard_bytes(paths, s3) -> int:
+    return sum(s3.fs().size(p.split("://", 1)[1]) for p in paths)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batched", [False, True], ids=["records", "batch mode"])
+def test_a_shuffled_read_of_small_shards_fetches_each_byte_about_once(s3, small, tmp_path, monkeypatch, workers,
+                                                                      batched):
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    batching = {"batch_size": 256} if batched else {}
+
+    def loader():
+        ds = TFRecordDataset(small, features={"id": Int64()}, shuffle=True, seed=3, storage_options=s3.options,
+                             source=RANGES, **batching)
+        return DataLoader(ds, batch_size=None if batched else 256, num_workers=workers)
+
+    loader()  # the indexes are read before the count
+    s3.requests.clear()
+    got = batch_ids(loader())
+    fetched, gets = fetched_bytes(s3), shard_gets(s3)
+    assert sorted(got) == list(range(4 * SMALL_PER_SHARD))
+    if workers == 0:
+        assert got == batch_ids(loader())  # the planned order, read again
+    # each reader fetches the windows of the shards it reads once: not the shards again for every group
+    assert fetched <= max(workers, 1) * shard_bytes(small, s3)
+    assert gets <= max(workers, 1) * len(small)  # a window per request (a shard here), not a request per record
+
+
+def test_random_batches_of_small_records_fetch_at_most_merge_ratio_times_their_bytes(s3, small, tmp_path,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    ds = IndexedTFRecordDataset(small, features={"id": Int64()}, storage_options=s3.options, cache=None)
+    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(4))[:1024].tolist()
+    s3.requests.clear()
+    assert [int(i) for b in DataLoader(ds, batch_size=256, sampler=order) for i in b["id"]] == order
+    used = sum(int(ds.indexes[shard][r, 1]) for shard, r in map(ds.locate, order))
+    assert fetched_bytes(s3) <= 4 * used  # ranges.MERGE_RATIO: not the bytes between far records
+
+
+@pytest.mark.parametrize("cache", ["ranges", "shard cache"])
+def test_an_in_order_read_checks_runs_of_records_not_each_record_apart(s3, shards, tmp_path, monkeypatch, cache):
+    from tfrecord_torch.data import reading
+
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    one_by_one = []
+    parse_frame = reading.parse_frame
+
+    def counted(*args, **kwargs):
+        one_by_one.append(kwargs.get("record"))
+        return parse_frame(*args, **kwargs)
+
+    monkeypatch.setattr(reading, "parse_frame", counted)
+    source = RANGES if cache == "ranges" else Source(cache=ShardCache(str(tmp_path / "shards")))
+    ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
+    for epoch in range(2):  # with the cache: the copies are filled, then complete
+        ds.set_epoch(epoch)
+        assert [int(item["id"]) for item in ds] == list(range(RECORDS))
+    assert one_by_one == []  # scanned a run at a time (compiled from a complete copy), not frame by frame

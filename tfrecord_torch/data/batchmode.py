@@ -24,6 +24,7 @@ from tfrecord_torch.data.reading import (
     fetch_runs,
     fetch_scattered,
 )
+from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import sequence_collate
@@ -80,9 +81,13 @@ class BatchPipeline:
         (units finished, the batch or SKIPPED), ``prefetch`` batches started
         ahead on a producer thread (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
         readers = pool.ReaderPool(self.storage_options, copies=self.copies)
-        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter(), readers=readers)
         mine = list(range(worker, count, workers))[skip:]
+        windows = None
+        if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once
+            windows = shard_windows(self.paths, self.indexes, len(mine) * size,
+                                    [self.copies is not None and self.copies.covers(p) for p in self.paths])
+        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
+                              report=self.policy.reporter(), readers=readers, windows=windows)
         spans = ((lo + b * size, min(lo + (b + 1) * size, hi)) for b in mine)
         copying = copy_ahead(self.copies, (self.paths[s] for s in sharding.shards_in_order(plan, spans)))
         batches = self.image_batches(())

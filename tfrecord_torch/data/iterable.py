@@ -36,6 +36,7 @@ from tfrecord_torch.data.reading import (
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_random_access
+from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.errors import TFRecordError
@@ -389,8 +390,12 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
         copies = self._fresh_copies()
         readers = pool.ReaderPool(self.storage_options, copies=copies)
+        windows = None
+        if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once
+            windows = shard_windows(self.paths, self.indexes, hi - lo,
+                                    [copies is not None and copies.covers(p) for p in self.paths])
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter(), readers=readers)
+                              report=self.policy.reporter(), readers=readers, windows=windows)
         copying = copy_ahead(copies, (self.paths[s] for s in plan.shards_in_order(planner, [(min(lo + skip, hi), hi)])))
 
         def units():

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call: here, forked DataLoader workers inherit it
 
 from tfrecord_torch.data.readahead import ReadAhead
+from tfrecord_torch.data.windows import ShardWindows
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
 from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.features.payload import Payload
@@ -68,6 +69,8 @@ class ReadContext:
         far: bytes past what a shard's fill has written beyond which a
             scattered read goes to the bucket instead of waiting (None:
             :data:`~tfrecord_torch.io.pool.FAR_BYTES`).
+        windows: remote shards fetched a window at a time and kept (for
+            scattered reads); None: each record by its own range.
     """
 
     storage_options: dict | None = None
@@ -76,6 +79,7 @@ class ReadContext:
     readers: pool.ReaderPool | None = None
     copies: ShardCopies | None = None
     far: int | None = None
+    windows: ShardWindows | None = None
 
 
 _DEFAULT = ReadContext()
@@ -145,12 +149,18 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     ascending offsets: local shards with one positioned read per run of
     consecutive records and per record elsewhere, never a seek back; remote
     shards with the requests of all shards in flight together (near records
-    in one request, see :mod:`tfrecord_torch.io.ranges`). Item ``i`` is
+    in one request, see :mod:`tfrecord_torch.io.ranges`), except a single
+    run of consecutive records of one shard (an in-order read), read as
+    :func:`fetch_runs` reads it: scanned whole, from the shard's local copy
+    with one compiled read once it is complete. Item ``i`` is
     record ``records[i]`` of shard ``shards[i]``, or None where the
     context's ``report`` skipped a bad record."""
     found: dict[tuple[int, int], Located] = {}
     wanted = {shard: np.unique(records[shards == shard]) for shard in np.unique(shards).tolist()}
     remote = [shard for shard in wanted if is_url(paths[shard])]
+    if len(wanted) == 1 and remote and _one_run(wanted[remote[0]]) and \
+            (context.windows is None or not context.windows.covers(paths[remote[0]])):
+        remote = []  # checked and cut by one scan of the run, not record by record
     if remote:
         for shard, run in zip(remote, _fetch_remote([paths[s] for s in remote], [indexes[s] for s in remote],
                                                     [wanted[s] for s in remote], context)):
@@ -168,16 +178,39 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
 
 
+def _one_run(records: np.ndarray) -> bool:
+    """Whether ascending ``records`` are more than one, all consecutive."""
+    return len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records)
+
+
 def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext) -> list[Run]:
     """The records ``wanted[i]`` (ascending) of remote shard ``paths[i]``, one
-    run per shard, every shard's requests in flight together."""
+    run per shard, every shard's requests in flight together (the windows
+    not yet held, for the shards the context's ``windows`` cover)."""
     borrowed = context.readers or pool.ReaderPool(context.storage_options, limit=len(paths))
+    windows = context.windows
+    fetched: list[list[int] | None] = []  # per shard: the windows fetched, or None (its records' ranges)
+    asked = []
+    for path, index, w in zip(paths, indexes, wanted):
+        if windows is not None and windows.covers(path):
+            numbers, starts, sizes = windows.missing(path, index, w)
+            fetched.append(numbers)
+            asked.append((starts, sizes))
+        else:
+            rows = index[w]
+            fetched.append(None)
+            asked.append((rows[:, 0].tolist(), rows[:, 1].tolist()))
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
-        rows = [index[w] for index, w in zip(indexes, wanted)]
-        frames = ranges.read_many([(reader, r[:, 0].tolist(), r[:, 1].tolist()) for reader, r in zip(readers, rows)],
-                                  far=context.far)
-    return [_parse_run(p, index, w, f, context) for p, index, w, f in zip(paths, indexes, wanted, frames)]
+        got = ranges.read_many([(reader, *a) for reader, a in zip(readers, asked)], far=context.far)
+    runs = []
+    for path, index, w, kept, data in zip(paths, indexes, wanted, fetched, got):
+        if kept is not None:
+            assert windows is not None  # kept windows come from the windows
+            windows.keep(path, kept, data)
+            data = windows.frames(path, index, w)
+        runs.append(_parse_run(path, index, w, data, context))
+    return runs
 
 
 def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,

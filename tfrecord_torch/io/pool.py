@@ -91,6 +91,11 @@ class Reader:
         self._open()
         return not self._local and (self._view is None or not wait)
 
+    def filling(self) -> bool:
+        """Whether reads of this URL come from its copy as it is being filled."""
+        self._open()
+        return not self._local and self._view is not None
+
     def descriptor(self) -> int | None:
         """The open file descriptor of a local file or of a URL's local copy
         (None when a URL is read from the bucket), for positioned reads of

@@ -2,7 +2,8 @@
 
 Near ranges are joined into one request (for a URL, up to :data:`MERGE_GAP`
 bytes between them are read and dropped rather than paying a second round
-trip); the requests of a URL are then in flight together on a thread pool
+trip, as long as a request reads at most :data:`MERGE_RATIO` times the bytes
+of the ranges it covers); the requests of a URL are then in flight together on a thread pool
 shared by the process, at most :data:`IN_FLIGHT` requests and
 :data:`IN_FLIGHT_BYTES` bytes ahead of the one the caller waits for. Each
 request is retried on its own (5xx, throttling, dropped connections: see
@@ -23,10 +24,12 @@ from typing import NamedTuple
 
 from tfrecord_torch.io.pool import Reader
 
-__all__ = ["IN_FLIGHT", "IN_FLIGHT_BYTES", "MAX_REQUEST", "MERGE_GAP", "Request", "iter_ranges", "plan_requests",
+__all__ = ["IN_FLIGHT", "IN_FLIGHT_BYTES", "MAX_REQUEST", "MERGE_GAP", "MERGE_RATIO", "Request", "iter_ranges", "plan_requests",
            "read_many", "read_ranges"]
 
 MERGE_GAP = 256 << 10  # bytes between two ranges of a URL read rather than requested apart (~3 ms at 100 MB/s)
+# small records far apart would otherwise be joined across gaps hundreds of times their size
+MERGE_RATIO = 4  # the most bytes a joined request of a URL reads per byte of the ranges it covers
 MAX_REQUEST = 4 << 20  # the longest joined request of a URL: longer runs become several requests in flight
 IN_FLIGHT = 32  # requests of one iterator in flight at once
 IN_FLIGHT_BYTES = 64 << 20  # bytes of one iterator's requests in flight or waiting to be taken
@@ -43,20 +46,25 @@ class Request(NamedTuple):
     stop: int
 
 
-def plan_requests(offsets: Sequence[int], sizes: Sequence[int], *, gap: int, longest: int) -> list[Request]:
+def plan_requests(offsets: Sequence[int], sizes: Sequence[int], *, gap: int, longest: int,
+                  ratio: float | None = None) -> list[Request]:
     """The reads that cover ``offsets[i], sizes[i]`` in the order given: a range
     joins the request before it when it starts at most ``gap`` bytes after that
-    request's end and the request stays within ``longest`` bytes (a range
-    longer than that is a request of its own)."""
+    request's end, the request stays within ``longest`` bytes (a range
+    longer than that is a request of its own) and, with a ``ratio``, within
+    ``ratio`` times the bytes of the ranges it covers."""
     requests: list[Request] = []
     n = len(offsets)
     i = 0
     while i < n:
         start = offsets[i]
         end = start + sizes[i]
+        used = sizes[i]
         stop = i + 1
-        while stop < n and end <= offsets[stop] <= end + gap and offsets[stop] + sizes[stop] - start <= longest:
+        while stop < n and end <= offsets[stop] <= end + gap and offsets[stop] + sizes[stop] - start <= longest \
+                and (ratio is None or offsets[stop] + sizes[stop] - start <= ratio * (used + sizes[stop])):
             end = offsets[stop] + sizes[stop]
+            used += sizes[stop]
             stop += 1
         requests.append(Request(start, end, i, stop))
         i = stop
@@ -93,7 +101,7 @@ def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *,
     """
     url = reader.remote(wait)
     requests = plan_requests(offsets, sizes, gap=MERGE_GAP if url else 0,
-                             longest=MAX_REQUEST if url else _LOCAL_REQUEST)
+                             longest=MAX_REQUEST if url else _LOCAL_REQUEST, ratio=MERGE_RATIO if url else None)
     if not url or len(requests) == 1:
         for request in requests:
             yield from _split(reader.read(request.start, request.end - request.start, wait), request, offsets, sizes)
@@ -119,7 +127,7 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]], *, f
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
         ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
-        requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST)
+        requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST, ratio=_ratio(reader, far))
         jobs += [(reader, r) for r in requests]
         out.append([b""] * len(offsets))
     flow = _flow(jobs, wait=False, far=far)
@@ -128,11 +136,20 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]], *, f
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
         ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
-        requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST)
+        requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST, ratio=_ratio(reader, far))
         got = (piece for request, data in zip(requests, flow) for piece in _split(data, request, *ordered))
         for i, data in zip(order, got):
             out[slot][i] = data
     return out
+
+
+def _ratio(reader: Reader, far: int | None) -> float | None:
+    """The ratio bound of a file's joined requests. None for the first reads
+    past a copy being filled (``far`` given): a request goes to the bucket
+    only when it ends more than ``far`` past what the fill has written, so
+    those records' requests stay joined, long, and wait for none of the
+    fill's later ranges."""
+    return None if far is not None and reader.filling() else MERGE_RATIO
 
 
 def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | None = None

@@ -23,6 +23,16 @@ def test_requests_join_adjacent_and_near_ranges_up_to_the_longest():
     assert plan_requests([], [], gap=0, longest=1) == []
 
 
+def test_a_ratio_keeps_far_small_ranges_apart_and_near_large_ones_joined():
+    # 10-byte ranges 90 bytes apart: joined, a request reads 10 times what it uses; with ratio 4, one each
+    assert len(plan_requests([0, 100, 200], [10, 10, 10], gap=1000, longest=1000)) == 1
+    assert plan_requests([0, 100, 200], [10, 10, 10], gap=1000, longest=1000, ratio=4) == [
+        Request(0, 10, 0, 1), Request(100, 110, 1, 2), Request(200, 210, 2, 3)]
+    # 100-byte ranges 100 bytes apart: twice what they use, still one request
+    assert plan_requests([0, 200, 400], [100, 100, 100], gap=1000, longest=1000, ratio=4) == [
+        Request(0, 500, 0, 3)]
+
+
 @pytest.fixture(params=["local", "url"])
 def stored(request, tmp_path):
     data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
