@@ -32,7 +32,7 @@ __all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or
            "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 16 << 20
-_FIRST_WINDOW = 256 << 10  # bytes of an in-order read's first window, each next one twice as long
+_FIRST_WINDOW = 1 << 20  # bytes of an in-order read's first window, each next one twice as long (a fill's first range)
 
 
 class Located(NamedTuple):
@@ -98,7 +98,7 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
     """The records ``records`` of an indexed shard, in that order, a run at a time.
 
     An ascending run of consecutive records is read in windows (the first
-    of 256 KiB, each next one twice as long, up to 16 MiB each of a local
+    of 1 MiB, each next one twice as long, up to 16 MiB each of a local
     file; for a URL, up to :data:`~tfrecord_torch.io.ranges.MAX_REQUEST`
     each, several requests in flight while a window is cut), each cut and
     checked by one compiled call (:func:`~tfrecord_torch.records.frames.cut_frames`),
