@@ -274,6 +274,7 @@ def test_crafted_index_rows_are_left_to_the_usual_path(tmp_path, rows):
     index = np.array(rows, np.int64)
     for verify in (True, False):
         assert read_frames(path, index, 0, len(rows), verify) is None
+        assert frames.cut_frames(path.read_bytes(), index, 0, len(rows), verify, crc32c) is None
         for r in range(len(rows)):
             fd = os.open(path, os.O_RDONLY)
             try:
@@ -299,3 +300,5 @@ def test_an_index_changed_during_the_read_does_not_move_the_frames(shard, change
         return crc32c(data)
 
     assert read_frames(path, index, 0, 6, True, crc) == payloads
+    index[:] = load_index(f"{path}.index")
+    assert frames.cut_frames(path.read_bytes(), index, 0, 6, True, crc) == payloads

@@ -27,6 +27,7 @@ from tfrecord_torch.data import plan, windows
 from tfrecord_torch.io import ranges
 from tfrecord_torch.io.copies import FILLS
 from tfrecord_torch.io.shardcache import shard_cache_usage
+from tfrecord_torch.records.frames import compiled_frames
 
 from .test_remote import S3, _cut, with_bucket
 
@@ -416,3 +417,24 @@ def test_an_in_order_read_checks_runs_of_records_not_each_record_apart(s3, shard
         ds.set_epoch(epoch)
         assert [int(item["id"]) for item in ds] == list(range(RECORDS))
     assert one_by_one == []  # scanned a run at a time (compiled from a complete copy), not frame by frame
+
+
+@pytest.mark.skipif(not compiled_frames(), reason="the compiled reader is not built")
+@pytest.mark.parametrize("cache", ["ranges", "shard cache"])
+def test_an_in_order_read_of_sound_records_cuts_each_window_in_one_compiled_call(s3, shards, tmp_path,
+                                                                                   monkeypatch, cache):
+    from tfrecord_torch.data import reading
+
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    scans = []
+    iter_chunks = reading.iter_chunks
+
+    def counted(*args, **kwargs):
+        scans.append(kwargs.get("record"))
+        return iter_chunks(*args, **kwargs)
+
+    monkeypatch.setattr(reading, "iter_chunks", counted)
+    source = RANGES if cache == "ranges" else Source(cache=ShardCache(str(tmp_path / "shards")))
+    ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
+    assert [int(item["id"]) for item in ds] == list(range(RECORDS))  # a cold copy: read while it is filled
+    assert scans == []  # no frame checked by the Python scan

@@ -23,7 +23,7 @@ from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import READ_AHEAD, is_url
 from tfrecord_torch.records.crc import crc32c
-from tfrecord_torch.records.frames import read_frames
+from tfrecord_torch.records.frames import cut_frames, read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
@@ -32,6 +32,7 @@ __all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or
            "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
 
 _MAX_WINDOW = 16 << 20
+_FIRST_WINDOW = 1 << 20  # bytes of an in-order read's first window, each next one twice as long (a fill's first range)
 
 
 class Located(NamedTuple):
@@ -96,10 +97,12 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
                ) -> Iterator[Run]:
     """The records ``records`` of an indexed shard, in that order, a run at a time.
 
-    An ascending run of consecutive records is read in windows (up to
-    16 MiB each of a local file; for a URL, up to
-    :data:`~tfrecord_torch.io.ranges.MAX_REQUEST` each, several requests in
-    flight while a window is scanned), then scanned; other records are read
+    An ascending run of consecutive records is read in windows (the first
+    of 1 MiB, each next one twice as long, up to 16 MiB each of a local
+    file; for a URL, up to :data:`~tfrecord_torch.io.ranges.MAX_REQUEST`
+    each, several requests in flight while a window is cut), each cut and
+    checked by one compiled call (:func:`~tfrecord_torch.records.frames.cut_frames`),
+    or scanned where that does not vouch for its frames; other records are read
     together by :func:`~tfrecord_torch.io.ranges.read_ranges` (near ones in
     one request, the requests of a URL in flight at once). With a ``report``
     in the context, bad records are reported and skipped; when a bad length
@@ -219,19 +222,25 @@ def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.R
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
     longest = _MAX_WINDOW if reader.descriptor() is not None else ranges.MAX_REQUEST
+    step = min(_FIRST_WINDOW, longest)
     windows: list[tuple[int, int]] = []  # (first, last) record of each window
     while first <= last:
         start = int(index[first, 0])
         # the window's last record: as many as fit, at least one
-        fit = int(np.searchsorted(ends, start + longest, side="right")) - 1 + lo
+        fit = int(np.searchsorted(ends, start + step, side="right")) - 1 + lo
         stop = min(max(fit, first), last)
         windows.append((first, stop))
         first = stop + 1
+        step = min(2 * step, longest)
     starts = [int(index[a, 0]) for a, _ in windows]
     sizes = [int(ends[b - lo]) - s for (_, b), s in zip(windows, starts)]
-    fetched = ranges.iter_ranges(reader, starts, sizes)
+    fetched = ranges.iter_ranges(reader, starts, sizes, join=False)
     try:
         for (first, stop), start, size, data in zip(windows, starts, sizes, fetched):
+            cut = cut_frames(data, index, first, stop + 1, verify, crc32c)  # sound frames: one compiled call
+            if cut is not None:
+                yield Run(cut, path, index[first:stop + 1, 0], np.arange(first, stop + 1))
+                continue
             stopped_at: list[int] = []
 
             def note(error: CorruptRecordError) -> None:

@@ -88,19 +88,21 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *, wait: bool = True
-                ) -> Generator[bytes, None, None]:
+def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *, wait: bool = True,
+                join: bool = True) -> Generator[bytes, None, None]:
     """The bytes of each range ``offsets[i], sizes[i]`` of the reader's file,
     in the order given (fewer at the end of the file).
 
     For a URL, the following requests are in flight while the caller handles
     a range (at most :data:`IN_FLIGHT` requests and :data:`IN_FLIGHT_BYTES`
     bytes, at least one request); closing the iterator early drops the
-    requests not started. An error is raised where its range comes, after
+    requests not started. ``join``: near ranges are read by one request
+    (False: each range is a read of its own, the first bytes come after the
+    first range). An error is raised where its range comes, after
     the ranges before it.
     """
     url = reader.remote(wait)
-    requests = plan_requests(offsets, sizes, gap=MERGE_GAP if url else 0,
+    requests = plan_requests(offsets, sizes, gap=-1 if not join else MERGE_GAP if url else 0,
                              longest=MAX_REQUEST if url else _LOCAL_REQUEST, ratio=MERGE_RATIO if url else None)
     if not url or len(requests) == 1:
         for request in requests:

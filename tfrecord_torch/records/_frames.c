@@ -181,10 +181,120 @@ error:
     return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 }
 
+/* cut_frames(data, index, r0, r1, verify, crc): records r0..r1-1 of a shard, adjacent in the file, cut from
+ * data (a bytes-like object holding the file's bytes from record r0's offset on) and checked as read_frames
+ * checks them: a list of their payloads (bytes). None for anything else: records that are not adjacent,
+ * more than 64 MiB at once, offsets or sizes that are negative or overflow, frames that run past the end
+ * of data, a length or CRC that does not match. The rows used are copied out of the index first and
+ * every offset and size is checked on the copy (crc runs Python code). */
+static PyObject *cut_frames(PyObject *self, PyObject *args) {
+    int verify;
+    Py_ssize_t r0, r1, r, n;
+    PyObject *data, *index, *crc, *out = NULL;
+    PyArrayObject *ix;
+    Py_buffer view;
+    int64_t *spans = NULL, start, end, size;
+    const uint8_t *base;
+
+    if (!PyArg_ParseTuple(args, "OOnnpO", &data, &index, &r0, &r1, &verify, &crc)) {
+        return NULL;
+    }
+    ix = (PyArrayObject *)index;
+    if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
+        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r0 < 0 || r1 <= r0 ||
+        r1 > PyArray_DIM(ix, 0) || r1 - r0 > MAX_SPAN / 16) {
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    n = r1 - r0;
+    if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    memcpy(spans, (const int64_t *)PyArray_DATA(ix) + 2 * r0, sizeof(int64_t) * 2 * (size_t)n);
+    size = (int64_t)view.len;
+    base = (const uint8_t *)view.buf;
+    /* each sum below stays under start + MAX_SPAN, which cannot overflow */
+    start = end = spans[0];
+    if (start < 0 || start > INT64_MAX - MAX_SPAN) {
+        goto fallback;
+    }
+    for (r = 0; r < n; r++) {
+        if (spans[2 * r] != end || spans[2 * r + 1] < 16 || spans[2 * r + 1] > MAX_SPAN - (end - start) ||
+            spans[2 * r + 1] > size - (end - start)) {
+            goto fallback;
+        }
+        end += spans[2 * r + 1];
+    }
+    if ((out = PyList_New(n)) == NULL) {
+        goto error;
+    }
+    for (r = 0; r < n; r++) {
+        /* 0 <= at and at + frame <= size, checked above */
+        const uint8_t *head = base + (spans[2 * r] - start);
+        uint64_t length;
+        uint32_t stored, sum;
+        PyObject *payload;
+        memcpy(&length, head, 8);
+        if (length != (uint64_t)spans[2 * r + 1] - 16) {
+            goto fallback;
+        }
+        memcpy(&stored, head + 8, 4);
+        if (verify && tfr_masked_crc32c(head, 8) != stored) {
+            goto fallback;
+        }
+        payload = PyBytes_FromStringAndSize((const char *)head + 12, (Py_ssize_t)length);
+        if (payload == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(out, r, payload);
+        if (!verify) {
+            continue;
+        }
+        memcpy(&stored, head + 12 + length, 4);
+        if (length <= 1024) {
+            sum = tfr_masked_crc32c(head + 12, (size_t)length);
+        } else {
+            PyObject *value = PyObject_CallOneArg(crc, payload);
+            unsigned long plain;
+            if (value == NULL) {
+                goto error;
+            }
+            plain = PyLong_AsUnsignedLong(value);
+            Py_DECREF(value);
+            if (plain == (unsigned long)-1 && PyErr_Occurred()) {
+                goto error;
+            }
+            sum = (((uint32_t)plain >> 15) | ((uint32_t)plain << 17)) + 0xA282EAD8u;
+        }
+        if (sum != stored) {
+            goto fallback;
+        }
+    }
+    PyMem_Free(spans);
+    PyBuffer_Release(&view);
+    return out;
+fallback:
+    Py_XDECREF(out);
+    PyMem_Free(spans);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyMem_Free(spans);
+    PyBuffer_Release(&view);
+    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+}
+
 static PyMethodDef methods[] = {
     {"read_frames", read_frames, METH_VARARGS,
      "read_frames(fd, index, r0, r1, verify, crc): the payloads of adjacent records r0..r1-1, read at once and "
      "checked; None where the caller must read them its own way."},
+    {"cut_frames", cut_frames, METH_VARARGS,
+     "cut_frames(data, index, r0, r1, verify, crc): the payloads of adjacent records r0..r1-1 cut from data (the "
+     "file's bytes from record r0's offset on) and checked; None where the caller must read them its own way."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["compiled_frames", "read_frames"]
+__all__ = ["compiled_frames", "cut_frames", "read_frames"]
 
 
 def _compiled():  # the compiled reader, or None (not built, or a big-endian machine)
@@ -55,5 +55,18 @@ def read_frames(fd: int, index: np.ndarray, r0: int, r1: int, verify: bool,
     return None
 
 
+def cut_frames(data: bytes, index: np.ndarray, r0: int, r1: int, verify: bool,
+               crc: Callable[[bytes], int]) -> list[bytes] | None:
+    """The payloads of records ``r0`` to ``r1 - 1`` of a shard, adjacent in
+    the file, cut from ``data`` (the file's bytes from record ``r0``'s
+    offset on, such as a window fetched from a bucket) and checked as
+    :func:`read_frames` checks them; None where the usual path must cut
+    them (records not adjacent, over 64 MiB at once, frames past the end of
+    ``data``, a length or CRC that does not match). Without the compiled
+    reader, None."""
+    return None
+
+
 if _FRAMES is not None:
     read_frames = _FRAMES.read_frames  # noqa: F811
+    cut_frames = _FRAMES.cut_frames  # noqa: F811

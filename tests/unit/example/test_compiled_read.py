@@ -344,3 +344,33 @@ def test_read_frames_reads_payloads_with_no_buffer_of_the_run(tmp_path):
         os.close(fd)
     assert got == payloads
     assert peak < 1.1 * sum(map(len, payloads))
+
+
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+def test_cut_frames_equals_the_records_or_leaves_them(tmp_path):
+    """Frames cut from bytes fetched from a record's offset on (a window of a
+    bucket's shard): the payloads, or None for frames that are not adjacent,
+    run past the bytes given, or fail a length or CRC check."""
+    path = tmp_path / "f.tfrecord"
+    payloads = [make_example({"i": i, "blob": b"x" * (i * 300)}) for i in range(12)]  # small and over 1 KiB
+    index = _indexed_shard(path, payloads)
+    data = path.read_bytes()
+    window = data[int(index[3, 0]):]
+    assert frames.cut_frames(data, index, 0, 12, True, crc32c) == payloads
+    assert frames.cut_frames(memoryview(window), index, 3, 7, True, crc32c) == payloads[3:7]
+    assert frames.cut_frames(window, index, 3, 12, False, crc32c) == payloads[3:]
+    gap = index.copy()
+    gap[5, 0] += 1
+    assert frames.cut_frames(window, gap, 3, 7, True, crc32c) is None  # not adjacent
+    assert frames.cut_frames(window[:-1], index, 3, 12, True, crc32c) is None  # the last frame cut short
+    assert frames.cut_frames(window, index, 12, 13, True, crc32c) is None  # past the index
+    assert frames.cut_frames(window[1:], index, 3, 7, True, crc32c) is None  # not at the first frame: its length
+    for r in (1, 9):  # a short payload (own CRC) and a long one (the crc32c package's)
+        damaged = bytearray(data)
+        damaged[int(index[r, 0]) + int(index[r, 1]) - 5] ^= 1  # the payload's last byte
+        assert frames.cut_frames(bytes(damaged), index, 0, 12, True, crc32c) is None
+        unchecked = frames.cut_frames(bytes(damaged), index, 0, 12, False, crc32c)
+        assert unchecked[r] != payloads[r] and unchecked[:r] == payloads[:r]
+    header = bytearray(data)
+    header[int(index[4, 0]) + 9] ^= 1  # a length CRC
+    assert frames.cut_frames(bytes(header), index, 0, 12, True, crc32c) is None
