@@ -226,32 +226,40 @@ def images_decode_limit(path):
              "thread per core over the JPEGs already in memory, into one preallocated [N, 256, 256, 3] "
              "buffer; no reading, parsing or batching")
 def images_decode_limit_simplejpeg(path):
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import numpy as np
     import simplejpeg
 
-    from tfrecord_torch import parse_example, read_records
-
-    jpegs, labels = [], 0
-    for payload in read_records(path):
-        record = parse_example(payload)
-        jpegs.append(record["image"][0])
-        labels += int(record["label"][0])
+    jpegs, labels = jpegs_in_memory(path)
     h, w = simplejpeg.decode_jpeg_header(jpegs[0])[:2]
     out = np.empty((len(jpegs), h, w, 3), np.uint8)
+    return on_threads(len(jpegs), lambda i: simplejpeg.decode_jpeg(jpegs[i], fastdct=True, buffer=out[i]),
+                      {"records": len(jpegs), "pixels": out.size, "checksum": labels})
+
+
+def jpegs_in_memory(path) -> tuple[list[bytes], int]:
+    """The 'image' bytes of every record of ``path``, and the sum of the 'label's."""
+    from tfrecord_torch import parse_example, read_records
+
+    records = [parse_example(p) for p in read_records(path)]
+    return [r["image"][0] for r in records], sum(int(r["label"][0]) for r in records)
+
+
+def on_threads(count: int, one, tally: dict):
+    """A timed pass of ``one(i)`` for i in range(count) on a thread per core
+    (thread k takes k, k + threads, ...), returning ``tally``."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     threads = len(os.sched_getaffinity(0))
     pool = ThreadPoolExecutor(threads)
 
     def share(k):
-        for i in range(k, len(jpegs), threads):
-            simplejpeg.decode_jpeg(jpegs[i], fastdct=True, buffer=out[i])
-        return 0
+        for i in range(k, count, threads):
+            one(i)
 
     def run():
         list(pool.map(share, range(threads)))
-        return {"records": len(jpegs), "pixels": out.size, "checksum": labels}
+        return tally
     return run
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.cases.images import IMAGE_BATCH, _image_tally
+from benchmarks.cases.images import IMAGE_BATCH, _image_tally, jpegs_in_memory, on_threads
 from benchmarks.harness.registry import case, dataset, target, worker
 
 CROP = 224
@@ -142,28 +142,16 @@ def crop_tf_full(path):
         note="ceiling, not a peer: full simplejpeg decodes (fastdct) of the JPEGs in memory on a thread per "
              "core, no crop, resize or batching")
 def crop_decode_limit(path):
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import simplejpeg
 
-    from tfrecord_torch import parse_example, read_records
+    jpegs, labels = jpegs_in_memory(path)
+    return on_threads(len(jpegs), lambda i: simplejpeg.decode_jpeg(jpegs[i], fastdct=True),
+                      {"records": len(jpegs), "pixels": len(jpegs) * 3 * CROP * CROP, "checksum": labels})
 
-    records = [parse_example(p) for p in read_records(path)]
-    jpegs = [r["image"][0] for r in records]
-    labels = sum(int(r["label"][0]) for r in records)
-    threads = len(os.sched_getaffinity(0))
-    pool = ThreadPoolExecutor(threads)
 
-    def share(k):
-        for i in range(k, len(jpegs), threads):
-            simplejpeg.decode_jpeg(jpegs[i], fastdct=True)
-        return 0
-
-    def run():
-        list(pool.map(share, range(threads)))
-        return {"records": len(jpegs), "pixels": len(jpegs) * 3 * CROP * CROP, "checksum": labels}
-    return run
+target("images_crop", "ours batch mode >= 1.15x tf.data", "ours batch mode", "tf.data", at_least=1.15)
+target("images_crop", "ours batch mode (workers=0) >= 1.15x tf.data", "ours batch mode (workers=0)", "tf.data",
+       at_least=1.15)
 
 
 def _windows(path):
@@ -172,44 +160,33 @@ def _windows(path):
     import torch
     from torchvision.transforms import v2
 
-    from tfrecord_torch import parse_example, read_records
     from tfrecord_torch.features.images.crop import crop_params_batch, plan_transform
     from tfrecord_torch.features.images.limits import read_header
 
-    records = [parse_example(p) for p in read_records(path)]
-    jpegs = [r["image"][0] for r in records]
+    jpegs, labels = jpegs_in_memory(path)
     plan, _ = plan_transform(v2.Compose([v2.RandomResizedCrop(CROP), v2.RandomHorizontalFlip()]))
     headers = [read_header(j) for j in jpegs]
     params = crop_params_batch(plan, [(h.height, h.width) for h in headers], torch.Generator().manual_seed(0))
-    return jpegs, params, sum(int(r["label"][0]) for r in records)
+    return jpegs, params, labels
 
 
 def _window_limit(path, resize: bool):
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import numpy as np
 
     from tfrecord_torch.features.images.crop import Box, resize_into
     from tfrecord_torch.features.images.jpeg import decode_jpeg_window
 
     jpegs, params, labels = _windows(path)
-    threads = len(os.sched_getaffinity(0))
-    pool = ThreadPoolExecutor(threads)
     out = np.empty((len(jpegs), CROP, CROP, 3), np.uint8)
 
-    def share(k):
-        for i in range(k, len(jpegs), threads):
-            c = params[i]
-            window = decode_jpeg_window(jpegs[i], c.box)
-            if resize:
-                resize_into(window, Box(0, 0, c.height, c.width), c.flip, "bilinear", out[i])
-        return 0
+    def one(i):
+        c = params[i]
+        window = decode_jpeg_window(jpegs[i], c.box)
+        if resize:
+            resize_into(window, Box(0, 0, c.height, c.width), c.flip, "bilinear", out[i])
 
-    def run():
-        list(pool.map(share, range(threads)))
-        return {"records": len(jpegs), "pixels": len(jpegs) * 3 * CROP * CROP, "checksum": labels}
-    return run
+    return on_threads(len(jpegs), one, {"records": len(jpegs), "pixels": len(jpegs) * 3 * CROP * CROP,
+                                        "checksum": labels})
 
 
 @worker("images_crop", "crop-window decode-only limit", yardstick=True,
@@ -227,9 +204,6 @@ def crop_window_resize_limit(path):
     return _window_limit(path, resize=True)
 
 
-target("images_crop", "ours batch mode >= 1.15x tf.data", "ours batch mode", "tf.data", at_least=1.15)
-target("images_crop", "ours batch mode (workers=0) >= 1.15x tf.data", "ours batch mode (workers=0)", "tf.data",
-       at_least=1.15)
 
 
 def _dali_index(path: str) -> str:

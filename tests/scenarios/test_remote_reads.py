@@ -398,19 +398,26 @@ def test_random_batches_of_small_records_fetch_at_most_merge_ratio_times_their_b
     assert fetched_bytes(s3) <= 4 * used  # ranges.MERGE_RATIO: not the bytes between far records
 
 
-@pytest.mark.parametrize("cache", ["ranges", "shard cache"])
-def test_an_in_order_read_checks_runs_of_records_not_each_record_apart(s3, shards, tmp_path, monkeypatch, cache):
+def records_passed_to(monkeypatch, name: str) -> list:
+    """The ``record=`` of each call of ``tfrecord_torch.data.reading.<name>``
+    from now on (the function still runs)."""
     from tfrecord_torch.data import reading
 
-    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
-    one_by_one = []
-    parse_frame = reading.parse_frame
+    calls: list = []
+    original = getattr(reading, name)
 
     def counted(*args, **kwargs):
-        one_by_one.append(kwargs.get("record"))
-        return parse_frame(*args, **kwargs)
+        calls.append(kwargs.get("record"))
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(reading, "parse_frame", counted)
+    monkeypatch.setattr(reading, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("cache", ["ranges", "shard cache"])
+def test_an_in_order_read_checks_runs_of_records_not_each_record_apart(s3, shards, tmp_path, monkeypatch, cache):
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    one_by_one = records_passed_to(monkeypatch, "parse_frame")
     source = RANGES if cache == "ranges" else Source(cache=ShardCache(str(tmp_path / "shards")))
     ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
     for epoch in range(2):  # with the cache: the copies are filled, then complete
@@ -423,17 +430,8 @@ def test_an_in_order_read_checks_runs_of_records_not_each_record_apart(s3, shard
 @pytest.mark.parametrize("cache", ["ranges", "shard cache"])
 def test_an_in_order_read_of_sound_records_cuts_each_window_in_one_compiled_call(s3, shards, tmp_path,
                                                                                    monkeypatch, cache):
-    from tfrecord_torch.data import reading
-
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
-    scans = []
-    iter_chunks = reading.iter_chunks
-
-    def counted(*args, **kwargs):
-        scans.append(kwargs.get("record"))
-        return iter_chunks(*args, **kwargs)
-
-    monkeypatch.setattr(reading, "iter_chunks", counted)
+    scans = records_passed_to(monkeypatch, "iter_chunks")
     source = RANGES if cache == "ranges" else Source(cache=ShardCache(str(tmp_path / "shards")))
     ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
     assert [int(item["id"]) for item in ds] == list(range(RECORDS))  # a cold copy: read while it is filled

@@ -37,6 +37,30 @@ uint32_t tfr_masked_crc32c(const uint8_t *p, size_t n);
  * Python code, so the caller's array may change before the frames are cut. */
 #define IOV_BATCH 1024 /* iovecs per preadv call: Linux's and macOS's IOV_MAX */
 
+/* The masked CRC-32C of a payload of ``length`` bytes at ``data`` (``payload``: the same bytes as an
+ * object): computed here when short; by crc(payload), the crc32c package (faster on long runs), when
+ * long. -1 with a Python exception set when crc fails. */
+static int payload_crc(const uint8_t *data, uint64_t length, PyObject *payload, PyObject *crc, uint32_t *sum) {
+    PyObject *value;
+    unsigned long plain;
+
+    if (length <= 1024) {
+        *sum = tfr_masked_crc32c(data, (size_t)length);
+        return 0;
+    }
+    value = PyObject_CallOneArg(crc, payload);
+    if (value == NULL) {
+        return -1;
+    }
+    plain = PyLong_AsUnsignedLong(value);
+    Py_DECREF(value);
+    if (plain == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *sum = (((uint32_t)plain >> 15) | ((uint32_t)plain << 17)) + 0xA282EAD8u;
+    return 0;
+}
+
 /* Reads frames [0, n) of spans into payloads' bytes and heads (16 bytes per frame: its header's 12,
  * then its footer's 4), from file offset start; 0, or -1 on a short read or an error. */
 static int read_into(int fd, int64_t start, const int64_t *spans, Py_ssize_t n, PyObject *payloads,
@@ -147,20 +171,8 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
             continue;
         }
         memcpy(&stored, head + 12, 4);
-        if (length <= 1024) {
-            sum = tfr_masked_crc32c((const uint8_t *)PyBytes_AS_STRING(payload), (size_t)length);
-        } else {
-            PyObject *value = PyObject_CallOneArg(crc, payload);
-            unsigned long plain;
-            if (value == NULL) {
-                goto error;
-            }
-            plain = PyLong_AsUnsignedLong(value);
-            Py_DECREF(value);
-            if (plain == (unsigned long)-1 && PyErr_Occurred()) {
-                goto error;
-            }
-            sum = (((uint32_t)plain >> 15) | ((uint32_t)plain << 17)) + 0xA282EAD8u;
+        if (payload_crc((const uint8_t *)PyBytes_AS_STRING(payload), length, payload, crc, &sum) != 0) {
+            goto error;
         }
         if (sum != stored) {
             goto fallback;
@@ -254,20 +266,8 @@ static PyObject *cut_frames(PyObject *self, PyObject *args) {
             continue;
         }
         memcpy(&stored, head + 12 + length, 4);
-        if (length <= 1024) {
-            sum = tfr_masked_crc32c(head + 12, (size_t)length);
-        } else {
-            PyObject *value = PyObject_CallOneArg(crc, payload);
-            unsigned long plain;
-            if (value == NULL) {
-                goto error;
-            }
-            plain = PyLong_AsUnsignedLong(value);
-            Py_DECREF(value);
-            if (plain == (unsigned long)-1 && PyErr_Occurred()) {
-                goto error;
-            }
-            sum = (((uint32_t)plain >> 15) | ((uint32_t)plain << 17)) + 0xA282EAD8u;
+        if (payload_crc(head + 12, length, payload, crc, &sum) != 0) {
+            goto error;
         }
         if (sum != stored) {
             goto fallback;
