@@ -37,6 +37,16 @@ uint32_t tfr_masked_crc32c(const uint8_t *p, size_t n);
  * Python code, so the caller's array may change before the frames are cut. */
 #define IOV_BATCH 1024 /* iovecs per preadv call: Linux's and macOS's IOV_MAX */
 
+/* Whether index is a C-contiguous int64 array [N, 2] holding rows r0..r1-1, at most MAX_SPAN / 16 of
+ * them (each frame is 16 bytes at least). */
+static int rows_usable(PyObject *index, Py_ssize_t r0, Py_ssize_t r1) {
+    PyArrayObject *ix = (PyArrayObject *)index;
+
+    return PyArray_Check(index) && PyArray_NDIM(ix) == 2 && PyArray_DIM(ix, 1) == 2 &&
+           PyArray_TYPE(ix) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ix) && r0 >= 0 && r1 > r0 &&
+           r1 <= PyArray_DIM(ix, 0) && r1 - r0 <= MAX_SPAN / 16;
+}
+
 /* The masked CRC-32C of a payload of ``length`` bytes at ``data`` (``payload``: the same bytes as an
  * object): computed here when short; by crc(payload), the crc32c package (faster on long runs), when
  * long. -1 with a Python exception set when crc fails. */
@@ -117,12 +127,10 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iOnnpO", &fd, &index, &r0, &r1, &verify, &crc)) {
         return NULL;
     }
-    ix = (PyArrayObject *)index;
-    if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
-        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r0 < 0 || r1 <= r0 ||
-        r1 > PyArray_DIM(ix, 0) || r1 - r0 > MAX_SPAN / 16) {
+    if (!rows_usable(index, r0, r1)) {
         Py_RETURN_NONE;
     }
+    ix = (PyArrayObject *)index;
     n = r1 - r0;
     if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
         return PyErr_NoMemory();
@@ -211,12 +219,10 @@ static PyObject *cut_frames(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOnnpO", &data, &index, &r0, &r1, &verify, &crc)) {
         return NULL;
     }
-    ix = (PyArrayObject *)index;
-    if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
-        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r0 < 0 || r1 <= r0 ||
-        r1 > PyArray_DIM(ix, 0) || r1 - r0 > MAX_SPAN / 16) {
+    if (!rows_usable(index, r0, r1)) {
         Py_RETURN_NONE;
     }
+    ix = (PyArrayObject *)index;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) != 0) {
         return NULL;
     }
