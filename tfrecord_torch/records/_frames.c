@@ -47,6 +47,20 @@ static int rows_usable(PyObject *index, Py_ssize_t r0, Py_ssize_t r1) {
            r1 <= PyArray_DIM(ix, 0) && r1 - r0 <= MAX_SPAN / 16;
 }
 
+/* Whether a frame's 12-byte header at head gives the payload length its index row's frame size says
+ * (frame - 16; frame >= 16, checked by the caller) and, with verify, a length CRC that matches;
+ * the length in *length. */
+static int header_sound(const uint8_t *head, int64_t frame, int verify, uint64_t *length) {
+    uint32_t stored;
+
+    memcpy(length, head, 8);
+    if (*length != (uint64_t)frame - 16) {
+        return 0;
+    }
+    memcpy(&stored, head + 8, 4);
+    return !verify || tfr_masked_crc32c(head, 8) == stored;
+}
+
 /* The masked CRC-32C of a payload of ``length`` bytes at ``data`` (``payload``: the same bytes as an
  * object): computed here when short; by crc(payload), the crc32c package (faster on long runs), when
  * long. -1 with a Python exception set when crc fails. */
@@ -167,12 +181,7 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
         PyObject *payload = PyList_GET_ITEM(out, r);
         uint64_t length;
         uint32_t stored, sum;
-        memcpy(&length, head, 8);
-        if (length != (uint64_t)spans[2 * r + 1] - 16) {
-            goto fallback;
-        }
-        memcpy(&stored, head + 8, 4);
-        if (verify && tfr_masked_crc32c(head, 8) != stored) {
+        if (!header_sound(head, spans[2 * r + 1], verify, &length)) {
             goto fallback;
         }
         if (!verify) {
@@ -255,12 +264,7 @@ static PyObject *cut_frames(PyObject *self, PyObject *args) {
         uint64_t length;
         uint32_t stored, sum;
         PyObject *payload;
-        memcpy(&length, head, 8);
-        if (length != (uint64_t)spans[2 * r + 1] - 16) {
-            goto fallback;
-        }
-        memcpy(&stored, head + 8, 4);
-        if (verify && tfr_masked_crc32c(head, 8) != stored) {
+        if (!header_sound(head, spans[2 * r + 1], verify, &length)) {
             goto fallback;
         }
         payload = PyBytes_FromStringAndSize((const char *)head + 12, (Py_ssize_t)length);
