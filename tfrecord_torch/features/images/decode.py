@@ -31,13 +31,12 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from typing import Any
 
 import numpy as np
 import torch
 
 from tfrecord_torch.features.images.channels import MODE_CHANNELS, convert_channels, to_uint8
-from tfrecord_torch.features.images.jpeg import fast_jpeg, to_planes
+from tfrecord_torch.features.images.jpeg import decode_jpeg, fast_jpeg, simplejpeg_available, to_planes
 from tfrecord_torch.features.images.limits import (
     MAX_IMAGE_PIXELS,
     Header,
@@ -131,29 +130,12 @@ def _libjpeg(data: bytes, gray: bool) -> np.ndarray | None:
     simplejpeg is absent or refuses the data: it makes libjpeg's warnings
     (corrupt data libjpeg papers over) errors, and those JPEGs take the
     other decoders, which decode them as TensorFlow does."""
-    simplejpeg = _SIMPLEJPEG if _SIMPLEJPEG is not None else _libjpeg_module()
-    if simplejpeg is False:  # pragma: no cover - a core dependency
+    if not simplejpeg_available():  # pragma: no cover - a core dependency
         return None
     try:
-        return simplejpeg.decode_jpeg(data, "gray" if gray else "rgb", fastdct=False, fastupsample=False)
+        return decode_jpeg(data, decoder="accurate", gray=gray)
     except ValueError:
         return None
-
-
-_SIMPLEJPEG: Any = None  # the simplejpeg module once imported, False where it is absent
-
-
-def _libjpeg_module() -> Any:
-    """simplejpeg, imported once (False where it cannot be)."""
-    global _SIMPLEJPEG
-    if _SIMPLEJPEG is None:
-        try:
-            import simplejpeg
-        except ImportError:  # pragma: no cover - a core dependency
-            _SIMPLEJPEG = False
-        else:
-            _SIMPLEJPEG = simplejpeg
-    return _SIMPLEJPEG
 
 
 def _planes(array: np.ndarray) -> np.ndarray:
@@ -194,7 +176,7 @@ def preload() -> None:
     forked from it do not each pay the import at their first image, every
     epoch (torchvision's takes about a second and a half); and tv_tensors,
     which wraps the decoded images."""
-    _libjpeg_module()
+    simplejpeg_available()
     if _torchvision_usable():
         import torchvision.io  # noqa: F401
         import torchvision.tv_tensors  # noqa: F401

@@ -19,6 +19,7 @@ CMYK/YCCK JPEGs and every other format go through :func:`.decode.decode_image`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import numpy as np
@@ -31,8 +32,10 @@ __all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jp
 JPEG_DECODERS = ("fast", "accurate")
 
 
+@functools.cache
 def simplejpeg_available() -> bool:
-    """True when simplejpeg can be imported (a core dependency; checked anyway)."""
+    """True when simplejpeg can be imported (a core dependency; checked anyway),
+    importing it the first time."""
     try:
         import simplejpeg  # noqa: F401
     except ImportError:  # pragma: no cover - installed with the package
@@ -46,8 +49,8 @@ def fast_jpeg(header: Header) -> bool:
 
 
 def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = None,
-                min_size: tuple[int, int] = (0, 0)) -> np.ndarray:
-    """Decode a JPEG to RGB uint8 [H, W, 3].
+                min_size: tuple[int, int] = (0, 0), gray: bool = False) -> np.ndarray:
+    """Decode a JPEG to RGB uint8 [H, W, 3] (libjpeg's luma [H, W, 1] if ``gray``).
 
     Args:
         data: the JPEG bytes (check :func:`fast_jpeg` on its header first).
@@ -55,7 +58,8 @@ def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = 
         out: a C-contiguous uint8 [H, W, 3] array of the image's size to decode
             into (no copy); None allocates.
         min_size: (height, width) the output must reach at least: libjpeg's DCT
-            scaling decodes at 1/2, 1/4 or 1/8 size when that still fits.
+            scaling decodes at 1/2, 1/4 or 1/8 size when that still fits (RGB).
+        gray: libjpeg's luma [H, W, 1] (as ``channels=1``) instead of RGB.
 
     Returns:
         ``out`` (or a new array) holding the pixels.
@@ -68,7 +72,8 @@ def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = 
     if min_size != (0, 0):
         return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False,
                                       min_height=min_size[0], min_width=min_size[1], min_factor=1.0)
-    return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False, buffer=out)
+    return simplejpeg.decode_jpeg(data, "gray" if gray else "rgb", fastdct=decoder == "fast", fastupsample=False,
+                                  buffer=out)
 
 
 def _crop_helper():  # the compiled helper, or None where it was not built
