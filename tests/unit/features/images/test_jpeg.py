@@ -154,10 +154,14 @@ def test_helper_refuses_what_is_not_bytes():
 
 @pytest.mark.parametrize("helper", [True, False])
 @pytest.mark.parametrize("flip", [False, True])
-@pytest.mark.parametrize("shape", [(224, 224), (75, 101), (1, 1), (1, 7), (6, 1), (0, 5)])
+@pytest.mark.parametrize("shape", [(224, 224), (75, 101), (1, 1), (1, 7), (6, 1), (0, 5), (5, 0), (2, 16),
+                                   (3, 17), (1, 33), (4, 47), (7, 5), (1, 15)])
 def test_planes_equal_numpy_transpose(helper, flip, shape, monkeypatch):
     """to_planes vs NumPy's transpose (of the mirrored image if flip): the
-    helper and the fallback, also from a window that is not contiguous."""
+    helper and the fallback, also from a window that is not contiguous. The
+    widths put whole 16-pixel steps of the helper's SSSE3 loop beside a
+    remainder of 1 to 15 pixels, mirrored rows included; unmirrored, the
+    image is one run of height x width pixels (7 x 5: steps across rows)."""
     if not helper:
         monkeypatch.setattr(jpeg_module, "_PLANES", None)
     image = photo(4, shape[0] + 2, shape[1] + 3)[1:shape[0] + 1, 2:shape[1] + 2]
