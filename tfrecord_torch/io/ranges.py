@@ -123,22 +123,25 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]], *, f
     see :meth:`Reader.read`)."""
     out: list[list[bytes]] = []
     jobs: list[tuple[Reader, Request]] = []
+    # each file's requests, planned once: a read in flight may turn a filling reader to the bucket
+    # (its ratio then differs), and the bytes of the requests sent must be cut as they were planned
+    planned: list[tuple[list[int], tuple[list[int], list[int]], list[Request]] | None] = []
     for reader, offsets, sizes in reads:
         if not reader.remote(wait=False):
             out.append(read_ranges(reader, offsets, sizes))
+            planned.append(None)
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
         ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
         requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST, ratio=_ratio(reader, far))
         jobs += [(reader, r) for r in requests]
         out.append([b""] * len(offsets))
+        planned.append((order, ordered, requests))
     flow = _flow(jobs, wait=False, far=far)
-    for slot, (reader, offsets, sizes) in enumerate(reads):
-        if not reader.remote(wait=False):
+    for slot, plan in enumerate(planned):
+        if plan is None:
             continue
-        order = sorted(range(len(offsets)), key=offsets.__getitem__)
-        ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
-        requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST, ratio=_ratio(reader, far))
+        order, ordered, requests = plan
         got = (piece for request, data in zip(requests, flow) for piece in _split(data, request, *ordered))
         for i, data in zip(order, got):
             out[slot][i] = data

@@ -2,11 +2,14 @@
 bytes come back in the order asked, for a local file and a URL (fsspec's
 memory filesystem)."""
 
+import threading
+
 import fsspec
 import numpy as np
 import pytest
 
 from tfrecord_torch.io import ranges
+from tfrecord_torch.io.filling import FillView
 from tfrecord_torch.io.pool import Reader
 from tfrecord_torch.io.ranges import Request, iter_ranges, plan_requests, read_many, read_ranges
 
@@ -85,3 +88,41 @@ def test_an_iterator_closed_early_stops_reading(stored, monkeypatch):
     got = iter_ranges(Reader(path), offsets, [1000] * len(offsets))
     assert next(got) == data[:1000]
     got.close()
+
+
+def test_ranges_read_together_stay_right_when_a_fill_is_given_up_meanwhile(tmp_path, own_pool):
+    """Two URLs read together, each through a copy being filled (the first
+    reads of an iteration: ``far`` given). The second's fill is given up
+    (no fill file, no copy, no lock: its view says "read the bucket") while
+    the first's bytes are still coming: each range still gets its own bytes."""
+    data = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    urls = []
+    for name in ("a", "b"):
+        url = f"memory://ranges/{tmp_path.name}/{name}"
+        with fsspec.open(url, "wb") as f:
+            f.write(data)
+        urls.append(url)
+    given_up = threading.Event()
+
+    class Late(Reader):  # its bytes arrive once the other reader has turned to the bucket
+        def read(self, *args, **kwargs):
+            given_up.wait(10)
+            return super().read(*args, **kwargs)
+
+    class GivenUp(Reader):
+        def read(self, *args, **kwargs):
+            try:
+                return super().read(*args, **kwargs)
+            finally:
+                given_up.set()
+
+    readers = [Late(urls[0]), GivenUp(urls[1])]
+    for k, reader in enumerate(readers):
+        reader._open()
+        reader._view = FillView(str(tmp_path / f"entry{k}"), len(data), pending=lambda: False)
+    # small records far apart: joined while filling, apart (MERGE_RATIO) once read from the bucket
+    offsets = list(range(0, 200_000, 10_000))
+    sizes = [100] * len(offsets)
+    got = read_many([(reader, offsets, sizes) for reader in readers], far=1 << 20)
+    expected = [data[o:o + s] for o, s in zip(offsets, sizes)]
+    assert got == [expected, expected]

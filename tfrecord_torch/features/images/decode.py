@@ -35,6 +35,7 @@ import warnings
 import numpy as np
 import torch
 
+from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.channels import MODE_CHANNELS, convert_channels, to_uint8
 from tfrecord_torch.features.images.jpeg import decode_jpeg, fast_jpeg, simplejpeg_available, to_planes
 from tfrecord_torch.features.images.limits import (
@@ -72,8 +73,9 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
         mode="unchanged"), or [N, C, H, W] for GIF and WebP with frames="all".
 
     Raises:
-        ValueError: corrupt bytes, an image over the pixel limits, or a mode
-            the format cannot honour (RGBA from a JPEG).
+        ValueError: corrupt bytes, an image over the pixel limits, a mode
+            the format cannot honour (RGBA from a JPEG), or a ``mode`` or
+            ``frames`` not listed above (naming the argument).
     """
     return decode_pixels(data, mode, frames=frames)
 
@@ -82,6 +84,9 @@ def decode_pixels(data: bytes, mode: str = "RGB", *, frames: str = "first", plan
     """:func:`decode_image`, laid out as asked: ``planes`` gives C-contiguous
     planes; otherwise a single image is the [C, H, W] view of its decoded
     [H, W, C] buffer (channels-last strides), no copy made."""
+    # checked here, not by the decoders: libjpeg's path would take any mode but "L" for RGB
+    check_choice("mode", mode, IMAGE_MODES)
+    check_choice("frames", frames, FRAMES)
     arrays, animation = _decode_arrays(data, mode, frames == "all")
     if planes:
         out = [torch.from_numpy(_planes(array)) for array in arrays]

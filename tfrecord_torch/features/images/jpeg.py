@@ -24,6 +24,7 @@ import importlib
 
 import numpy as np
 
+from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.limits import Header, read_header
 
 __all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "decode_jpegs_into",
@@ -58,22 +59,24 @@ def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = 
         out: a C-contiguous uint8 [H, W, 3] array of the image's size to decode
             into (no copy); None allocates.
         min_size: (height, width) the output must reach at least: libjpeg's DCT
-            scaling decodes at 1/2, 1/4 or 1/8 size when that still fits (RGB).
+            scaling decodes at 1/2, 1/4 or 1/8 size when that still fits.
         gray: libjpeg's luma [H, W, 1] (as ``channels=1``) instead of RGB.
 
     Returns:
         ``out`` (or a new array) holding the pixels.
 
     Raises:
-        ValueError: corrupt or truncated data (libjpeg's message).
+        ValueError: corrupt or truncated data (libjpeg's message), or a
+            ``decoder`` not listed above.
     """
     import simplejpeg
 
+    check_choice("decoder", decoder, JPEG_DECODERS)
+    colorspace = "gray" if gray else "rgb"
     if min_size != (0, 0):
-        return simplejpeg.decode_jpeg(data, "rgb", fastdct=decoder == "fast", fastupsample=False,
+        return simplejpeg.decode_jpeg(data, colorspace, fastdct=decoder == "fast", fastupsample=False,
                                       min_height=min_size[0], min_width=min_size[1], min_factor=1.0)
-    return simplejpeg.decode_jpeg(data, "gray" if gray else "rgb", fastdct=decoder == "fast", fastupsample=False,
-                                  buffer=out)
+    return simplejpeg.decode_jpeg(data, colorspace, fastdct=decoder == "fast", fastupsample=False, buffer=out)
 
 
 def _crop_helper():  # the compiled helper, or None where it was not built

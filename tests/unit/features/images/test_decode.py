@@ -85,6 +85,16 @@ def test_a_jpeg_libjpeg_decodes_with_a_warning_decodes_as_torchvision_does():
     assert got.is_contiguous() and torch.equal(got, want)
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("option", [{"mode": "l"}, {"mode": "gray"}, {"frames": "last"}])
+def test_a_mode_or_frames_not_offered_is_refused_for_every_format(fmt, option):
+    """decode_image(data, "l") is a typo for "L", not a request for RGB: JPEGs
+    (libjpeg's path) are refused as PNGs are, naming the argument."""
+    name, value = next(iter(option.items()))
+    with pytest.raises(ValueError, match=f"{name} must be one of .*, got '{value}'"):
+        decode_image(encode(smooth(16, 16, 3), fmt), **option)
+
+
 def test_a_truncated_jpeg_is_an_error():
     data = JPEGS["progressive"]
     with pytest.raises(RuntimeError, match="truncated"):

@@ -192,3 +192,26 @@ def test_the_helper_is_built_with_to_planes():
     if not crop_decoding_available():
         pytest.skip("the helper is not built")
     assert jpeg_module._PLANES is not None
+
+
+@pytest.mark.parametrize("kind", ["420", "gray"])
+def test_gray_at_a_reduced_size_is_libjpegs_scaled_luma(kind):
+    """gray=True with min_size: the luma [H', W', 1] at the reduced size,
+    as Pillow's draft("L") decodes it (libjpeg's scaled IDCT, accurate)."""
+    import io
+
+    from PIL import Image as PILImage
+
+    data, (h, w) = encode(kind)
+    got = decode_jpeg(data, decoder="accurate", gray=True, min_size=(h // 2, w // 2))
+    image = PILImage.open(io.BytesIO(data))
+    image.draft("L", (w // 2, h // 2))
+    want = np.asarray(image)
+    assert got.shape == (*want.shape, 1)
+    np.testing.assert_array_equal(got[:, :, 0], want)
+
+
+def test_a_decoder_not_offered_is_refused():
+    data, _ = encode("420")
+    with pytest.raises(ValueError, match=r"decoder must be one of \('fast', 'accurate'\), got 'Accurate'"):
+        decode_jpeg(data, decoder="Accurate")
