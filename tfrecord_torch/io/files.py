@@ -217,11 +217,14 @@ def may_wait_for(thread: threading.Thread) -> bool:
     runs finalizers on whichever thread allocates, the loop's included; a
     close run there that waited for a thread waiting on that loop for a
     request would wait forever. Such a close only tells the thread to stop."""
-    me = threading.current_thread()
-    if thread is me:
-        return False
+    return thread is not threading.current_thread() and not on_fsspec_loop()
+
+
+def on_fsspec_loop() -> bool:
+    """Whether the calling thread is fsspec's event-loop thread, which must
+    never wait for work that may need that loop (see :func:`may_wait_for`)."""
     asyn = sys.modules.get("fsspec.asyn")
-    return asyn is None or asyn.iothread[0] is not me
+    return asyn is not None and asyn.iothread[0] is threading.current_thread()
 
 
 def unstrip(fs, protocol: str, path: str) -> str:

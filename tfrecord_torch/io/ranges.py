@@ -20,8 +20,10 @@ import os
 import threading
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import NamedTuple
 
+from tfrecord_torch.io.files import on_fsspec_loop
 from tfrecord_torch.io.pool import Reader
 
 __all__ = ["IN_FLIGHT", "IN_FLIGHT_BYTES", "MAX_REQUEST", "MERGE_GAP", "MERGE_RATIO", "Request", "iter_ranges", "plan_requests",
@@ -181,6 +183,13 @@ def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | 
     finally:
         for _, future in flying:
             future.cancel()
+        # a read already running uses its reader, which goes back to its pool when this ends: a late
+        # read could then close or reopen the descriptor under the next borrower (never on fsspec's
+        # loop thread, where a read may be waiting for this very thread)
+        if not on_fsspec_loop():
+            for _, future in flying:
+                if not future.cancelled():
+                    futures_wait([future])
 
 
 def _size(request: Request) -> int:

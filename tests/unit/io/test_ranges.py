@@ -126,3 +126,38 @@ def test_ranges_read_together_stay_right_when_a_fill_is_given_up_meanwhile(tmp_p
     got = read_many([(reader, offsets, sizes) for reader in readers], far=1 << 20)
     expected = [data[o:o + s] for o, s in zip(offsets, sizes)]
     assert got == [expected, expected]
+
+
+@pytest.mark.parametrize("end", ["error", "close"])
+def test_no_read_of_a_reader_runs_after_its_iterator_ended(tmp_path, own_pool, end):
+    """A reader goes back to its pool when the iterator over its ranges ends;
+    a read still running then could close or reopen its descriptor under the
+    next borrower. An iterator that raises (a read failed) or is closed
+    (a ``break``) returns only once the reads it started have ended."""
+    url = f"memory://ranges/{tmp_path.name}/late"
+    with fsspec.open(url, "wb") as f:
+        f.write(bytes(4000))
+    started, release = threading.Event(), threading.Event()
+    running: list[int] = []
+
+    class Slow(Reader):  # the first read fails (or is taken), the second is slow
+        def read(self, offset, size, *args, **kwargs):
+            if offset == 0:
+                started.wait(10)
+                if end == "error":
+                    raise OSError("the first read failed")
+                return super().read(offset, size, *args, **kwargs)
+            running.append(offset)
+            started.set()
+            release.wait(0.5)  # long enough for an iterator that does not wait to return first
+            running.remove(offset)
+            return super().read(offset, size, *args, **kwargs)
+
+    got = iter_ranges(Slow(url), [0, 2000], [1000, 1000], join=False)
+    if end == "error":
+        with pytest.raises(OSError, match="the first read failed"):
+            next(got)
+    else:
+        assert next(got) == bytes(1000)
+        got.close()
+    assert running == []
