@@ -60,6 +60,20 @@ def images_ours(path):
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2))
 
 
+@worker("images", "ours (persistent workers)",
+        note="the same DataLoader made once with persistent_workers=True and iterated each pass, as a "
+             "training loop runs its epochs: the workers, and the shared-memory segments they stack "
+             "batches into, live across passes (started in the warm-up pass)")
+def images_ours_persistent(path):
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    loader = torch.utils.data.DataLoader(TFRecordDataset(path, features=presets.tfds()), batch_size=IMAGE_BATCH,
+                                         num_workers=2, persistent_workers=True)
+    return lambda: _image_tally(loader)
+
+
 @worker("images", "ours, torchvision imported first",
         note="the same, with `import torchvision.io` in the main process before the DataLoader starts: "
              "the forked workers inherit it instead of each importing it at its first image, every epoch")
@@ -69,13 +83,16 @@ def images_ours_preloaded(path):
     return images_ours(path)
 
 
-def _batched(path, workers: int):
+def _batched(path, workers: int, persistent: bool = False):
     import torch.utils.data
     import torchvision.io  # noqa: F401
 
     from tfrecord_torch import TFRecordDataset, presets
 
     ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH)
+    if persistent:
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=True)
+        return lambda: _image_tally(loader)
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
 
 
@@ -86,6 +103,13 @@ def _batched(path, workers: int):
              "[64, 3, 256, 256] channels_last, shipped in shared memory")
 def images_ours_batched(path):
     return _batched(path, 2)
+
+
+@worker("images", "ours batch mode (persistent workers)",
+        note="the same DataLoader made once with persistent_workers=True and iterated each pass (workers "
+             "and their segments live across passes)")
+def images_ours_batched_persistent(path):
+    return _batched(path, 2, persistent=True)
 
 
 @worker("images", "ours batch mode (workers=0)",

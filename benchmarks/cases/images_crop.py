@@ -56,13 +56,16 @@ def _transform():
     return v2.Compose([v2.RandomResizedCrop(CROP), v2.RandomHorizontalFlip()])
 
 
-def _ours_batched(path, workers: int, **options):
+def _ours_batched(path, workers: int, persistent: bool = False, **options):
     import torch.utils.data
 
     from tfrecord_torch import Batching, ImageBatching, TFRecordDataset, presets
 
     ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH, transform=_transform(),
                          batching=Batching(images=ImageBatching(**options)))
+    if persistent:
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=True)
+        return lambda: _image_tally(loader)
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
 
 
@@ -74,6 +77,13 @@ def _ours_batched(path, workers: int, **options):
              "into one uint8 [64, 3, 224, 224] buffer")
 def crop_ours_batched(path):
     return _ours_batched(path, 2)
+
+
+@worker("images_crop", "ours batch mode (persistent workers)",
+        note="the same DataLoader made once with persistent_workers=True and iterated each pass, as a "
+             "training loop runs its epochs (workers and their segments live across passes)")
+def crop_ours_batched_persistent(path):
+    return _ours_batched(path, 2, persistent=True)
 
 
 @worker("images_crop", "ours batch mode (workers=0)",
@@ -93,6 +103,18 @@ def crop_ours_per_sample(path):
 
     ds = TFRecordDataset(path, features=presets.tfds(), transform=_transform())
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2))
+
+
+@worker("images_crop", "ours per sample (persistent workers)",
+        note="the per-sample DataLoader made once with persistent_workers=True and iterated each pass")
+def crop_ours_per_sample_persistent(path):
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds(), transform=_transform())
+    loader = torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=2, persistent_workers=True)
+    return lambda: _image_tally(loader)
 
 
 def _tf_pipeline(path, fused: bool):
