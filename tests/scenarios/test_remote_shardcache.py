@@ -191,15 +191,15 @@ def test_copies_go_ahead_of_the_reader_in_the_epochs_order(s3, fills, shards, tm
 
 def _read_until_killed(ds, started):
     """A DataLoader worker's reading, its copy held mid-download."""
-    real = files.read_range
+    real = files.stream_range
 
-    def slow(url, start, end, storage_options=None):
-        data = real(url, start, end, storage_options)
+    def slow(url, start, end, sink, storage_options=None, cancel=None):
+        reached = real(url, start, end, sink, storage_options, cancel)
         started.set()
         time.sleep(3600)
-        return data
+        return reached
 
-    shardcache.fs.read_range = slow  # this child only
+    shardcache.fs.stream_range = slow  # this child only
     next(iter(ds))
 
 
@@ -382,13 +382,13 @@ def slow_fills(monkeypatch):
     """The shard cache's copies fetch several ranges per shard, slowly (the
     readers open their shards while the copies are being filled)."""
     monkeypatch.setattr(shardcache, "CHUNK", 2000)
-    real = files.read_range
+    real = files.stream_range
 
     def slow(*args, **kwargs):
         time.sleep(0.2)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(files, "read_range", slow)
+    monkeypatch.setattr(files, "stream_range", slow)
 
 
 COLD = {"in-order": ({}, 2), "shuffled": ({"shuffle": True}, 2), "shuffled-batches": ({"shuffle": True, "batch_size": 7}, 0),
@@ -434,15 +434,15 @@ def gate_fill_ranges(monkeypatch, held) -> tuple[threading.Event, list]:
     listed in the returned list (the first records waited for it)."""
     opened = threading.Event()
     overdue: list = []
-    read_range = files.read_range
+    stream_range = files.stream_range
 
     def gated(url, start, end, *args):
         if ".index" not in url and held(start, end) and not opened.wait(5):
             overdue.append((url, start, end))
             opened.set()
-        return read_range(url, start, end, *args)
+        return stream_range(url, start, end, *args)
 
-    monkeypatch.setattr(files, "read_range", gated)
+    monkeypatch.setattr(files, "stream_range", gated)
     return opened, overdue
 
 
@@ -501,16 +501,40 @@ def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3,
     monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
     monkeypatch.setattr(plan, "FIRST_READ", 300)
     monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)
-    read_range = files.read_range
+    stream_range = files.stream_range
 
     def later(url, start, *args):  # a fill's first range lands well before its next ones
         if start > 0:
             time.sleep(0.5)
-        return read_range(url, start, *args)
+        return stream_range(url, start, *args)
 
-    monkeypatch.setattr(files, "read_range", later)
+    monkeypatch.setattr(files, "stream_range", later)
     sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
     s3.requests.clear()
     got = ids(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
     assert got == list(range(RECORDS))
     assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # the fills' bytes, none twice
+
+
+def test_an_s3_copy_is_written_piece_by_piece_as_its_ranges_arrive(s3, shards, tmp_path, monkeypatch):
+    from tfrecord_torch.io import streamed
+
+    monkeypatch.setattr(shardcache, "CHUNK", 1000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1000, raising=False)
+    monkeypatch.setattr(streamed, "PIECE", 100)
+    written = []
+    put = shardcache._InOrder.put
+
+    def noted(self, offset, data):
+        written.append((offset, len(data)))
+        put(self, offset, data)
+
+    monkeypatch.setattr(shardcache._InOrder, "put", noted)
+    size, version = files.size_and_version(shards[0], s3.options)
+    fd = shardcache.open_shard(shards[0], ShardCache(str(tmp_path / "shards")), size=size, version=version,
+                               storage_options=s3.options)
+    with os.fdopen(fd, "rb") as f:
+        assert f.read() == files.read_range(shards[0], 0, size, s3.options)
+    assert max(n for _, n in written) <= 100  # pieces as they came, not whole ranges
+    ends = [0] + [at + n for at, n in sorted(written)]
+    assert [at for at, _ in sorted(written)] == ends[:-1] and ends[-1] == size  # each byte once

@@ -55,7 +55,7 @@ __all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "fill
 log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
-CHUNK = 4 << 20  # bytes per range request of a download (readers of the fill wait for whole ones)
+CHUNK = 4 << 20  # bytes per range request of a download (written as they arrive where the file system streams)
 FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
 PARALLEL = 4  # range requests in flight per download
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
@@ -391,48 +391,83 @@ def _ranges_of(size: int) -> list[tuple[int, int]]:
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                      cancel: threading.Event | None, checked: Future | None = None) -> None:
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
-    once and written in order (the file's size is then how far it is
-    written), at most ``PARALLEL`` fetched ranges waiting to be written."""
+    once and written in order as their bytes arrive (:class:`_InOrder`: the
+    file's size is then how far it is written), at most ``2 * PARALLEL``
+    ranges asked for ahead of the first one not yet complete."""
     ends = dict(_ranges_of(size))
     starts = list(ends)
+    writer = _InOrder(fd, checked)
 
-    def fetch(start: int) -> bytes:
+    def fetch(start: int) -> None:
         if cancel is not None and cancel.is_set():
-            return b""
+            return
         end = ends[start]
-        data = fs.read_range(url, start, end, storage_options)  # retried inside
-        if len(data) != end - start:
-            raise RemoteError(url, f"bytes {start}-{end} came back as {len(data)} bytes: the object is shorter "
-                                   f"than the {size} bytes listed (changed or truncated); list the dataset again")
-        return data
-
-    def write(data: bytes, start: int) -> None:
-        if checked is not None:
-            checked.result()
-        os.pwrite(fd, data, start)
+        reached = fs.stream_range(url, start, end, writer.put, storage_options, cancel)  # retried inside
+        if reached != end and not (cancel is not None and cancel.is_set()):
+            raise RemoteError(url, f"bytes {start}-{end} came back as {reached - start} bytes: the object is "
+                                   f"shorter than the {size} bytes listed (changed or truncated); list the "
+                                   "dataset again")
 
     if len(starts) <= 1:
         for start in starts:
-            write(fetch(start), start)
+            fetch(start)
+        writer.finish()
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
         pending = iter(starts)
-        flying: collections.deque[tuple[int, Future]] = collections.deque()
+        flying: collections.deque[Future] = collections.deque()
         try:
             for start in itertools.islice(pending, 2 * PARALLEL):
-                flying.append((start, pool.submit(fetch, start)))
+                flying.append(pool.submit(fetch, start))
             while flying:
-                start, future = flying.popleft()
-                data = future.result()
+                flying.popleft().result()
                 if cancel is not None and cancel.is_set():
                     return
-                write(data, start)
                 following = next(pending, None)
                 if following is not None:
-                    flying.append((following, pool.submit(fetch, following)))
+                    flying.append(pool.submit(fetch, following))
         finally:
-            for _, future in flying:  # no more requests once one has failed or the copy is given up
+            for future in flying:  # no more requests once one has failed or the copy is given up
                 future.cancel()
+    writer.finish()
+
+
+class _InOrder:
+    """A download's pieces written into its fill file in the order of their
+    offsets, each once every byte before it is written (the file's size is
+    then how far the copy is written, for the readers following it), none
+    before the object's change check (``checked``) has passed; the pieces
+    that arrive before their turn wait in memory. Thread-safe; never waits
+    for the check (a piece may come from the event loop that runs it)."""
+
+    def __init__(self, fd: int, checked: Future | None) -> None:
+        self.fd, self.checked = fd, checked
+        self.written = 0
+        self._early: dict[int, bytes] = {}  # offset -> a piece not written yet
+        self._lock = threading.Lock()
+
+    def put(self, offset: int, data: bytes) -> None:
+        with self._lock:
+            self._early[offset] = data
+            self._write()
+
+    def finish(self) -> None:
+        """Wait for the change check (its error is raised) and write the pieces still waiting."""
+        if self.checked is not None:
+            self.checked.result()
+        with self._lock:
+            self._write()
+
+    def _write(self) -> None:
+        checked = self.checked
+        if checked is not None and not (checked.done() and checked.exception() is None):
+            return
+        while self.written in self._early:
+            view = memoryview(self._early.pop(self.written))
+            while view:
+                n = os.pwrite(self.fd, view, self.written)
+                view = view[n:]
+                self.written += n
 
 
 def _check_soon(url: str, size: int, version: str, storage_options: dict | None, when: str) -> Future:
