@@ -58,6 +58,7 @@ SUFFIX = ".shard"
 CHUNK = 4 << 20  # bytes per range request of a download (written as they arrive where the file system streams)
 FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
 PARALLEL = 4  # range requests in flight per download
+WRITE_BATCH = 1 << 20  # bytes of a download that arrived in order before its thread wakes to write them
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
 OFF = frozenset({"off", "0", "false", "no", "none"})  # values of $TFRECORD_TORCH_SHARD_CACHE that turn "auto" off
@@ -391,9 +392,10 @@ def _ranges_of(size: int) -> list[tuple[int, int]]:
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                      cancel: threading.Event | None, checked: Future | None = None) -> None:
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
-    once and written in order as their bytes arrive (:class:`_InOrder`: the
-    file's size is then how far it is written), at most ``2 * PARALLEL``
-    ranges asked for ahead of the first one not yet complete."""
+    once, their bytes written in order by this thread as they arrive
+    (:class:`_InOrder`: the file's size is then how far it is written), at
+    most ``2 * PARALLEL`` ranges asked for ahead of the first one not yet
+    complete."""
     ends = dict(_ranges_of(size))
     starts = list(ends)
     writer = _InOrder(fd, checked)
@@ -411,63 +413,89 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     if len(starts) <= 1:
         for start in starts:
             fetch(start)
-        writer.finish()
+        writer.write(None)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
         pending = iter(starts)
         flying: collections.deque[Future] = collections.deque()
         try:
             for start in itertools.islice(pending, 2 * PARALLEL):
-                flying.append(pool.submit(fetch, start))
+                flying.append(writer.watch(pool.submit(fetch, start)))
             while flying:
+                writer.write(flying[0])
                 flying.popleft().result()
                 if cancel is not None and cancel.is_set():
                     return
                 following = next(pending, None)
                 if following is not None:
-                    flying.append(pool.submit(fetch, following))
+                    flying.append(writer.watch(pool.submit(fetch, following)))
         finally:
             for future in flying:  # no more requests once one has failed or the copy is given up
                 future.cancel()
-    writer.finish()
+    writer.write(None)
 
 
 class _InOrder:
     """A download's pieces written into its fill file in the order of their
     offsets, each once every byte before it is written (the file's size is
-    then how far the copy is written, for the readers following it), none
-    before the object's change check (``checked``) has passed; the pieces
-    that arrive before their turn wait in memory. Thread-safe; never waits
-    for the check (a piece may come from the event loop that runs it)."""
+    then how far the copy is written, for the readers following it), and
+    none before the object's change check (``checked``) has passed.
+
+    :meth:`put` (from any thread: a piece may come from the event loop
+    that streams it) only keeps the piece; :meth:`write`, on the thread
+    that runs the download, writes them: a disk that holds up writes never
+    holds up the event loop, and the pieces are written soon after they
+    arrive (a :data:`WRITE_BATCH` at a time), while still in the CPU's cache."""
 
     def __init__(self, fd: int, checked: Future | None) -> None:
         self.fd, self.checked = fd, checked
         self.written = 0
         self._early: dict[int, bytes] = {}  # offset -> a piece not written yet
-        self._lock = threading.Lock()
+        self._edge = 0  # where the bytes there to write in order (written or not) end
+        self._cond = threading.Condition()
 
     def put(self, offset: int, data: bytes) -> None:
-        with self._lock:
+        with self._cond:
             self._early[offset] = data
-            self._write()
+            if offset == self._edge:
+                while self._edge in self._early:
+                    self._edge += len(self._early[self._edge])
+                if self._edge - self.written >= WRITE_BATCH:  # one wake-up per batch, not per piece
+                    self._cond.notify()
 
-    def finish(self) -> None:
-        """Wait for the change check (its error is raised) and write the pieces still waiting."""
+    def watch(self, future: Future) -> Future:
+        """``future`` (a range being fetched), waking :meth:`write` when it ends."""
+        future.add_done_callback(lambda _: self._wake())
+        return future
+
+    def write(self, until: Future | None) -> None:
+        """Write the pieces as their turn comes, until ``until`` (a range
+        being fetched) has ended; None: the pieces already there. The change
+        check is waited for first (its error is raised)."""
         if self.checked is not None:
             self.checked.result()
-        with self._lock:
-            self._write()
+        while True:
+            with self._cond:
+                while self._edge - self.written < WRITE_BATCH and until is not None and not until.done():
+                    self._cond.wait()
+                pieces = []
+                at = self.written
+                while at in self._early:
+                    pieces.append(self._early.pop(at))
+                    at += len(pieces[-1])
+            if not pieces:
+                return
+            for data in pieces:
+                view = memoryview(data)
+                while view:
+                    n = os.pwrite(self.fd, view, self.written)
+                    view = view[n:]
+                    with self._cond:
+                        self.written += n
 
-    def _write(self) -> None:
-        checked = self.checked
-        if checked is not None and not (checked.done() and checked.exception() is None):
-            return
-        while self.written in self._early:
-            view = memoryview(self._early.pop(self.written))
-            while view:
-                n = os.pwrite(self.fd, view, self.written)
-                view = view[n:]
-                self.written += n
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
 
 
 def _check_soon(url: str, size: int, version: str, storage_options: dict | None, when: str) -> Future:

@@ -338,22 +338,47 @@ def test_pieces_that_arrive_out_of_order_are_written_in_order_after_the_check(tm
     from concurrent.futures import Future
 
     data = os.urandom(6_000)
-    pieces = [(at, data[at:at + 1000]) for at in range(0, 6_000, 1000)]
+    pieces = {at: data[at:at + 1000] for at in range(0, 6_000, 1000)}
     checked: Future = Future()
     fd = os.open(tmp_path / "fill", os.O_RDWR | os.O_CREAT)
     writer = shardcache._InOrder(fd, checked)
-    sizes = []
-    for at, piece in [pieces[2], pieces[0], pieces[1]]:
-        writer.put(at, piece)
-        sizes.append(os.fstat(fd).st_size)
-    assert sizes == [0, 0, 0]  # nothing before the object's check has answered
+    for at in (2000, 0, 1000):
+        writer.put(at, pieces[at])
+    assert os.fstat(fd).st_size == 0  # kept, not written: the writing is the download thread's
     checked.set_result(None)
-    for at, piece in [pieces[4], pieces[3], pieces[5]]:
-        writer.put(at, piece)
+    sizes = []
+    for at in (4000, 3000, 5000):
+        writer.write(None)
         sizes.append(os.fstat(fd).st_size)
-    writer.finish()
-    assert sizes[3:] == [3000, 5000, 6000]  # the size is how far the bytes are all written
+        writer.put(at, pieces[at])
+    writer.write(None)
+    sizes.append(os.fstat(fd).st_size)
+    assert sizes == [3000, 3000, 5000, 6000]  # the size is how far the bytes are all written
     assert os.pread(fd, 10_000, 0) == data
+    os.close(fd)
+
+
+def test_the_download_thread_writes_pieces_as_another_thread_brings_them(tmp_path):
+    from concurrent.futures import Future
+
+    data = os.urandom(50_000)
+    fd = os.open(tmp_path / "fill", os.O_RDWR | os.O_CREAT)
+    writer = shardcache._InOrder(fd, None)
+    fetching: Future = Future()
+    seen = []
+
+    def bring():
+        for at in range(0, 50_000, 1000):
+            writer.put(at, data[at:at + 1000])
+            seen.append(os.fstat(fd).st_size)
+        fetching.set_result(None)
+
+    thread = threading.Thread(target=bring)
+    thread.start()
+    writer.write(writer.watch(fetching))
+    thread.join()
+    assert os.pread(fd, 60_000, 0) == data
+    assert seen == sorted(seen)  # only ever grows: written in order
     os.close(fd)
 
 
@@ -366,6 +391,6 @@ def test_a_changed_object_writes_none_of_its_pieces(tmp_path):
     writer = shardcache._InOrder(fd, checked)
     writer.put(0, b"abc")
     with pytest.raises(RemoteError):
-        writer.finish()
+        writer.write(None)
     assert os.fstat(fd).st_size == 0
     os.close(fd)
