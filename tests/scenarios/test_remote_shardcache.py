@@ -361,6 +361,17 @@ def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp
     assert warm == ids(plain) and warm != cold
 
 
+def test_in_order_reads_of_copies_being_filled_are_made_in_the_consumers_thread(s3, fills, shards, tmp_path,
+                                                                             slow_fills, thread_starts):
+    cache = ShardCache(str(tmp_path / "shards"))
+    s3.requests.clear()
+    assert ids(dataset(s3, shards, cache)) == list(range(RECORDS))
+    assert "tfrecord_torch-readahead" not in thread_starts  # the fills' threads fetch; the reads wait for them
+    assert fills == dict.fromkeys(shards, 1)
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
+    assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # each byte once: by the fills
+
+
 def fetched_bytes(s3, paths, sizes: dict[str, int]) -> int:
     """Body bytes of the GETs of the shard objects since the log was cleared
     (a GET with no range brings the whole object)."""
