@@ -348,9 +348,8 @@ def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp
                          source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=0), **source))
     s3.requests.clear()
     cold = ids(ds)
-    # the bucket's requests are made ahead: by the read-ahead of records, or (streamed) by the
-    # copy's fill, which the stream reads as it is written
-    assert ("tfrecord_torch-readahead" if source == {} else "tfrecord_torch-copy-ahead") in thread_starts
+    # the bucket's requests are made ahead by the copies' fills, which the reads follow as they are written
+    assert "tfrecord_torch-copy-ahead" in thread_starts and "tfrecord_torch-readahead" not in thread_starts
     assert fills == dict.fromkeys(shards, 1)
     assert cold == ids(plain)
     thread_starts.clear()
