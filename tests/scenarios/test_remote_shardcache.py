@@ -191,15 +191,15 @@ def test_copies_go_ahead_of_the_reader_in_the_epochs_order(s3, fills, shards, tm
 
 def _read_until_killed(ds, started):
     """A DataLoader worker's reading, its copy held mid-download."""
-    real = files.read_range
+    real = files.stream_range
 
-    def slow(url, start, end, storage_options=None):
-        data = real(url, start, end, storage_options)
+    def slow(url, start, end, sink, storage_options=None, cancel=None):
+        reached = real(url, start, end, sink, storage_options, cancel)
         started.set()
         time.sleep(3600)
-        return data
+        return reached
 
-    shardcache.fs.read_range = slow  # this child only
+    shardcache.fs.stream_range = slow  # this child only
     next(iter(ds))
 
 
@@ -348,9 +348,8 @@ def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp
                          source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=0), **source))
     s3.requests.clear()
     cold = ids(ds)
-    # the bucket's requests are made ahead: by the read-ahead of records, or (streamed) by the
-    # copy's fill, which the stream reads as it is written
-    assert ("tfrecord_torch-readahead" if source == {} else "tfrecord_torch-copy-ahead") in thread_starts
+    # the bucket's requests are made ahead by the copies' fills, which the reads follow as they are written
+    assert "tfrecord_torch-copy-ahead" in thread_starts and "tfrecord_torch-readahead" not in thread_starts
     assert fills == dict.fromkeys(shards, 1)
     assert cold == ids(plain)
     thread_starts.clear()
@@ -359,6 +358,17 @@ def test_complete_copies_are_read_in_the_consumers_thread(s3, fills, shards, tmp
     assert "tfrecord_torch-readahead" not in thread_starts
     assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
     assert warm == ids(plain) and warm != cold
+
+
+def test_in_order_reads_of_copies_being_filled_are_made_in_the_consumers_thread(s3, fills, shards, tmp_path,
+                                                                             slow_fills, thread_starts):
+    cache = ShardCache(str(tmp_path / "shards"))
+    s3.requests.clear()
+    assert ids(dataset(s3, shards, cache)) == list(range(RECORDS))
+    assert "tfrecord_torch-readahead" not in thread_starts  # the fills' threads fetch; the reads wait for them
+    assert fills == dict.fromkeys(shards, 1)
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
+    assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # each byte once: by the fills
 
 
 def fetched_bytes(s3, paths, sizes: dict[str, int]) -> int:
@@ -382,13 +392,13 @@ def slow_fills(monkeypatch):
     """The shard cache's copies fetch several ranges per shard, slowly (the
     readers open their shards while the copies are being filled)."""
     monkeypatch.setattr(shardcache, "CHUNK", 2000)
-    real = files.read_range
+    real = files.stream_range
 
     def slow(*args, **kwargs):
         time.sleep(0.2)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(files, "read_range", slow)
+    monkeypatch.setattr(files, "stream_range", slow)
 
 
 COLD = {"in-order": ({}, 2), "shuffled": ({"shuffle": True}, 2), "shuffled-batches": ({"shuffle": True, "batch_size": 7}, 0),
@@ -434,15 +444,15 @@ def gate_fill_ranges(monkeypatch, held) -> tuple[threading.Event, list]:
     listed in the returned list (the first records waited for it)."""
     opened = threading.Event()
     overdue: list = []
-    read_range = files.read_range
+    stream_range = files.stream_range
 
     def gated(url, start, end, *args):
         if ".index" not in url and held(start, end) and not opened.wait(5):
             overdue.append((url, start, end))
             opened.set()
-        return read_range(url, start, end, *args)
+        return stream_range(url, start, end, *args)
 
-    monkeypatch.setattr(files, "read_range", gated)
+    monkeypatch.setattr(files, "stream_range", gated)
     return opened, overdue
 
 
@@ -501,16 +511,40 @@ def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3,
     monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
     monkeypatch.setattr(plan, "FIRST_READ", 300)
     monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)
-    read_range = files.read_range
+    stream_range = files.stream_range
 
     def later(url, start, *args):  # a fill's first range lands well before its next ones
         if start > 0:
             time.sleep(0.5)
-        return read_range(url, start, *args)
+        return stream_range(url, start, *args)
 
-    monkeypatch.setattr(files, "read_range", later)
+    monkeypatch.setattr(files, "stream_range", later)
     sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
     s3.requests.clear()
     got = ids(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
     assert got == list(range(RECORDS))
     assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # the fills' bytes, none twice
+
+
+def test_an_s3_copy_is_written_piece_by_piece_as_its_ranges_arrive(s3, shards, tmp_path, monkeypatch):
+    from tfrecord_torch.io import streamed
+
+    monkeypatch.setattr(shardcache, "CHUNK", 1000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1000, raising=False)
+    monkeypatch.setattr(streamed, "PIECE", 100)
+    written = []
+    put = shardcache._InOrder.put
+
+    def noted(self, offset, data):
+        written.append((offset, len(data)))
+        put(self, offset, data)
+
+    monkeypatch.setattr(shardcache._InOrder, "put", noted)
+    size, version = files.size_and_version(shards[0], s3.options)
+    fd = shardcache.open_shard(shards[0], ShardCache(str(tmp_path / "shards")), size=size, version=version,
+                               storage_options=s3.options)
+    with os.fdopen(fd, "rb") as f:
+        assert f.read() == files.read_range(shards[0], 0, size, s3.options)
+    assert max(n for _, n in written) <= 100  # pieces as they came, not whole ranges
+    ends = [0] + [at + n for at, n in sorted(written)]
+    assert [at for at, _ in sorted(written)] == ends[:-1] and ends[-1] == size  # each byte once

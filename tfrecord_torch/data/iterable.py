@@ -431,8 +431,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
                                                   first_context if unit.early else context)
 
+        # a shard whose copy is being filled is read where its records are decoded, as a complete
+        # copy's is: its reads wait for the fill, and only records far past what the fill has written
+        # (shuffled) go to the bucket, by requests in flight together; a read-ahead thread cost more
+        # CPU in hand-offs and in allocations from another malloc arena than its overlap saved, and the
+        # records it fetched ahead of the fills went to the bucket more often
         def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
-            return any(is_url(p) and (copies is None or not copies.held(p))
+            return any(is_url(p) and (copies is None or not (copies.held(p) or copies.followed(p)))
                        for p in (self.paths[s] for s in np.unique(unit.shards).tolist()))
 
         source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)

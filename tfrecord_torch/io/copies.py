@@ -163,13 +163,19 @@ class ShardCopies:
             self._fill_later(url)
         return fd
 
+    def followed(self, url: str) -> bool:
+        """Whether ``url``'s copy can be read while it is filled (see
+        :meth:`fill_view`): not a shard larger than the limit, nor a platform
+        without flock."""
+        return self.stat(url)[0] <= self.cache.limit and can_watch()
+
     def fill_view(self, url: str) -> FillView | None:
         """Reads of ``url``'s copy as it is filled (by this process or another
         one on the machine), for a reader that :meth:`open_now` found no
-        complete copy for; None where no copy can be read in progress (a shard
-        larger than the limit, a platform without flock): read the bucket."""
+        complete copy for; None where no copy can be read in progress (see
+        :meth:`followed`): read the bucket."""
         size, version = self.stat(url)
-        if size > self.cache.limit or not can_watch():
+        if not self.followed(url):
             return None
         return FillView(entry_path(self.cache, url, size, version), size, lambda: self._fill_pending(url),
                         lambda: self._fill_queued(url))

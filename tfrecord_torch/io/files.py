@@ -19,14 +19,15 @@ import os
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tfrecord_torch.errors import RemoteError, TFRecordError
-from tfrecord_torch.io import http, s3session
+from tfrecord_torch.io import http, s3session, streamed
 from tfrecord_torch.io.retry import retrying, status_of
 
 __all__ = ["RemoteFile", "exists", "filesystem", "is_url", "local", "open_read", "ranged", "read_bytes",
-           "read_range", "require_ranges", "size_and_version", "unstrip", "version_of"]
+           "read_range", "require_ranges", "size_and_version", "stream_range", "unstrip", "version_of"]
 
 log = logging.getLogger(__name__)
 READ_AHEAD = 16 << 20  # block size of streaming remote reads
@@ -134,6 +135,51 @@ def read_range(path, start: int, end: int, storage_options: dict | None = None) 
     fs, p = filesystem(path, storage_options)
     return ranged(path, start, end, lambda: http.read_range(fs, p, path, start, end) if http.is_http(path)
                   else fs.cat_file(p, start=start, end=end))
+
+
+def stream_range(path, start: int, end: int, sink: Callable[[int, bytes], None],
+                 storage_options: dict | None = None, cancel: threading.Event | None = None) -> int:
+    """Bytes ``[start, end)`` of a file (fewer at its end) handed to
+    ``sink(offset, data)`` in order: piece by piece as they arrive where the
+    file system streams a range (S3, see :mod:`tfrecord_torch.io.streamed`;
+    ``sink`` then runs on its event loop thread and must not wait for that
+    loop), else whole, from :func:`read_range`. A request that fails is
+    retried from the byte it stood at; an error of ``sink`` is raised as it
+    is, never retried. Returns the offset reached: ``end``, or less at the
+    file's end or once ``cancel`` is set."""
+    system = filesystem(path, storage_options)[0] if is_url(path) else None
+    if system is None or not streamed.streams(system):
+        data = read_range(path, start, end, storage_options)
+        if data:
+            sink(start, data)
+        return start + len(data)
+    p = filesystem(path, storage_options)[1]
+    at = start
+    failed: list[BaseException] = []
+
+    def take(offset: int, data: bytes) -> None:
+        nonlocal at
+        try:
+            sink(offset, data)
+        except BaseException as e:
+            failed.append(e)
+            raise _SinkFailed(path) from e
+        at = offset + len(data)
+
+    def attempt() -> int:
+        if at >= end:  # a retry after the last piece arrived
+            return at
+        return streamed.s3_pieces(system, p, at, end, take, cancel)
+
+    try:
+        reached = ranged(path, start, end, attempt)
+    except _SinkFailed:
+        raise failed[0] from None
+    return at if isinstance(reached, bytes) else reached  # b"": past the object's end (HTTP 416)
+
+
+class _SinkFailed(TFRecordError):
+    """A :func:`stream_range` sink's error (final: :func:`retrying` does not retry a TFRecordError)."""
 
 
 def require_ranges(url: str, storage_options: dict | None = None, size: int | None = None) -> None:

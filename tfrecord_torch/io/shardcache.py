@@ -55,9 +55,10 @@ __all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "fill
 log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
-CHUNK = 4 << 20  # bytes per range request of a download (readers of the fill wait for whole ones)
+CHUNK = 4 << 20  # bytes per range request of a download (written as they arrive where the file system streams)
 FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
 PARALLEL = 4  # range requests in flight per download
+WRITE_BATCH = 1 << 20  # bytes of a download that arrived in order before its thread wakes to write them
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
 OFF = frozenset({"off", "0", "false", "no", "none"})  # values of $TFRECORD_TORCH_SHARD_CACHE that turn "auto" off
@@ -391,48 +392,110 @@ def _ranges_of(size: int) -> list[tuple[int, int]]:
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                      cancel: threading.Event | None, checked: Future | None = None) -> None:
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
-    once and written in order (the file's size is then how far it is
-    written), at most ``PARALLEL`` fetched ranges waiting to be written."""
+    once, their bytes written in order by this thread as they arrive
+    (:class:`_InOrder`: the file's size is then how far it is written), at
+    most ``2 * PARALLEL`` ranges asked for ahead of the first one not yet
+    complete."""
     ends = dict(_ranges_of(size))
     starts = list(ends)
+    writer = _InOrder(fd, checked)
 
-    def fetch(start: int) -> bytes:
+    def fetch(start: int) -> None:
         if cancel is not None and cancel.is_set():
-            return b""
+            return
         end = ends[start]
-        data = fs.read_range(url, start, end, storage_options)  # retried inside
-        if len(data) != end - start:
-            raise RemoteError(url, f"bytes {start}-{end} came back as {len(data)} bytes: the object is shorter "
-                                   f"than the {size} bytes listed (changed or truncated); list the dataset again")
-        return data
-
-    def write(data: bytes, start: int) -> None:
-        if checked is not None:
-            checked.result()
-        os.pwrite(fd, data, start)
+        reached = fs.stream_range(url, start, end, writer.put, storage_options, cancel)  # retried inside
+        if reached != end and not (cancel is not None and cancel.is_set()):
+            raise RemoteError(url, f"bytes {start}-{end} came back as {reached - start} bytes: the object is "
+                                   f"shorter than the {size} bytes listed (changed or truncated); list the "
+                                   "dataset again")
 
     if len(starts) <= 1:
         for start in starts:
-            write(fetch(start), start)
+            fetch(start)
+        writer.write(None)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
         pending = iter(starts)
-        flying: collections.deque[tuple[int, Future]] = collections.deque()
+        flying: collections.deque[Future] = collections.deque()
         try:
             for start in itertools.islice(pending, 2 * PARALLEL):
-                flying.append((start, pool.submit(fetch, start)))
+                flying.append(writer.watch(pool.submit(fetch, start)))
             while flying:
-                start, future = flying.popleft()
-                data = future.result()
+                writer.write(flying[0])
+                flying.popleft().result()
                 if cancel is not None and cancel.is_set():
                     return
-                write(data, start)
                 following = next(pending, None)
                 if following is not None:
-                    flying.append((following, pool.submit(fetch, following)))
+                    flying.append(writer.watch(pool.submit(fetch, following)))
         finally:
-            for _, future in flying:  # no more requests once one has failed or the copy is given up
+            for future in flying:  # no more requests once one has failed or the copy is given up
                 future.cancel()
+    writer.write(None)
+
+
+class _InOrder:
+    """A download's pieces written into its fill file in the order of their
+    offsets, each once every byte before it is written (the file's size is
+    then how far the copy is written, for the readers following it), and
+    none before the object's change check (``checked``) has passed.
+
+    :meth:`put` (from any thread: a piece may come from the event loop
+    that streams it) only keeps the piece; :meth:`write`, on the thread
+    that runs the download, writes them: a disk that holds up writes never
+    holds up the event loop, and the pieces are written soon after they
+    arrive (a :data:`WRITE_BATCH` at a time), while still in the CPU's cache."""
+
+    def __init__(self, fd: int, checked: Future | None) -> None:
+        self.fd, self.checked = fd, checked
+        self.written = 0
+        self._early: dict[int, bytes] = {}  # offset -> a piece not written yet
+        self._edge = 0  # where the bytes there to write in order (written or not) end
+        self._cond = threading.Condition()
+
+    def put(self, offset: int, data: bytes) -> None:
+        with self._cond:
+            self._early[offset] = data
+            if offset == self._edge:
+                while self._edge in self._early:
+                    self._edge += len(self._early[self._edge])
+                if self._edge - self.written >= WRITE_BATCH:  # one wake-up per batch, not per piece
+                    self._cond.notify()
+
+    def watch(self, future: Future) -> Future:
+        """``future`` (a range being fetched), waking :meth:`write` when it ends."""
+        future.add_done_callback(lambda _: self._wake())
+        return future
+
+    def write(self, until: Future | None) -> None:
+        """Write the pieces as their turn comes, until ``until`` (a range
+        being fetched) has ended; None: the pieces already there. The change
+        check is waited for first (its error is raised)."""
+        if self.checked is not None:
+            self.checked.result()
+        while True:
+            with self._cond:
+                while self._edge - self.written < WRITE_BATCH and until is not None and not until.done():
+                    self._cond.wait()
+                pieces = []
+                at = self.written
+                while at in self._early:
+                    pieces.append(self._early.pop(at))
+                    at += len(pieces[-1])
+            if not pieces:
+                return
+            for data in pieces:
+                view = memoryview(data)
+                while view:
+                    n = os.pwrite(self.fd, view, self.written)
+                    view = view[n:]
+                    with self._cond:
+                        self.written += n
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
 
 
 def _check_soon(url: str, size: int, version: str, storage_options: dict | None, when: str) -> Future:

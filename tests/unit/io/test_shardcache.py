@@ -1,6 +1,7 @@
 """The node-local shard cache: one download per shard across threads and processes, no
 half file in use after a kill, no stale copy after a change, LRU eviction that never
-breaks an open reader, and a full disk that falls back to the bucket."""
+breaks an open reader, a full disk that falls back to the bucket, and a fill file written
+in order (its size is how far it is written) and only after the object's check."""
 
 import errno
 import logging
@@ -331,3 +332,65 @@ def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_pa
     assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)) == data
     assert sorted((start, end) for _, start, end in reads) == [(0, 1_000), (1_000, 3_000), (3_000, 7_000),
                                                                (7_000, 15_000), (15_000, 23_000), (23_000, 30_000)]
+
+
+def test_pieces_that_arrive_out_of_order_are_written_in_order_after_the_check(tmp_path):
+    from concurrent.futures import Future
+
+    data = os.urandom(6_000)
+    pieces = {at: data[at:at + 1000] for at in range(0, 6_000, 1000)}
+    checked: Future = Future()
+    fd = os.open(tmp_path / "fill", os.O_RDWR | os.O_CREAT)
+    writer = shardcache._InOrder(fd, checked)
+    for at in (2000, 0, 1000):
+        writer.put(at, pieces[at])
+    assert os.fstat(fd).st_size == 0  # kept, not written: the writing is the download thread's
+    checked.set_result(None)
+    sizes = []
+    for at in (4000, 3000, 5000):
+        writer.write(None)
+        sizes.append(os.fstat(fd).st_size)
+        writer.put(at, pieces[at])
+    writer.write(None)
+    sizes.append(os.fstat(fd).st_size)
+    assert sizes == [3000, 3000, 5000, 6000]  # the size is how far the bytes are all written
+    assert os.pread(fd, 10_000, 0) == data
+    os.close(fd)
+
+
+def test_the_download_thread_writes_pieces_as_another_thread_brings_them(tmp_path):
+    from concurrent.futures import Future
+
+    data = os.urandom(50_000)
+    fd = os.open(tmp_path / "fill", os.O_RDWR | os.O_CREAT)
+    writer = shardcache._InOrder(fd, None)
+    fetching: Future = Future()
+    seen = []
+
+    def bring():
+        for at in range(0, 50_000, 1000):
+            writer.put(at, data[at:at + 1000])
+            seen.append(os.fstat(fd).st_size)
+        fetching.set_result(None)
+
+    thread = threading.Thread(target=bring)
+    thread.start()
+    writer.write(writer.watch(fetching))
+    thread.join()
+    assert os.pread(fd, 60_000, 0) == data
+    assert seen == sorted(seen)  # only ever grows: written in order
+    os.close(fd)
+
+
+def test_a_changed_object_writes_none_of_its_pieces(tmp_path):
+    from concurrent.futures import Future
+
+    checked: Future = Future()
+    checked.set_exception(RemoteError("memory://x", "changed"))
+    fd = os.open(tmp_path / "fill", os.O_RDWR | os.O_CREAT)
+    writer = shardcache._InOrder(fd, checked)
+    writer.put(0, b"abc")
+    with pytest.raises(RemoteError):
+        writer.write(None)
+    assert os.fstat(fd).st_size == 0
+    os.close(fd)
