@@ -96,9 +96,12 @@ def _remote_open(path: str, *, index_files: bool, cached: bool):
     so = server.options
     urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/bench", method="PUT")).read()
     fs = s3fs.S3FileSystem(**so)
-    names = sorted(n for n in os.listdir(path) if index_files or not n.endswith(".index"))
+    # the shards, and with index_files the index objects their writer left in index/ beside them
+    names = sorted(n for n in os.listdir(path) if n != "index")
+    if index_files:
+        names += [f"index/{n}" for n in sorted(os.listdir(os.path.join(path, "index")))]
     fs.put([os.path.join(path, n) for n in names], [f"bench/shards/{n}" for n in names])
-    shards = sum(1 for n in names if not n.endswith(".index"))
+    shards = sum(1 for n in names if "/" not in n)
     expected = SPEC["expected"]
     pattern = "s3://bench/shards/bench-train.tfrecord-*"
 
@@ -142,8 +145,8 @@ def _remote_open(path: str, *, index_files: bool, cached: bool):
 
 
 @worker("remote_open", "ours, index files",
-        note="TFRecordDataset('s3://bench/shards/bench-train.tfrecord-*') with each shard's .index object "
-             "beside it: one listing, then the index objects on 16 threads; then next(iter(ds))")
+        note="TFRecordDataset('s3://bench/shards/bench-train.tfrecord-*') with the index objects ShardedWriter left "
+             "(index/<shard>.index): one listing, then the index objects on 16 threads; then next(iter(ds))")
 def remote_open_indexed(path):
     return _remote_open(path, index_files=True, cached=False)
 
