@@ -398,7 +398,7 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     complete."""
     ends = dict(_ranges_of(size))
     starts = list(ends)
-    writer = _InOrder(fd, checked)
+    writer = _InOrder(fd, checked, cancel)
 
     def fetch(start: int) -> None:
         if cancel is not None and cancel.is_set():
@@ -447,8 +447,8 @@ class _InOrder:
     holds up the event loop, and the pieces are written soon after they
     arrive (a :data:`WRITE_BATCH` at a time), while still in the CPU's cache."""
 
-    def __init__(self, fd: int, checked: Future | None) -> None:
-        self.fd, self.checked = fd, checked
+    def __init__(self, fd: int, checked: Future | None, cancel: threading.Event | None = None) -> None:
+        self.fd, self.checked, self.cancel = fd, checked, cancel
         self.written = 0
         self._early: dict[int, bytes] = {}  # offset -> a piece not written yet
         self._edge = 0  # where the bytes there to write in order (written or not) end
@@ -471,13 +471,17 @@ class _InOrder:
     def write(self, until: Future | None) -> None:
         """Write the pieces as their turn comes, until ``until`` (a range
         being fetched) has ended; None: the pieces already there. The change
-        check is waited for first (its error is raised)."""
+        check is waited for first (its error is raised). Nothing is written
+        once ``cancel`` is set: a copy given up stays short, so its fill
+        ends as given up, whatever pieces had already arrived."""
         if self.checked is not None:
             self.checked.result()
         while True:
             with self._cond:
                 while self._edge - self.written < WRITE_BATCH and until is not None and not until.done():
                     self._cond.wait()
+                if self.cancel is not None and self.cancel.is_set():  # given up: nothing more is written
+                    return
                 pieces = []
                 at = self.written
                 while at in self._early:
