@@ -147,13 +147,12 @@ def stream_range(path, start: int, end: int, sink: Callable[[int, bytes], None],
     retried from the byte it stood at; an error of ``sink`` is raised as it
     is, never retried. Returns the offset reached: ``end``, or less at the
     file's end or once ``cancel`` is set."""
-    system = filesystem(path, storage_options)[0] if is_url(path) else None
+    system, p = filesystem(path, storage_options) if is_url(path) else (None, "")
     if system is None or not streamed.streams(system):
         data = read_range(path, start, end, storage_options)
         if data:
             sink(start, data)
         return start + len(data)
-    p = filesystem(path, storage_options)[1]
     at = start
     failed: list[BaseException] = []
 

@@ -186,10 +186,8 @@ def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | 
         # a read already running uses its reader, which goes back to its pool when this ends: a late
         # read could then close or reopen the descriptor under the next borrower (never on fsspec's
         # loop thread, where a read may be waiting for this very thread)
-        if not on_fsspec_loop():
-            for _, future in flying:
-                if not future.cancelled():
-                    futures_wait([future])
+        if not on_fsspec_loop():  # a cancelled read counts as ended
+            futures_wait([future for _, future in flying])
 
 
 def _size(request: Request) -> int:
