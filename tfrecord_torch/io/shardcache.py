@@ -35,7 +35,6 @@ from __future__ import annotations
 import collections
 import errno
 import hashlib
-import itertools
 import logging
 import os
 import shutil
@@ -55,9 +54,11 @@ __all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "fill
 log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
-CHUNK = 4 << 20  # bytes per range request of a download (written as they arrive where the file system streams)
+CHUNK = 4 << 20  # bytes of a download's ranges past its first ones, at least (written as they arrive where the file system streams)
 FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
+LONG_CHUNK = 16 << 20  # the most bytes of one range request of a download (each request costs ~1-2 ms of CPU)
 PARALLEL = 4  # range requests in flight per download
+AHEAD_BYTES = PARALLEL * LONG_CHUNK  # the most bytes of a download asked for past what it has written
 WRITE_BATCH = 1 << 20  # bytes of a download that arrived in order before its thread wakes to write them
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
@@ -378,14 +379,25 @@ def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
 
 def _ranges_of(size: int) -> list[tuple[int, int]]:
     """The [start, end) ranges a download of ``size`` bytes requests, in order:
-    the first :data:`FIRST_CHUNK` bytes, each next twice the one before, up to
-    :data:`CHUNK` (a reader following the fill has the first records after
-    a small range, not after a whole chunk)."""
+    the first :data:`FIRST_CHUNK` bytes, each next twice the one before while
+    below :data:`CHUNK` (a reader following the fill has the first records
+    after a small range, not after a long one), then the rest in ranges of
+    :data:`LONG_CHUNK` bytes, or, where that would leave fewer than
+    :data:`PARALLEL` requests in flight, in that many equal ranges (of
+    :data:`CHUNK` bytes at least, unless the rest is shorter): each request
+    costs about as much CPU whatever its length."""
     ranges, start, step = [], 0, min(FIRST_CHUNK, CHUNK)
+    while start < size and step < CHUNK:
+        end = min(start + step, size)
+        ranges.append((start, end))
+        start, step = end, 2 * step
+    rest = size - start
+    longest = max(LONG_CHUNK, CHUNK)
+    step = longest if rest >= PARALLEL * longest else -(-rest // min(PARALLEL, max(rest // CHUNK, 1)))
     while start < size:
         end = min(start + step, size)
         ranges.append((start, end))
-        start, step = end, min(2 * step, CHUNK)
+        start = end
     return ranges
 
 
@@ -394,8 +406,9 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
     once, their bytes written in order by this thread as they arrive
     (:class:`_InOrder`: the file's size is then how far it is written), at
-    most ``2 * PARALLEL`` ranges asked for ahead of the first one not yet
-    complete."""
+    most ``2 * PARALLEL`` ranges and :data:`AHEAD_BYTES` bytes (or the one
+    range) asked for from the first one not yet complete on: the pieces held
+    in memory, waiting for their turn to be written, are fewer bytes."""
     ends = dict(_ranges_of(size))
     starts = list(ends)
     writer = _InOrder(fd, checked, cancel)
@@ -416,21 +429,25 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
         writer.write(None)
         return
     with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
-        pending = iter(starts)
-        flying: collections.deque[Future] = collections.deque()
+        pending = collections.deque(starts)
+        flying: collections.deque[tuple[int, Future]] = collections.deque()
+        asked = 0  # bytes of the ranges in ``flying``
         try:
-            for start in itertools.islice(pending, 2 * PARALLEL):
-                flying.append(writer.watch(pool.submit(fetch, start)))
-            while flying:
-                writer.write(flying[0])
-                flying.popleft().result()
+            while pending or flying:
+                while pending and (not flying or (len(flying) < 2 * PARALLEL and
+                                                  asked + ends[pending[0]] - pending[0] <= AHEAD_BYTES)):
+                    start = pending.popleft()
+                    flying.append((start, writer.watch(pool.submit(fetch, start))))
+                    asked += ends[start] - start
+                start, future = flying[0]
+                writer.write(future)
+                future.result()
+                flying.popleft()
+                asked -= ends[start] - start
                 if cancel is not None and cancel.is_set():
                     return
-                following = next(pending, None)
-                if following is not None:
-                    flying.append(writer.watch(pool.submit(fetch, following)))
         finally:
-            for future in flying:  # no more requests once one has failed or the copy is given up
+            for _, future in flying:  # no more requests once one has failed or the copy is given up
                 future.cancel()
     writer.write(None)
 

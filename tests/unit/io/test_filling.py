@@ -28,7 +28,7 @@ def _source(tmp_path, data: bytes) -> tuple[str, int, str]:
 
 
 def _slow_fill(folder, url, size, version) -> None:
-    shardcache.CHUNK = 10_000  # this child only: several ranges, written one after another
+    shardcache.CHUNK = shardcache.LONG_CHUNK = 10_000  # this child only: several ranges, written one after another
     real = fs.read_range
 
     def slow(*args):

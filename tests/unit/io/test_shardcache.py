@@ -72,6 +72,7 @@ def test_a_shard_is_copied_once_and_read_locally(bucket, tmp_path):
 def test_large_shards_download_in_concurrent_ranges(bucket, tmp_path, monkeypatch):
     put, reads = bucket
     monkeypatch.setattr(shardcache, "CHUNK", 10_000)
+    monkeypatch.setattr(shardcache, "LONG_CHUNK", 10_000)
     data = os.urandom(95_000)
     url = put("big.tfrecord", data)
     size, version = _listed(url)
@@ -330,8 +331,60 @@ def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_pa
     url = put("h.tfrecord", data)
     size, version = _listed(url)
     assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)) == data
+    # past the ranges below CHUNK, the rest in PARALLEL ranges, or fewer of CHUNK bytes at least
     assert sorted((start, end) for _, start, end in reads) == [(0, 1_000), (1_000, 3_000), (3_000, 7_000),
-                                                               (7_000, 15_000), (15_000, 23_000), (23_000, 30_000)]
+                                                               (7_000, 18_500), (18_500, 30_000)]
+
+
+@pytest.mark.parametrize("size, count", [(100_000, 2 + 10), (20_000, 2 + 4)])
+def test_a_download_past_its_first_ranges_asks_for_few_long_ranges(bucket, tmp_path, monkeypatch, size, count):
+    """Each range request costs CPU whatever its length: past the small first
+    ranges, a download asks for ranges of LONG_CHUNK bytes, or splits a
+    shorter rest into PARALLEL ranges so that as many requests stay in flight."""
+    put, reads = bucket
+    monkeypatch.setattr(shardcache, "CHUNK", 1_000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 250)
+    monkeypatch.setattr(shardcache, "LONG_CHUNK", 10_000, raising=False)
+    monkeypatch.setattr(shardcache, "PARALLEL", 4)
+    data = os.urandom(size)
+    url = put("long.tfrecord", data)
+    listed, version = _listed(url)
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version)) == data
+    got = sorted((start, end) for _, start, end in reads)
+    assert got[:2] == [(0, 250), (250, 750)]  # the small first ranges a reader following the fill starts on
+    assert len(got) == count
+    assert max(end - start for start, end in got) <= 10_000
+
+
+def test_a_download_asks_for_no_more_than_ahead_bytes_past_what_it_has_written(bucket, tmp_path, monkeypatch):
+    """Ranges that arrive before the one written next are held in memory: a
+    download asks for at most AHEAD_BYTES from the first range not yet complete."""
+    put, _ = bucket
+    monkeypatch.setattr(shardcache, "CHUNK", 1_000)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1_000)
+    monkeypatch.setattr(shardcache, "LONG_CHUNK", 1_000, raising=False)
+    monkeypatch.setattr(shardcache, "AHEAD_BYTES", 3_000, raising=False)
+    data = os.urandom(20_000)
+    url = put("ahead.tfrecord", data)
+    listed, version = _listed(url)
+    first = threading.Event()
+    started, ahead = [], []
+    read_range = fs.read_range
+
+    def held(url, start, end, storage_options=None):
+        started.append(start)
+        if start == 0:  # the first range comes last: what is asked meanwhile is held in memory
+            first.wait(2)
+        elif not first.is_set():
+            ahead.append(start)
+            if len(ahead) == 2:
+                threading.Timer(0.3, first.set).start()  # a look at what else is asked first
+        return read_range(url, start, end, storage_options)
+
+    monkeypatch.setattr(fs, "read_range", held)
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version)) == data
+    assert sorted(started) == list(range(0, 20_000, 1_000))
+    assert sorted(ahead) == [1_000, 2_000]  # the first range's 1,000 bytes and two more: 3,000 bytes
 
 
 def test_pieces_that_arrive_out_of_order_are_written_in_order_after_the_check(tmp_path):
