@@ -548,3 +548,23 @@ def test_an_s3_copy_is_written_piece_by_piece_as_its_ranges_arrive(s3, shards, t
     assert max(n for _, n in written) <= 100  # pieces as they came, not whole ranges
     ends = [0] + [at + n for at, n in sorted(written)]
     assert [at for at, _ in sorted(written)] == ends[:-1] and ends[-1] == size  # each byte once
+
+
+def test_a_shuffled_cold_epoch_copies_its_shards_at_once_rather_than_reading_the_bucket(s3, tmp_path, slow_fills):
+    """A shuffled read takes records of all its shards from the first group
+    on: a shard whose copy waited behind the others' would be read from the
+    bucket too (a request per record), so six shards are copied at once and
+    each byte is fetched once."""
+    with ShardedWriter(f"s3://bucket/six{next(_prefixes)}", name="data", max_records=10,
+                       storage_options=s3.options) as w:
+        for i in range(RECORDS):
+            w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
+    paths = w.paths
+    assert len(paths) == 6
+    sizes = {p: files.size_and_version(p, s3.options)[0] for p in paths}
+    plain = ids(dataset(s3, paths, None, shuffle=True))
+    cache = ShardCache(str(tmp_path / "shards"), ahead=0)
+    s3.requests.clear()
+    assert ids(dataset(s3, paths, cache, shuffle=True)) == plain
+    assert fetched_bytes(s3, paths, sizes) == sum(sizes.values())
+    assert shardcache.shard_cache_usage(cache)[0] == len(paths)

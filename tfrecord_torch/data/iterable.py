@@ -44,7 +44,7 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
-from tfrecord_torch.io.copies import CopyAhead, ShardCopies, copy_ahead, dataset_copies
+from tfrecord_torch.io.copies import CopyAhead, ShardCopies, copy_ahead, dataset_copies, fills_for
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.policy import OnError
 
@@ -337,12 +337,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                  block=self.shuffle_block, scope=scope)
 
-    def _pipeline(self) -> BatchPipeline:
-        """Batch mode's pipeline for one iteration, from the settings as they stand."""
+    def _pipeline(self, workers: int | None = None) -> BatchPipeline:
+        """Batch mode's pipeline for one iteration, from the settings as they
+        stand (``workers``: see :meth:`_fresh_copies`)."""
         return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
                              images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
                              policy=self.policy, verify=self.verify, storage_options=self.storage_options,
-                             prefetch=self.prefetch, copies=self._fresh_copies())
+                             prefetch=self.prefetch, copies=self._fresh_copies(workers))
 
     def _sequence(self, worker: int, workers: int) -> tuple[plan.RangePlanner, int, int]:
         """The epoch's plan and this rank's [lo, hi) in it (this reader's in
@@ -359,10 +360,16 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                  remaining=left), lo, hi
 
-    def _fresh_copies(self) -> ShardCopies | None:
+    def _fresh_copies(self, workers: int | None = None) -> ShardCopies | None:
         """The shard cache's copies for one iteration: each object is asked
-        once whether it changed since it was listed."""
-        return None if self.copies is None else self.copies.fresh()
+        once whether it changed since it was listed. Given the ``workers``
+        of a shuffled read, each copies its share of the remote shards at
+        once (:func:`~tfrecord_torch.io.copies.fills_for`)."""
+        if self.copies is None:
+            return None
+        if workers is None or not self.shuffle:
+            return self.copies.fresh()
+        return self.copies.fresh(fills_for(sum(map(self.copies.covers, self.paths)), workers))
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
@@ -371,7 +378,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         size = cast(int, self.batch_size)
         planner, lo, hi = self._sequence(worker, workers)
         count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline().batches(planner, lo, hi, size, count, worker, workers, skip)
+        return self._pipeline(workers).batches(planner, lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
@@ -388,7 +395,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             if self.shuffle_buffer > 1:
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
-        copies = self._fresh_copies()
+        copies = self._fresh_copies(workers)
         readers = pool.ReaderPool(self.storage_options, copies=copies)
         windows = None
         if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once

@@ -24,7 +24,8 @@ from tfrecord_torch.io import filling
 from tfrecord_torch.io.filling import FillFile, FillView, can_watch
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
 
-__all__ = ["FILLS", "CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies"]
+__all__ = ["FILLS", "MAX_FILLS", "CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies",
+           "fills_for"]
 
 CacheArg = Union[ShardCache, str, None]
 """A dataset's ``cache=``: a :class:`ShardCache`, ``"auto"`` or None."""
@@ -47,14 +48,16 @@ class ShardCopies:
         stats: each remote shard's (size, version) as listed; a shard missing
             here is asked for them when first opened.
         storage_options: fsspec options for the URLs.
+        fills: shards copied at once in the background (default :data:`FILLS`).
 
     Thread-safe. :meth:`fresh` gives the same copies with nothing checked yet
     (one per iteration, so each epoch asks each object once whether it changed).
     """
 
     def __init__(self, cache: ShardCache, stats: Mapping[str, tuple[int, str]],
-                 storage_options: dict | None = None) -> None:
+                 storage_options: dict | None = None, fills: int | None = None) -> None:
         self.cache, self.storage_options = cache, storage_options
+        self.fills = FILLS if fills is None else fills  # shards copied at once in the background
         self._stats = dict(stats)
         self._checked: set[str] = set()  # objects found unchanged since listed, this iteration
         self._held: set[str] = set()  # objects with a complete copy, found this iteration
@@ -71,9 +74,10 @@ class ShardCopies:
                         "shuffled epoch reads from all at once: copies will be evicted before they are "
                         "read again; raise ShardCache(limit=), or leave the cache out", self.cache.limit, total)
 
-    def fresh(self) -> ShardCopies:
-        """These copies with no object checked yet."""
-        return ShardCopies(self.cache, self._stats, self.storage_options)
+    def fresh(self, fills: int | None = None) -> ShardCopies:
+        """These copies with no object checked yet, filled in the background
+        ``fills`` shards at a time (default :data:`FILLS`; see :func:`fills_for`)."""
+        return ShardCopies(self.cache, self._stats, self.storage_options, fills)
 
     def covers(self, path: Any) -> bool:
         """Whether ``path`` is a remote shard (local shards are never copied)."""
@@ -233,7 +237,8 @@ class ShardCopies:
         return f
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
-        return {"cache": self.cache, "storage_options": self.storage_options, "_stats": self._stats}
+        return {"cache": self.cache, "storage_options": self.storage_options, "_stats": self._stats,
+                "fills": self.fills}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -244,12 +249,25 @@ class ShardCopies:
         return f"ShardCopies({self.cache!r}, {len(self._stats)} shards)"
 
 
-FILLS = 3  # shards one iterator copies at once in the background (each by parallel range requests)
+FILLS = 3  # shards one iterator copies at once in the background (each by parallel range requests), at least
+MAX_FILLS = 8  # ... and at most (see fills_for)
 RECHECK = 0.05  # seconds between two looks at the fills of other processes, while every queued shard is theirs
 
 
+def fills_for(shards: int, readers: int) -> int:
+    """How many shards each of ``readers`` readers (the DataLoader workers)
+    copies at once, for a read of ``shards`` remote shards: their share,
+    between :data:`FILLS` and :data:`MAX_FILLS`. A shuffled read takes records
+    of all its shards from its first group on; the records of a shard whose
+    copy waits behind others come from the bucket, a request each (some 1-2
+    ms of CPU, where a copy costs about 0.1 ms per 100 KB record), and the
+    workers' shares keep the copying (and the CPU of receiving it) spread
+    over them."""
+    return min(MAX_FILLS, max(FILLS, -(-shards // max(readers, 1))))
+
+
 class _Filler:
-    """Copies the shards asked for into the cache on up to :data:`FILLS`
+    """Copies the shards asked for into the cache on up to ``copies.fills``
     threads, in the order asked, each once at a time; a thread ends when
     nothing is left to copy."""
 
@@ -270,7 +288,7 @@ class _Filler:
             self._queue.append(url)
             self._cond.notify_all()  # a thread waiting for held fills may take this one
             self._threads = [t for t in self._threads if t.is_alive()]
-            if len(self._threads) < FILLS:
+            if len(self._threads) < self.copies.fills:
                 thread = threading.Thread(target=self._run, daemon=True, name="tfrecord_torch-copy-ahead")
                 self._threads.append(thread)
                 thread.start()
@@ -281,7 +299,7 @@ class _Filler:
         with self._cond:
             if url not in self._queue:
                 return False
-            return self._queue.index(url) >= FILLS - self._busy
+            return self._queue.index(url) >= self.copies.fills - self._busy
 
     def pending(self, url: str) -> bool:
         """Whether ``url`` is queued or being copied."""

@@ -56,9 +56,9 @@ log = logging.getLogger(__name__)
 SUFFIX = ".shard"
 CHUNK = 4 << 20  # bytes of a download's ranges past its first ones, at least (written as they arrive where the file system streams)
 FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
-LONG_CHUNK = 16 << 20  # the most bytes of one range request of a download (each request costs ~1-2 ms of CPU)
+LONG_CHUNK = 8 << 20  # the most bytes of one range request of a download (each request costs ~1-2 ms of CPU)
 PARALLEL = 4  # range requests in flight per download
-AHEAD_BYTES = PARALLEL * LONG_CHUNK  # the most bytes of a download asked for past what it has written
+AHEAD_BYTES = 32 << 20  # the most bytes of a download asked for past what it has written (held until written)
 WRITE_BATCH = 1 << 20  # bytes of a download that arrived in order before its thread wakes to write them
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
