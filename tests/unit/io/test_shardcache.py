@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 
 import fsspec
@@ -214,6 +215,54 @@ def test_a_full_disk_reads_from_the_bucket_instead(bucket, tmp_path, monkeypatch
     with caplog.at_level(logging.WARNING):
         assert open_shard(url, ShardCache(str(tmp_path)), size=size, version=version) is None
     assert "cannot write (No space left on device)" in caplog.text
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fallocate")
+def test_a_fill_reserves_the_disk_for_the_copy_while_its_size_stays_how_far_it_is_written(bucket, tmp_path,
+                                                                                          monkeypatch):
+    """The copy's blocks are allocated at once (its writes then fill them);
+    the fill file's size, which readers following the fill take for how far
+    it is written, is 0 before the first byte arrives."""
+    put, _ = bucket
+    data = os.urandom(300_000)
+    url = put("reserved.tfrecord", data)
+    size, version = _listed(url)
+    cache = ShardCache(str(tmp_path))
+    fill = shardcache.fill_path(shardcache.entry_path(cache, url, size, version))
+    seen = []
+    read_range = fs.read_range
+
+    def looked(*args):
+        if not seen:
+            st = os.stat(fill)
+            seen.append((st.st_size, st.st_blocks * 512))
+        return read_range(*args)
+
+    monkeypatch.setattr(fs, "read_range", looked)
+    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    [(written, allocated)] = seen
+    assert written == 0
+    assert allocated >= size
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fallocate")
+def test_a_disk_without_room_for_the_copy_is_found_before_the_download(bucket, tmp_path, monkeypatch, caplog):
+    import ctypes
+
+    put, reads = bucket
+    url = put("noroom.tfrecord", os.urandom(5_000))
+    size, version = _listed(url)
+
+    def no_room(fd, mode, offset, length):
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    monkeypatch.setattr(shardcache, "_fallocate", [no_room], raising=False)
+    with caplog.at_level(logging.WARNING):
+        assert open_shard(url, ShardCache(str(tmp_path)), size=size, version=version) is None
+    assert "cannot write (No space left on device)" in caplog.text
+    assert reads == []  # nothing downloaded to be thrown away
     assert os.listdir(tmp_path) == []
 
 
