@@ -193,8 +193,8 @@ def _read_until_killed(ds, started):
     """A DataLoader worker's reading, its copy held mid-download."""
     real = files.stream_range
 
-    def slow(url, start, end, sink, storage_options=None, cancel=None):
-        reached = real(url, start, end, sink, storage_options, cancel)
+    def slow(url, start, end, sink, storage_options=None, cancel=None, check=None):
+        reached = real(url, start, end, sink, storage_options, cancel, check)
         started.set()
         time.sleep(3600)
         return reached
@@ -568,3 +568,44 @@ def test_a_shuffled_cold_epoch_copies_its_shards_at_once_rather_than_reading_the
     assert ids(dataset(s3, paths, cache, shuffle=True)) == plain
     assert fetched_bytes(s3, paths, sizes) == sum(sizes.values())
     assert shardcache.shard_cache_usage(cache)[0] == len(paths)
+
+
+def test_a_cold_copy_asks_s3_nothing_but_its_ranges(s3, tmp_path, monkeypatch):
+    """Each range's answer names the object's ETag and size, checked against
+    the listing before its bytes are written: no HEAD before or after."""
+    monkeypatch.setattr(shardcache, "CHUNK", 300)  # several ranges per shard (of 1,520 bytes)
+    monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
+    paths = write(s3, f"sc{next(_prefixes)}")
+    ds = dataset(s3, paths, ShardCache(str(tmp_path / "shards"), ahead=0))
+    s3.requests.clear()
+    assert ids(ds) == list(range(RECORDS))
+    keys = {"/" + p.split("://", 1)[1] for p in paths}
+    asked = [(method, asked_range) for method, path, asked_range in s3.requests if path in keys]
+    assert asked and {method for method, _ in asked} == {"GET"}
+    assert all(asked_range for _, asked_range in asked)  # ranges, each byte once
+    assert len(asked) > 2 * len(paths)
+
+
+def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_path, monkeypatch):
+    monkeypatch.setattr(shardcache, "CHUNK", 300)
+    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300)
+    monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
+    monkeypatch.setattr(shardcache, "PARALLEL", 1)  # one range after the other
+    prefix = f"sc{next(_prefixes)}"
+    paths = write(s3, prefix)
+    size, version = files.size_and_version(paths[0], s3.options)
+    stream_range = files.stream_range
+    rewritten = []
+
+    def then_rewritten(url, start, *args, **kwargs):
+        reached = stream_range(url, start, *args, **kwargs)
+        if not rewritten:  # after the first range: the same size, other bytes
+            rewritten.append(write(s3, prefix, first_id=1000))
+        return reached
+
+    monkeypatch.setattr(files, "stream_range", then_rewritten)
+    folder = tmp_path / "shards"
+    with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00000-of-00003.*changed"):
+        shardcache.open_shard(paths[0], ShardCache(str(folder)), size=size, version=version,
+                              storage_options=s3.options)
+    assert rewritten and os.listdir(folder) == []  # no copy, no half file

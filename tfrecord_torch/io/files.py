@@ -26,7 +26,7 @@ from tfrecord_torch.errors import RemoteError, TFRecordError
 from tfrecord_torch.io import http, s3session, streamed
 from tfrecord_torch.io.retry import retrying, status_of
 
-__all__ = ["RemoteFile", "exists", "filesystem", "is_url", "local", "open_read", "ranged", "read_bytes",
+__all__ = ["RemoteFile", "answers_checked", "exists", "filesystem", "is_url", "local", "open_read", "ranged", "read_bytes",
            "read_range", "require_ranges", "size_and_version", "stream_range", "unstrip", "version_of"]
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,8 @@ def read_range(path, start: int, end: int, storage_options: dict | None = None) 
 
 
 def stream_range(path, start: int, end: int, sink: Callable[[int, bytes], None],
-                 storage_options: dict | None = None, cancel: threading.Event | None = None) -> int:
+                 storage_options: dict | None = None, cancel: threading.Event | None = None,
+                 check: Callable[[streamed.Answer], None] | None = None) -> int:
     """Bytes ``[start, end)`` of a file (fewer at its end) handed to
     ``sink(offset, data)`` in order: piece by piece as they arrive where the
     file system streams a range (S3, see :mod:`tfrecord_torch.io.streamed`;
@@ -146,7 +147,12 @@ def stream_range(path, start: int, end: int, sink: Callable[[int, bytes], None],
     loop), else whole, from :func:`read_range`. A request that fails is
     retried from the byte it stood at; an error of ``sink`` is raised as it
     is, never retried. Returns the offset reached: ``end``, or less at the
-    file's end or once ``cancel`` is set."""
+    file's end or once ``cancel`` is set.
+
+    ``check``: where ranges stream (:func:`answers_checked`), called with
+    what each answer says of the object (its ETag and size) before its
+    bytes go to ``sink``; its error is raised as it is, never retried.
+    Elsewhere it is not called."""
     system, p = filesystem(path, storage_options) if is_url(path) else (None, "")
     if system is None or not streamed.streams(system):
         data = read_range(path, start, end, storage_options)
@@ -168,13 +174,20 @@ def stream_range(path, start: int, end: int, sink: Callable[[int, bytes], None],
     def attempt() -> int:
         if at >= end:  # a retry after the last piece arrived
             return at
-        return streamed.s3_pieces(system, p, at, end, take, cancel)
+        return streamed.s3_pieces(system, p, at, end, take, cancel, check)
 
     try:
         reached = ranged(path, start, end, attempt)
     except _SinkFailed:
         raise failed[0] from None
     return at if isinstance(reached, bytes) else reached  # b"": past the object's end (HTTP 416)
+
+
+def answers_checked(path, storage_options: dict | None = None) -> bool:
+    """Whether :func:`stream_range` gives its ``check`` each answer of ``path``."""
+    if not is_url(path):
+        return False
+    return streamed.streams(filesystem(path, storage_options)[0])
 
 
 class _SinkFailed(TFRecordError):

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["PIECE", "streams"]
+__all__ = ["PIECE", "Answer", "streams"]
 
 PIECE = 1 << 20  # the most bytes handed over at once (what has arrived, up to this)
 
@@ -34,22 +34,44 @@ def streams(fs: Any) -> bool:
 
 
 def s3_pieces(fs: Any, path: str, start: int, end: int, sink: Callable[[int, bytes], None],
-              cancel: threading.Event | None) -> int:
+              cancel: threading.Event | None, check: Callable[[Answer], None] | None = None) -> int:
     """Bytes ``[start, end)`` of ``path`` (an s3fs path) handed to
     ``sink(offset, piece)`` in order, by one streamed request; the offset
     reached: ``end``, or less at the object's end or once ``cancel`` is set.
-    ``sink`` runs on s3fs's event loop: it must not wait for that loop."""
+    ``sink`` and ``check`` run on s3fs's event loop: they must not wait for
+    that loop. ``check(answer)`` is given the object's version and size as
+    the answer states them, before any of its bytes go to ``sink`` (its
+    error ends the request)."""
     from fsspec.asyn import sync
 
-    return sync(fs.loop, _pieces, fs, path, start, end, sink, cancel)
+    return sync(fs.loop, _pieces, fs, path, start, end, sink, cancel, check)
+
+
+class Answer(NamedTuple):
+    """What the answer to a range request says of the object: its ETag
+    (None if it gives none) and its whole size (None if it does not say)."""
+
+    etag: str | None
+    size: int | None
+
+
+def _answer(answer: dict) -> Answer:
+    total = str(answer.get("ContentRange") or "").rpartition("/")[2]
+    return Answer(answer.get("ETag"), int(total) if total.isdigit() else None)
 
 
 async def _pieces(fs: Any, path: str, start: int, end: int, sink: Callable[[int, bytes], None],
-                  cancel: threading.Event | None) -> int:
+                  cancel: threading.Event | None, check: Callable[[Answer], None] | None = None) -> int:
     bucket, key, version = fs.split_path(path)
     asked = {"VersionId": version} if version else {}
     answer = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **asked)
     body = answer["Body"]
+    if check is not None:
+        try:
+            check(_answer(answer))
+        except BaseException:
+            body.close()
+            raise
     at = start
     try:
         while at < end and not (cancel is not None and cancel.is_set()):

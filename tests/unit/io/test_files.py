@@ -75,7 +75,7 @@ def _streaming(monkeypatch, data: bytes, fail_after: list[int]) -> list:
 
     calls = []
 
-    def pieces(fs, path, start, end, sink, cancel):
+    def pieces(fs, path, start, end, sink, cancel, check=None):
         calls.append((start, end))
         limit = fail_after.pop(0) if fail_after else None
         at = start
