@@ -586,7 +586,34 @@ def test_a_cold_copy_asks_s3_nothing_but_its_ranges(s3, tmp_path, monkeypatch):
     assert len(asked) > 2 * len(paths)
 
 
-def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_path, monkeypatch):
+def _answers_without_etag(monkeypatch) -> None:
+    """S3 answers to range GETs that name no ETag (as some S3-compatible servers give them)."""
+    from tfrecord_torch.io import streamed
+
+    answer = streamed._answer
+    monkeypatch.setattr(streamed, "_answer", lambda got: streamed.Answer(None, answer(got).size))
+
+
+def test_range_answers_without_an_etag_are_no_change_and_the_copy_is_asked_after(s3, tmp_path, monkeypatch):
+    """A server that leaves the ETag out of its GET answers: the copy is
+    made, and its object is asked once after the download (a HEAD each)."""
+    monkeypatch.setattr(shardcache, "CHUNK", 300)
+    monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
+    _answers_without_etag(monkeypatch)
+    paths = write(s3, f"sc{next(_prefixes)}")
+    cache = ShardCache(str(tmp_path / "shards"), ahead=0)
+    s3.requests.clear()
+    assert ids(dataset(s3, paths, cache)) == list(range(RECORDS))
+    keys = {"/" + p.split("://", 1)[1] for p in paths}
+    heads = [path for method, path, _ in s3.requests if path in keys and method == "HEAD"]
+    assert sorted(heads) == sorted(keys)
+    assert shardcache.shard_cache_usage(cache)[0] == len(paths)
+
+
+@pytest.mark.parametrize("etag", [True, False], ids=["answers name the ETag", "answers without an ETag"])
+def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_path, monkeypatch, etag):
+    if not etag:
+        _answers_without_etag(monkeypatch)
     monkeypatch.setattr(shardcache, "CHUNK", 300)
     monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300)
     monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)

@@ -42,7 +42,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -291,6 +291,7 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     # otherwise the object is asked whether it changed while the first ranges are on their way (one
     # round trip less before the first bytes); no byte is written before it answers
     checked = _answered() if answers else _check_soon(url, size, version, storage_options, "before copying it")
+    check = _AnswerCheck(url, size, version) if answers else None
     LruFolder(folder, SUFFIX).prune(max(0, cache.limit - size))  # make room first
     temp = fill_path(entry)
     kept = False
@@ -303,7 +304,7 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
         return _unwritable(folder, e)
     try:
         try:
-            _download(url, fd, size, storage_options, cancel, checked, (size, version) if answers else None)
+            _download(url, fd, size, storage_options, cancel, checked, check)
         except BaseException:
             checked.result()  # a changed object's error before what its ranges met
             raise
@@ -311,7 +312,7 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
             return False
         checked.result()  # (an empty object writes nothing)
         os.fsync(fd)
-        if not answers:
+        if check is None or check.unnamed:  # (an answer without an ETag: the object is asked once more)
             _check_unchanged(url, size, version, storage_options, "while it was being copied")
         os.replace(temp, entry)  # while the flock is held: a reader never sees a live fill end without it
         kept = True
@@ -401,15 +402,16 @@ def _unwritable(folder: str, e: OSError) -> bool:
 
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
               cancel: threading.Event | None = None, checked: Future | None = None,
-              listed: tuple[int, str] | None = None) -> None:
+              check: _AnswerCheck | None = None) -> None:
     """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
     the ranges not started when ``cancel`` is set left out; from a server
     that ignores ``Range``, by one streamed GET. Nothing is written before
     ``checked`` (the object's change check) has its result; its error is raised.
-    ``listed``: the object's (size, version) as listed, which each range's
-    answer must state (:func:`~tfrecord_torch.io.files.answers_checked`)."""
+    ``check``: called with each range's answer (where the file system gives
+    them, :func:`~tfrecord_torch.io.files.answers_checked`) before its bytes
+    are written."""
     try:
-        _download_ranges(url, fd, size, storage_options, cancel, checked, listed)
+        _download_ranges(url, fd, size, storage_options, cancel, checked, check)
     except http.RangesIgnored:  # every range request would bring the whole object (HTTP: never listed)
         _download_stream(url, fd, size, storage_options, cancel, checked)
 
@@ -458,7 +460,7 @@ def _ranges_of(size: int) -> list[tuple[int, int]]:
 
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                      cancel: threading.Event | None, checked: Future | None = None,
-                     listed: tuple[int, str] | None = None) -> None:
+                     check: _AnswerCheck | None = None) -> None:
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
     once, their bytes written in order by this thread as they arrive
     (:class:`_InOrder`: the file's size is then how far it is written), at
@@ -468,7 +470,6 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     ends = dict(_ranges_of(size))
     starts = list(ends)
     writer = _InOrder(fd, checked, cancel)
-    check = None if listed is None else _answer_check(url, *listed)
 
     def fetch(start: int) -> None:
         if cancel is not None and cancel.is_set():
@@ -576,18 +577,26 @@ class _InOrder:
             self._cond.notify()
 
 
-def _answer_check(url: str, size: int, version: str) -> Callable[[Answer], None]:
-    """A check of a range's answer: it must state the listed object (the
-    same ETag and size), else :class:`RemoteError` (no byte of it is written)."""
+class _AnswerCheck:
+    """A check of each range's answer: one that names another ETag or size
+    than the listed object's raises :class:`RemoteError` (no byte of it is
+    written). An answer that names no ETag (a server that leaves it out of
+    its GET answers) is not taken for a change: ``unnamed`` is then set, and
+    the object is asked for its version once the download is done."""
 
-    def check(answer: Answer) -> None:
-        if answer.etag != version or answer.size not in (None, size):
-            raise RemoteError(url, f"the object changed since it was listed (listed: {size} bytes, version "
-                                   f"{version}; a range of it now: {answer.size} bytes, version {answer.etag}); "
-                                   "the dataset's index and counts describe the old object: make the dataset "
-                                   "again to read the new one")
+    def __init__(self, url: str, size: int, version: str) -> None:
+        self.url, self.size, self.version = url, size, version
+        self.unnamed = False
 
-    return check
+    def __call__(self, answer: Answer) -> None:
+        if answer.etag is None and answer.size in (None, self.size):
+            self.unnamed = True
+            return
+        if answer.etag != self.version or answer.size not in (None, self.size):
+            raise RemoteError(self.url, f"the object changed since it was listed (listed: {self.size} bytes, "
+                                        f"version {self.version}; a range of it now: {answer.size} bytes, version "
+                                        f"{answer.etag}); the dataset's index and counts describe the old object: "
+                                        "make the dataset again to read the new one")
 
 
 def _answered() -> Future:
