@@ -288,17 +288,18 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     # checked against the listing before its bytes are written: each byte is the listed object's,
     # with no request of its own (~2 ms of CPU each) before or after the download
     answers = size > 0 and version.startswith('"') and fs.answers_checked(url, storage_options)
+    check = _AnswerCheck(url, size, version) if answers else None
     # otherwise the object is asked whether it changed while the first ranges are on their way (one
     # round trip less before the first bytes); no byte is written before it answers
-    checked = _answered() if answers else _check_soon(url, size, version, storage_options, "before copying it")
-    check = _AnswerCheck(url, size, version) if answers else None
+    checked = _answered() if check is not None else _check_soon(url, size, version, storage_options,
+                                                                  "before copying it")
     LruFolder(folder, SUFFIX).prune(max(0, cache.limit - size))  # make room first
     temp = fill_path(entry)
     kept = False
     try:
         fd = _create_fill(temp, size)
     except OSError as e:
-        if answers:  # a changed object is an error, even on a full disk
+        if check is not None:  # a changed object is an error, even on a full disk
             _check_unchanged(url, size, version, storage_options, "before copying it")
         checked.result()
         return _unwritable(folder, e)
@@ -589,10 +590,10 @@ class _AnswerCheck:
         self.unnamed = False
 
     def __call__(self, answer: Answer) -> None:
-        if answer.etag is None and answer.size in (None, self.size):
+        same_size = answer.size in (None, self.size)
+        if same_size and answer.etag is None:
             self.unnamed = True
-            return
-        if answer.etag != self.version or answer.size not in (None, self.size):
+        elif not same_size or answer.etag != self.version:
             raise RemoteError(self.url, f"the object changed since it was listed (listed: {self.size} bytes, "
                                         f"version {self.version}; a range of it now: {answer.size} bytes, version "
                                         f"{answer.etag}); the dataset's index and counts describe the old object: "

@@ -66,14 +66,10 @@ async def _pieces(fs: Any, path: str, start: int, end: int, sink: Callable[[int,
     asked = {"VersionId": version} if version else {}
     answer = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **asked)
     body = answer["Body"]
-    if check is not None:
-        try:
-            check(_answer(answer))
-        except BaseException:
-            body.close()
-            raise
     at = start
     try:
+        if check is not None:
+            check(_answer(answer))
         while at < end and not (cancel is not None and cancel.is_set()):
             piece = await body.read(min(end - at, PIECE))
             if not piece:
