@@ -24,6 +24,7 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, index_argum
 from tfrecord_torch.data.usage import check_positional
 from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
+from tfrecord_torch.data.workerheap import tune_heap
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
 from tfrecord_torch.features.payload import Payload
@@ -149,6 +150,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
         freeze_inherited()
+        tune_heap()
         finish_sends_at_exit()
         return self._fetcher.item(i)
 
@@ -161,6 +163,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
         freeze_inherited()
+        tune_heap()
         finish_sends_at_exit()
         fetcher = self._fetcher
         checked = [fetcher.check(i) for i in indices]

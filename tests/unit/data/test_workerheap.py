@@ -1,0 +1,133 @@
+"""The C heap of a DataLoader worker (data/workerheap.py): under glibc a
+worker serves buffers under 32 MiB from its heap and keeps what it freed
+there; the main process, and a process whose malloc the user tuned or whose
+user turned this off, are left alone.
+
+glibc's thresholds adapt as a process frees mapped buffers, and a forked
+worker inherits them, so the workers are forked from a process of known
+state: a subprocess that first sets glibc's starting thresholds itself."""
+
+import ctypes
+import json
+import os
+import platform
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from tfrecord_torch.data import workerheap
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+
+PROBE = 24 << 20  # above glibc's starting mmap threshold (128 KiB), under the tuned one
+CASES = {
+    "tuned": {},
+    "off": {workerheap.ENV: "off"},
+    "GLIBC_TUNABLES": {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"},
+    "MALLOC_": {"MALLOC_MMAP_THRESHOLD_": "131072"},
+}
+
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _libc():
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallinfo2.restype = Mallinfo2
+    libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return libc
+
+
+def _heap_probe(batch):
+    """In the worker, after the dataset gave its items: bytes mapped for a
+    24 MiB buffer, and bytes of the heap given back once it was freed."""
+    libc = _libc()
+    before = libc.mallinfo2()
+    buffer = libc.malloc(PROBE)
+    during = libc.mallinfo2()
+    libc.free(buffer)
+    after = libc.mallinfo2()
+    return {"mapped": during.hblkhd - before.hblkhd, "given back": during.arena - after.arena, "n": len(batch)}
+
+
+def _probe_workers(folder: str) -> dict:
+    """Run in a subprocess: glibc's starting thresholds set here, then each
+    case's environment, and the probe in a forked worker of each dataset."""
+    from torch.utils.data import DataLoader
+
+    from tfrecord_torch import IndexedTFRecordDataset, RecordWriter, TFRecordDataset, make_example
+
+    libc = _libc()
+    assert libc.mallopt(-3, 128 << 10) and libc.mallopt(-1, 128 << 10)  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+    path = os.path.join(folder, "a.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(4):
+            w.write(make_example({"id": i}))
+    out = {}
+    for case, env in CASES.items():
+        os.environ.update(env)
+        for kind, ds in (("iterable", TFRecordDataset(path)), ("map-style", IndexedTFRecordDataset(path))):
+            loader = DataLoader(ds, batch_size=2, num_workers=1, multiprocessing_context="fork",
+                                collate_fn=_heap_probe)
+            out[f"{case} {kind}"] = list(loader)
+        for name in env:
+            del os.environ[name]
+    return out
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("heap"))
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
+    env.pop(workerheap.ENV, None)
+    run = subprocess.run([sys.executable, __file__, folder], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", ["iterable", "map-style"])
+def test_a_worker_serves_large_buffers_from_its_heap_and_keeps_them(probes, kind):
+    got = probes[f"tuned {kind}"]
+    assert [p["n"] for p in got] == [2, 2]
+    assert all(p["mapped"] == 0 and p["given back"] == 0 for p in got), got
+
+
+@pytest.mark.parametrize("case", ["off", "GLIBC_TUNABLES", "MALLOC_"])
+@pytest.mark.parametrize("kind", ["iterable", "map-style"])
+def test_a_worker_whose_malloc_the_user_tuned_or_turned_off_is_left_alone(probes, case, kind):
+    got = probes[f"{case} {kind}"]
+    assert [p["n"] for p in got] == [2, 2]
+    assert all(p["mapped"] >= PROBE for p in got), got
+
+
+def test_the_main_process_and_one_that_only_looks_like_a_worker_are_left_alone(monkeypatch):
+    monkeypatch.setattr(workerheap, "_tuned_in", -1)
+    assert workerheap.tune_heap() is False
+    monkeypatch.setattr(workerheap, "_tuned_in", -1)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=1))
+    assert workerheap.tune_heap() is False
+
+
+@pytest.mark.parametrize("env, ours", [
+    ({}, True),
+    ({workerheap.ENV: "OFF"}, False),
+    ({workerheap.ENV: "on"}, True),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, False),
+    ({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"}, True),
+    ({"MALLOC_ARENA_MAX": "1"}, False),
+    ({"MALLOC_TRIM_THRESHOLD_": ""}, True),
+])
+def test_whose_malloc_it_is_to_tune(env, ours):
+    assert workerheap._ours_to_set(env) is ours
+
+
+if __name__ == "__main__":
+    print(json.dumps(_probe_workers(sys.argv[1])))
