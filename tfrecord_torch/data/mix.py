@@ -93,13 +93,20 @@ class MixedDataset(torch.utils.data.IterableDataset):
         return plan.mix_choices(self.weights, seed=self.seed, epoch=self.epoch, reader=reader)
 
     def _reader(self) -> int:
+        layout = self._layout()
+        return layout["rank"] * layout["num_workers"] + layout["worker"]
+
+    def _layout(self) -> dict:
+        """This reader's place: its rank and DataLoader worker, and how many of each."""
         from tfrecord_torch.data.plan import resolve_rank
 
         info = torch.utils.data.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        rank = getattr(self.datasets[0], "rank", None)
-        rank = resolve_rank(rank, getattr(self.datasets[0], "world_size", None))[0] if rank is None else rank
-        return rank * workers + worker
+        first = self.datasets[0]
+        rank, world = getattr(first, "rank", None), getattr(first, "world_size", None)
+        if rank is None or world is None:
+            rank, world = resolve_rank(rank, world)
+        return {"rank": rank, "world_size": world, "worker": worker, "num_workers": workers}
 
     def __len__(self) -> int:
         """Items of the next iteration's epoch read in one process: the steps until the first
@@ -132,17 +139,31 @@ class MixedDataset(torch.utils.data.IterableDataset):
         check_position_known(self._epochs, type(self).__name__)
         children = [ds.state_dict() if hasattr(ds, "state_dict") else None for ds in self.datasets]
         return {"format": FORMAT, "epoch": self.epoch, "position": self._run.position,
-                "exhausted": list(self._run.exhausted), "states": children, **self._settings()}
+                "exhausted": list(self._run.exhausted), "states": children, "layout": self._layout(),
+                **self._settings()}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume after the saved step of the saved epoch; each dataset resumes
         from its own saved state.
 
+        A mix resumes only where it was saved: the same world size and
+        ``num_workers``, each DataLoader worker from its own state (through
+        ``StatefulDataLoader.load_state_dict``). Each reader mixes its own
+        shares of the datasets, so what one reader read says nothing of what
+        another layout's readers should read next.
+
         Raises:
             ValueError: the state comes from another seed, weights, stop rule
-                or number of datasets, or a dataset refuses its state.
+                or number of datasets, or another layout (world size,
+                ``num_workers``; also a whole ``StatefulDataLoader`` state,
+                which is for the loader), or a dataset refuses its state.
         """
+        if isinstance(state, dict) and ("_snapshot" in state or "_num_yielded" in state):
+            raise self._layout_error("a StatefulDataLoader's state_dict() (the whole loader's)", state)
         state = check_state(state, self._settings(), what=type(self).__name__)
+        saved, here = state.get("layout"), self._layout()
+        if saved is not None and saved != here:
+            raise self._layout_error(f"the state of {_place(saved)}, here {_place(here)}", state)
         for ds, child in zip(self.datasets, state["states"]):
             if child is not None:
                 if not hasattr(ds, "load_state_dict"):
@@ -151,6 +172,24 @@ class MixedDataset(torch.utils.data.IterableDataset):
         self.epoch = int(state["epoch"])
         self._epochs.restore(self.epoch)
         self._resume = dict(state)
+
+    def _layout_error(self, got: str, state: dict) -> ValueError:
+        loader = state.get("_snapshot")
+        if isinstance(loader, dict):  # a StatefulDataLoader's with workers: their own states are inside
+            workers = loader.get("_main_snapshot", {}).get("_num_workers")
+            mine = [w.get("dataset_state") for w in loader.get("_worker_snapshots", {}).values() if isinstance(w, dict)]
+            epoch = next((m["epoch"] for m in mine if isinstance(m, dict) and "epoch" in m), None)
+        elif "_num_yielded" in state:  # a StatefulDataLoader's without workers
+            workers, epoch = 0, (state.get("dataset_state") or {}).get("epoch")
+        else:
+            workers, epoch = (state.get("layout") or {}).get("num_workers"), state.get("epoch")
+        same = f"num_workers={workers}" if workers is not None else "the num_workers it was saved with"
+        return ValueError(
+            f"{type(self).__name__}.load_state_dict: got {got}. A mix resumes only under the layout it was saved "
+            f"under (each reader mixes its own shares): build the StatefulDataLoader with the same world size and "
+            f"{same}, and give the state to loader.load_state_dict. Under another layout, start the epoch again "
+            f"with mixed.set_epoch({'epoch' if epoch is None else epoch}): the records read before the restart "
+            "are read again.")
 
     # --- iteration -----------------------------------------------------------
 
@@ -215,3 +254,8 @@ class _Interleaving:
                 continue
             self.position = step + 1
             yield item
+
+
+def _place(layout: dict) -> str:
+    return (f"DataLoader worker {layout['worker']} of {layout['num_workers']} on rank {layout['rank']} of "
+            f"{layout['world_size']}")

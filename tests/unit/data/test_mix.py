@@ -153,3 +153,57 @@ def test_mix_state_dict_refuses_a_position_held_by_plain_dataloader_workers(tmp_
         next(it)
     with pytest.raises(RuntimeError, match="MixedDataset.state_dict.*StatefulDataLoader"):
         mixed.state_dict()
+
+
+def _saved_under(tmp_path, workers, *, rank=0, world=1, steps=9):
+    """A mix read for ``steps`` items as the docs show resuming, and its loader's state."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    sets = [TFRecordDataset(write(tmp_path / n, n, 40), shuffle=True, seed=1,
+                            sharding=Sharding(rank=rank, world_size=world)) for n in "ab"]
+    loader = StatefulDataLoader(mix(sets, weights=[1, 1], seed=2), num_workers=workers, batch_size=None)
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    return loader.state_dict()
+
+
+def _fresh(tmp_path, rank=0, world=1):
+    return mix([TFRecordDataset(write(tmp_path / n, n, 40), shuffle=True, seed=1,
+                                sharding=Sharding(rank=rank, world_size=world)) for n in "ab"],
+               weights=[1, 1], seed=2)
+
+
+@pytest.mark.parametrize("saved, now", [(2, 3), (2, 1), (1, 2)])
+def test_a_mix_resumed_with_another_num_workers_says_how_to_resume(tmp_path, saved, now):
+    """Each reader mixes its own shares: a worker's state cannot continue
+    under another layout. The error names the mix, the saved num_workers
+    and set_epoch, rather than the inner dataset's advice (which a mix cannot take)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    state = _saved_under(tmp_path, saved)
+    loader = StatefulDataLoader(_fresh(tmp_path), num_workers=now, batch_size=None)
+    loader.load_state_dict(state)
+    with pytest.raises(ValueError, match=rf"MixedDataset.load_state_dict: .*worker \d of {saved} on rank 0 of 1, "
+                                         rf"here DataLoader worker \d of {now}.*num_workers={saved}.*set_epoch\(0\)"):
+        next(iter(loader))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_whole_loader_state_given_to_the_mix_says_to_give_it_to_the_loader(tmp_path, workers):
+    state = _saved_under(tmp_path, workers)
+    with pytest.raises(ValueError, match=rf"StatefulDataLoader's state_dict\(\).*num_workers={workers}.*"
+                                         r"loader.load_state_dict.*set_epoch\(0\)"):
+        _fresh(tmp_path).load_state_dict(state)
+
+
+def test_a_mix_resumed_on_another_world_size_is_refused(tmp_path):
+    """Without workers a rank's mix state goes to the mix; on another world
+    size its datasets would resume elsewhere in the epoch while the mix kept
+    the old rank's choices."""
+    state = _saved_under(tmp_path, 0, rank=0, world=2)["dataset_state"]  # the mix's own
+    with pytest.raises(ValueError, match="worker 0 of 1 on rank 0 of 2, here DataLoader worker 0 of 1 on rank 0 of 1"):
+        _fresh(tmp_path).load_state_dict(state)
+    resumed = _fresh(tmp_path, rank=0, world=2)
+    resumed.load_state_dict(state)  # the same layout resumes where it was
+    assert keys(resumed) == keys(_fresh(tmp_path, rank=0, world=2))[9:]
