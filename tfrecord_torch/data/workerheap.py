@@ -15,8 +15,10 @@ pipeline on local disk, and 10-15% of the worker's CPU.
 :func:`tune_heap`, at a worker's first item, sets both thresholds to where
 glibc's own adaptation ends (:data:`MMAP_THRESHOLD`, :data:`TRIM_THRESHOLD`):
 buffers under 32 MiB come from the heap and up to 64 MiB of freed heap stay
-with the worker for its next records. The cost: a worker holds up to that
-much memory it freed, per malloc arena, rather than returning it at once.
+with the worker for its next records. The cost: a worker's memory stays near
+its high-water mark (at most 64 MiB above what it holds, per malloc arena)
+rather than shrinking between records; measured here, the largest peak RSS of
+a worker went 937 -> 953 MB (the shuffled read above).
 
 Only a DataLoader worker process is tuned (the main process is the user's),
 only under glibc, and not at all when the user tuned malloc for the process
