@@ -94,14 +94,15 @@ class MixedDataset(torch.utils.data.IterableDataset):
 
     def _reader(self) -> int:
         layout = self._layout()
-        return layout["rank"] * layout["num_workers"] + layout["worker"]
+        return layout["rank"] * max(layout["num_workers"], 1) + layout["worker"]
 
     def _layout(self) -> dict:
-        """This reader's place: its rank and DataLoader worker, and how many of each."""
+        """This reader's place: its rank and DataLoader worker, and how many of each
+        (``num_workers`` 0 outside a worker, as the DataLoader was built)."""
         from tfrecord_torch.data.plan import resolve_rank
 
         info = torch.utils.data.get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
         first = self.datasets[0]
         rank, world = getattr(first, "rank", None), getattr(first, "world_size", None)
         if rank is None or world is None:
@@ -150,7 +151,9 @@ class MixedDataset(torch.utils.data.IterableDataset):
         ``num_workers``, each DataLoader worker from its own state (through
         ``StatefulDataLoader.load_state_dict``). Each reader mixes its own
         shares of the datasets, so what one reader read says nothing of what
-        another layout's readers should read next.
+        another layout's readers should read next. A state loaded here in
+        the main process and read by DataLoader workers is refused at their
+        first read, with the same ``ValueError``.
 
         Raises:
             ValueError: the state comes from another seed, weights, stop rule
@@ -173,7 +176,7 @@ class MixedDataset(torch.utils.data.IterableDataset):
         self._epochs.restore(self.epoch)
         self._resume = dict(state)
 
-    def _layout_error(self, got: str, state: dict) -> ValueError:
+    def _layout_error(self, got: str, state: dict, where: str = "load_state_dict") -> ValueError:
         loader = state.get("_snapshot")
         if isinstance(loader, dict):  # a StatefulDataLoader's with workers: their own states are inside
             workers = loader.get("_main_snapshot", {}).get("_num_workers")
@@ -185,17 +188,22 @@ class MixedDataset(torch.utils.data.IterableDataset):
             workers, epoch = (state.get("layout") or {}).get("num_workers"), state.get("epoch")
         same = f"num_workers={workers}" if workers is not None else "the num_workers it was saved with"
         return ValueError(
-            f"{type(self).__name__}.load_state_dict: got {got}. A mix resumes only under the layout it was saved "
+            f"{type(self).__name__}.{where}: got {got}. A mix resumes only under the layout it was saved "
             f"under (each reader mixes its own shares): build the StatefulDataLoader with the same world size and "
-            f"{same}, and give the state to loader.load_state_dict. Under another layout, start the epoch again "
+            f"{same}, and give the loader's state to loader.load_state_dict. Under another layout, start the epoch again "
             f"with mixed.set_epoch({'epoch' if epoch is None else epoch}): the records read before the restart "
             "are read again.")
 
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
+        resume = self._resume
+        if resume is not None and resume.get("layout") not in (None, self._layout()):
+            # loaded in the main process, read by workers: refused as load_state_dict refuses it
+            raise self._layout_error(f"the state of {_place(resume['layout'])}, read by {_place(self._layout())}",
+                                     resume, where="iter")
         self.epoch = self._epochs.start()
-        resume, self._resume = self._resume, None
+        self._resume = None
         self._run = _Interleaving(self.datasets, self._choices(self._reader()), self.weights,
                                   self.stop_on_first_exhausted,
                                   skip=0 if resume is None else int(resume["position"]),
@@ -257,5 +265,6 @@ class _Interleaving:
 
 
 def _place(layout: dict) -> str:
-    return (f"DataLoader worker {layout['worker']} of {layout['num_workers']} on rank {layout['rank']} of "
-            f"{layout['world_size']}")
+    where = (f"DataLoader worker {layout['worker']} of {layout['num_workers']}" if layout["num_workers"] else
+             "the main process (num_workers=0)")
+    return f"{where} on rank {layout['rank']} of {layout['world_size']}"

@@ -202,8 +202,25 @@ def test_a_mix_resumed_on_another_world_size_is_refused(tmp_path):
     size its datasets would resume elsewhere in the epoch while the mix kept
     the old rank's choices."""
     state = _saved_under(tmp_path, 0, rank=0, world=2)["dataset_state"]  # the mix's own
-    with pytest.raises(ValueError, match="worker 0 of 1 on rank 0 of 2, here DataLoader worker 0 of 1 on rank 0 of 1"):
+    with pytest.raises(ValueError, match=r"the main process \(num_workers=0\) on rank 0 of 2, here the main process "
+                                         r"\(num_workers=0\) on rank 0 of 1.* world size and num_workers=0,"):
         _fresh(tmp_path).load_state_dict(state)
     resumed = _fresh(tmp_path, rank=0, world=2)
     resumed.load_state_dict(state)  # the same layout resumes where it was
     assert keys(resumed) == keys(_fresh(tmp_path, rank=0, world=2))[9:]
+
+
+def test_a_mix_state_loaded_without_workers_is_refused_when_workers_read_it(tmp_path):
+    """A state loaded into the mix in the main process and then read by a
+    loader's workers: each worker would skip the saved steps of its own
+    choices and take the saved exhaustion, reading records twice or not at all.
+    The first worker's read raises as load_state_dict would."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    state = _saved_under(tmp_path, 0)["dataset_state"]  # the mix's own, saved without workers
+    mixed = _fresh(tmp_path)
+    mixed.load_state_dict(state)  # the main process: the layout it was saved under
+    loader = StatefulDataLoader(mixed, num_workers=2, batch_size=None)
+    with pytest.raises(ValueError, match=r"state of the main process \(num_workers=0\) on rank 0 of 1, read by "
+                                         r"DataLoader worker \d of 2 .*num_workers=0.*set_epoch\(0\)"):
+        next(iter(loader))
