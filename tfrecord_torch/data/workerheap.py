@@ -31,7 +31,6 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
-import platform
 
 import torch.utils.data
 
@@ -69,8 +68,18 @@ def tune_heap() -> bool:
 
 def _ours_to_set(env) -> bool:
     """Whether the heap is glibc's, left untuned by the user, and not turned off."""
-    if env.get(ENV, "").strip().lower() in OFF or platform.libc_ver()[0] != "glibc":
+    if env.get(ENV, "").strip().lower() in OFF or not _glibc():
         return False
     if "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
         return False
     return not any(env.get(name) for name in _USER_MALLOC_VARIABLES)
+
+
+def _glibc() -> bool:
+    """Whether this process runs on glibc, from glibc's own answer: elsewhere
+    (musl, macOS) ``platform.libc_ver()`` reads and scans the whole Python
+    executable instead, and raises when it cannot be opened."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc ")
+    except (AttributeError, ValueError, OSError):  # no confstr, or no such name: not glibc
+        return False

@@ -116,6 +116,22 @@ def test_the_main_process_and_one_that_only_looks_like_a_worker_are_left_alone(m
     assert workerheap.tune_heap() is False
 
 
+def test_a_worker_off_glibc_is_left_alone_without_reading_the_executable(monkeypatch, tmp_path):
+    """Under musl, confstr has no CS_GNU_LIBC_VERSION (EINVAL); on macOS
+    there is no such name. The worker is left alone and its first item
+    still read, even when sys.executable cannot be opened (platform.libc_ver
+    would open and scan it)."""
+    def no_gnu_libc(name):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(workerheap, "_tuned_in", -1)
+    monkeypatch.setattr(workerheap.multiprocessing, "parent_process", lambda: object())
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=1))
+    monkeypatch.setattr(os, "confstr", no_gnu_libc)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "gone" / "python3"))
+    assert workerheap.tune_heap() is False
+
+
 @pytest.mark.parametrize("env, ours", [
     ({}, True),
     ({workerheap.ENV: "OFF"}, False),
