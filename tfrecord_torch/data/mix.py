@@ -105,7 +105,7 @@ class MixedDataset(torch.utils.data.IterableDataset):
         worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
         first = self.datasets[0]
         rank, world = getattr(first, "rank", None), getattr(first, "world_size", None)
-        if rank is None or world is None:
+        if rank is None:  # a dataset that names only its rank keeps it, as _reader always took it
             rank, world = resolve_rank(rank, world)
         return {"rank": rank, "world_size": world, "worker": worker, "num_workers": workers}
 
@@ -165,7 +165,7 @@ class MixedDataset(torch.utils.data.IterableDataset):
             raise self._layout_error("a StatefulDataLoader's state_dict() (the whole loader's)", state)
         state = check_state(state, self._settings(), what=type(self).__name__)
         saved, here = state.get("layout"), self._layout()
-        if saved is not None and saved != here:
+        if saved is not None and not _same_readers(saved, here):
             raise self._layout_error(f"the state of {_place(saved)}, here {_place(here)}", state)
         for ds, child in zip(self.datasets, state["states"]):
             if child is not None:
@@ -198,7 +198,8 @@ class MixedDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator:
         resume = self._resume
-        if resume is not None and resume.get("layout") not in (None, self._layout()):
+        if resume is not None and resume.get("layout") is not None and not _same_readers(resume["layout"],
+                                                                                        self._layout()):
             # loaded in the main process, read by workers: refused as load_state_dict refuses it
             raise self._layout_error(f"the state of {_place(resume['layout'])}, read by {_place(self._layout())}",
                                      resume, where="iter")
@@ -267,4 +268,10 @@ class _Interleaving:
 def _place(layout: dict) -> str:
     where = (f"DataLoader worker {layout['worker']} of {layout['num_workers']}" if layout["num_workers"] else
              "the main process (num_workers=0)")
-    return f"{where} on rank {layout['rank']} of {layout['world_size']}"
+    world = "" if layout["world_size"] is None else f" of {layout['world_size']}"
+    return f"{where} on rank {layout['rank']}{world}"
+
+
+def _same_readers(a: dict, b: dict) -> bool:
+    """Whether two layouts read alike: no workers and one worker are one reader per rank."""
+    return {**a, "num_workers": max(a["num_workers"], 1)} == {**b, "num_workers": max(b["num_workers"], 1)}

@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 from helpers import write_shards
 from torch.utils.data import DataLoader
 
@@ -224,3 +225,49 @@ def test_a_mix_state_loaded_without_workers_is_refused_when_workers_read_it(tmp_
     with pytest.raises(ValueError, match=r"state of the main process \(num_workers=0\) on rank 0 of 1, read by "
                                          r"DataLoader worker \d of 2 .*num_workers=0.*set_epoch\(0\)"):
         next(iter(loader))
+
+
+@pytest.mark.parametrize("saved, now", [(0, 1), (1, 0)])
+def test_no_workers_and_one_worker_are_one_layout(tmp_path, saved, now):
+    """One reader per rank either way: a mix's own state moves between them
+    through mixed.load_state_dict and the epoch resumes where it was."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    full = keys(StatefulDataLoader(_fresh(tmp_path), num_workers=saved, batch_size=None))
+    state = _saved_under(tmp_path, saved)
+    own = state["dataset_state"] if saved == 0 else state["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+    resumed = _fresh(tmp_path)
+    resumed.load_state_dict(own)
+    assert full[:9] + keys(StatefulDataLoader(resumed, num_workers=now, batch_size=None)) == full
+
+
+class _Ranked(torch.utils.data.IterableDataset):
+    """A user's dataset that names its rank as torch's DistributedSampler does (rank, num_replicas)."""
+
+    def __init__(self, ds):
+        super().__init__()
+        self.ds, self.rank, self.num_replicas = ds, 0, 1
+
+    def __iter__(self):
+        return iter(self.ds)
+
+    def state_dict(self):
+        return self.ds.state_dict()
+
+    def load_state_dict(self, state):
+        self.ds.load_state_dict(state)
+
+
+def test_a_first_dataset_with_a_rank_and_no_world_size_mixes_and_resumes(tmp_path):
+    def sets():
+        return [TFRecordDataset(write(tmp_path / n, n, 20)) for n in "ab"]
+
+    plain = keys(mix(sets(), seed=3))
+    a, b = sets()
+    mixed = mix([_Ranked(a), b], seed=3)
+    it = iter(mixed)
+    head = keys([next(it) for _ in range(7)])
+    state = mixed.state_dict()
+    resumed = mix([_Ranked(TFRecordDataset(tmp_path / "a")), TFRecordDataset(tmp_path / "b")], seed=3)
+    resumed.load_state_dict(state)
+    assert head + keys(resumed) == plain
