@@ -41,8 +41,9 @@ OFF = frozenset({"off", "0", "false", "no", "none"})
 MMAP_THRESHOLD = 32 << 20  # glibc's own upper bound for its adapted mmap threshold (64-bit)
 TRIM_THRESHOLD = 64 << 20  # twice it, as glibc's adaptation sets it
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+# glibc's environment names of its glibc.malloc tunables (any of those in GLIBC_TUNABLES counts too)
 _USER_MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_",
-                          "MALLOC_ARENA_MAX")
+                          "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_PERTURB_", "MALLOC_CHECK_")
 _tuned_in = -1  # the pid that decided
 
 

@@ -139,6 +139,9 @@ def test_a_worker_off_glibc_is_left_alone_without_reading_the_executable(monkeyp
     ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, False),
     ({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"}, True),
     ({"MALLOC_ARENA_MAX": "1"}, False),
+    ({"MALLOC_ARENA_TEST": "2"}, False),
+    ({"MALLOC_PERTURB_": "165"}, False),
+    ({"GLIBC_TUNABLES": "glibc.malloc.perturb=165"}, False),
     ({"MALLOC_TRIM_THRESHOLD_": ""}, True),
 ])
 def test_whose_malloc_it_is_to_tune(env, ours):
