@@ -202,7 +202,7 @@ class MixedDataset(torch.utils.data.IterableDataset):
                                                                                         self._layout()):
             # loaded in the main process, read by workers: refused as load_state_dict refuses it
             raise self._layout_error(f"the state of {_place(resume['layout'])}, read by {_place(self._layout())}",
-                                     resume, where="iter")
+                                     resume, where="__iter__")
         self.epoch = self._epochs.start()
         self._resume = None
         self._run = _Interleaving(self.datasets, self._choices(self._reader()), self.weights,
