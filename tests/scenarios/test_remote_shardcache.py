@@ -636,3 +636,39 @@ def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_
         shardcache.open_shard(paths[0], ShardCache(str(folder)), size=size, version=version,
                               storage_options=s3.options)
     assert rewritten and os.listdir(folder) == []  # no copy, no half file
+
+
+def _shard_heads_and_listings(s3, paths) -> tuple[int, int]:
+    keys = {"/" + p.split("://", 1)[1] for p in paths}
+    heads = sum(1 for method, path, _ in s3.requests if method == "HEAD" and path in keys)
+    listings = sum(1 for method, path, _ in s3.requests if method == "GET" and path.rstrip("/") == "/bucket")
+    return heads, listings
+
+
+@pytest.mark.parametrize("options", [{}, {"shuffle": True}], ids=["in-order", "shuffled"])
+def test_a_warm_epoch_checks_its_objects_by_one_listing_not_a_stat_each(s3, shards, tmp_path, options):
+    """The next epoch over complete copies asks the bucket whether its objects
+    changed once, by listing their folder: a stat each, in series before the
+    first batch, took seconds for a few hundred shards."""
+    ds = dataset(s3, shards, ShardCache(str(tmp_path / "shards")), **options)
+    assert sorted(ids(ds)) == list(range(RECORDS))
+    for _ in range(2):
+        s3.requests.clear()
+        assert sorted(ids(ds)) == list(range(RECORDS))
+        assert _shard_heads_and_listings(s3, shards) == (0, 1)
+        assert shard_gets(s3, shards) == dict.fromkeys(shards, 0)
+
+
+def test_a_folder_that_cannot_be_listed_checks_each_object_by_itself(s3, shards, tmp_path, monkeypatch):
+    from tfrecord_torch.io import files
+
+    ds = dataset(s3, shards, ShardCache(str(tmp_path / "shards")))
+    assert ids(ds) == list(range(RECORDS))
+
+    def refused(urls, storage_options=None):
+        raise PermissionError("s3://bucket: ListObjectsV2 denied")
+
+    monkeypatch.setattr(files, "listed_versions", refused)
+    s3.requests.clear()
+    assert ids(ds) == list(range(RECORDS))
+    assert _shard_heads_and_listings(s3, shards) == (len(shards), 0)

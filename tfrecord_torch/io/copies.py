@@ -3,10 +3,11 @@ copies a reader's next shards ahead of it.
 
 :class:`ShardCopies` binds a :class:`~tfrecord_torch.io.shardcache.ShardCache` to
 what the dataset's listing saw of each remote shard (size and ETag), so a copy is
-keyed on the object the dataset's indexes describe. Each object is asked again
-(one stat) the first time an iteration uses its copy: an object rewritten since the
-listing raises :class:`~tfrecord_torch.errors.RemoteError` instead of serving the
-copy of its former self. :class:`CopyAhead` fills the copies of the shards a
+keyed on the object the dataset's indexes describe. Each object is asked again the
+first time an iteration uses its copy (one listing of its folder for all of the
+dataset's objects there, else a stat): an object rewritten since the listing raises
+:class:`~tfrecord_torch.errors.RemoteError` instead of serving the copy of its former
+self. :class:`CopyAhead` fills the copies of the shards a
 reader reads next, in its order, while it reads the current ones.
 """
 
@@ -63,6 +64,8 @@ class ShardCopies:
         self._held: set[str] = set()  # objects with a complete copy, found this iteration
         self._filler: _Filler | None = None
         self._opening: dict[str, threading.Lock] = {}  # held while an object is checked (or copied)
+        self._listed: set[str] = set()  # folders listed this iteration to check their objects at once
+        self._listing: dict[str, threading.Lock] = {}  # held while a folder is listed
         self._lock = threading.Lock()
 
     def warn_if_too_small(self, shuffled: bool) -> None:
@@ -125,6 +128,10 @@ class ShardCopies:
         size, version = self.stat(url)
         with self._lock:
             checked = url in self._checked
+        if not checked and _complete(entry_path(self.cache, url, size, version), size):
+            self._check_by_listing(url)
+        with self._lock:
+            checked = url in self._checked
             if not checked:
                 opening = self._opening.setdefault(url, threading.Lock())
         if checked:
@@ -135,6 +142,34 @@ class ShardCopies:
         if fd is not None:
             _in_use[url] = entry_path(self.cache, url, size, version)
         return fd
+
+    def _check_by_listing(self, url: str) -> None:
+        """Ask, by one fresh listing of ``url``'s folder, whether the objects
+        of this dataset in that folder changed since they were listed, once an
+        iteration: those the listing gives with their listed size and version
+        are checked for this iteration, instead of a stat each when first
+        opened (on a warm cache of many shards, a stat each in series held the
+        first batch for seconds). One the listing leaves out or gives
+        otherwise, or a folder that cannot be listed, is asked on its own."""
+        folder = url.rsplit("/", 1)[0]
+        with self._lock:
+            if folder in self._listed:
+                return
+            listing = self._listing.setdefault(folder, threading.Lock())
+        with listing:  # a second thread opening a shard of the folder meanwhile waits for this listing
+            with self._lock:
+                if folder in self._listed:
+                    return
+                siblings = [u for u in self._stats if u.rsplit("/", 1)[0] == folder and u not in self._checked]
+            found: dict[str, tuple[int, str]] = {}
+            if len(siblings) > 1:  # for one object, its own stat is as cheap
+                try:
+                    found = fs.listed_versions(siblings, self.storage_options)
+                except Exception as e:  # a listing refused (no list permission, say): a stat each, as before
+                    log.debug("listing %s to check its objects failed (%s); each is asked when opened", folder, e)
+            with self._lock:
+                self._checked.update(u for u, now in found.items() if now == self._stats.get(u))
+                self._listed.add(folder)
 
     def _open_checked(self, url: str, size: int, version: str, opening: threading.Lock,
                       cancel: threading.Event | None, fill: bool) -> int | None:
@@ -243,6 +278,7 @@ class ShardCopies:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._checked, self._opening, self._held, self._filler = set(), {}, set(), None
+        self._listed, self._listing = set(), {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
