@@ -1,0 +1,143 @@
+"""A TF team's shards in an S3 bucket (moto's server on 127.0.0.1), read the ways
+docs/guide/remote.md shows: shuffled through DataLoader workers, in order, at random
+with a sampler, with the shard cache's default and with a ShardCache of the user's.
+The bucket's prefix is left as it was, and the mistakes a user makes with a bucket
+and its cache get the library's own message, or a read that goes on from the bucket.
+
+TensorFlow writes the shards (uploaded as a TF team uploads a folder) and is the oracle."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scenarios.test_remote import S3, with_bucket
+from torch.utils.data import DataLoader, RandomSampler
+from torchvision.transforms import v2
+
+from tfrecord_torch import IndexedTFRecordDataset, ShardCache, Source, TFRecordDataset, presets
+
+SHARDS = 3
+PER_SHARD = 8
+PREFIX = "s3://bucket/tf-team/train"
+DESCRIPTION = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    yield from with_bucket(S3())
+
+
+@pytest.fixture(scope="module")
+def bucket(s3, tmp_path_factory):
+    """A TF team's shards (tf.io.TFRecordWriter, JPEGs of mixed sizes), uploaded
+    folder and all; the labels as TensorFlow reads them, in file order."""
+    folder = tmp_path_factory.mktemp("tf_team")
+    rng = np.random.default_rng(0)
+    label = 0
+    for s in range(SHARDS):
+        with tf.io.TFRecordWriter(str(folder / f"train-{s:05d}-of-{SHARDS:05d}")) as w:
+            for _ in range(PER_SHARD):
+                h, wd = int(rng.integers(20, 40)), int(rng.integers(20, 40))
+                jpeg = tf.io.encode_jpeg(rng.integers(0, 256, (h, wd, 3), dtype=np.uint8)).numpy()
+                w.write(tf.train.Example(features=tf.train.Features(feature={
+                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])),
+                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                })).SerializeToString())
+                label += 1
+    s3.fs().put(f"{folder}/", PREFIX.split("://", 1)[1] + "/", recursive=True)
+    files = sorted(tf.io.gfile.glob(str(folder / "train-*")))
+    labels = [int(tf.io.parse_single_example(r, DESCRIPTION)["image/class/label"])
+              for r in tf.data.TFRecordDataset(files)]
+    return labels
+
+
+def objects(s3) -> dict[str, str]:
+    """Every object under the bucket's prefix with its ETag."""
+    return {info["name"]: info["ETag"] for info in s3.fs().find(PREFIX, detail=True).values()}
+
+
+def crop():
+    return v2.RandomResizedCrop(16, antialias=True)
+
+
+def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefix_as_it_was(s3, bucket, tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))  # the default cache's folder
+    before = objects(s3)
+    so = s3.options
+    ds = TFRecordDataset(f"{PREFIX}/train-*", features=presets.slim(), shuffle=True, storage_options=so,
+                         transform=crop())
+    loader = DataLoader(ds, batch_size=4, num_workers=2)
+    for epoch in range(2):  # epoch 0 copies the shards; epoch 1 reads the copies
+        ds.set_epoch(epoch)
+        got = [int(v) for batch in loader for v in batch["label"]]
+        assert sorted(got) == sorted(bucket) and got != bucket
+    in_order = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so)
+    assert [int(item["label"]) for item in in_order] == bucket  # TensorFlow's order
+    mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so, transform=crop())
+    assert [int(mapped[i]["label"]) for i in (0, len(mapped) - 1)] == [bucket[0], bucket[-1]]
+    sampled = DataLoader(mapped, batch_size=4, sampler=RandomSampler(mapped), num_workers=2)
+    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
+    copies = ShardCache(str(tmp_path / "mine"), limit=1 << 30)
+    mine = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so, source=Source(cache=copies))
+    assert [int(item["label"]) for item in mine] == bucket
+    shown = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", "cache"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert shown.returncode == 0, shown.stderr
+    assert f"{tmp_path / 'shards'}: {SHARDS} shard copies" in shown.stdout
+    assert objects(s3) == before  # no index, partial or lock object; no object rewritten
+
+
+def test_a_shard_cache_folder_that_cannot_be_made_reads_from_the_bucket(s3, bucket, tmp_path, caplog):
+    """A ShardCache whose folder cannot be made (a file where a folder of its path
+    should be): the records come from the bucket, with a warning naming the folder."""
+    (tmp_path / "scratch").write_bytes(b"")  # the user meant a folder
+    copies = ShardCache(str(tmp_path / "scratch" / "shards"))
+    ds = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), shuffle=True, storage_options=s3.options,
+                         transform=crop(), source=Source(cache=copies))
+    got = [int(v) for batch in DataLoader(ds, batch_size=4, num_workers=2) for v in batch["label"]]
+    assert sorted(got) == sorted(bucket)
+    in_order = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
+                               source=Source(cache=copies))
+    with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
+        for _ in range(2):
+            assert [int(item["label"]) for item in in_order] == bucket
+    (line,) = [r.getMessage() for r in caplog.records if "shard cache" in r.getMessage()]  # once
+    assert f"shard cache {tmp_path / 'scratch' / 'shards'} is not usable" in line
+    assert "reading from the bucket" in line
+    mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
+                                    transform=crop(), cache=copies)
+    sampled = DataLoader(mapped, batch_size=4, sampler=RandomSampler(mapped), num_workers=2)
+    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
+
+
+def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3, bucket):
+    copies = ShardCache("/scratch/shards")
+    with pytest.raises(TypeError, match=r"TFRecordDataset\(paths, source=Source\(cache=ShardCache\(") as info:
+        TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, cache=copies)
+    assert "IndexedTFRecordDataset" in str(info.value)
+    with pytest.raises(TypeError, match=r"IndexedTFRecordDataset\(paths, cache=None\)"):
+        IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
+                               source=Source(cache=None))
+
+
+@pytest.mark.parametrize("url, says", [
+    (f"{PREFIX}/val-*", "no files match"),  # a glob matching nothing
+    ("s3://bucket/tf-team/validation/", "no such file or prefix"),  # a prefix that does not exist
+    ("s3://no-such-bucket/tf-team/train/", "no such file or prefix"),
+    ("s3://no-such-bucket/tf-team/train/train-*", "no such object or bucket"),
+])
+def test_a_bucket_path_that_finds_no_shards_names_the_url(s3, bucket, url, says):
+    for make in (TFRecordDataset, IndexedTFRecordDataset):
+        with pytest.raises(FileNotFoundError, match=says) as info:
+            make(url, features=presets.slim(), storage_options=s3.options)
+        assert url in str(info.value)
