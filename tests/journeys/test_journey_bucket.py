@@ -120,6 +120,20 @@ def test_a_shard_cache_folder_that_cannot_be_made_reads_from_the_bucket(s3, buck
     assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
 
 
+def test_an_index_cache_folder_that_cannot_be_made_builds_the_indexes_again(s3, bucket, tmp_path, monkeypatch):
+    """The TF team's shards have no index objects: their indexes are built and
+    kept in the index cache. A cache folder under a file keeps none, and the
+    shards read as TensorFlow reads them."""
+    (tmp_path / "home").write_bytes(b"")
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "home" / "index"))
+    ds = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, source=Source(cache=None))
+    assert [int(item["label"]) for item in ds] == bucket
+    mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
+                                    transform=crop(), cache=None)
+    sampled = DataLoader(mapped, batch_size=4, sampler=RandomSampler(mapped), num_workers=2)
+    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
+
+
 def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3, bucket):
     copies = ShardCache("/scratch/shards")
     with pytest.raises(TypeError, match=r"TFRecordDataset\(paths, source=Source\(cache=ShardCache\(") as info:
