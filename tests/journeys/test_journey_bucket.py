@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -21,6 +22,8 @@ from torch.utils.data import DataLoader, RandomSampler
 from torchvision.transforms import v2
 
 from tfrecord_torch import IndexedTFRecordDataset, ShardCache, Source, TFRecordDataset, presets
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.io import retry
 
 SHARDS = 3
 PER_SHARD = 8
@@ -155,3 +158,23 @@ def test_a_bucket_path_that_finds_no_shards_names_the_url(s3, bucket, url, says)
         with pytest.raises(FileNotFoundError, match=says) as info:
             make(url, features=presets.slim(), storage_options=s3.options)
         assert url in str(info.value)
+
+
+def test_an_endpoint_nobody_answers_names_the_url_and_what_to_check(monkeypatch):
+    """A closed port as the endpoint: after the retries, a RemoteError naming
+    the URL and the endpoint setting to check (botocore's own retries are
+    turned off, and the backoff shortened, to keep the test short)."""
+    monkeypatch.setattr(retry, "BACKOFF", 0.01)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    so = {"key": "test", "secret": "test",
+          "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+          "config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
+    for url in (f"{PREFIX}/", f"{PREFIX}/train-*", f"{PREFIX}/train-00000-of-00003"):
+        for make in (TFRecordDataset, IndexedTFRecordDataset):
+            with pytest.raises(RemoteError) as info:
+                make(url, features=presets.slim(), storage_options=so)
+            assert url in str(info.value)
+            assert "no connection to the server could be made" in str(info.value)
+            assert "endpoint_url" in str(info.value)

@@ -33,6 +33,8 @@ BACKOFF = 0.2  # seconds before the first retry; doubles each time
 _FINAL_ERRNOS = {errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENAMETOOLONG,
                  errno.EMSGSIZE, errno.ENOENT}
 _THROTTLED = ("SlowDown", "Throttl", "RequestLimitExceeded", "TooManyRequests", "ServiceUnavailable")
+# no connection made at all (botocore, aiohttp, the socket layer): a wrong endpoint or a server that is down
+_UNREACHED = ("EndpointConnectionError", "ClientConnectorError", "ConnectionRefusedError", "gaierror")
 
 
 def _chain(e: BaseException):
@@ -91,6 +93,14 @@ def _final(url: str, what: str, e: BaseException) -> BaseException:
     return RemoteError(url, f"{what} refused{said}; not retried: {type(e).__name__}: {e}")
 
 
+def _unreached(e: BaseException) -> str:
+    """What to check when no connection to the server could be made, else ''."""
+    if not any(type(x).__name__ in _UNREACHED for x in _chain(e)):
+        return ""
+    return ("; no connection to the server could be made: check that it is up and reachable, and the "
+            "endpoint in storage_options (S3-compatible storage: {'client_kwargs': {'endpoint_url': ...}})")
+
+
 def retrying(what: str, url: str, call, *, retries: int = RETRIES):
     """Run ``call()``, retrying transient failures with backoff; a final one
     (see the module docstring) is raised at once, naming ``url``."""
@@ -106,7 +116,7 @@ def retrying(what: str, url: str, call, *, retries: int = RETRIES):
                 raise error from e
             if attempt == retries:
                 raise RemoteError(url, f"{what} failed after {retries + 1} attempts: "
-                                       f"{type(e).__name__}: {e}") from e
+                                       f"{type(e).__name__}: {e}{_unreached(e)}") from e
             log.warning("%s: %s failed (%s: %s); retrying in %.1fs", url, what, type(e).__name__, e, delay)
             time.sleep(delay)
             delay *= 2
