@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 
@@ -21,7 +22,14 @@ from scenarios.test_remote import S3, with_bucket
 from torch.utils.data import DataLoader, RandomSampler
 from torchvision.transforms import v2
 
-from tfrecord_torch import IndexedTFRecordDataset, ShardCache, Source, TFRecordDataset, presets
+from tfrecord_torch import (
+    CorruptRecordError,
+    IndexedTFRecordDataset,
+    ShardCache,
+    Source,
+    TFRecordDataset,
+    presets,
+)
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import retry
 
@@ -42,7 +50,8 @@ def s3():
 @pytest.fixture(scope="module")
 def bucket(s3, tmp_path_factory):
     """A TF team's shards (tf.io.TFRecordWriter, JPEGs of mixed sizes), uploaded
-    folder and all; the labels as TensorFlow reads them, in file order."""
+    folder and all: the labels as TensorFlow reads them, in file order, and the
+    local folder they were uploaded from."""
     folder = tmp_path_factory.mktemp("tf_team")
     rng = np.random.default_rng(0)
     label = 0
@@ -60,7 +69,12 @@ def bucket(s3, tmp_path_factory):
     files = sorted(tf.io.gfile.glob(str(folder / "train-*")))
     labels = [int(tf.io.parse_single_example(r, DESCRIPTION)["image/class/label"])
               for r in tf.data.TFRecordDataset(files)]
-    return labels
+    return labels, folder
+
+
+@pytest.fixture(scope="module")
+def labels(bucket):
+    return bucket[0]  # TensorFlow's labels of the shards under PREFIX
 
 
 def objects(s3) -> dict[str, str]:
@@ -72,7 +86,7 @@ def crop():
     return v2.RandomResizedCrop(16, antialias=True)
 
 
-def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefix_as_it_was(s3, bucket, tmp_path,
+def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefix_as_it_was(s3, labels, tmp_path,
                                                                                             monkeypatch):
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))  # the default cache's folder
     before = objects(s3)
@@ -83,16 +97,16 @@ def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefi
     for epoch in range(2):  # epoch 0 copies the shards; epoch 1 reads the copies
         ds.set_epoch(epoch)
         got = [int(v) for batch in loader for v in batch["label"]]
-        assert sorted(got) == sorted(bucket) and got != bucket
+        assert sorted(got) == sorted(labels) and got != labels
     in_order = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so)
-    assert [int(item["label"]) for item in in_order] == bucket  # TensorFlow's order
+    assert [int(item["label"]) for item in in_order] == labels  # TensorFlow's order
     mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so, transform=crop())
-    assert [int(mapped[i]["label"]) for i in (0, len(mapped) - 1)] == [bucket[0], bucket[-1]]
+    assert [int(mapped[i]["label"]) for i in (0, len(mapped) - 1)] == [labels[0], labels[-1]]
     sampled = DataLoader(mapped, batch_size=4, sampler=RandomSampler(mapped), num_workers=2)
-    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
+    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(labels)
     copies = ShardCache(str(tmp_path / "mine"), limit=1 << 30)
     mine = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so, source=Source(cache=copies))
-    assert [int(item["label"]) for item in mine] == bucket
+    assert [int(item["label"]) for item in mine] == labels
     shown = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", "cache"], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert shown.returncode == 0, shown.stderr
@@ -100,7 +114,7 @@ def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefi
     assert objects(s3) == before  # no index, partial or lock object; no object rewritten
 
 
-def test_a_shard_cache_folder_that_cannot_be_made_reads_from_the_bucket(s3, bucket, tmp_path, caplog):
+def test_a_shard_cache_folder_that_cannot_be_made_reads_from_the_bucket(s3, labels, tmp_path, caplog):
     """A ShardCache whose folder cannot be made (a file where a folder of its path
     should be): the records come from the bucket, with a warning naming the folder."""
     (tmp_path / "scratch").write_bytes(b"")  # the user meant a folder
@@ -108,36 +122,36 @@ def test_a_shard_cache_folder_that_cannot_be_made_reads_from_the_bucket(s3, buck
     ds = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), shuffle=True, storage_options=s3.options,
                          transform=crop(), source=Source(cache=copies))
     got = [int(v) for batch in DataLoader(ds, batch_size=4, num_workers=2) for v in batch["label"]]
-    assert sorted(got) == sorted(bucket)
+    assert sorted(got) == sorted(labels)
     in_order = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
                                source=Source(cache=copies))
     with caplog.at_level(logging.WARNING, logger="tfrecord_torch.io.shardcache"):
         for _ in range(2):
-            assert [int(item["label"]) for item in in_order] == bucket
+            assert [int(item["label"]) for item in in_order] == labels
     (line,) = [r.getMessage() for r in caplog.records if "shard cache" in r.getMessage()]  # once
     assert f"shard cache {tmp_path / 'scratch' / 'shards'} is not usable" in line
     assert "reading from the bucket" in line
     mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
                                     transform=crop(), cache=copies)
     sampled = DataLoader(mapped, batch_size=4, sampler=RandomSampler(mapped), num_workers=2)
-    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
+    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(labels)
 
 
-def test_an_index_cache_folder_that_cannot_be_made_builds_the_indexes_again(s3, bucket, tmp_path, monkeypatch):
+def test_an_index_cache_folder_that_cannot_be_made_builds_the_indexes_again(s3, labels, tmp_path, monkeypatch):
     """The TF team's shards have no index objects: their indexes are built and
     kept in the index cache. A cache folder under a file keeps none, and the
     shards read as TensorFlow reads them."""
     (tmp_path / "home").write_bytes(b"")
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "home" / "index"))
     ds = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, source=Source(cache=None))
-    assert [int(item["label"]) for item in ds] == bucket
+    assert [int(item["label"]) for item in ds] == labels
     mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
                                     transform=crop(), cache=None)
     sampled = DataLoader(mapped, batch_size=4, sampler=RandomSampler(mapped), num_workers=2)
-    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(bucket)
+    assert sorted(int(v) for batch in sampled for v in batch["label"]) == sorted(labels)
 
 
-def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3, bucket):
+def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3, labels):
     copies = ShardCache("/scratch/shards")
     with pytest.raises(TypeError, match=r"TFRecordDataset\(paths, source=Source\(cache=ShardCache\(") as info:
         TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, cache=copies)
@@ -153,7 +167,7 @@ def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3,
     ("s3://no-such-bucket/tf-team/train/", "no such file or prefix"),
     ("s3://no-such-bucket/tf-team/train/train-*", "no such object or bucket"),
 ])
-def test_a_bucket_path_that_finds_no_shards_names_the_url(s3, bucket, url, says):
+def test_a_bucket_path_that_finds_no_shards_names_the_url(s3, labels, url, says):
     for make in (TFRecordDataset, IndexedTFRecordDataset):
         with pytest.raises(FileNotFoundError, match=says) as info:
             make(url, features=presets.slim(), storage_options=s3.options)
@@ -178,3 +192,37 @@ def test_an_endpoint_nobody_answers_names_the_url_and_what_to_check(monkeypatch)
             assert url in str(info.value)
             assert "no connection to the server could be made" in str(info.value)
             assert "endpoint_url" in str(info.value)
+
+
+def frame_offsets(path) -> list[int]:
+    """Each record's byte offset in a TFRecord file, from its framing (12-byte
+    header, payload, 4-byte CRC)."""
+    data, offsets, at = path.read_bytes(), [], 0
+    while at < len(data):
+        offsets.append(at)
+        at += 12 + struct.unpack_from("<Q", data, at)[0] + 4
+    return offsets
+
+
+def test_a_corrupt_record_in_the_bucket_names_the_url_record_and_offset(s3, bucket, tmp_path, monkeypatch):
+    """One payload byte of a TF team's shard flipped in the bucket: the error
+    names the object's URL (not a local copy), the record and its offset; under
+    on_error="skip" every other record is read."""
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))
+    labels, folder = bucket
+    shard = folder / f"train-00001-of-{SHARDS:05d}"
+    record = 5
+    offset = frame_offsets(shard)[record]
+    data = bytearray(shard.read_bytes())
+    data[offset + 12 + 40] ^= 0xFF  # inside the JPEG
+    url = f"s3://bucket/tf-team/damaged/{shard.name}"
+    s3.fs().pipe(url.split("://", 1)[1], bytes(data))
+    for make in (TFRecordDataset, IndexedTFRecordDataset):
+        with pytest.raises(CorruptRecordError) as info:
+            make(url, features=presets.slim(), storage_options=s3.options)
+        assert f"{url}: record {record} at byte offset {offset}" in str(info.value)
+    ds = TFRecordDataset(url, features=presets.slim(), shuffle=True, storage_options=s3.options, on_error="skip",
+                         transform=crop())
+    got = [int(v) for batch in DataLoader(ds, batch_size=4, num_workers=2) for v in batch["label"]]
+    wanted = labels[PER_SHARD:2 * PER_SHARD]
+    assert sorted(got) == wanted[:record] + wanted[record + 1:]
