@@ -8,6 +8,7 @@ TensorFlow writes the shards (uploaded as a TF team uploads a folder) and is the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -107,10 +108,17 @@ def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefi
     copies = ShardCache(str(tmp_path / "mine"), limit=1 << 30)
     mine = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=so, source=Source(cache=copies))
     assert [int(item["label"]) for item in mine] == labels
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     shown = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", "cache"], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                           env=env)
     assert shown.returncode == 0, shown.stderr
     assert f"{tmp_path / 'shards'}: {SHARDS} shard copies" in shown.stdout
+    for args, says in ((["inspect", f"{PREFIX}/"], f"records: {len(labels)} "),  # the read-only commands
+                       (["verify", f"{PREFIX}/train-*"], f"{PREFIX}/train-00002-of-{SHARDS:05d}: {PER_SHARD} records")):
+        done = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", *args, "--storage-options", json.dumps(so)],
+                              capture_output=True, text=True, env=env)
+        assert done.returncode == 0, (args, done.stderr)
+        assert says in done.stdout, done.stdout
     assert objects(s3) == before  # no index, partial or lock object; no object rewritten
 
 
