@@ -172,7 +172,7 @@ def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3,
 @pytest.mark.parametrize("url, says", [
     (f"{PREFIX}/val-*", "no files match"),  # a glob matching nothing
     ("s3://bucket/tf-team/validation/", "no such file or prefix"),  # a prefix that does not exist
-    ("s3://no-such-bucket/tf-team/train/", "no such file or prefix"),
+    ("s3://no-such-bucket/tf-team/train/", "no such bucket: s3://no-such-bucket "),
     ("s3://no-such-bucket/tf-team/train/train-*", "no such object or bucket"),
 ])
 def test_a_bucket_path_that_finds_no_shards_names_the_url(s3, labels, url, says):
