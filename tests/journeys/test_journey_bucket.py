@@ -234,3 +234,21 @@ def test_a_corrupt_record_in_the_bucket_names_the_url_record_and_offset(s3, buck
     got = [int(v) for batch in DataLoader(ds, batch_size=4, num_workers=2) for v in batch["label"]]
     wanted = labels[PER_SHARD:2 * PER_SHARD]
     assert sorted(got) == wanted[:record] + wanted[record + 1:]
+
+
+def test_no_credentials_anywhere_says_where_to_give_them_at_once(s3, labels, tmp_path, monkeypatch, caplog):
+    """storage_options with the endpoint but no key, and none in the environment
+    or a profile: one RemoteError naming the URL and where credentials go, not
+    retried (asking again finds none)."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    so = {"client_kwargs": s3.options["client_kwargs"]}
+    for make in (TFRecordDataset, IndexedTFRecordDataset):
+        with pytest.raises(RemoteError) as info:
+            make(f"{PREFIX}/", features=presets.slim(), storage_options=so)
+        assert f"{PREFIX}/" in str(info.value)
+        assert "no credentials" in str(info.value) and "storage_options" in str(info.value)
+    assert not [r for r in caplog.records if r.name == "tfrecord_torch.io.retry" and "retrying" in r.getMessage()]
