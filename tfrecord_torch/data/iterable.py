@@ -35,7 +35,7 @@ from tfrecord_torch.data.reading import (
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
-from tfrecord_torch.data.usage import check_positional, no_random_access
+from tfrecord_torch.data.usage import check_positional, no_flat_cache, no_random_access
 from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
@@ -108,6 +108,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def __new__(cls, *args, **kwargs):
         check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        if "cache" in kwargs:  # IndexedTFRecordDataset's flat keyword, before Python's "unexpected keyword"
+            raise no_flat_cache(cls.__name__, kwargs["cache"])
         refuse_moved_keywords(cls.__name__, {k: v for k, v in kwargs.items() if k in MOVED})
         return super().__new__(cls)
 

@@ -21,7 +21,7 @@ from tfrecord_torch.data import collating  # noqa: F401 - registers the items' c
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
-from tfrecord_torch.data.usage import check_positional
+from tfrecord_torch.data.usage import check_positional, no_source
 from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.data.workerheap import tune_heap
@@ -82,6 +82,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __new__(cls, *args, **kwargs):
         check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
+        if "source" in kwargs:  # TFRecordDataset's option object, before Python's "unexpected keyword"
+            raise no_source(cls.__name__, kwargs["source"])
         return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | Payload | None = None,

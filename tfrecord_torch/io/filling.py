@@ -209,7 +209,7 @@ def _open_live(path: str) -> int | None:
     """A descriptor of the fill file at ``path`` if a live writer holds it."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
+    except OSError:  # none there, or a cache folder that cannot be read: no fill to follow
         return None
     if _held(fd):
         return fd

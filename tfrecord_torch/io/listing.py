@@ -8,7 +8,7 @@ import os
 from typing import NamedTuple
 
 from tfrecord_torch.io.files import _os_error, filesystem, is_url, local, unstrip, version_of
-from tfrecord_torch.io.retry import retrying
+from tfrecord_torch.io.retry import retrying, status_of
 
 __all__ = ["Listing", "expand", "forget_listings", "list_files"]
 
@@ -250,6 +250,23 @@ def _list_siblings(fs, protocol: str, pattern: str, infos: dict, stats: dict, fo
         folders.add(url)
 
 
+def _missing(fs, protocol: str, path: str, item: str) -> str:
+    """Why ``item`` (``path`` on ``fs``) was not found: on S3, its bucket does
+    not exist (one HEAD of the bucket, on this error only: a bucket that is
+    there but may not be asked, 403, keeps the plain message), or no object or
+    prefix has its name."""
+    bucket = path.split("/", 1)[0]
+    head = getattr(fs, "call_s3", None) if protocol in ("s3", "s3a") and "/" in path.strip("/") else None
+    if head is not None:
+        try:
+            head("head_bucket", Bucket=bucket)
+        except Exception as e:  # noqa: BLE001 - only a 404 says something; anything else keeps the plain message
+            if isinstance(e, FileNotFoundError) or status_of(e) == 404:
+                return (f"no such bucket: {protocol}://{bucket} (in {item!r}); check the bucket's name, and the "
+                        "endpoint in storage_options")
+    return f"no such file or prefix: {item!r}"
+
+
 def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: dict, folders: set) -> list[str]:
     import glob as globlib
 
@@ -263,7 +280,7 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
         try:
             info = retrying("stat", item, lambda: fs.info(p))  # a file, or a folder (prefix)
         except FileNotFoundError:
-            raise FileNotFoundError(f"no such file or prefix: {item!r}") from None
+            raise FileNotFoundError(_missing(fs, protocol, p, item)) from None
         if _is_file(info):
             infos = {p: info}
         else:

@@ -6,7 +6,8 @@ translated OSErrors):
 
 - final, raised at once without retrying: 4xx answers. A missing key or
   bucket (404) is a ``FileNotFoundError`` naming the URL; access denied (403)
-  and the other 4xx are a :class:`RemoteError` naming the URL.
+  and the other 4xx are a :class:`RemoteError` naming the URL. No
+  credentials to sign with (botocore's) is final too, saying where to give them.
 - transient, retried with exponential backoff: 5xx answers (503 SlowDown
   included), throttling, timeouts and dropped connections. fsspec's HTTP
   ``info`` reports any failure as ``FileNotFoundError``; when its cause is
@@ -33,6 +34,10 @@ BACKOFF = 0.2  # seconds before the first retry; doubles each time
 _FINAL_ERRNOS = {errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENAMETOOLONG,
                  errno.EMSGSIZE, errno.ENOENT}
 _THROTTLED = ("SlowDown", "Throttl", "RequestLimitExceeded", "TooManyRequests", "ServiceUnavailable")
+# botocore found no credentials (or half of them) to sign with: asking again finds none either
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError")
+# no connection made at all (botocore, aiohttp, the socket layer): a wrong endpoint or a server that is down
+_UNREACHED = ("EndpointConnectionError", "ClientConnectorError", "ConnectionRefusedError", "gaierror")
 
 
 def _chain(e: BaseException):
@@ -59,7 +64,7 @@ def status_of(e: BaseException) -> int | None:
 
 def is_final(e: BaseException) -> bool:
     """True if retrying cannot help: a 4xx answer or a local cause."""
-    if isinstance(e, TFRecordError):
+    if isinstance(e, TFRecordError) or _no_credentials(e):
         return True
     status = status_of(e)
     text = " ".join(str(x) for x in _chain(e))
@@ -84,11 +89,28 @@ def _final(url: str, what: str, e: BaseException) -> BaseException:
     said = f" (HTTP {status})" if status else ""
     if isinstance(e, TFRecordError):
         return e
+    if _no_credentials(e):
+        return RemoteError(url, f"{what}: no credentials to sign the request with ({type(e).__name__}: {e}); "
+                                "give them in storage_options ({'key': ..., 'secret': ...}, or {'profile': ...}) "
+                                "or the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or read a "
+                                "public bucket with storage_options={'anon': True}")
     if isinstance(e, FileNotFoundError) or status == 404:
         return FileNotFoundError(errno.ENOENT, f"{url}: no such object or bucket{said}: {e}", url)
     if isinstance(e, PermissionError) or status in (401, 403):
         return RemoteError(url, f"{what}: access denied{said}; not retried: {type(e).__name__}: {e}")
     return RemoteError(url, f"{what} refused{said}; not retried: {type(e).__name__}: {e}")
+
+
+def _no_credentials(e: BaseException) -> bool:
+    return any(type(x).__name__ in _NO_CREDENTIALS for x in _chain(e))
+
+
+def _unreached(e: BaseException) -> str:
+    """What to check when no connection to the server could be made, else ''."""
+    if not any(type(x).__name__ in _UNREACHED for x in _chain(e)):
+        return ""
+    return ("; no connection to the server could be made: check that it is up and reachable, and the "
+            "endpoint in storage_options (S3-compatible storage: {'client_kwargs': {'endpoint_url': ...}})")
 
 
 def retrying(what: str, url: str, call, *, retries: int = RETRIES):
@@ -106,7 +128,7 @@ def retrying(what: str, url: str, call, *, retries: int = RETRIES):
                 raise error from e
             if attempt == retries:
                 raise RemoteError(url, f"{what} failed after {retries + 1} attempts: "
-                                       f"{type(e).__name__}: {e}") from e
+                                       f"{type(e).__name__}: {e}{_unreached(e)}") from e
             log.warning("%s: %s failed (%s: %s); retrying in %.1fs", url, what, type(e).__name__, e, delay)
             time.sleep(delay)
             delay *= 2

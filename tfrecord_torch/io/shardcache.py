@@ -260,7 +260,7 @@ def open_complete(entry: str, size: int) -> int | None:
     another size (damaged by another process) is removed."""
     try:
         fd = os.open(entry, os.O_RDONLY)
-    except FileNotFoundError:
+    except OSError:  # none there, or a folder that cannot be read (a path through a file): no copy to read
         return None
     if os.fstat(fd).st_size == size:
         return fd

@@ -102,7 +102,7 @@ def _cache_get(cached: str, path: str, size: int | None = None) -> np.ndarray | 
     try:
         index = load_index(cached)
         check_index(index, path, index_path=cached, size=size, samples=0)
-    except FileNotFoundError:
+    except OSError:  # none there, or a cache folder that cannot be read (a path through a file): built again
         return None
     except IndexMismatchError as e:  # a damaged entry: built again
         log.warning("ignoring a damaged cached index: %s", e)
