@@ -672,3 +672,41 @@ def test_a_folder_that_cannot_be_listed_checks_each_object_by_itself(s3, shards,
     s3.requests.clear()
     assert ids(ds) == list(range(RECORDS))
     assert _shard_heads_and_listings(s3, shards) == (len(shards), 0)
+
+
+def _rewrite_with_longer_records(s3, url: str) -> None:
+    """Another writer puts other records (longer ones) under ``url``."""
+    with RecordWriter(url, storage_options={**s3.options, "skip_instance_cache": True}) as w:
+        for i in range(RECORDS // SHARDS):
+            w.write(make_example({"id": 5000 + i, "pad": np.full(50, i, np.int64)}))
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+@pytest.mark.parametrize("options", [{}, {"shuffle": True}], ids=["in-order", "shuffled"])
+def test_an_object_rewritten_after_listing_read_by_ranges_is_an_error_not_corruption(s3, tmp_path, monkeypatch,
+                                                                                    on_error, options):
+    """Without a shard cache the records are read by range requests at the
+    offsets the listing's index gives. An object rewritten since then is said
+    to be that (make the dataset again), in either on_error mode: not a corrupt
+    record, not records skipped, and none of the new object's records."""
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    paths = write(s3, f"sc{next(_prefixes)}")
+    ds = dataset(s3, paths, None, on_error=on_error, **options)
+    _rewrite_with_longer_records(s3, paths[1])
+    got = []
+    with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00001-of-00003.*changed since it was listed"):
+        for item in ds:
+            got.append(item["id"].item())
+    assert not [i for i in got if i >= 5000]
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_map_style_read_of_an_object_rewritten_after_listing_is_an_error(s3, tmp_path, monkeypatch, on_error):
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    paths = write(s3, f"sc{next(_prefixes)}")
+    ds = IndexedTFRecordDataset(paths, features={"id": Int64()}, storage_options=s3.options, cache=None,
+                                on_error=on_error)
+    _rewrite_with_longer_records(s3, paths[1])
+    assert ds[5]["id"].item() == 5  # another shard's record
+    with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00001-of-00003.*changed since it was listed"):
+        ds[RECORDS // SHARDS + 3]

@@ -13,7 +13,13 @@ import numpy.ma  # noqa: F401 - np.unique imports it at its first call: here, fo
 
 from tfrecord_torch.data.readahead import ReadAhead
 from tfrecord_torch.data.windows import ShardWindows
-from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, StaleIndexError
+from tfrecord_torch.errors import (
+    CorruptRecordError,
+    ExampleDecodeError,
+    FeatureError,
+    RemoteError,
+    StaleIndexError,
+)
 from tfrecord_torch.example.codec import parse_example, parse_record
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
@@ -22,6 +28,7 @@ from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import READ_AHEAD, is_url
+from tfrecord_torch.io.listing import changed_since_listed
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import cut_frames, read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
@@ -241,6 +248,9 @@ def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.R
             if cut is not None:
                 yield Run(cut, path, index[first:stop + 1, 0], np.arange(first, stop + 1))
                 continue
+            changed = changed_since_listed(path, so) if is_url(path) else None
+            if changed is not None:  # the index describes the object as listed: none of the new one's records
+                raise RemoteError(path, f"records {first}-{stop} at byte offset {start}: {changed}")
             stopped_at: list[int] = []
 
             def note(error: CorruptRecordError) -> None:

@@ -97,6 +97,13 @@ def size_and_version(path, storage_options: dict | None = None) -> tuple[int, st
     return int(info["size"]), version_of(info)
 
 
+def changed_object(listed: tuple[int, str], now: tuple[int, str], when: str) -> str:
+    """What to say of an object found with another (size, version) than listed."""
+    return (f"the object changed {when} (listed: {listed[0]} bytes, version {listed[1]}; now {now[0]} bytes, "
+            f"version {now[1]}); the dataset's index and counts describe the old object: make the dataset "
+            "again to read the new one")
+
+
 def listed_versions(urls, storage_options: dict | None = None) -> dict[str, tuple[int, str]]:
     """:func:`size_and_version` of remote files, by a fresh listing of their
     folders (each folder's cached listing dropped first): a request per folder

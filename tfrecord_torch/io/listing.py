@@ -5,15 +5,28 @@ shards need not ask again."""
 from __future__ import annotations
 
 import os
+import threading
 from typing import NamedTuple
 
-from tfrecord_torch.io.files import _os_error, filesystem, is_url, local, unstrip, version_of
+from tfrecord_torch.io.files import (
+    _os_error,
+    changed_object,
+    filesystem,
+    is_url,
+    local,
+    size_and_version,
+    unstrip,
+    version_of,
+)
 from tfrecord_torch.io.retry import retrying, status_of
 
-__all__ = ["Listing", "expand", "forget_listings", "list_files"]
+__all__ = ["Listing", "changed_since_listed", "expand", "forget_listings", "list_files"]
 
 INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
 SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
+_seen: dict[str, tuple[int, str]] = {}  # URL -> (size, version) as this process's latest listing saw it
+_unchanged: set[tuple[str, tuple[int, str]]] = set()  # (URL, as listed) found unchanged after a bad record
+_seen_lock = threading.Lock()
 # Stores whose folder listings are real listings (one request per 1,000 objects on S3/GCS).
 _LISTABLE = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory")
 
@@ -137,7 +150,33 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
                 raise ValueError(_named_twice(file, out[file], item))
             out[file] = item
     _list_index_folders(list(out), storage_options, stats, folders)
+    with _seen_lock:
+        _seen.update(stats)
     return Listing(list(out), stats, frozenset(folders), globs)
+
+
+def changed_since_listed(url: str, storage_options: dict | None) -> str | None:
+    """How the remote object ``url`` differs from what this process's latest
+    listing of it saw (asked afresh: one stat), for an error met reading it by
+    an index made from that listing; None if it is the same, was never listed
+    here, or cannot be asked. An object found unchanged is not asked again."""
+    with _seen_lock:
+        listed = _seen.get(url)
+        if listed is None or (url, listed) in _unchanged:
+            return None
+    system, path = filesystem(url, storage_options)
+    system.invalidate_cache(path)  # a listing cache (s3fs keeps one) would answer with what was listed
+    try:
+        now = size_and_version(url, storage_options)
+    except FileNotFoundError:
+        return "the object is gone since it was listed: make the dataset again"
+    except Exception:  # the question failed: the error met stands as it is
+        return None
+    if now != listed:
+        return changed_object(listed, now, "since it was listed")
+    with _seen_lock:
+        _unchanged.add((url, listed))
+    return None
 
 
 def _named_twice(file: str, first: str, second: str) -> str:

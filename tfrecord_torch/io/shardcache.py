@@ -627,11 +627,9 @@ def _check_unchanged(url: str, size: int, version: str, storage_options: dict | 
     # a file system's listing cache (s3fs keeps one) would answer with what was listed
     system, path = fs.filesystem(url, storage_options)
     system.invalidate_cache(path)
-    now_size, now_version = fs.size_and_version(url, storage_options)
-    if (now_size, now_version) != (size, version):
-        raise RemoteError(url, f"the object changed {when} (listed: {size} bytes, version {version}; now "
-                               f"{now_size} bytes, version {now_version}); the dataset's index and counts "
-                               "describe the old object: make the dataset again to read the new one")
+    now = fs.size_and_version(url, storage_options)
+    if now != (size, version):
+        raise RemoteError(url, fs.changed_object((size, version), now, when))
 
 
 def _discard(temp: str) -> None:

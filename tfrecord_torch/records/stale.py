@@ -18,6 +18,7 @@ import numpy as np
 from tfrecord_torch.errors import CorruptRecordError, RemoteError, StaleIndexError, TFRecordError
 from tfrecord_torch.io.copies import damaged_copy
 from tfrecord_torch.io.files import is_url
+from tfrecord_torch.io.listing import changed_since_listed
 from tfrecord_torch.records.index import scan_index
 
 __all__ = ["explain"]
@@ -29,7 +30,8 @@ _LOCK = threading.Lock()
 def explain(error: CorruptRecordError, index: np.ndarray, storage_options: dict | None = None) -> TFRecordError:
     """The error to raise for ``error``, met reading ``index``'s record
     ``error.record``: :class:`StaleIndexError` if the index, not the file, is wrong;
-    :class:`RemoteError` if a local copy of a remote shard, not the object, is."""
+    :class:`RemoteError` if a local copy of a remote shard, not the object, is,
+    or if the remote object is not the one its listing saw (rewritten since)."""
     r = error.record
     if r is not None and 0 <= r < len(index) and is_url(error.path):
         offset, size = int(index[r, 0]), int(index[r, 1])
@@ -38,6 +40,9 @@ def explain(error: CorruptRecordError, index: np.ndarray, storage_options: dict 
             return RemoteError(error.path, f"record {r} at byte {offset} (cached copy at {entry}): the copy "
                                            "differs from the object there (damaged by another process); it "
                                            "was removed: read again to copy the shard anew")
+        changed = changed_since_listed(error.path, storage_options)
+        if changed is not None:  # the index describes the object as listed, not as it is now
+            return RemoteError(error.path, f"record {r} at byte offset {offset}: {changed}")
     if "length CRC mismatch" not in str(error.reason or ""):  # only a misplaced read looks like a bad header
         return error
     key = (error.path, id(index), len(index))
