@@ -16,13 +16,13 @@ import struct
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 from scenarios.test_remote import S3, with_bucket
 from torch.utils.data import DataLoader, RandomSampler
 from torchvision.transforms import v2
 
+from journeys.tf_team import DESCRIPTION, write_tf_team_shards
 from tfrecord_torch import (
     CorruptRecordError,
     IndexedTFRecordDataset,
@@ -37,10 +37,6 @@ from tfrecord_torch.io import retry
 SHARDS = 3
 PER_SHARD = 8
 PREFIX = "s3://bucket/tf-team/train"
-DESCRIPTION = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-}
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +50,7 @@ def bucket(s3, tmp_path_factory):
     folder and all: the labels as TensorFlow reads them, in file order, and the
     local folder they were uploaded from."""
     folder = tmp_path_factory.mktemp("tf_team")
-    rng = np.random.default_rng(0)
-    label = 0
-    for s in range(SHARDS):
-        with tf.io.TFRecordWriter(str(folder / f"train-{s:05d}-of-{SHARDS:05d}")) as w:
-            for _ in range(PER_SHARD):
-                h, wd = int(rng.integers(20, 40)), int(rng.integers(20, 40))
-                jpeg = tf.io.encode_jpeg(rng.integers(0, 256, (h, wd, 3), dtype=np.uint8)).numpy()
-                w.write(tf.train.Example(features=tf.train.Features(feature={
-                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])),
-                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                })).SerializeToString())
-                label += 1
+    write_tf_team_shards(folder, SHARDS, PER_SHARD)
     s3.fs().put(f"{folder}/", PREFIX.split("://", 1)[1] + "/", recursive=True)
     files = sorted(tf.io.gfile.glob(str(folder / "train-*")))
     labels = [int(tf.io.parse_single_example(r, DESCRIPTION)["image/class/label"])

@@ -12,13 +12,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import torch
 import torchvision
 from torchvision.transforms import v2
 
+from journeys.tf_team import DESCRIPTION, write_tf_team_shards
 from tfrecord_torch import (
     Execution,
     IndexedReader,
@@ -34,10 +34,6 @@ from tfrecord_torch import (
 
 SHARDS = 3
 PER_SHARD = 6
-DESCRIPTION = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-}
 
 
 def _snapshot(folder) -> dict:
@@ -56,19 +52,7 @@ def tf_folder(tmp_path):
     """Shards as a TF team writes them: tf.io.TFRecordWriter, JPEGs of mixed sizes."""
     folder = tmp_path / "tf_team"
     folder.mkdir()
-    rng = np.random.default_rng(0)
-    label = 0
-    for s in range(SHARDS):
-        with tf.io.TFRecordWriter(str(folder / f"train-{s:05d}-of-{SHARDS:05d}")) as w:
-            for _ in range(PER_SHARD):
-                h, wd = int(rng.integers(20, 40)), int(rng.integers(20, 40))
-                jpeg = tf.io.encode_jpeg(rng.integers(0, 256, (h, wd, 3), dtype=np.uint8)).numpy()
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])),
-                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                }))
-                w.write(example.SerializeToString())
-                label += 1
+    write_tf_team_shards(folder, SHARDS, PER_SHARD)
     return folder
 
 
