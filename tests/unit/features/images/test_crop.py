@@ -243,6 +243,12 @@ def test_per_sample_fused_items_are_laid_out_as_unfused(tmp_path):
 
 _THREADS = """
 import os, sys, threading, time
+python_threads = set()  # every thread Python started, by its OS id: one that ended may linger a moment
+_bootstrap = threading.Thread._bootstrap_inner
+def _noted(self):
+    python_threads.add(threading.get_native_id())
+    _bootstrap(self)
+threading.Thread._bootstrap_inner = _noted
 import torch
 torch.set_num_threads(2)
 from torch.utils.data import DataLoader
@@ -250,7 +256,7 @@ from torchvision.transforms import v2
 from tfrecord_torch import TFRecordDataset, presets
 
 def foreign():  # threads of the process that Python did not start: an OpenMP team's among them
-    return set(map(int, os.listdir("/proc/self/task"))) - {t.native_id for t in threading.enumerate()}
+    return set(map(int, os.listdir("/proc/self/task"))) - {t.native_id for t in threading.enumerate()} - python_threads
 
 transform = v2.Compose([v2.RandomResizedCrop(112, interpolation=v2.InterpolationMode[sys.argv[2]]),
                         v2.RandomHorizontalFlip()])
@@ -258,7 +264,7 @@ before = foreign()
 per_sample = list(DataLoader(TFRecordDataset(sys.argv[1], features=presets.tfds(), transform=transform),
                              batch_size=8, num_workers=0))
 def started():
-    for _ in range(100):  # a Python thread that just ended may linger a moment as an OS thread
+    for _ in range(100):  # a thread that just ended may linger a moment as an OS thread
         if not foreign() - before:
             break
         time.sleep(0.02)
