@@ -37,9 +37,7 @@ from tfrecord_torch.data.shards import describe_shards, find_shards, index_argum
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_flat_cache, no_random_access
 from tfrecord_torch.data.windows import shard_windows
-from tfrecord_torch.data.workerexit import finish_sends_at_exit
-from tfrecord_torch.data.workergc import freeze_inherited
-from tfrecord_torch.data.workerheap import tune_heap
+from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
@@ -309,9 +307,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
-        freeze_inherited()
-        tune_heap()
-        finish_sends_at_exit()
+        settle_worker()
         worker, workers = _reader()
         skip = self._resume.start([worker, workers])
         if self.streamed:

@@ -22,9 +22,7 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.usage import check_positional, no_source
-from tfrecord_torch.data.workerexit import finish_sends_at_exit
-from tfrecord_torch.data.workergc import freeze_inherited
-from tfrecord_torch.data.workerheap import tune_heap
+from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
 from tfrecord_torch.features.payload import Payload
@@ -151,9 +149,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
-        freeze_inherited()
-        tune_heap()
-        finish_sends_at_exit()
+        settle_worker()
         return self._fetcher.item(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
@@ -164,9 +160,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         calls this for a batch. Every index is checked (IndexError) before
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
-        freeze_inherited()
-        tune_heap()
-        finish_sends_at_exit()
+        settle_worker()
         fetcher = self._fetcher
         checked = [fetcher.check(i) for i in indices]
         out = fetcher.items(checked)

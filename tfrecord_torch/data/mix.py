@@ -92,8 +92,8 @@ class MixedDataset(torch.utils.data.IterableDataset):
     def _choices(self, reader: int) -> Iterator[int]:
         return plan.mix_choices(self.weights, seed=self.seed, epoch=self.epoch, reader=reader)
 
-    def _reader(self) -> int:
-        layout = self._layout()
+    def _reader(self, layout: dict | None = None) -> int:
+        layout = self._layout() if layout is None else layout
         return layout["rank"] * max(layout["num_workers"], 1) + layout["worker"]
 
     def _layout(self) -> dict:
@@ -197,15 +197,14 @@ class MixedDataset(torch.utils.data.IterableDataset):
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
-        resume = self._resume
-        if resume is not None and resume.get("layout") is not None and not _same_readers(resume["layout"],
-                                                                                        self._layout()):
+        resume, here = self._resume, self._layout()
+        if resume is not None and resume.get("layout") is not None and not _same_readers(resume["layout"], here):
             # loaded in the main process, read by workers: refused as load_state_dict refuses it
-            raise self._layout_error(f"the state of {_place(resume['layout'])}, read by {_place(self._layout())}",
-                                     resume, where="__iter__")
+            raise self._layout_error(f"the state of {_place(resume['layout'])}, read by {_place(here)}", resume,
+                                     where="__iter__")
         self.epoch = self._epochs.start()
         self._resume = None
-        self._run = _Interleaving(self.datasets, self._choices(self._reader()), self.weights,
+        self._run = _Interleaving(self.datasets, self._choices(self._reader(here)), self.weights,
                                   self.stop_on_first_exhausted,
                                   skip=0 if resume is None else int(resume["position"]),
                                   exhausted=None if resume is None else resume["exhausted"])

@@ -26,8 +26,9 @@ from tfrecord_torch.errors import RemoteError, TFRecordError
 from tfrecord_torch.io import http, s3session, streamed
 from tfrecord_torch.io.retry import retrying, status_of
 
-__all__ = ["RemoteFile", "answers_checked", "exists", "filesystem", "is_url", "local", "open_read", "ranged", "read_bytes",
-           "read_range", "require_ranges", "size_and_version", "stream_range", "unstrip", "version_of"]
+__all__ = ["RemoteFile", "answers_checked", "changed_object", "exists", "filesystem", "fresh_size_and_version", "is_url",
+           "listed_versions", "local", "open_read", "ranged", "read_bytes", "read_range", "require_ranges",
+           "size_and_version", "stream_range", "unstrip", "version_of"]
 
 log = logging.getLogger(__name__)
 READ_AHEAD = 16 << 20  # block size of streaming remote reads
@@ -97,9 +98,20 @@ def size_and_version(path, storage_options: dict | None = None) -> tuple[int, st
     return int(info["size"]), version_of(info)
 
 
-def changed_object(listed: tuple[int, str], now: tuple[int, str], when: str) -> str:
-    """What to say of an object found with another (size, version) than listed."""
-    return (f"the object changed {when} (listed: {listed[0]} bytes, version {listed[1]}; now {now[0]} bytes, "
+def fresh_size_and_version(path, storage_options: dict | None = None) -> tuple[int, str]:
+    """:func:`size_and_version` asked of the file system anew: a listing cache
+    (s3fs keeps one) would answer with what was listed."""
+    if is_url(path):
+        system, p = filesystem(path, storage_options)
+        system.invalidate_cache(p)
+    return size_and_version(path, storage_options)
+
+
+def changed_object(listed: tuple[int, str], now: tuple[int | None, str | None], when: str, *,
+                   seen: str = "now") -> str:
+    """What to say of an object found with another (size, version) than listed
+    (``seen``: where the new ones were seen)."""
+    return (f"the object changed {when} (listed: {listed[0]} bytes, version {listed[1]}; {seen}: {now[0]} bytes, "
             f"version {now[1]}); the dataset's index and counts describe the old object: make the dataset "
             "again to read the new one")
 

@@ -12,9 +12,9 @@ from tfrecord_torch.io.files import (
     _os_error,
     changed_object,
     filesystem,
+    fresh_size_and_version,
     is_url,
     local,
-    size_and_version,
     unstrip,
     version_of,
 )
@@ -164,10 +164,8 @@ def changed_since_listed(url: str, storage_options: dict | None) -> str | None:
         listed = _seen.get(url)
         if listed is None or (url, listed) in _unchanged:
             return None
-    system, path = filesystem(url, storage_options)
-    system.invalidate_cache(path)  # a listing cache (s3fs keeps one) would answer with what was listed
     try:
-        now = size_and_version(url, storage_options)
+        now = fresh_size_and_version(url, storage_options)
     except FileNotFoundError:
         return "the object is gone since it was listed: make the dataset again"
     except Exception:  # the question failed: the error met stands as it is

@@ -594,10 +594,8 @@ class _AnswerCheck:
         if same_size and answer.etag is None:
             self.unnamed = True
         elif not same_size or answer.etag != self.version:
-            raise RemoteError(self.url, f"the object changed since it was listed (listed: {self.size} bytes, "
-                                        f"version {self.version}; a range of it now: {answer.size} bytes, version "
-                                        f"{answer.etag}); the dataset's index and counts describe the old object: "
-                                        "make the dataset again to read the new one")
+            listed, now = (self.size, self.version), (answer.size, answer.etag)
+            raise RemoteError(self.url, fs.changed_object(listed, now, "since it was listed", seen="a range of it now"))
 
 
 def _answered() -> Future:
@@ -624,10 +622,7 @@ def _check_soon(url: str, size: int, version: str, storage_options: dict | None,
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
-    # a file system's listing cache (s3fs keeps one) would answer with what was listed
-    system, path = fs.filesystem(url, storage_options)
-    system.invalidate_cache(path)
-    now = fs.size_and_version(url, storage_options)
+    now = fs.fresh_size_and_version(url, storage_options)
     if now != (size, version):
         raise RemoteError(url, fs.changed_object((size, version), now, when))
 

@@ -1,0 +1,45 @@
+"""What a DataLoader worker process sets in itself at its first item, once.
+
+The datasets call :func:`settle_worker` for every item (a DataLoader worker
+is first met there, not before); past the first call of a process it is one
+flag read. The first call runs each step, and each step decides for itself
+whether this process is a worker it should change:
+
+* :func:`~tfrecord_torch.data.workergc.freeze_inherited`: the collector
+  leaves alone what a forked worker inherited;
+* :func:`~tfrecord_torch.data.workerheap.tune_heap`: glibc's malloc thresholds;
+* :func:`~tfrecord_torch.data.workerexit.finish_sends_at_exit`: at exit, the
+  queues' feeder threads let go of the items they send.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tfrecord_torch.data.workerexit import finish_sends_at_exit
+from tfrecord_torch.data.workergc import freeze_inherited
+from tfrecord_torch.data.workerheap import tune_heap
+
+__all__ = ["settle_worker"]
+
+_settled = False  # this process ran the steps (a forked child starts over)
+
+
+def _after_fork() -> None:
+    global _settled
+    _settled = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def settle_worker() -> None:
+    """Once per process: the steps above (each a no-op outside a DataLoader worker)."""
+    global _settled
+    if _settled:
+        return
+    _settled = True
+    freeze_inherited()
+    tune_heap()
+    finish_sends_at_exit()
