@@ -167,6 +167,34 @@ def test_a_bucket_path_that_finds_no_shards_names_the_url(s3, labels, url, says)
         assert url in str(info.value)
 
 
+def test_a_prefix_holding_two_splits_is_refused_with_the_glob_of_each(s3, tmp_path):
+    """A TF team's folder of train and validation shards, uploaded whole: the prefix read
+    as a folder would mix the splits, so it is refused naming each split's glob, and the
+    glob it names reads what tf.data reads from the folder through the same glob."""
+    folder = tmp_path / "tfteam"
+    folder.mkdir()
+    write_tf_team_shards(folder, 2, 3)
+    write_tf_team_shards(folder, 1, 2, split="validation", first=100)
+    prefix = "s3://bucket/two-splits"
+    s3.fs().put(f"{folder}/", prefix.split("://", 1)[1] + "/", recursive=True)
+    says = (f"folder {prefix}/ holds 2 splits: train (2 shards: '{prefix}/train-*'), validation (1 shard: "
+            f"'{prefix}/validation-*'); a folder path would read them all as one dataset: pass the glob of the "
+            "split you want")
+    for make in (TFRecordDataset, IndexedTFRecordDataset):
+        with pytest.raises(ValueError) as info:
+            make(f"{prefix}/", features=dict(DESCRIPTION), storage_options=s3.options)
+        assert says in str(info.value)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", "inspect", f"{prefix}/", "--storage-options",
+                           json.dumps(s3.options)], capture_output=True, text=True, env=env)
+    assert done.returncode == 1 and says in done.stderr, done.stderr
+    files = sorted(tf.io.gfile.glob(str(folder / "validation-*")))
+    theirs = [int(tf.io.parse_single_example(r, DESCRIPTION)["image/class/label"])
+              for r in tf.data.TFRecordDataset(files)]
+    ours = TFRecordDataset(f"{prefix}/validation-*", features=dict(DESCRIPTION), storage_options=s3.options)
+    assert [int(item["image/class/label"]) for item in ours] == theirs == [100, 101]
+
+
 def test_an_endpoint_nobody_answers_names_the_url_and_what_to_check(monkeypatch):
     """A closed port as the endpoint: after the retries, a RemoteError naming
     the URL and the endpoint setting to check (botocore's own retries are

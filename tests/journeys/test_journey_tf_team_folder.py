@@ -120,3 +120,57 @@ def test_what_the_library_writes_is_globbed_as_shards_only(tmp_path):
     assert sorted(os.listdir(out / "index")) == sorted(
         [os.path.basename(p) + x for p in shards for x in (".index", ".index.json")])
     assert len(IndexedTFRecordDataset(out)) == 24
+
+
+@pytest.fixture()
+def two_splits(tmp_path):
+    """A TF team's folder as it is usually kept: train-0000{0..3}-of-00004 beside
+    validation-00000-of-00001 (tf.io.TFRecordWriter), and a labels.txt."""
+    folder = tmp_path / "tfteam"
+    folder.mkdir()
+    write_tf_team_shards(folder, 4, PER_SHARD)
+    write_tf_team_shards(folder, 1, 5, split="validation", first=1000)
+    (folder / "labels.txt").write_text("0:cat\n1:dog\n")
+    return folder
+
+
+def _tf_reads(pattern: str) -> list[int]:
+    """The labels tf.data reads through the TF team's glob, in order."""
+    files = sorted(tf.io.gfile.glob(pattern))
+    return [int(tf.io.parse_single_example(r, DESCRIPTION)["image/class/label"]) for r in tf.data.TFRecordDataset(files)]
+
+
+def test_a_folder_holding_two_splits_is_refused_with_the_glob_of_each(two_splits):
+    """Read as a folder, train and validation would be one dataset of 29 records, without a
+    word: every entry point refuses the folder, names both splits and the glob of each, and
+    the glob it names reads exactly what tf.data reads through it."""
+    folder = str(two_splits)
+    train, validation = os.path.join(folder, "train-*"), os.path.join(folder, "validation-*")
+    says = (f"folder {folder} holds 2 splits: train (4 shards: {train!r}), validation (1 shard: {validation!r}); "
+            "a folder path would read them all as one dataset: pass the glob of the split you want")
+    for make in (TFRecordDataset, IndexedTFRecordDataset):
+        for path, named in ((two_splits, folder), (folder + "/", folder + "/")):
+            with pytest.raises(ValueError) as info:
+                make(path, features=dict(DESCRIPTION))
+            assert says.replace(f"folder {folder} ", f"folder {named} ") in str(info.value)
+    for args in (["inspect", folder], ["verify", folder], ["index", folder], ["head", "-n", "1", folder]):
+        proc = subprocess.run([sys.executable, "-m", "tfrecord_torch.cli", *args], capture_output=True, text=True)
+        assert proc.returncode == 1 and says in proc.stderr, (args, proc.stderr)
+    # The globs the error names, read as the docs show, give what tf.data gives through them.
+    assert [int(item["image/class/label"]) for item in TFRecordDataset(train, features=dict(DESCRIPTION))] \
+        == _tf_reads(train) == list(range(4 * PER_SHARD))
+    mapped = IndexedTFRecordDataset(validation, features=dict(DESCRIPTION))
+    assert [int(mapped[i]["image/class/label"]) for i in range(len(mapped))] == _tf_reads(validation) \
+        == list(range(1000, 1005))
+    assert len(TFRecordDataset(os.path.join(folder, "*"))) == 4 * PER_SHARD + 5  # all of it, when asked for
+
+
+def test_a_folder_of_one_split_beside_other_files_reads_as_before(two_splits):
+    for name in os.listdir(two_splits):
+        if name.startswith("validation-"):
+            os.remove(two_splits / name)
+    (two_splits / "notes.tfrecord").write_bytes(b"")  # a file of no shard group
+    ds = TFRecordDataset(two_splits, features=dict(DESCRIPTION))
+    assert [os.path.basename(p) for p in ds.paths] == ["notes.tfrecord"] + [f"train-{s:05d}-of-00004" for s in range(4)]
+    assert [int(item["image/class/label"]) for item in ds] == _tf_reads(str(two_splits / "*.tfrecord")) \
+        + _tf_reads(str(two_splits / "train-*"))

@@ -11,14 +11,14 @@ DESCRIPTION = {
 }
 
 
-def write_tf_team_shards(folder, shards: int, per_shard: int) -> None:
-    """``shards`` files ``train-SSSSS-of-NNNNN`` in ``folder`` written by
+def write_tf_team_shards(folder, shards: int, per_shard: int, *, split: str = "train", first: int = 0) -> None:
+    """``shards`` files ``<split>-SSSSS-of-NNNNN`` in ``folder`` written by
     tf.io.TFRecordWriter: JPEGs of mixed sizes (20-39 pixels a side) under
-    ``image/encoded``, and ``image/class/label`` 0, 1, 2, ... in file order."""
-    rng = np.random.default_rng(0)
-    label = 0
+    ``image/encoded``, and ``image/class/label`` first, first + 1, ... in file order."""
+    rng = np.random.default_rng(first)
+    label = first
     for s in range(shards):
-        with tf.io.TFRecordWriter(str(folder / f"train-{s:05d}-of-{shards:05d}")) as w:
+        with tf.io.TFRecordWriter(str(folder / f"{split}-{s:05d}-of-{shards:05d}")) as w:
             for _ in range(per_shard):
                 h, wd = int(rng.integers(20, 40)), int(rng.integers(20, 40))
                 jpeg = tf.io.encode_jpeg(rng.integers(0, 256, (h, wd, 3), dtype=np.uint8)).numpy()

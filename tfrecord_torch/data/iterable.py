@@ -58,7 +58,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     :class:`~tfrecord_torch.data.batchmode.BatchPipeline` per iteration.
 
     Args:
-        paths: a path, a glob pattern, a directory, or a list of these.
+        paths: a path, a glob pattern, a directory, or a list of these. A
+            directory whose shard names form several splits (``train-*``
+            beside ``validation-*``) is a ValueError naming each split's glob.
         features: a feature spec (``{"image": Image(), "label": Int64()}``,
             or a preset, or a TF ``feature_description``); None yields the
             dicts :func:`~tfrecord_torch.example.codec.parse_record` returns (a SequenceExample's context

@@ -44,7 +44,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     Args:
         paths: a path, a glob pattern, a directory, or a list of these
-            (uncompressed shards; compressed ones cannot be seeked).
+            (uncompressed shards; compressed ones cannot be seeked). A
+            directory whose shard names form several splits is a ValueError
+            naming each split's glob.
         features: a feature spec (or TF ``feature_description``); None gives
             :func:`~tfrecord_torch.example.codec.parse_record` dicts (a SequenceExample's context features
             and feature lists side by side); with ``sequence_features``, the context's spec.

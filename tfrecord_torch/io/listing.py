@@ -19,6 +19,7 @@ from tfrecord_torch.io.files import (
     version_of,
 )
 from tfrecord_torch.io.retry import retrying, status_of
+from tfrecord_torch.io.splits import check_one_split
 
 __all__ = ["Listing", "changed_since_listed", "expand", "forget_listings", "list_files"]
 
@@ -129,6 +130,7 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
                                and os.path.isfile(os.path.join(item, f)))
                 if not found:
                     raise FileNotFoundError(_empty_folder(item, skip))
+                check_one_split(item, found, os.path.join)
             elif os.path.exists(item):  # a real file, even one whose name has glob characters
                 found = [item]
             elif globlib.has_magic(item):
@@ -310,6 +312,7 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
     fs, p = filesystem(item, storage_options)
     protocol = item.split("://", 1)[0]
     forget_listings(fs, _glob_root(p) if globlib.has_magic(p) else p)
+    whole = False  # a folder (prefix) listed whole, not a glob or a file
     if globlib.has_magic(p):
         infos = retrying("glob", item, lambda: fs.glob(p, detail=True))
         _list_siblings(fs, protocol, p, infos, stats, folders)
@@ -323,6 +326,7 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
         else:
             infos = retrying("list", item, lambda: fs.find(p, maxdepth=1, detail=True))
             folders.add(item.rstrip("/"))
+            whole = True
     urls = {(f if "://" in f else unstrip(fs, protocol, f)): info for f, info in infos.items()
             if _is_file(info)}
     stats.update((url, (int(info.get("size") or 0), version_of(info))) for url, info in urls.items())
@@ -339,4 +343,6 @@ def _list_remote(item: str, storage_options: dict | None, skip: tuple, stats: di
                 f"such as {item.rstrip('/') + '/**/*'!r}" if subfolders else "")
         raise FileNotFoundError(f"no TFRecord files directly under {item!r} (folders are not searched "
                                 f"recursively){hint}")
+    if whole:
+        check_one_split(item, found, lambda folder, pattern: f"{folder.rstrip('/')}/{pattern}")
     return found

@@ -1,6 +1,7 @@
 """TFDS directories as TFDS writes them: a builder run by tensorflow_datasets itself is the oracle."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfrecord_torch import tfds_dataset
+from tfrecord_torch import IndexedTFRecordDataset, TFRecordDataset, tfds_dataset
 
 BUILDER = '''
 import numpy as np
@@ -135,6 +136,21 @@ def test_supervised_pairs_and_class_names(tiny):
     assert ds.classes == ["cat", "dog", "eel"]
     assert ds.features["label"].names == ["cat", "dog", "eel"]
     assert ds.features["label"].int2str(2) == "eel"
+
+
+def test_a_tfds_folder_passed_as_a_folder_path_is_refused_naming_its_splits(tiny):
+    """TFDS keeps a dataset's splits side by side in one folder: read as a folder path it
+    would mix train and test, so it is refused with each split's glob and tfds_dataset."""
+    folder, oracle = tiny
+    for make in (TFRecordDataset, IndexedTFRecordDataset):
+        with pytest.raises(ValueError) as info:
+            make(folder)
+        message = str(info.value)
+        for split in ("train", "test"):
+            glob = os.path.join(str(folder), f"tiny-{split}.tfrecord-*")
+            assert f"{split} (1 shard: {glob!r})" in message
+            assert len(TFRecordDataset(glob)) == len(oracle[split])  # the named glob reads the split
+        assert f"tfds_dataset({str(folder)!r}, 'train')" in message
 
 
 def test_filepath_template_is_honoured_and_name_is_optional(tiny, tmp_path):
