@@ -59,7 +59,10 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
             ``"image"`` and ``"label"``; images as PIL images, uint8/uint16
             tensors [C, H, W] / [H, W] or arrays [H, W, C] / [H, W]. A dataset
             that exposes its files (ImageFolder's ``samples``) and has no
-            transform is copied byte for byte, without decoding. Or a
+            transform is copied byte for byte, without decoding (16-bit
+            files among 8-bit ones are stored as the 8-bit RGB its loader's
+            ``convert("RGB")`` gives, as TFDS keeps one dtype per feature;
+            a folder of 16-bit files only stays 16-bit). Or a
             :class:`DatasetSource` recipe that builds one.
         output_dir: the folder for shards, indexes and TFDS metadata, or a URL
             (``s3://bucket/prefix``).
@@ -86,6 +89,8 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
 
     Raises:
         TypeError: a sample cannot be converted; the message names its index.
+            Decoded samples of both 8-bit and 16-bit images (before the
+            metadata is written).
     """
     layout = check_instance("shards", shards or ShardLayout(), ShardLayout, "a ShardLayout")
     encoding = check_instance("encoding", encoding or Encoding(), Encoding, "an Encoding")
@@ -114,31 +119,58 @@ def write_dataset(dataset: Any, output_dir: PathLike, *, name: str, split: str =
             log.info("%s-%s: %d of %d shards already written by an earlier run of this plan; writing the rest",
                      name, split, len(done), len(plan.shards))
         recipe = source_of(dataset) if executor is not None else None
-        tasks = [ShardTask(spec=spec, length=length, seed=seed, shuffle=shuffle, compression=compression,
-                           compression_options=layout.compression_options, options=options, fingerprint=fingerprint, files_digest=digest, source=recipe,
-                           storage_options=storage_options)
-                 for spec in plan.shards if spec.index not in done]
-        workers = 0
-        if executor is None:
-            workers = num_workers if num_workers is not None else \
-                default_workers(length, len(tasks), AUTO_PROCESSES_FROM)
-            if workers > len(tasks) > 0:
-                log.info("%d shards to write: %d processes, not %d (a shard is one task)",
-                         len(tasks), len(tasks), workers)
-                workers = len(tasks)
-        if tasks:
+
+        def write(specs, opts: dict) -> None:
+            tasks = [ShardTask(spec=spec, length=length, seed=seed, shuffle=shuffle, compression=compression,
+                               compression_options=layout.compression_options, options=opts,
+                               fingerprint=fingerprint, files_digest=digest, source=recipe,
+                               storage_options=storage_options)
+                     for spec in specs]
+            if not tasks:
+                return
+            workers = 0
+            if executor is None:
+                workers = num_workers if num_workers is not None else \
+                    default_workers(length, len(tasks), AUTO_PROCESSES_FROM)
+                if workers > len(tasks) > 0:
+                    log.info("%d shards to write: %d processes, not %d (a shard is one task)",
+                             len(tasks), len(tasks), workers)
+                    workers = len(tasks)
             run = lambda ex: run_tasks(tasks, ex, retries=retries, progress=progress, total=len(plan.shards),
-                                       done=len(done))
+                                       done=len(plan.shards) - len(tasks))
             if executor is not None:
                 done.update(run(executor))
             else:
                 with shard_executor(source, workers) as ex:
                     done.update(run(ex))
-        stats = ImageStats()
-        for result in done.values():
-            stats.merge(ImageStats.from_json(result.stats))
+
+        write([spec for spec in plan.shards if spec.index not in done], options)
+        stats = _merged(done)
+        if stats.mixed_depths and files is not None:
+            # An ImageFolder of 8- and 16-bit files: TFDS keeps one dtype per image feature, so
+            # the shards holding 16-bit files are written again with those files as the 8-bit
+            # RGB its loader gives (encode.rgb8_png); a folder of 16-bit files only stays 16-bit.
+            wide = [spec for spec in plan.shards if ImageStats.from_json(done[spec.index].stats).uint16]
+            log.warning("%s-%s: 8- and 16-bit images, and TFDS keeps one dtype per image feature: the 16-bit "
+                        "files (in %d shards) are stored as the 8-bit RGB the ImageFolder gives for them "
+                        "(PIL's convert('RGB'), which saturates samples above 255)", name, split, len(wide))
+            write(wide, {**options, "rgb8": True})
+            stats = _merged(done)
+        if stats.mixed_depths:
+            raise TypeError(f"{name}-{split}: the samples mix 8-bit and 16-bit images, and TFDS keeps one dtype "
+                            "per image feature (an 8-bit image would read as 16-bit): give every image one "
+                            "depth (a transform converting them), then write again into an empty folder; "
+                            "the shards are written, the metadata is not")
         features = stats.features(image_format if files is None else None, class_names)
         return commit(plan, done, features=features, class_names=class_names, storage_options=storage_options)
+
+
+def _merged(done: dict) -> ImageStats:
+    """The split's image stats: every shard's, merged."""
+    stats = ImageStats()
+    for result in done.values():
+        stats.merge(ImageStats.from_json(result.stats))
+    return stats
 
 
 def _classes(dataset: Any) -> list[str] | None:

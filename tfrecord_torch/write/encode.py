@@ -26,7 +26,7 @@ from tfrecord_torch.features.images.decode import image_info
 from tfrecord_torch.write.detection import detection_record, is_detection_target
 from tfrecord_torch.write.png16 import encode_png16
 
-__all__ = ["FORMATS", "encode_sample", "file_samples"]
+__all__ = ["FORMATS", "encode_sample", "file_samples", "rgb8_png"]
 
 FORMATS = ("png", "jpeg", "raw")
 _MAGIC = [(b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "gif"),
@@ -55,6 +55,8 @@ def encode_sample(i: int, dataset, files, options) -> tuple[bytes, tuple]:
             data = f.read()
         fmt, (h, w, c) = _sniff(data, path)
         dtype = "uint16" if fmt == "png" and data[24:25] == b"\x10" else "uint8"  # IHDR bit depth
+        if dtype == "uint16" and options.get("rgb8"):  # a split of 8- and 16-bit files: see rgb8_png
+            data, c, dtype = rgb8_png(data, path), 3, "uint8"
     else:
         image, label = _split(dataset[i], i)
         pixels = _pixels(image, i)
@@ -71,6 +73,23 @@ def encode_sample(i: int, dataset, files, options) -> tuple[bytes, tuple]:
     label = -1 if label is None else _label(label, i)
     record = {"image": data, "format": fmt, "height": h, "width": w, "channels": c, "label": label}
     return make_example(record), (fmt, h, w, c, label, dtype)
+
+
+def rgb8_png(data: bytes, path: str) -> bytes:
+    """A 16-bit image file as the 8-bit RGB PNG of the pixels torchvision's ImageFolder
+    gives for it (its loader's ``PIL.Image.open(path).convert("RGB")``, whatever Pillow
+    makes of 16-bit samples there), for a split whose other images are 8-bit: TFDS keeps
+    one dtype per feature, and the 8-bit images must not be read as 16-bit."""
+    from PIL import Image as PILImage
+
+    try:
+        with PILImage.open(io.BytesIO(data)) as im:
+            rgb = im.convert("RGB")
+    except Exception as e:  # Pillow raises many types for bad files
+        raise TFRecordError(f"{path}: not an image Pillow can read: {e}") from e
+    buf = io.BytesIO()
+    rgb.save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
 
 
 def _split(sample, i: int):

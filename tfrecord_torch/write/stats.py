@@ -36,6 +36,7 @@ class ImageStats:
         self.shape: Any = None  # [height, width], None, or "mixed"
         self.format: Any = None
         self.uint16 = False
+        self.uint8 = False
         self.max_label = -1
         self.detection = self.text = False
 
@@ -46,6 +47,7 @@ class ImageStats:
         self.shape = _join(self.shape, [int(h), int(w)])
         self.format = _join(self.format, fmt)
         self.uint16 = self.uint16 or dtype == "uint16"
+        self.uint8 = self.uint8 or dtype == "uint8"
         if isinstance(label, tuple):  # a detection sample: (has class names,)
             self.detection, self.text = True, bool(label[0])
         else:
@@ -57,10 +59,16 @@ class ImageStats:
         self.shape = _join(self.shape, other.shape)
         self.format = _join(self.format, other.format)
         self.uint16 = self.uint16 or other.uint16
+        self.uint8 = self.uint8 or other.uint8
         self.max_label = max(self.max_label, other.max_label)
         self.detection = self.detection or other.detection
         self.text = self.text or other.text
         return self
+
+    @property
+    def mixed_depths(self) -> bool:
+        """Whether both 8-bit and 16-bit images were seen: one features.json dtype cannot hold both."""
+        return self.uint8 and self.uint16
 
     def to_json(self) -> dict:
         return dict(vars(self))

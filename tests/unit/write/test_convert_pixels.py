@@ -150,3 +150,89 @@ def test_raw_conversion_describes_the_image_for_any_sizes(tmp_path, sizes):
     assert all(np.array_equal(o["image"].numpy().reshape(a.shape), a) for o, a in zip(ours, arrays))
     shaped = list(TFRecordDataset(tmp_path, features=presets.converted(raw=True)))
     assert all(np.array_equal(s["image"].permute(1, 2, 0).numpy(), a) for s, a in zip(shaped, arrays))
+
+
+def mixed_image_folder(root, *, eight_bit=True):
+    """An ImageFolder as people keep one: RGB and L JPEGs, L, RGBA and P PNGs, and two
+    16-bit gray PNGs (I;16, samples above and below 255), every image 10 x 12."""
+    files = {"i16a.png": PILImage.fromarray(rng.integers(0, 65536, (10, 12), dtype=np.uint16)),
+             "i16b.png": PILImage.fromarray(rng.integers(0, 300, (10, 12), dtype=np.uint16))}
+    if eight_bit:
+        files.update({
+            "rgb.jpg": PILImage.fromarray(rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)),
+            "gray.jpg": PILImage.fromarray(rng.integers(0, 256, (10, 12), dtype=np.uint8)),
+            "l.png": PILImage.fromarray(rng.integers(0, 256, (10, 12), dtype=np.uint8)),
+            "rgba.png": PILImage.fromarray(rng.integers(0, 256, (10, 12, 4), dtype=np.uint8)),
+            "p.png": PILImage.fromarray(rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)).convert("P")})
+    for k, (name, image) in enumerate(sorted(files.items())):
+        (root / ("cat" if k % 2 else "dog")).mkdir(parents=True, exist_ok=True)
+        image.save(root / ("cat" if k % 2 else "dog") / name)
+    return torchvision.datasets.ImageFolder(str(root))
+
+
+def test_an_image_folder_of_8_and_16_bit_files_reads_as_the_image_folder_gives_it(tmp_path):
+    """One 16-bit PNG among 8-bit JPEGs and PNGs: features.json, the stored bytes, TFDS,
+    tf.data and tfds_dataset all give the 8-bit RGB pixels the ImageFolder gives (its
+    loader's convert("RGB")), and the first batch stacks."""
+    tfds = import_tfds()
+    from tfrecord_torch import tfds_dataset
+
+    folder = mixed_image_folder(tmp_path / "photos")
+    expected = [np.asarray(image) for image, _ in folder]  # what the ImageFolder user sees: uint8 [H, W, 3]
+    labels = [label for _, label in folder]
+    for k, (path, _) in enumerate(folder.samples):
+        if path.endswith(".jpg"):  # JPEG decoders differ by a few levels: TensorFlow's is the reference here
+            with open(path, "rb") as f:
+                decoded = tf.io.decode_image(f.read(), channels=3).numpy()
+            assert np.abs(decoded.astype(int) - expected[k]).max() <= 8
+            expected[k] = decoded
+    out = tmp_path / "records"
+    write_dataset(folder, out, name="photos", shuffle=False, execution=Execution(progress=False))
+    image = json.loads((out / "features.json").read_text())["featuresDict"]["features"]["image"]["image"]
+    assert image["dtype"] == "uint8" and image["shape"]["dimensions"][-1] == "3"
+    loaded = list(tfds.builder_from_directory(str(out)).as_dataset(split="train", shuffle_files=False)
+                  .as_numpy_iterator())
+    assert [int(x["label"]) for x in loaded] == labels
+    for x, want in zip(loaded, expected):
+        assert x["image"].dtype == np.uint8 and np.array_equal(x["image"], want)
+    desc = {"image": tf.io.FixedLenFeature([], tf.string)}
+    for raw, want in zip(tf.data.TFRecordDataset(shards(out)), expected):
+        encoded = tf.io.parse_single_example(raw, desc)["image"]
+        assert np.array_equal(tf.io.decode_image(encoded, channels=3).numpy(), want)
+    ds = tfds_dataset(out, "train")
+    batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=len(expected))))
+    assert batch["image"].dtype == torch.uint8 and tuple(batch["image"].shape) == (len(expected), 3, 10, 12)
+    for k, (got, want) in enumerate(zip(batch["image"].permute(0, 2, 3, 1).numpy(), expected)):
+        if folder.samples[k][0].endswith(".png"):  # the 16-bit ones too: exactly the ImageFolder's pixels
+            assert np.array_equal(got, want), folder.samples[k][0]
+        else:  # this library's JPEG decoder, within a few levels of TensorFlow's on these 10 x 12 JPEGs
+            assert np.abs(got.astype(int) - want).max() <= 8, folder.samples[k][0]
+    assert batch["label"].tolist() == labels
+
+
+def test_an_image_folder_of_16_bit_files_only_stays_16_bit(tmp_path):
+    from tfrecord_torch import tfds_dataset
+
+    folder = mixed_image_folder(tmp_path / "depth", eight_bit=False)
+    exact = []
+    for path, _ in folder.samples:
+        with PILImage.open(path) as image:
+            assert image.mode == "I;16"  # as Pillow opens a 16-bit gray PNG
+            exact.append(np.asarray(image).astype(np.uint16))
+    out = tmp_path / "records"
+    write_dataset(folder, out, name="depth", shuffle=False, execution=Execution(progress=False))
+    image = json.loads((out / "features.json").read_text())["featuresDict"]["features"]["image"]["image"]
+    assert image["dtype"] == "uint16"
+    ours = [item["image"] for item in tfds_dataset(out, "train")]
+    assert all(t.dtype == torch.uint16 and np.array_equal(t[0].numpy(), a) for t, a in zip(ours, exact))
+    assert max(int(a.max()) for a in exact) > 255  # not clipped
+
+
+def test_a_dataset_of_8_and_16_bit_arrays_is_refused_before_its_metadata(tmp_path):
+    """Samples the converter decodes (no files to copy) of both depths: one dtype cannot
+    hold them, and converting would change the dataset's own values, so it is an error."""
+    samples = [(rng.integers(0, 256, (4, 5, 3), dtype=np.uint8), 0),
+               (rng.integers(0, 65536, (4, 5, 3), dtype=np.uint16), 1)]
+    with pytest.raises(TypeError, match="mix 8-bit and 16-bit images"):
+        write_dataset(samples, tmp_path, name="m", execution=Execution(progress=False))
+    assert not (tmp_path / "features.json").exists()
