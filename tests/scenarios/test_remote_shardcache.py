@@ -710,3 +710,75 @@ def test_a_map_style_read_of_an_object_rewritten_after_listing_is_an_error(s3, t
     assert ds[5]["id"].item() == 5  # another shard's record
     with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00001-of-00003.*changed since it was listed"):
         ds[RECORDS // SHARDS + 3]
+
+
+def _tf_shard(folder, records: int) -> tuple[str, list[int]]:
+    """One shard of ``records`` Examples written by tf.io.TFRecordWriter (an
+    ``id`` and a ``pad`` of 0-2,000 bytes: ~1 KB a record), and the ids as
+    TensorFlow reads them back."""
+    import tensorflow as tf
+
+    path = str(folder / "tf-shard.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+        for i in range(records):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                "pad": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes([i % 251]) * (i * 7 % 2001)])),
+            })).SerializeToString())
+    description = {"id": tf.io.FixedLenFeature([], tf.int64)}
+    read = [int(tf.io.parse_single_example(r, description)["id"]) for r in tf.data.TFRecordDataset(path)]
+    return path, read
+
+
+@pytest.mark.parametrize("options", [{}, {"shuffle": True}], ids=["in-order", "shuffled"])
+def test_a_reader_following_a_fill_given_up_mid_read_reads_every_record(s3, tmp_path, monkeypatch, options):
+    """A reader follows another process's fill of a shard (the fill file's
+    part written) and that fill is given up -- its file cut to 0 bytes --
+    between the reader's look at the file and its read of it. The read comes
+    back short; it must look again (then take over the copy or read the
+    bucket), never hand on the short bytes: every record as TensorFlow reads
+    it, under the default on_error="raise"."""
+    from tfrecord_torch.io.filling import FillView
+
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    local, expected = _tf_shard(tmp_path, 3_000)
+    url = f"s3://bucket/sc{next(_prefixes)}/tf-shard.tfrecord"
+    s3.fs().put(local, url.split("://", 1)[1])
+    with open(local, "rb") as f:
+        data = f.read()
+    assert ids(dataset(s3, [url], None)) == expected  # indexes the shard (kept in the index cache)
+    cache = ShardCache(str(tmp_path / "shards"))
+    size, version = files.size_and_version(url, s3.options)
+    give_up = threading.Event()
+    download = shardcache._download
+
+    def other_process(url, fd, size, storage_options, cancel=None, checked=None, check=None):
+        if threading.current_thread() is not other:
+            return download(url, fd, size, storage_options, cancel, checked, check)
+        os.pwrite(fd, data[:size // 2], 0)  # half the object, then the fill is given up (cancelled)
+        assert give_up.wait(60)
+
+    monkeypatch.setattr(shardcache, "_download", other_process)
+    other = threading.Thread(  # stands for another process: flock excludes another open file alike
+        target=lambda: shardcache.open_shard(url, cache, size=size, version=version, storage_options=s3.options))
+    other.start()
+    fill = shardcache.fill_path(shardcache.entry_path(cache, url, size, version))
+    deadline = time.monotonic() + 30
+    while not (os.path.exists(fill) and os.path.getsize(fill) >= size // 2) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    look = FillView._look
+    held = []
+
+    def look_then_given_up(self, want):
+        fd, written = look(self, want)
+        if fd is not None and fd == self._fill and not give_up.is_set():
+            held.append(want)
+            give_up.set()  # the filler gives up now: its file is cut to 0 bytes before this reader reads it
+            other.join(60)
+        return fd, written
+
+    monkeypatch.setattr(FillView, "_look", look_then_given_up)
+    got = ids(dataset(s3, [url], cache, **options))
+    assert held and not other.is_alive()  # the reader read the other fill's part, and that fill ended in between
+    assert got == ids(dataset(s3, [url], None, **options))  # the planned order, read from the bucket
+    assert sorted(got) == expected
