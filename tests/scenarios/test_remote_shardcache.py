@@ -710,3 +710,157 @@ def test_a_map_style_read_of_an_object_rewritten_after_listing_is_an_error(s3, t
     assert ds[5]["id"].item() == 5  # another shard's record
     with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00001-of-00003.*changed since it was listed"):
         ds[RECORDS // SHARDS + 3]
+
+
+
+UNCACHED = {"in-order": {}, "shuffled": {"shuffle": True}, "batches": {"batch_size": 7},
+            "shuffled-batches": {"shuffle": True, "batch_size": 7}, "streamed": {"source": Source(cache=None, index=False)}}
+
+
+def uncached(s3, paths, **options):
+    """A dataset of ``paths`` read without the shard cache (range requests, or streamed)."""
+    options.setdefault("source", Source(cache=None))
+    return TFRecordDataset(paths, features={"id": Int64()}, storage_options=s3.options, **options)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip", "warn"])
+@pytest.mark.parametrize("case", list(UNCACHED))
+def test_an_object_rewritten_between_epochs_without_a_cache_is_an_error_not_its_new_records(s3, tmp_path, monkeypatch,
+                                                                                           case, on_error):
+    """Without the shard cache, a dataset made once reads its objects through
+    the indexes of its listing. Objects rewritten between two epochs with
+    records of the same lengths fit those indexes: the next epoch is a
+    RemoteError naming an object and saying to make the dataset again, in every
+    on_error mode -- as with the shard cache -- not the new records read
+    through the old index."""
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    prefix = f"sc{next(_prefixes)}"
+    paths = write(s3, prefix)
+    ds = uncached(s3, paths, on_error=on_error, **UNCACHED[case])
+    assert sorted(ids(ds)) == list(range(RECORDS))
+    write(s3, prefix, first_id=1000)  # the same sizes, other values
+    got = []
+    with pytest.raises(RemoteError, match=r"data-train\.tfrecord-0000\d-of-00003: the object changed since it was "
+                                          r"listed.*make the dataset again"):
+        for item in ds:
+            got += item["id"].reshape(-1).tolist()
+    assert got == []  # neither the old records nor the new ones under the old index
+    assert sorted(ids(uncached(s3, paths, **UNCACHED[case]))) == list(range(1000, 1000 + RECORDS))  # made again
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("case", ["in-order", "shuffled", "streamed"])
+def test_without_a_cache_each_epoch_checks_its_objects_by_one_listing_per_reader(s3, shards, case, workers):
+    """The check costs one listing of the shards' folder per epoch and reader
+    (the main process, or each DataLoader worker): no request per record or
+    per shard."""
+    ds = uncached(s3, shards, **UNCACHED[case])
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        s3.requests.clear()
+        got = ids(DataLoader(ds, batch_size=None, num_workers=workers) if workers else ds)
+        assert sorted(got) == list(range(RECORDS))
+        assert _shard_heads_and_listings(s3, shards) == (0, max(workers, 1))
+
+
+def test_without_a_cache_a_folder_that_cannot_be_listed_checks_each_object_by_itself(s3, shards, monkeypatch):
+    def refused(urls, storage_options=None):
+        raise PermissionError("s3://bucket: ListObjectsV2 denied")
+
+    monkeypatch.setattr(files, "listed_versions", refused)
+    ds = uncached(s3, shards)
+    s3.requests.clear()
+    assert ids(ds) == list(range(RECORDS))
+    assert _shard_heads_and_listings(s3, shards) == (len(shards), 0)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_map_style_dataset_without_a_cache_checks_its_objects_in_each_workers_epoch(s3, tmp_path, monkeypatch,
+                                                                                     on_error):
+    """IndexedTFRecordDataset asks once per process: a DataLoader worker (new
+    each epoch, unless persistent) asks when it first reads an object. Objects
+    rewritten with records of the same lengths are a RemoteError the next epoch."""
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    prefix = f"sc{next(_prefixes)}"
+    paths = write(s3, prefix)
+    ds = IndexedTFRecordDataset(paths, features={"id": Int64()}, storage_options=s3.options, cache=None,
+                                on_error=on_error)
+    loader = DataLoader(ds, batch_size=10, num_workers=2)
+    s3.requests.clear()
+    assert sorted(i for batch in loader for i in batch["id"].tolist()) == list(range(RECORDS))
+    assert _shard_heads_and_listings(s3, paths) == (0, 2)  # one listing per worker
+    write(s3, prefix, first_id=1000)  # the same sizes, other values
+    with pytest.raises(RemoteError, match=r"data-train\.tfrecord-0000\d-of-00003: the object changed since it was "
+                                          r"listed.*make the dataset again"):
+        list(loader)
+
+def _tf_shard(folder, records: int) -> tuple[str, list[int]]:
+    """One shard of ``records`` Examples written by tf.io.TFRecordWriter (an
+    ``id`` and a ``pad`` of 0-2,000 bytes: ~1 KB a record), and the ids as
+    TensorFlow reads them back."""
+    import tensorflow as tf
+
+    path = str(folder / "tf-shard.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+        for i in range(records):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                "pad": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes([i % 251]) * (i * 7 % 2001)])),
+            })).SerializeToString())
+    description = {"id": tf.io.FixedLenFeature([], tf.int64)}
+    read = [int(tf.io.parse_single_example(r, description)["id"]) for r in tf.data.TFRecordDataset(path)]
+    return path, read
+
+
+@pytest.mark.parametrize("options", [{}, {"shuffle": True}], ids=["in-order", "shuffled"])
+def test_a_reader_following_a_fill_given_up_mid_read_reads_every_record(s3, tmp_path, monkeypatch, options):
+    """A reader follows another process's fill of a shard (the fill file's
+    part written) and that fill is given up -- its file cut to 0 bytes --
+    between the reader's look at the file and its read of it. The read comes
+    back short; it must look again (then take over the copy or read the
+    bucket), never hand on the short bytes: every record as TensorFlow reads
+    it, under the default on_error="raise"."""
+    from tfrecord_torch.io.filling import FillView
+
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    local, expected = _tf_shard(tmp_path, 3_000)
+    url = f"s3://bucket/sc{next(_prefixes)}/tf-shard.tfrecord"
+    s3.fs().put(local, url.split("://", 1)[1])
+    with open(local, "rb") as f:
+        data = f.read()
+    assert ids(dataset(s3, [url], None)) == expected  # indexes the shard (kept in the index cache)
+    cache = ShardCache(str(tmp_path / "shards"))
+    size, version = files.size_and_version(url, s3.options)
+    give_up = threading.Event()
+    download = shardcache._download
+
+    def other_process(url, fd, size, storage_options, cancel=None, checked=None, check=None):
+        if threading.current_thread() is not other:
+            return download(url, fd, size, storage_options, cancel, checked, check)
+        os.pwrite(fd, data[:size // 2], 0)  # half the object, then the fill is given up (cancelled)
+        assert give_up.wait(60)
+
+    monkeypatch.setattr(shardcache, "_download", other_process)
+    other = threading.Thread(  # stands for another process: flock excludes another open file alike
+        target=lambda: shardcache.open_shard(url, cache, size=size, version=version, storage_options=s3.options))
+    other.start()
+    fill = shardcache.fill_path(shardcache.entry_path(cache, url, size, version))
+    deadline = time.monotonic() + 30
+    while not (os.path.exists(fill) and os.path.getsize(fill) >= size // 2) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    look = FillView._look
+    held = []
+
+    def look_then_given_up(self, want):
+        fd, written = look(self, want)
+        if fd is not None and fd == self._fill and not give_up.is_set():
+            held.append(want)
+            give_up.set()  # the filler gives up now: its file is cut to 0 bytes before this reader reads it
+            other.join(60)
+        return fd, written
+
+    monkeypatch.setattr(FillView, "_look", look_then_given_up)
+    got = ids(dataset(s3, [url], cache, **options))
+    assert held and not other.is_alive()  # the reader read the other fill's part, and that fill ended in between
+    assert got == ids(dataset(s3, [url], None, **options))  # the planned order, read from the bucket
+    assert sorted(got) == expected

@@ -33,6 +33,7 @@ from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.io import pool
 from tfrecord_torch.io.copies import ShardCopies, copy_ahead
+from tfrecord_torch.io.listing import ListingCheck
 
 __all__ = ["BatchPipeline", "mixed_sizes"]
 
@@ -62,16 +63,19 @@ class BatchPipeline:
         prefetch: batches started ahead on a producer thread (0: one
             started ahead on the consumer's thread).
         copies: local copies of remote shards (the shard cache), or None.
+        listing: without copies, the check of the remote shards against
+            their listing (once per iteration), or None.
     """
 
     def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
                  images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
                  policy: SharedErrorPolicy, verify: bool, storage_options: dict | None, prefetch: int = 0,
-                 copies: ShardCopies | None = None) -> None:
+                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
         self.prefetch = prefetch
         self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
         self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
         self.verify, self.storage_options, self.copies = verify, storage_options, copies
+        self.listing = listing
 
     def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
                 worker: int, workers: int, skip: int) -> Iterator[tuple[int, Any]]:
@@ -80,7 +84,7 @@ class BatchPipeline:
         w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
         (units finished, the batch or SKIPPED), ``prefetch`` batches started
         ahead on a producer thread (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
-        readers = pool.ReaderPool(self.storage_options, copies=self.copies)
+        readers = pool.ReaderPool(self.storage_options, copies=self.copies, listing=self.listing)
         mine = list(range(worker, count, workers))[skip:]
         windows = None
         if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once

@@ -35,6 +35,7 @@ from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import is_url
+from tfrecord_torch.io.listing import ListingCheck
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
 
@@ -80,14 +81,16 @@ class ItemFetcher:
         policy: what a bad record does (see :meth:`item`).
         storage_options: fsspec options for URLs.
         copies: local copies of remote shards (the shard cache), or None.
+        listing: without copies, the check of the remote shards against
+            their listing (once per object and process), or None.
     """
 
     def __init__(self, *, paths: list[str], indexes: list[np.ndarray], spec: Any, transform: Callable | None,
                  verify: bool, policy: SharedErrorPolicy, storage_options: dict | None,
-                 copies: ShardCopies | None = None) -> None:
+                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
         self.paths, self.indexes = paths, indexes
         self.spec, self.transform, self.verify, self.policy = spec, transform, verify, policy
-        self.readers = pool.ReaderPool(storage_options, copies=copies)
+        self.readers = pool.ReaderPool(storage_options, copies=copies, listing=listing)
         self.stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in indexes], dtype=np.int64)
         self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call

@@ -45,6 +45,7 @@ from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.io import pool
 from tfrecord_torch.io.copies import CopyAhead, ShardCopies, copy_ahead, dataset_copies, fills_for
 from tfrecord_torch.io.files import is_url
+from tfrecord_torch.io.listing import ListingCheck
 from tfrecord_torch.policy import OnError
 
 __all__ = ["TFRecordDataset"]
@@ -148,6 +149,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
         self.copies = dataset_copies(source.cache, self.paths, listing.stats, storage_options, shuffled=self.shuffle)
+        self._listed = listing.check(storage_options) if self.copies is None else None
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
@@ -345,7 +347,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
                              images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
                              policy=self.policy, verify=self.verify, storage_options=self.storage_options,
-                             prefetch=self.prefetch, copies=self._fresh_copies(workers))
+                             prefetch=self.prefetch, copies=self._fresh_copies(workers), listing=self._fresh_listing())
 
     def _sequence(self, worker: int, workers: int) -> tuple[plan.RangePlanner, int, int]:
         """The epoch's plan and this rank's [lo, hi) in it (this reader's in
@@ -373,6 +375,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             return self.copies.fresh()
         return self.copies.fresh(fills_for(sum(map(self.copies.covers, self.paths)), workers))
 
+    def _fresh_listing(self) -> ListingCheck | None:
+        """Without the shard cache, one iteration's check of the remote
+        shards against the dataset's listing: each object read from the
+        bucket is asked once whether it changed since (the copies check
+        their own objects)."""
+        return None if self._listed is None else self._listed.fresh()
+
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
         of this rank's sequence; worker w decodes batches w, w + workers, ...
@@ -398,7 +407,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
         copies = self._fresh_copies(workers)
-        readers = pool.ReaderPool(self.storage_options, copies=copies)
+        readers = pool.ReaderPool(self.storage_options, copies=copies, listing=self._fresh_listing())
         windows = None
         if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once
             windows = shard_windows(self.paths, self.indexes, hi - lo,
@@ -475,7 +484,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                       seed=self.seed, epoch=self.epoch)
         copies = self._fresh_copies()
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter(), copies=copies)
+                              report=self.policy.reporter(), copies=copies, listing=self._fresh_listing())
         ahead = copy_ahead(copies, [self.paths[s] for s in shards])
 
         def opened(path: str):

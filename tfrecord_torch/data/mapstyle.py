@@ -114,7 +114,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._fetcher = ItemFetcher(paths=self.paths, indexes=[i for i in indexes if i is not None],
                                     spec=spec, transform=transform,
                                     verify=verify, policy=self.policy, storage_options=storage_options,
-                                    copies=copies)
+                                    copies=copies, listing=listing.check(storage_options) if copies is None else None)
         self.indexes: list[np.ndarray] = self._fetcher.indexes
         self.ends = self._fetcher.ends
         self.verify = verify

@@ -28,7 +28,7 @@ from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import READ_AHEAD, is_url
-from tfrecord_torch.io.listing import changed_since_listed
+from tfrecord_torch.io.listing import ListingCheck, changed_since_listed
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import cut_frames, read_frames
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
@@ -74,6 +74,9 @@ class ReadContext:
             and skipped; None: it is raised.
         readers: open readers to borrow; None: each call opens its own.
         copies: local copies of remote shards for streaming; None: from the bucket.
+        listing: the check of the remote shards streamed from the bucket
+            against their listing (once per iteration; the copies' own when
+            there are copies); None: no check.
         far: bytes past what a shard's fill has written beyond which a
             scattered read goes to the bucket instead of waiting (None:
             :data:`~tfrecord_torch.io.pool.FAR_BYTES`).
@@ -86,6 +89,7 @@ class ReadContext:
     report: Callable[[CorruptRecordError], None] | None = None
     readers: pool.ReaderPool | None = None
     copies: ShardCopies | None = None
+    listing: ListingCheck | None = None
     far: int | None = None
     windows: ShardWindows | None = None
 
@@ -294,6 +298,9 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
     consumer's thread."""
     copies = context.copies
     copy = copies.open_file(path) if copies is not None and copies.covers(path) else None
+    listing = copies.listing if copies is not None else context.listing
+    if copy is None and listing is not None and is_url(path):  # from the bucket: the object listed, or an error
+        listing.check(path)
     chunks: Iterator = _stream_chunks(path, copy, context, compression)
     if is_url(path) and copy is None:
         chunks = ReadAhead(chunks, weight=lambda chunk: len(chunk.buf), limit=READ_AHEAD)

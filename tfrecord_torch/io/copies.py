@@ -4,10 +4,10 @@ copies a reader's next shards ahead of it.
 :class:`ShardCopies` binds a :class:`~tfrecord_torch.io.shardcache.ShardCache` to
 what the dataset's listing saw of each remote shard (size and ETag), so a copy is
 keyed on the object the dataset's indexes describe. Each object is asked again the
-first time an iteration uses its copy (one listing of its folder for all of the
-dataset's objects there, else a stat): an object rewritten since the listing raises
-:class:`~tfrecord_torch.errors.RemoteError` instead of serving the copy of its former
-self. :class:`CopyAhead` fills the copies of the shards a
+first time an iteration uses its copy (a :class:`~tfrecord_torch.io.listing.ListingCheck`:
+one listing of its folder for all of the dataset's objects there, else a stat): an
+object rewritten since the listing raises :class:`~tfrecord_torch.errors.RemoteError`
+instead of serving the copy of its former self. :class:`CopyAhead` fills the copies of the shards a
 reader reads next, in its order, while it reads the current ones.
 """
 
@@ -23,6 +23,7 @@ from typing import Any, Union
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import filling
 from tfrecord_torch.io.filling import FillFile, FillView, can_watch
+from tfrecord_torch.io.listing import ListingCheck
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
 
 __all__ = ["FILLS", "MAX_FILLS", "CacheArg", "CopyAhead", "ShardCopies", "copy_ahead", "copy_in_use", "damaged_copy", "dataset_copies",
@@ -60,12 +61,10 @@ class ShardCopies:
         self.cache, self.storage_options = cache, storage_options
         self.fills = FILLS if fills is None else fills  # shards copied at once in the background
         self._stats = dict(stats)
-        self._checked: set[str] = set()  # objects found unchanged since listed, this iteration
+        self.listing = ListingCheck(self._stats, storage_options)  # objects found unchanged, this iteration
         self._held: set[str] = set()  # objects with a complete copy, found this iteration
         self._filler: _Filler | None = None
         self._opening: dict[str, threading.Lock] = {}  # held while an object is checked (or copied)
-        self._listed: set[str] = set()  # folders listed this iteration to check their objects at once
-        self._listing: dict[str, threading.Lock] = {}  # held while a folder is listed
         self._lock = threading.Lock()
 
     def warn_if_too_small(self, shuffled: bool) -> None:
@@ -126,50 +125,21 @@ class ShardCopies:
             RemoteError: the object changed since it was listed.
         """
         size, version = self.stat(url)
-        with self._lock:
-            checked = url in self._checked
+        checked = self.listing.checked(url)
         if not checked and _complete(entry_path(self.cache, url, size, version), size):
-            self._check_by_listing(url)
-        with self._lock:
-            checked = url in self._checked
-            if not checked:
-                opening = self._opening.setdefault(url, threading.Lock())
+            # a copy to serve: one listing of its folder checks the dataset's objects there (on a warm
+            # cache of many shards, a stat each in series held the first batch for seconds)
+            checked = self.listing.by_listing(url)
         if checked:
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
                             cancel=cancel, fill=fill)
         else:
+            with self._lock:
+                opening = self._opening.setdefault(url, threading.Lock())
             fd = self._open_checked(url, size, version, opening, cancel, fill)
         if fd is not None:
             _in_use[url] = entry_path(self.cache, url, size, version)
         return fd
-
-    def _check_by_listing(self, url: str) -> None:
-        """Ask, by one fresh listing of ``url``'s folder, whether the objects
-        of this dataset in that folder changed since they were listed, once an
-        iteration: those the listing gives with their listed size and version
-        are checked for this iteration, instead of a stat each when first
-        opened (on a warm cache of many shards, a stat each in series held the
-        first batch for seconds). One the listing leaves out or gives
-        otherwise, or a folder that cannot be listed, is asked on its own."""
-        folder = url.rsplit("/", 1)[0]
-        with self._lock:
-            if folder in self._listed:
-                return
-            listing = self._listing.setdefault(folder, threading.Lock())
-        with listing:  # a second thread opening a shard of the folder meanwhile waits for this listing
-            with self._lock:
-                if folder in self._listed:
-                    return
-                siblings = [u for u in self._stats if u.rsplit("/", 1)[0] == folder and u not in self._checked]
-            found: dict[str, tuple[int, str]] = {}
-            if len(siblings) > 1:  # for one object, its own stat is as cheap
-                try:
-                    found = fs.listed_versions(siblings, self.storage_options)
-                except Exception as e:  # a listing refused (no list permission, say): a stat each, as before
-                    log.debug("listing %s to check its objects failed (%s); each is asked when opened", folder, e)
-            with self._lock:
-                self._checked.update(u for u, now in found.items() if now == self._stats.get(u))
-                self._listed.add(folder)
 
     def _open_checked(self, url: str, size: int, version: str, opening: threading.Lock,
                       cancel: threading.Event | None, fill: bool) -> int | None:
@@ -177,13 +147,11 @@ class ShardCopies:
             return None  # not there (or being filled): no waiting for another thread's fill
         opening.acquire()  # a second thread opening it meanwhile waits, then needs no check of its own
         try:
-            with self._lock:
-                recheck = url not in self._checked
+            recheck = not self.listing.checked(url)
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
                             recheck=recheck, cancel=cancel, fill=fill)
             if fd is not None:
-                with self._lock:
-                    self._checked.add(url)
+                self.listing.confirm(url)
         finally:
             opening.release()
         return fd
@@ -277,8 +245,8 @@ class ShardCopies:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._checked, self._opening, self._held, self._filler = set(), {}, set(), None
-        self._listed, self._listing = set(), {}
+        self.listing = ListingCheck(self._stats, self.storage_options)
+        self._opening, self._held, self._filler = {}, set(), None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -14,7 +14,9 @@ A fill file whose writer is gone (a killed process) is never read: its bytes
 were not checked and may not have reached the disk. A reader whose fill ends
 without the bytes it needs (given up, failed, killed) reads the complete copy
 if one is there, waits for the fill this process or another one runs next, and
-otherwise is told to read the bucket.
+otherwise is told to read the bucket. A fill may be given up between a reader's
+look at its size and its read: that read comes back short, and the reader looks
+again (never hands on the short bytes).
 """
 
 from __future__ import annotations
@@ -87,7 +89,13 @@ class FillView:
                 if fd == self._complete:
                     data = os.pread(fd, size, offset)
                     return data if len(data) >= want - offset else None  # a copy cut by another process
-                return os.pread(fd, want - offset, offset) if want > offset else b""
+                if want <= offset:
+                    return b""
+                data = os.pread(fd, want - offset, offset)
+                if len(data) == want - offset:
+                    return data
+                # the fill was given up since the look (cut to 0 bytes before it is let go): look again
+                continue
             if written is None:
                 return None
             if far is not None and (written < 0 or want - written > far):

@@ -4,10 +4,14 @@ shards need not ask again."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections.abc import Mapping
 from typing import NamedTuple
 
+from tfrecord_torch.errors import RemoteError
+from tfrecord_torch.io import files
 from tfrecord_torch.io.files import (
     _os_error,
     changed_object,
@@ -21,7 +25,9 @@ from tfrecord_torch.io.files import (
 from tfrecord_torch.io.retry import retrying, status_of
 from tfrecord_torch.io.splits import check_one_split
 
-__all__ = ["Listing", "changed_since_listed", "expand", "forget_listings", "list_files"]
+__all__ = ["Listing", "ListingCheck", "changed_since_listed", "expand", "forget_listings", "list_files"]
+
+log = logging.getLogger(__name__)
 
 INDEX_FOLDER = "index"  # where this library's writers keep indexes (records.index.writer_index_path)
 SIBLING_FOLDERS = 4  # folders of a glob's matches listed whole to see their index files
@@ -41,6 +47,12 @@ class Listing(NamedTuple):
     stats: dict[str, tuple[int, str]]  # URL -> (size, version)
     folders: frozenset[str]  # remote folders listed whole ("s3://bucket/dir")
     globs: tuple[str, ...] = ()  # remote glob patterns listed (URLs)
+
+    def check(self, storage_options: dict | None = None) -> ListingCheck | None:
+        """A :class:`ListingCheck` of the remote ``files`` this listing saw
+        (None: there are none)."""
+        remote = {f: self.stats[f] for f in self.files if is_url(f) and f in self.stats}
+        return ListingCheck(remote, storage_options) if remote else None
 
     def knows(self, url: str) -> bool | None:
         """True if ``url`` was listed, False if a folder listed whole or a glob that would
@@ -177,6 +189,125 @@ def changed_since_listed(url: str, storage_options: dict | None) -> str | None:
     with _seen_lock:
         _unchanged.add((url, listed))
     return None
+
+
+class ListingCheck:
+    """Whether a dataset's remote objects are still the ones its listing saw,
+    asked once per object and iteration (:meth:`fresh` gives the next
+    iteration's): an object rewritten since would be read through indexes
+    and counts made of its former self, or, with records of the same
+    lengths, as its new records in their place, with no error.
+
+    The first object of a folder checked lists that folder once, afresh, for
+    all of the dataset's objects in it (a request per 1,000 names on S3);
+    one the listing leaves out or gives otherwise, or any object of a folder
+    that cannot be listed (or of a store whose folders are not listings,
+    HTTP), is asked on its own (a HEAD request).
+
+    Args:
+        stats: each remote object's (size, version) as listed; objects not
+            in it are not checked.
+        storage_options: fsspec options for the URLs.
+
+    Thread-safe. A forked child (a DataLoader worker) starts with nothing
+    checked, as does a copy unpickled in a spawned one.
+    """
+
+    def __init__(self, stats: Mapping[str, tuple[int, str]], storage_options: dict | None = None) -> None:
+        self.stats, self.storage_options = dict(stats), storage_options
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._checked: set[str] = set()  # objects found unchanged since listed
+        self._listed: set[str] = set()  # folders listed to check their objects at once
+        self._asking: dict[str, threading.Lock] = {}  # held while a folder is listed, or an object asked
+
+    def _state(self) -> None:
+        if self._pid != os.getpid():  # forked: this process asks for itself
+            self._reset()
+
+    def fresh(self) -> ListingCheck:
+        """The same objects, none checked yet (the next iteration's)."""
+        return ListingCheck(self.stats, self.storage_options)
+
+    def checked(self, url: str) -> bool:
+        """Whether ``url`` was found unchanged (or is not checked at all)."""
+        self._state()
+        with self._lock:
+            return url in self._checked or url not in self.stats
+
+    def confirm(self, url: str) -> None:
+        """``url`` was found unchanged by other means (a copy's download)."""
+        self._state()
+        with self._lock:
+            self._checked.add(url)
+
+    def by_listing(self, url: str) -> bool:
+        """Whether ``url`` is unchanged by the one listing of its folder this
+        iteration makes (made now if not yet, for the dataset's objects of
+        the folder not yet checked; only where there are several: for one
+        object, its own stat is as cheap). False: ask it on its own."""
+        self._state()
+        folder = url.rsplit("/", 1)[0]
+        with self._lock:
+            if url in self._checked or url not in self.stats:
+                return True
+            if folder in self._listed:
+                return False
+            asking = self._asking.setdefault(folder, threading.Lock())
+        with asking:  # a second thread checking an object of the folder meanwhile waits for this listing
+            with self._lock:
+                if folder not in self._listed:
+                    siblings = [u for u in self.stats if u.rsplit("/", 1)[0] == folder and u not in self._checked]
+                else:
+                    siblings = []
+            found: dict[str, tuple[int, str]] = {}
+            if len(siblings) > 1 and folder.split("://", 1)[0] in _LISTABLE:
+                try:
+                    found = files.listed_versions(siblings, self.storage_options)
+                except Exception as e:  # a listing refused (no list permission, say): a stat each
+                    log.debug("listing %s to check its objects failed (%s); each is asked when read", folder, e)
+            with self._lock:
+                self._checked.update(u for u, now in found.items() if now == self.stats.get(u))
+                self._listed.add(folder)
+                return url in self._checked
+
+    def check(self, url: str) -> None:
+        """Make sure ``url`` is the object listed, once this iteration (see
+        :meth:`by_listing`, else a fresh stat of it).
+
+        Raises:
+            RemoteError: it changed since it was listed, or is gone.
+        """
+        if self.by_listing(url):
+            return
+        with self._lock:
+            asking = self._asking.setdefault(url, threading.Lock())
+        with asking:  # a second thread reading the object meanwhile waits, then needs no stat of its own
+            with self._lock:
+                if url in self._checked:
+                    return
+            listed = self.stats[url]
+            try:
+                now = fresh_size_and_version(url, self.storage_options)
+            except FileNotFoundError:
+                raise RemoteError(url, "the object is gone since it was listed: make the dataset again") from None
+            if now != listed:
+                raise RemoteError(url, changed_object(listed, now, "since it was listed"))
+            with self._lock:
+                self._checked.add(url)
+
+    def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
+        return {"stats": self.stats, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"ListingCheck({len(self.stats)} objects)"
 
 
 def _named_twice(file: str, first: str, second: str) -> str:

@@ -16,6 +16,7 @@ from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
     from tfrecord_torch.io.filling import FillView
+    from tfrecord_torch.io.listing import ListingCheck
 
 __all__ = ["FAR_BYTES", "FIRST_FAR_BYTES", "Reader", "ReaderPool", "read_at"]
 
@@ -48,13 +49,20 @@ class Reader:
     remotely -- or ``pread`` of the URL's local copy when ``copies`` holds
     one, or of the part of it written while the copy is filled (waiting for
     the fill to reach the bytes asked: one download serves both). Reopens in
-    a forked child."""
+    a forked child.
+
+    A URL read from the bucket is first checked against its listing
+    (``listing``, or the copies' own; once per iteration: a fill being
+    followed checks the bytes it writes itself), so that an object
+    rewritten since is a :class:`RemoteError`, not its new bytes read
+    through an index of its former self."""
 
     def __init__(self, path: str, storage_options: dict | None = None,
-                 copies: ShardCopies | None = None) -> None:
+                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
         self.path, self._storage_options = path, storage_options
         self._url = is_url(path)
         self._copies = copies if copies is not None and copies.covers(path) else None
+        self._listing = copies.listing if copies is not None else listing
         self._handle: Any = None  # a descriptor, or (filesystem, path) for a URL
         self._local = not self._url  # the handle is a descriptor (a local file, or a URL's copy)
         self._view: FillView | None = None  # reads of the URL's copy being filled, before the bucket
@@ -69,10 +77,18 @@ class Reader:
                 self._handle = os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 return
             fd = self._copies.open_now(self.path) if self._copies is not None else None
-            self._handle, self._local = (fd, True) if fd is not None else \
-                (filesystem(self.path, self._storage_options), False)
             if fd is None and self._copies is not None:
                 self._view = self._copies.fill_view(self.path)
+            if fd is None and self._view is None:
+                self._check_listed()
+            self._handle, self._local = (fd, True) if fd is not None else \
+                (filesystem(self.path, self._storage_options), False)
+
+    def _check_listed(self) -> None:
+        """Raise :class:`RemoteError` if the URL, about to be read from the
+        bucket, is not the object listed (asked once per iteration)."""
+        if self._url and self._listing is not None:
+            self._listing.check(self.path)
 
     def refresh(self) -> None:
         """Read a URL from its copy from the next read on, if this reader reads
@@ -126,6 +142,7 @@ class Reader:
             if filled is None:  # no fill will bring these bytes: the bucket, from now on
                 self._view = None  # closed by close() or refresh(): another thread may be reading it
                 self._dropped.append(view)
+                self._check_listed()
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
         if http.is_http(self.path):
@@ -189,7 +206,8 @@ class ReaderPool:
     wrong bytes). At most ``limit`` idle readers stay open, least recently
     returned closed first, so reading thousands of shards never runs out of
     file descriptors. After a fork the child starts with an empty pool (the
-    parent's descriptors and connections are not shared).
+    parent's descriptors and connections are not shared). ``copies`` and
+    ``listing`` are given to its readers (see :class:`Reader`).
 
     Example:
         >>> pool = ReaderPool()
@@ -198,8 +216,8 @@ class ReaderPool:
     """
 
     def __init__(self, storage_options: dict | None = None, limit: int = 16,
-                 copies: ShardCopies | None = None) -> None:
-        self.storage_options, self.limit, self.copies = storage_options, limit, copies
+                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
+        self.storage_options, self.limit, self.copies, self.listing = storage_options, limit, copies, listing
         self._reset()
 
     def _reset(self) -> None:
@@ -228,7 +246,7 @@ class ReaderPool:
                 if not free:
                     del self._free[path]
         if reader is None:
-            return Reader(path, self.storage_options, self.copies)
+            return Reader(path, self.storage_options, self.copies, self.listing)
         reader.refresh()  # a copy completed since: read it from now on
         return reader
 
@@ -318,7 +336,8 @@ class ReaderPool:
         return f"ReaderPool(idle={self._count}, limit={self.limit})"
 
     def __getstate__(self) -> dict:
-        return {"storage_options": self.storage_options, "limit": self.limit, "copies": self.copies}
+        return {"storage_options": self.storage_options, "limit": self.limit, "copies": self.copies,
+                "listing": self.listing}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
