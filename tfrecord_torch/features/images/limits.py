@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,14 +83,21 @@ def read_header(data: bytes) -> Header:
     return _pillow(data)
 
 
-def read_headers(images: Sequence[bytes]) -> list[Header | Exception]:
+def read_headers(images: Iterable[bytes]) -> list[Header | Exception]:
     """Each image's :func:`read_header`, or the error it raises.
 
     JPEGs given as bytes are scanned by the compiled helper, all in one call
     with the GIL released (the marker walk of :func:`read_header`, in C: the
     same headers and the same errors); other formats, and every image when
     the helper is not built, go through :func:`read_header`.
+
+    Raises:
+        TypeError: ``images`` is one image (bytes) or not iterable.
     """
+    if isinstance(images, (bytes, bytearray, memoryview, str)):
+        raise TypeError(f"images must be a sequence of images, got {type(images).__name__} (one image: "
+                        f"read_header(data), or read_headers([data]))")
+    images = list(images)  # a generator too: both paths read each image once
     scanned = _HELPER.jpeg_headers(images) if _HELPER is not None else [None] * len(images)
     known: dict[tuple[int, int, int, int], Header] = {}  # a batch's images mostly share one header
     headers: list[Header | Exception] = []

@@ -326,3 +326,18 @@ def test_batch_headers_read_objects_other_than_bytes_in_python():
     data = encoded("JPEG")
     images = [bytearray(data), memoryview(data), data]
     assert _batch_outcomes(images) == [_outcome(d) for d in images]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_batch_headers_of_a_generator_and_of_one_image_given_alone(compiled, monkeypatch):
+    """A generator of images gets the headers of their list (once, [] where the helper is built);
+    one image given where a batch is expected is refused alike, with or without the helper."""
+    if compiled and limits._HELPER is None:
+        pytest.skip("the compiled helper is not built")
+    if not compiled:
+        monkeypatch.setattr(limits, "_HELPER", None)
+    images = list(_header_corpus().values())
+    assert _batch_outcomes(data for data in images) == [_outcome(data) for data in images]
+    for one in (images[0], bytearray(images[0])):
+        with pytest.raises(TypeError, match=r"images must be a sequence of images, got (bytes|bytearray)"):
+            limits.read_headers(one)
