@@ -34,6 +34,24 @@ def png_bytes(array, fmt="PNG", **kw):
     return buf.getvalue()
 
 
+
+def restart_bomb(height, width):
+    """A JPEG of height x width that a marker walk reading RST0 as a segment with a length sees as 1x1.
+
+    SOI, then RST0 (no length, to libjpeg), then an APP0 whose 16-bit length field (FF E0) such a
+    walk takes for RST0's length: it lands 65,508 bytes on, inside the APP0's body, on a 1x1 frame
+    header planted there. libjpeg skips the APP0 and reads the real frame after it: an 8x8 JPEG's
+    segments with their frame rewritten to height x width (its scan far too short: libjpeg pads it).
+    66 KB for any size up to 65500 x 65500."""
+    real = bytearray(png_bytes(np.zeros((8, 8, 3), np.uint8), "JPEG"))
+    sof = real.index(b"\xff\xc0")
+    real[sof + 5:sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    decoy = b"\xff\xc0\x00\x11\x08\x00\x01\x00\x01\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01"  # 1x1, 3 components
+    lands = 2 + 2 + 0xFFE0  # RST0 at 2, its "length" FF E0 read at 4
+    body = bytearray(lands + len(decoy) - 8)  # the APP0's body starts at byte 8
+    body[lands - 8:] = decoy
+    return b"\xff\xd8\xff\xd0" + b"\xff\xe0" + (len(body) + 2).to_bytes(2, "big") + bytes(body) + bytes(real[2:])
+
 def ids_of(items):
     """Record ids from dataset items (dicts of raw values or tensors, or batches)."""
     out = []

@@ -1,5 +1,6 @@
 """The compiled helpers (features/images/_jpegcrop.c, example/_fastwire.c) on input
-built to break them: crop windows outside the image, JPEG headers of random bytes, varints protobuf refuses,
+built to break them: crop windows outside the image, JPEG headers of random bytes and mutated
+JPEGs (walked as libjpeg walks them, TensorFlow's libjpeg and Pillow the oracles), varints protobuf refuses,
 shapes too large for an array, and index rows that are negative, overflow or
 change during a read. Each gives what the pure-Python path gives (a clear
 error, protobuf's answer, the records) and touches no memory it does not own;
@@ -127,6 +128,81 @@ def test_a_mutated_jpeg_header_gets_read_headers_answer(data):
                                                                                             0xD9, 0xFF, 0x80]))
     image = bytes(original[:data.draw(st.integers(3, len(original)))])
     assert _batch_answers([image]) == _answers([image])
+
+
+# Pieces a mutation inserts: standalone markers (RST, TEM), fill and stuffed bytes, garbage, SOI and EOI,
+# markers libjpeg refuses, empty or short segments, a second frame, DNL
+PIECES = [b"\xff\xd0", b"\xff\xd7", b"\xff\x01", b"\xff", b"\xff\xff", b"\x00", b"\xff\x00", b"\x12\x34",
+          b"\xff\xd8", b"\xff\xd9", b"\xff\xc8", b"\xff\xfe\x00\x00", b"\xff\xe1\x00\x01",
+          b"\xff\xdd\x00\x04\x00\x01", b"\xff\xc0\x00\x0b\x08\x00\x10\x00\x10\x01\x01\x11\x00", b"\xff\xf0",
+          b"\xff\xdc\x00\x04\x00\x10"]
+BYTES = [0x00, 0x01, 0xFF, 0xD0, 0xD5, 0xD8, 0xD9, 0xDA, 0xC0, 0xC2, 0xC4, 0xC8, 0xCC, 0xDB, 0xDD, 0xE0, 0xFE, 0x80]
+
+
+def mutated_jpegs(count):
+    """``count`` JPEGs (baseline, progressive, gray, EXIF, 4:4:4 with a comment, other tables) with one
+    to three pieces inserted, bytes overwritten, deleted or flipped before the scan's data; one in ten
+    cut short."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, (24, 40, 3), dtype=np.uint8)
+    seeds = [png_bytes(a, "JPEG", quality=90), png_bytes(a, "JPEG", progressive=True), png_bytes(a[..., 0], "JPEG"),
+             png_bytes(a, "JPEG", exif=b"Exif\0\0" + bytes(60)), png_bytes(a, "JPEG", subsampling=0, comment=b"hello"),
+             png_bytes(a, "JPEG", qtables="web_low")]
+    out = []
+    for i in range(count):
+        data = bytearray(seeds[i % len(seeds)])
+        scan = data.index(b"\xff\xda")
+        for _ in range(int(rng.integers(1, 4))):
+            kind, pos = int(rng.integers(0, 4)), int(rng.integers(2, scan + 4))
+            if kind == 0:
+                data[pos:pos] = PIECES[int(rng.integers(0, len(PIECES)))]
+            elif kind == 1:
+                data[pos] = BYTES[int(rng.integers(0, len(BYTES)))]
+            elif kind == 2:
+                del data[pos:pos + int(rng.integers(1, 4))]
+            else:
+                data[pos] ^= 1 << int(rng.integers(0, 8))
+        if rng.random() < 0.1:
+            data = data[:int(rng.integers(3, len(data)))]
+        out.append(bytes(data))
+    return out
+
+
+def test_mutated_jpegs_are_walked_as_libjpeg_reads_them():
+    """2,000 mutated JPEGs: the compiled walk and the Python walk give the same header or the same
+    error, and wherever libjpeg reads a size (TensorFlow's extract_jpeg_shape, or Pillow's decode)
+    the walk gives that size: it never refuses such a file, nor reads another size. Where it
+    refuses, the error is one of the documented "JPEG header ..." ones."""
+    import io
+
+    import tensorflow as tf
+    from PIL import Image as PILImage
+
+    images = [data for data in mutated_jpegs(2000) if limits.image_format(data) == "jpeg"]
+    python = _answers(images)
+    if limits._HELPER is not None:
+        assert _batch_answers(images) == python
+    read = refused = 0
+    for data, header in zip(images, python):
+        walk = (header.width, header.height) if isinstance(header, limits.Header) else None
+        if walk is None:
+            assert header[0] is ValueError and header[1].startswith("JPEG header "), header
+            refused += 1
+        try:
+            shape = tf.io.extract_jpeg_shape(data).numpy()
+            oracles = [("libjpeg (TensorFlow)", (int(shape[1]), int(shape[0])))]
+        except tf.errors.InvalidArgumentError:
+            oracles = []
+        try:
+            with PILImage.open(io.BytesIO(data)) as image:
+                image.load()
+                oracles.append(("Pillow", image.size))
+        except Exception:  # noqa: BLE001 - Pillow refuses it: no size to compare
+            pass
+        for name, size in oracles:
+            assert walk == size, f"{name} reads {size}, the walk gives {header}: {data[:80]!r}"
+        read += bool(oracles)
+    assert read > 1000 and refused > 500, (read, refused)  # both kinds well represented
 
 
 # -- varints protobuf refuses ---------------------------------------------------------------------

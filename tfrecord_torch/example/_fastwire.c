@@ -551,7 +551,8 @@ typedef struct {
     PyObject *array;
 } planned;
 
-/* Reads a plan: a tuple of (name, key bytes, is_float, shape tuple or None). 0, or -1 to fall back. */
+/* Reads a plan: a tuple of (name, key bytes, is_float, shape tuple or None). 0, -1 to fall back, or -2
+ * with an exception set (an is_float whose truth raises). */
 static int read_plan(PyObject *plan, planned *p, Py_ssize_t *n) {
     Py_ssize_t i, d, extent;
     if (!PyTuple_Check(plan) || (*n = PyTuple_GET_SIZE(plan)) > MAX_PLANNED) {
@@ -570,8 +571,12 @@ static int read_plan(PyObject *plan, planned *p, Py_ssize_t *n) {
         p[i].name = PyTuple_GET_ITEM(entry, 0);
         p[i].key = PyBytes_AS_STRING(key);
         p[i].keylen = PyBytes_GET_SIZE(key);
-        p[i].is_float = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 2));
         p[i].array = NULL;
+        p[i].is_float = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 2));
+        if (p[i].is_float < 0) {
+            *n = i; /* only the entries before this one are set */
+            return -2;
+        }
         p[i].ndim = shape == Py_None ? -1 : (int)PyTuple_GET_SIZE(shape);
         if (p[i].ndim > MAX_DIMS) {
             return -1;
@@ -667,7 +672,7 @@ static PyObject *read_item(PyObject *self, PyObject *args) {
     Py_ssize_t r, n = 0, j;
     PyObject *index, *plan, *wrap, *out = NULL;
     PyArrayObject *ix;
-    const int64_t *at;
+    int64_t row[2];
     uint8_t small[SMALL], *buf = small;
     cursor payload, features;
     planned p[MAX_PLANNED];
@@ -677,12 +682,20 @@ static PyObject *read_item(PyObject *self, PyObject *args) {
     }
     ix = (PyArrayObject *)index;
     if (!PyArray_Check(index) || PyArray_NDIM(ix) != 2 || PyArray_DIM(ix, 1) != 2 ||
-        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r < 0 || r >= PyArray_DIM(ix, 0) ||
-        read_plan(plan, p, &n) < 0) {
+        PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix) || r < 0 || r >= PyArray_DIM(ix, 0)) {
         Py_RETURN_NONE;
     }
-    at = (const int64_t *)PyArray_DATA(ix) + 2 * r;
-    ok = read_frame(fd, (long long)at[0], (Py_ssize_t)at[1], verify, small, &buf, &payload);
+    ok = read_plan(plan, p, &n);
+    if (ok == -2) {
+        return NULL;
+    }
+    if (ok < 0) {
+        Py_RETURN_NONE;
+    }
+    /* copied, as _frames.c copies its rows: a contiguous array need not be aligned (a view at an odd
+     * offset of a buffer), and a misaligned int64_t load is undefined behaviour */
+    memcpy(row, (const char *)PyArray_DATA(ix) + (size_t)r * sizeof(row), sizeof(row));
+    ok = read_frame(fd, (long long)row[0], (Py_ssize_t)row[1], verify, small, &buf, &payload);
     if (ok < 0) {
         goto done;
     }

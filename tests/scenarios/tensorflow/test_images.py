@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import torch
-from helpers import png_bytes
+from helpers import png_bytes, restart_bomb
 
-from tfrecord_torch import RecordWriter, TFRecordDataset, make_example, presets
+from tfrecord_torch import FeatureError, Image, Int64, RecordWriter, TFRecordDataset, make_example, presets
+from tfrecord_torch.features.images import limits
 
 
 def write_images(path, arrays, fmt, **kw):
@@ -103,3 +104,35 @@ def test_numeric_features_equal_tensorflow(tmp_path):
         assert o["box"].dtype == torch.float32 and np.array_equal(o["box"].numpy(), t["box"].numpy())
         assert o["ids"].tolist() == tf.sparse.to_dense(t["ids"]).numpy().tolist()
         assert o["score"].shape == () and o["score"].item() == float(t["score"])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_restart_marker_cannot_hide_a_jpegs_size(tmp_path, compiled, monkeypatch):
+    """A JPEG with a restart marker (RST0, no length) before its frame, and a 1x1 frame header
+    planted where a walk reading a length after RST0 lands: its header gives the size TensorFlow's
+    libjpeg reads, and the pixel limit refuses it from there in a dataset of TensorFlow's records,
+    naming the file, record and key, before anything is decoded (with the header walk in C and in Python)."""
+    if compiled and limits._HELPER is None:
+        pytest.skip("the compiled helper is not built")
+    if not compiled:
+        monkeypatch.setattr(limits, "_HELPER", None)
+    data = restart_bomb(300, 400)
+    assert tf.io.extract_jpeg_shape(data).numpy().tolist() == [300, 400, 3]
+    header = limits.read_headers([data])[0]
+    assert (header.width, header.height) == (400, 300) == (limits.read_header(data).width, limits.read_header(data).height)
+    path = tmp_path / "crafted.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, image in enumerate([png_bytes(np.zeros((30, 40, 3), np.uint8), "JPEG"), data]):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+            })).SerializeToString())
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 300 * 400 - 1)
+    features = {"image": Image("image/encoded"), "label": Int64("image/class/label")}
+    for batch_size in (None, 2):  # per sample, and the batch path (its headers read in one call)
+        ds = TFRecordDataset(path, features=features, batch_size=batch_size)
+        with pytest.raises(FeatureError) as info:
+            list(ds)
+        message = str(info.value)
+        assert info.value.record == 1 and info.value.key == "image/encoded" and str(path) in message, message
+        assert "400x300 pixels exceeds the limit" in message, message

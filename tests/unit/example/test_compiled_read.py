@@ -116,6 +116,53 @@ def test_read_item_leaves_the_unusual_to_the_usual_path(tmp_path, payload, spec)
     assert read_item(tmp_path, payload, spec) is None
 
 
+def test_read_item_reads_an_unaligned_index(tmp_path):
+    """An index that is contiguous but not aligned (a view one byte into a buffer): its row is
+    copied out, so the read equals the aligned index's (under UBSan, tests/scenarios/test_sanitizers.py,
+    a misaligned int64 load aborts)."""
+    payloads = [make_example({"a": i, "x": np.arange(i, i + 3, dtype=np.float32)}) for i in range(3)]
+    framed = [frame(p) for p in payloads]
+    path = tmp_path / "three.bin"
+    path.write_bytes(b"".join(framed))
+    offsets = np.cumsum([0] + [len(f) for f in framed[:-1]])
+    aligned = np.array([[o, len(f)] for o, f in zip(offsets, framed)], np.int64)
+    unaligned = np.frombuffer(b"\0" + aligned.tobytes(), np.int64, offset=1).reshape(3, 2)
+    assert unaligned.flags.c_contiguous and not unaligned.flags.aligned
+    spec, plan = plan_and_record({"a": Int64(), "x": Float(shape=(3,))})
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for r, payload in enumerate(payloads):
+            got = codec.read_item(fd, unaligned, r, True, plan, torch.from_numpy)
+            want = decode(parse_example(payload), spec)
+            assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want), r
+    finally:
+        os.close(fd)
+
+
+class Raises:
+    """A flag whose truth cannot be told."""
+
+    def __bool__(self):
+        raise ValueError("no truth here")
+
+
+def test_a_plan_flag_that_raises_gives_its_error(tmp_path):
+    """The plan's is_float is asked for its truth; where that raises, its own error propagates
+    (not a SystemError, "a result with an exception set")."""
+    spec, plan = plan_and_record({"a": Int64()})
+    ((name, key, _, shape),) = plan
+    path = tmp_path / "item.bin"
+    path.write_bytes(frame(make_example({"a": 1})))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        index = np.array([[0, path.stat().st_size]], np.int64)
+        assert codec.read_item(fd, index, 0, True, plan, torch.from_numpy) is not None
+        with pytest.raises(ValueError, match="no truth here"):
+            codec.read_item(fd, index, 0, True, (plan[0], (name, key, Raises(), shape)), torch.from_numpy)
+    finally:
+        os.close(fd)
+
+
 def test_unplanned_features_are_still_checked(tmp_path):
     """A malformed feature the spec does not ask for: protobuf rejects the
     record, so the compiled reader must not answer for it."""

@@ -21,8 +21,9 @@
  * so a truncated file fails here as it does in a full decode.
  *
  * jpeg_headers(images) reads a whole batch's JPEG frame headers (size,
- * components, precision) in one call, walking the markers as
- * limits.read_header does, so a batch's headers cost one GIL round trip.
+ * components, precision) in one call, walking the markers as libjpeg does
+ * up to the first scan (and as limits.read_header does), so a batch's
+ * headers cost one GIL round trip.
  *
  * to_planes(image, out, height, width, flip) turns a decoded RGB image
  * [H, W, 3] into planes [3, H, W], each row mirrored if asked, with the GIL
@@ -315,28 +316,97 @@ done:
     return errors;
 }
 
-/* The frame header of one JPEG, walked exactly as limits._jpeg walks it: from byte 2, while a marker
- * (FF) starts 10 bytes or more before the end, fill bytes (FF FF) are skipped, a start-of-frame
- * marker (C0-CF but C4, C8, CC) gives the size, and any other marker is skipped by its 16-bit length.
- * Returns 1 with the four values set, or 0 (no frame size: truncated or corrupt). Positions are
- * 64-bit and each step adds at most 65537, so no sum can wrap. */
+/* How libjpeg's read_markers (jdmarker.c) treats a marker before the first scan. */
+enum { SOS = 0xDA, SOI = 0xD8, EOI = 0xD9 };
+/* Why a walk stops without a frame: limits.py's _TRUNCATED, _SCAN_FIRST, _SECOND, _EARLY_END, _UNKNOWN,
+ * _BAD_LENGTH, in that order. */
+enum { TRUNCATED, SCAN_FIRST, SECOND, EARLY_END, UNKNOWN, BAD_LENGTH };
+
+static int is_sof(unsigned char m) { /* SOF0-SOF15: the frame header (C4 DHT, C8 JPG, CC DAC are not) */
+    return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+}
+static int is_table(unsigned char m) { /* DHT, DAC, DQT, DRI: a length below 2 is refused */
+    return m == 0xC4 || m == 0xCC || m == 0xDB || m == 0xDD;
+}
+static int is_skipped(unsigned char m) { /* APPn, COM, DNL: a length below 2 skips the length alone */
+    return (m >= 0xE0 && m <= 0xEF) || m == 0xFE || m == 0xDC;
+}
+
+/* The frame header libjpeg's jpeg_read_header would read, walking the markers as it does up to the
+ * first scan, exactly as limits._jpeg_walk does (see there for the rules): returns 1 with values =
+ * (width, height, components, precision), or 0 with values = (reason, byte offset, marker) where
+ * libjpeg would stop with an error before a scan, or the frame is malformed. Positions are 64-bit and
+ * each step adds at most 65537, so no sum can wrap; no byte at or past n is read. */
 static int jpeg_frame(const unsigned char *data, unsigned long long n, long long values[4]) {
-    unsigned long long pos = 2;
-    while (pos + 10 <= n && data[pos] == 0xFF) {
-        unsigned char marker = data[pos + 1];
-        if (marker == 0xFF) {
-            pos += 1;
-            continue;
+    unsigned long long pos = 2, at, length;
+    int have_frame = 0;
+    unsigned char marker;
+    while (1) {
+        while (pos < n && data[pos] != 0xFF) { /* libjpeg's next_marker: other bytes skipped */
+            pos++;
         }
-        if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
-            values[0] = (long long)data[pos + 7] << 8 | data[pos + 8]; /* width */
-            values[1] = (long long)data[pos + 5] << 8 | data[pos + 6]; /* height */
-            values[2] = data[pos + 9];                                  /* components */
-            values[3] = data[pos + 4];                                  /* precision */
-            return 1;
+        while (pos < n && data[pos] == 0xFF) { /* fill bytes */
+            pos++;
         }
-        pos += 2 + ((unsigned long long)data[pos + 2] << 8 | data[pos + 3]);
+        if (pos >= n) {
+            goto truncated;
+        }
+        marker = data[pos];
+        at = pos - 1;
+        pos++;
+        if (marker == 0 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+            continue; /* FF 00 (a stuffed zero, skipped), TEM, RST0-7: no length */
+        }
+        if (marker == SOS) {
+            if (have_frame) {
+                return 1;
+            }
+            values[0] = SCAN_FIRST;
+            goto stop;
+        }
+        if (marker == SOI || (is_sof(marker) && have_frame)) {
+            values[0] = SECOND;
+            goto stop;
+        }
+        if (marker == EOI) {
+            values[0] = EARLY_END;
+            goto stop;
+        }
+        if (!is_sof(marker) && !is_table(marker) && !is_skipped(marker)) {
+            values[0] = UNKNOWN;
+            goto stop;
+        }
+        if (pos + 2 > n) {
+            goto truncated;
+        }
+        length = (unsigned long long)data[pos] << 8 | data[pos + 1];
+        if (is_sof(marker)) {
+            if (pos + 8 > n) {
+                goto truncated;
+            }
+            if (length != 8 + 3 * (unsigned long long)data[pos + 7]) { /* libjpeg: "Bogus marker length" */
+                values[0] = BAD_LENGTH;
+                goto stop;
+            }
+            values[0] = (long long)data[pos + 5] << 8 | data[pos + 6]; /* width */
+            values[1] = (long long)data[pos + 3] << 8 | data[pos + 4]; /* height */
+            values[2] = data[pos + 7];                                  /* components */
+            values[3] = data[pos + 2];                                  /* precision */
+            have_frame = 1;
+        } else if (length < 2 && is_table(marker)) {
+            values[0] = BAD_LENGTH;
+            goto stop;
+        }
+        pos += length < 2 ? 2 : length;
     }
+truncated:
+    values[0] = TRUNCATED;
+    values[1] = (long long)n;
+    values[2] = 0;
+    return 0;
+stop:
+    values[1] = (long long)at;
+    values[2] = marker;
     return 0;
 }
 
@@ -345,7 +415,7 @@ static PyObject *jpeg_headers(PyObject *self, PyObject *args) {
     Py_ssize_t n, i;
     const unsigned char **data = NULL;
     unsigned long long *sizes = NULL;
-    int *status = NULL; /* -1: not bytes or not a JPEG, 0: no frame size, 1: found */
+    int *status = NULL; /* -1: not bytes or not a JPEG, 0: no frame (why in values), 1: found */
     long long (*values)[4] = NULL;
 
     if (!PyArg_ParseTuple(args, "O", &items)) {
@@ -386,8 +456,10 @@ static PyObject *jpeg_headers(PyObject *self, PyObject *args) {
         PyObject *value;
         if (status[i] == 1) {
             value = Py_BuildValue("(LLLL)", values[i][0], values[i][1], values[i][2], values[i][3]);
+        } else if (status[i] == 0) {
+            value = Py_BuildValue("(LLL)", values[i][0], values[i][1], values[i][2]);
         } else {
-            value = status[i] == 0 ? Py_False : Py_None;
+            value = Py_None;
             Py_INCREF(value);
         }
         if (value == NULL) {
@@ -524,9 +596,10 @@ static PyObject *to_planes(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"jpeg_headers", jpeg_headers, METH_VARARGS,
-     "jpeg_headers(images): for each bytes-like image, the JPEG frame header's (width, height, components, "
-     "precision); False for a JPEG whose header has no frame size (truncated or corrupt); None for anything "
-     "else (not a JPEG, or not bytes). One call for the batch, GIL released while scanning."},
+     "jpeg_headers(images): for each bytes image, the JPEG frame header's (width, height, components, "
+     "precision); (reason, byte offset, marker) for a JPEG whose markers libjpeg would refuse before its first "
+     "scan (limits._jpeg_problem words it); None for anything else (not a JPEG, or not bytes). One call for the "
+     "batch, GIL released while scanning."},
     {"decode_many", decode_many, METH_VARARGS,
      "decode_many(images, out, height, width, fast): decode each JPEG (all height x width) to RGB into its "
      "slot of out (len(images) * height * width * 3 bytes), GIL released for the whole list; returns one "

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import operator
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -111,19 +114,19 @@ def decode_jpeg_window(data: bytes, box: tuple[int, int, int, int], *, decoder: 
         [height, width, 3] (a view of the full decode where the helper is absent).
 
     Raises:
-        ValueError: corrupt or truncated data, or a window outside the image.
+        ValueError: corrupt or truncated data, a window outside the image, or
+            a ``decoder`` not listed above.
+        TypeError: ``data`` not bytes-like, or ``box`` not four ints.
     """
-    top, left, height, width = box
+    check_choice("decoder", decoder, JPEG_DECODERS)
+    data = _as_bytes("data", data)
+    top, left, height, width = box = _window(box)
     if _CROP is None:
         image = decode_jpeg(data, decoder=decoder)
-        if top < 0 or left < 0 or height < 1 or width < 1 or top + height > image.shape[0] \
-                or left + width > image.shape[1]:
+        if top + height > image.shape[0] or left + width > image.shape[1]:
             raise ValueError(f"crop window {box} is outside the {image.shape[0]}x{image.shape[1]} image")
         return image[top:top + height, left:left + width]
-    # A window no JPEG can hold gets no buffer of its size: the helper refuses it (naming the
-    # image's size) before writing, and an absurd size must not become an allocation first.
-    fits = 0 <= height <= _MAX_SIDE and 0 <= width <= _MAX_SIDE
-    out = np.empty((height, width, 3) if fits else (0, 0, 3), np.uint8)
+    out = np.empty((height, width, 3), np.uint8)  # a size some JPEG can have (_window checked)
     _CROP.decode_crop(data, out, top, left, height, width, decoder == "fast")
     return out
 
@@ -144,7 +147,16 @@ def decode_jpegs_into(images: list[bytes], out: np.ndarray, *, decoder: str = "f
 
     Returns:
         Per image: None, or why it could not be decoded (its slot zero-filled).
+
+    Raises:
+        ValueError: ``out`` not as described, or a ``decoder`` not listed above.
+        TypeError: an image that is not bytes-like.
     """
+    check_choice("decoder", decoder, JPEG_DECODERS)
+    images = list(images)
+    if {type(data) for data in images} - {bytes}:  # one check for the batch: no Python call per image
+        images = [_as_bytes(f"images[{i}]", data) for i, data in enumerate(images)]
+    _check_out(out, len(images))
     height, width = out.shape[1], out.shape[2]
     if _CROP is not None:
         return _CROP.decode_many(images, out, height, width, decoder == "fast")
@@ -170,10 +182,59 @@ def to_planes(image: np.ndarray, *, flip: bool = False) -> np.ndarray:
     With the compiled helper, one pass with the GIL released, twice as fast
     as torch's copy of the permuted view; without it, NumPy's copy. The
     same values either way.
+
+    Raises:
+        ValueError: ``image`` is not a uint8 array [H, W, 3].
     """
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"image must be a uint8 array [H, W, 3], got {_described(image)}")
     height, width = image.shape[0], image.shape[1]
     if _PLANES is None:
         return np.ascontiguousarray((image[:, ::-1] if flip else image).transpose(2, 0, 1))
     out = np.empty((3, height, width), np.uint8)
     _PLANES(np.ascontiguousarray(image), out, height, width, flip)
     return out
+
+
+# -- arguments: checked here, before the compiled helper or the fallback is chosen, so both paths
+# take and refuse the same values with the same errors
+
+def _as_bytes(name: str, data: Any) -> bytes:
+    """``data`` as bytes (a bytearray or memoryview copied): what both paths decode."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{name} must be bytes (or a bytearray or memoryview), got {type(data).__name__}")
+
+
+def _window(box: Iterable[Any]) -> tuple[int, int, int, int]:
+    """``box`` as four ints (top, left, height, width); refused where no JPEG could hold it."""
+    try:
+        values = tuple(box)
+    except TypeError:
+        values = ()
+    if len(values) != 4 or any(isinstance(v, bool) or not hasattr(type(v), "__index__") for v in values):
+        raise TypeError(f"box must be four ints (top, left, height, width), got {box!r}")
+    top, left, height, width = (operator.index(v) for v in values)
+    if min(top, left) < 0 or min(height, width) < 1 or max(top + height, left + width) > _MAX_SIDE:
+        raise ValueError(f"crop window {(top, left, height, width)} is outside any JPEG (offsets from 0, sides "
+                         f"from 1, at most {_MAX_SIDE} pixels to a side)")
+    return top, left, height, width
+
+
+def _check_out(out: Any, count: int) -> None:
+    """Refuse an ``out`` that is not a writeable C-contiguous uint8 array [count, H, W, 3] of a JPEG's size."""
+    if not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 4 and out.shape[0] == count
+            and out.shape[3] == 3 and out.flags.c_contiguous and out.flags.writeable
+            and out.shape[1] <= _MAX_SIDE and out.shape[2] <= _MAX_SIDE):
+        raise ValueError(f"out must be a writeable C-contiguous uint8 array [{count}, H, W, 3] (one slot per "
+                         f"image, H and W at most {_MAX_SIDE}), got {_described(out)}")
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        layout = "" if value.flags.c_contiguous else ", not C-contiguous"
+        layout += "" if value.flags.writeable else ", read-only"
+        return f"{value.dtype} {list(value.shape)}{layout}"
+    return type(value).__name__

@@ -4,7 +4,7 @@ Every decoder here allocates from the size its header declares, so a few
 kilobytes can ask for gigabytes (a GIF of 2,000 frames of 2000x2000 fits in
 46 KB). :func:`read_header` reads the format, size, channel layout and frame
 count from the bytes alone -- PNG, JPEG, GIF and WebP by walking their
-headers and blocks, other formats through Pillow's lazy ``open`` (which reads
+headers and blocks (a JPEG's markers as libjpeg walks them), other formats through Pillow's lazy ``open`` (which reads
 only the header) -- and :func:`check_pixels` refuses an image whose decoded
 frames would exceed :data:`MAX_IMAGE_PIXELS`, before a pixel buffer exists.
 :func:`read_headers` reads a batch's headers, its JPEGs in one call of the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,14 @@ def image_format(data: bytes) -> str | None:
 
 
 def read_header(data: bytes) -> Header:
-    """The header of encoded image bytes; ValueError if it is missing or corrupt."""
+    """The header of encoded image bytes; ValueError if it is missing or corrupt.
+
+    A JPEG's markers are walked as libjpeg's ``jpeg_read_header`` walks them, up to the first
+    scan, so its size is the size libjpeg decodes. Where libjpeg itself would stop before the
+    scan (no frame header before it, a second frame header or SOI, an EOI, a marker it does not
+    read, a table or frame header of an impossible length, the data ending first) the error says
+    which, at which byte of the image, in a message that starts "JPEG header".
+    """
     fmt = image_format(data)
     if fmt == "png":
         return _png(data)
@@ -76,14 +83,21 @@ def read_header(data: bytes) -> Header:
     return _pillow(data)
 
 
-def read_headers(images: Sequence[bytes]) -> list[Header | Exception]:
+def read_headers(images: Iterable[bytes]) -> list[Header | Exception]:
     """Each image's :func:`read_header`, or the error it raises.
 
     JPEGs given as bytes are scanned by the compiled helper, all in one call
     with the GIL released (the marker walk of :func:`read_header`, in C: the
     same headers and the same errors); other formats, and every image when
     the helper is not built, go through :func:`read_header`.
+
+    Raises:
+        TypeError: ``images`` is one image (bytes) or not iterable.
     """
+    if isinstance(images, (bytes, bytearray, memoryview, str)):
+        raise TypeError(f"images must be a sequence of images, got {type(images).__name__} (one image: "
+                        f"read_header(data), or read_headers([data]))")
+    images = list(images)  # a generator too: both paths read each image once
     scanned = _HELPER.jpeg_headers(images) if _HELPER is not None else [None] * len(images)
     known: dict[tuple[int, int, int, int], Header] = {}  # a batch's images mostly share one header
     headers: list[Header | Exception] = []
@@ -93,8 +107,8 @@ def read_headers(images: Sequence[bytes]) -> list[Header | Exception]:
                 headers.append(read_header(data))
             except Exception as e:  # noqa: BLE001 - the image's error, returned in its place
                 headers.append(e)
-        elif found is False:
-            headers.append(ValueError(_NO_FRAME))
+        elif len(found) == 3:  # (reason, offset, marker): libjpeg would stop there too
+            headers.append(ValueError(_jpeg_problem(*found)))
         else:
             header = known.get(found)
             if header is None:
@@ -150,21 +164,84 @@ def _png(data: bytes) -> Header:
 
 
 def _jpeg(data: bytes) -> Header:
-    pos, n = 2, len(data)
-    while pos + 10 <= n and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
+    found = _jpeg_walk(data if isinstance(data, (bytes, bytearray)) else bytes(data))
+    if len(found) == 3:
+        raise ValueError(_jpeg_problem(*found))
+    width, height, channels, depth = found
+    return Header("jpeg", width, height, 1, channels, depth)
+
+
+# How libjpeg's read_markers (jdmarker.c) treats each marker before the first scan. Any marker not
+# listed is one it refuses ("Unsupported marker type"), JPG (C8) among them.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # SOF0-SOF15: the frame header
+_STANDALONE = frozenset([0x01, *range(0xD0, 0xD8)])  # TEM, RST0-RST7: no length follows
+_TABLES = frozenset([0xC4, 0xCC, 0xDB, 0xDD])  # DHT, DAC, DQT, DRI: a length below 2 is refused
+_SKIPPED = frozenset([*range(0xE0, 0xF0), 0xFE, 0xDC])  # APPn, COM, DNL: a length below 2 skips nothing more
+_SOI, _EOI, _SOS = 0xD8, 0xD9, 0xDA
+# why a walk stops without a frame; _jpegcrop.c's jpeg_frame uses the same numbers
+_TRUNCATED, _SCAN_FIRST, _SECOND, _EARLY_END, _UNKNOWN, _BAD_LENGTH = range(6)
+
+
+def _jpeg_walk(data: bytes) -> tuple[int, ...]:
+    """The frame header libjpeg's ``jpeg_read_header`` would read, walking the markers as it does up to
+    the first scan: (width, height, components, precision), or (reason, byte offset, marker) where
+    libjpeg would stop with an error before it reaches a scan (or where its frame is malformed).
+
+    As libjpeg's ``next_marker``: bytes other than FF between segments are skipped (libjpeg warns of
+    "extraneous bytes"), FF FF is fill and FF 00 is skipped too. TEM and RST0-7 carry no length;
+    every other marker is skipped by its 16-bit length (APPn, COM and DNL with a length below 2 by
+    the length field alone, as libjpeg skips them). A second frame header or SOI, an EOI, or a
+    marker libjpeg does not know, before the scan, is an error in libjpeg too. This file's twin in C
+    is ``_jpegcrop.c: jpeg_frame``, tested to give the same answers.
+    """
+    n, pos, frame = len(data), 2, None  # after SOI
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0:
+            return (_TRUNCATED, n, 0)
+        while pos < n and data[pos] == 0xFF:
             pos += 1
+        if pos >= n:
+            return (_TRUNCATED, n, 0)
+        marker, at = data[pos], pos - 1
+        pos += 1
+        if marker == 0 or marker in _STANDALONE:  # FF 00: a stuffed zero, skipped as libjpeg skips it
             continue
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            height = int.from_bytes(data[pos + 5:pos + 7], "big")
-            width = int.from_bytes(data[pos + 7:pos + 9], "big")
-            return Header("jpeg", width, height, 1, data[pos + 9], data[pos + 4])
-        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    raise ValueError(_NO_FRAME)
+        if marker == _SOS:
+            return frame if frame is not None else (_SCAN_FIRST, at, marker)
+        if marker == _SOI or (marker in _SOF and frame is not None):
+            return (_SECOND, at, marker)
+        if marker == _EOI:
+            return (_EARLY_END, at, marker)
+        if marker not in _SOF and marker not in _TABLES and marker not in _SKIPPED:
+            return (_UNKNOWN, at, marker)
+        if pos + 2 > n:
+            return (_TRUNCATED, n, 0)
+        length = data[pos] << 8 | data[pos + 1]
+        if marker in _SOF:
+            if pos + 8 > n:
+                return (_TRUNCATED, n, 0)
+            if length != 8 + 3 * data[pos + 7]:  # libjpeg: "Bogus marker length"
+                return (_BAD_LENGTH, at, marker)
+            frame = (data[pos + 5] << 8 | data[pos + 6], data[pos + 3] << 8 | data[pos + 4], data[pos + 7],
+                     data[pos + 2])
+        elif length < 2 and marker in _TABLES:
+            return (_BAD_LENGTH, at, marker)
+        pos += max(length, 2)
 
 
-_NO_FRAME = "JPEG header has no frame size (truncated or corrupt)"
+def _jpeg_problem(reason: int, at: int, marker: int) -> str:
+    """The message for a walk that stopped without a frame (see :func:`_jpeg_walk`)."""
+    name = {_SOI: "start-of-image (SOI)", _SOS: "scan (SOS)", _EOI: "end-of-image (EOI)"}.get(
+        marker, "frame header (SOF)" if marker in _SOF else f"0xFF{marker:02X}")
+    return {
+        _TRUNCATED: f"JPEG header ends at byte {at}, before its first scan (truncated)",
+        _SCAN_FIRST: f"JPEG header is corrupt: the scan (SOS) at byte {at} comes before any frame header (SOF)",
+        _SECOND: f"JPEG header is corrupt: a second {name} at byte {at}",
+        _EARLY_END: f"JPEG header is corrupt: end-of-image (EOI) at byte {at}, before any scan",
+        _UNKNOWN: f"JPEG header is corrupt: marker {name} at byte {at} is not one libjpeg reads",
+        _BAD_LENGTH: f"JPEG header is corrupt: marker {name} at byte {at} has an impossible length",
+    }[reason]
 
 
 def _skip_sub_blocks(data: bytes, pos: int) -> int:

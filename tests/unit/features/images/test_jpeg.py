@@ -143,13 +143,14 @@ def test_a_batch_decodes_in_one_call_with_errors_per_image(helper, monkeypatch):
 
 
 def test_helper_refuses_what_is_not_bytes():
+    """The compiled call checks its arguments itself too (what the shared check passes it)."""
     if not crop_decoding_available():
         pytest.skip("the helper is not built")
     out = np.empty((1, 4, 4, 3), np.uint8)
     with pytest.raises(TypeError, match=r"images\[0\] is str, not bytes"):
-        decode_jpegs_into(["not bytes"], out)
+        jpeg_module._CROP.decode_many(["not bytes"], out, 4, 4, True)
     with pytest.raises(ValueError, match="C-contiguous buffer of 2 x 4 x 4 x 3 bytes"):
-        decode_jpegs_into([b"", b""], out)
+        jpeg_module._CROP.decode_many([b"", b""], out, 4, 4, True)
 
 
 @pytest.mark.parametrize("helper", [True, False])
@@ -215,3 +216,91 @@ def test_a_decoder_not_offered_is_refused():
     data, _ = encode("420")
     with pytest.raises(ValueError, match=r"decoder must be one of \('fast', 'accurate'\), got 'Accurate'"):
         decode_jpeg(data, decoder="Accurate")
+
+
+# -- arguments: one check before the helper or the fallback is chosen ----------------------------
+
+def _jpegs():
+    return [png_bytes(photo(i, 24, 40), "JPEG", quality=90) for i in range(2)]
+
+
+def _slots(n=2, dtype=np.uint8, shape=(24, 40, 3)):
+    return np.zeros((n, *shape), dtype)
+
+
+def _read_only():
+    out = _slots()
+    out.flags.writeable = False
+    return out
+
+
+BAD_ARGUMENTS = {
+    "window: a decoder not offered": (lambda: decode_jpeg_window(_jpegs()[0], (0, 0, 4, 4), decoder="bogus"),
+                                      ValueError, r"decoder must be one of \('fast', 'accurate'\), got 'bogus'"),
+    "window: data of text": (lambda: decode_jpeg_window("not bytes", (0, 0, 4, 4)),
+                             TypeError, "data must be bytes .* got str"),
+    "window: a float coordinate": (lambda: decode_jpeg_window(_jpegs()[0], (0, 0, 4.0, 4)),
+                                   TypeError, "box must be four ints"),
+    "window: a bool coordinate": (lambda: decode_jpeg_window(_jpegs()[0], (True, 0, 4, 4)),
+                                  TypeError, "box must be four ints"),
+    "window: three coordinates": (lambda: decode_jpeg_window(_jpegs()[0], (0, 0, 4)),
+                                  TypeError, "box must be four ints"),
+    "window: wider than any JPEG": (lambda: decode_jpeg_window(_jpegs()[0], (0, 0, 4, 2**40)),
+                                    ValueError, r"crop window \(0, 0, 4, 1099511627776\) is outside any JPEG"),
+    "batch: a decoder not offered": (lambda: decode_jpegs_into(_jpegs(), _slots(), decoder="bogus"),
+                                     ValueError, r"decoder must be one of \('fast', 'accurate'\), got 'bogus'"),
+    "batch: float32 slots": (lambda: decode_jpegs_into(_jpegs(), _slots(dtype=np.float32)),
+                             ValueError, r"out must be .* uint8 array \[2, H, W, 3\].*got float32 \[2, 24, 40, 3\]"),
+    "batch: a slot too many": (lambda: decode_jpegs_into(_jpegs(), _slots(3)),
+                               ValueError, r"got uint8 \[3, 24, 40, 3\]"),
+    "batch: a slot too few": (lambda: decode_jpegs_into(_jpegs(), _slots(1)),
+                              ValueError, r"got uint8 \[1, 24, 40, 3\]"),
+    "batch: no channel axis": (lambda: decode_jpegs_into(_jpegs(), _slots(shape=(24, 120))),
+                               ValueError, r"got uint8 \[2, 24, 120\]"),
+    "batch: four channels": (lambda: decode_jpegs_into(_jpegs(), _slots(shape=(24, 30, 4))),
+                             ValueError, r"got uint8 \[2, 24, 30, 4\]"),
+    "batch: slots not contiguous": (lambda: decode_jpegs_into(_jpegs(), _slots(shape=(24, 80, 3))[:, :, ::2]),
+                                    ValueError, "not C-contiguous"),
+    "batch: read-only slots": (lambda: decode_jpegs_into(_jpegs(), _read_only()), ValueError, "read-only"),
+    "batch: a text image": (lambda: decode_jpegs_into(["not bytes", _jpegs()[0]], _slots()),
+                            TypeError, r"images\[0\] must be bytes .* got str"),
+    "planes: float pixels": (lambda: to_planes(np.zeros((4, 5, 3), np.float32)),
+                             ValueError, r"image must be a uint8 array \[H, W, 3\], got float32 \[4, 5, 3\]"),
+    "planes: four channels": (lambda: to_planes(np.zeros((4, 5, 4), np.uint8)),
+                              ValueError, r"got uint8 \[4, 5, 4\]"),
+}
+
+
+def _on_path(helper, monkeypatch):
+    if helper and not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_CROP", None)
+        monkeypatch.setattr(jpeg_module, "_PLANES", None)
+
+
+@pytest.mark.parametrize("helper", [True, False], ids=["helper", "fallback"])
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_arguments_get_one_error_on_both_paths(case, helper, monkeypatch):
+    """Each mistake gets the same error with the compiled helper and without it (once, the
+    helper decoded decoder="bogus" as "accurate" and filled float32 slots the fallback refused)."""
+    _on_path(helper, monkeypatch)
+    call, error, message = BAD_ARGUMENTS[case]
+    with pytest.raises(error, match=message):
+        call()
+
+
+@pytest.mark.parametrize("helper", [True, False], ids=["helper", "fallback"])
+def test_bytes_like_images_and_any_iterable_decode_alike_on_both_paths(helper, monkeypatch):
+    """A bytearray or memoryview decodes as its bytes; a generator of images as their list."""
+    _on_path(helper, monkeypatch)
+    images = _jpegs()
+    want = np.stack([tf.io.decode_jpeg(data, channels=3).numpy() for data in images])
+    out = _slots()
+    assert decode_jpegs_into((bytearray(data) for data in images), out) == [None, None]
+    np.testing.assert_array_equal(out, want)
+    out[...] = 7
+    assert decode_jpegs_into([memoryview(images[0]), bytes(images[1])], out) == [None, None]
+    np.testing.assert_array_equal(out, want)
+    for data in (bytearray(images[0]), memoryview(images[0])):
+        np.testing.assert_array_equal(decode_jpeg_window(data, (np.int64(2), 3, 5, 7)), want[0, 2:7, 3:10])

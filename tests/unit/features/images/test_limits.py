@@ -99,6 +99,43 @@ def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(gif_bomb_chil
     assert gif_bomb_child[decoder] == "ok", gif_bomb_child[decoder][-2000:]
 
 
+def test_a_jpeg_frame_behind_a_restart_marker_is_refused_before_any_decoder_allocates():
+    """restart_bomb(16500, 16500): 66 KB that libjpeg decodes to 16500x16500 (817 MB as RGB, about
+    2.1 GB at torchvision's peak) while a walk reading a length after its RST0 sees 1x1. In a child
+    whose address space is capped at 1 GiB over what torch's import takes, decode_image refuses it
+    by the pixel limit from its header, on torchvision's path and on Pillow's."""
+    code = textwrap.dedent(f"""
+        import json, os, resource, sys, traceback
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import torch, torchvision.io
+        from helpers import restart_bomb
+        from tfrecord_torch.features.images import decode as images
+        status = open(f"/proc/{{os.getpid()}}/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+        data = restart_bomb(16500, 16500)
+        usable = images._torchvision_usable
+        answers = {{}}
+        for decoder in {DECODERS!r}:
+            images._torchvision_usable = usable if decoder == "torchvision" else (lambda: False)
+            try:
+                images.decode_image(data, "RGB")
+                answers[decoder] = "decoded"
+            except ValueError as e:
+                answers[decoder] = str(e)
+            except BaseException:
+                answers[decoder] = traceback.format_exc()
+        print(json.dumps(answers))
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    answers = json.loads(out.stdout.strip().splitlines()[-1])
+    for decoder in DECODERS:
+        assert answers[decoder] == ("jpeg image of 16500x16500 pixels exceeds the limit of "
+                                    f"{limits.MAX_IMAGE_PIXELS} pixels (MAX_IMAGE_PIXELS)"), answers[decoder][-2000:]
+
+
 @pytest.mark.parametrize("fmt,kw", [("PNG", {}), ("JPEG", {}), ("GIF", {}), ("WEBP", {}),
                                     ("WEBP", {"lossless": True}), ("BMP", {}), ("TIFF", {})])
 @pytest.mark.parametrize("decoder", ["torchvision", "pillow"])
@@ -289,3 +326,18 @@ def test_batch_headers_read_objects_other_than_bytes_in_python():
     data = encoded("JPEG")
     images = [bytearray(data), memoryview(data), data]
     assert _batch_outcomes(images) == [_outcome(d) for d in images]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_batch_headers_of_a_generator_and_of_one_image_given_alone(compiled, monkeypatch):
+    """A generator of images gets the headers of their list (once, [] where the helper is built);
+    one image given where a batch is expected is refused alike, with or without the helper."""
+    if compiled and limits._HELPER is None:
+        pytest.skip("the compiled helper is not built")
+    if not compiled:
+        monkeypatch.setattr(limits, "_HELPER", None)
+    images = list(_header_corpus().values())
+    assert _batch_outcomes(data for data in images) == [_outcome(data) for data in images]
+    for one in (images[0], bytearray(images[0])):
+        with pytest.raises(TypeError, match=r"images must be a sequence of images, got (bytes|bytearray)"):
+            limits.read_headers(one)
