@@ -34,6 +34,7 @@ from tfrecord_torch.data.reading import (
     stream_shard,
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
+from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_flat_cache, no_random_access
 from tfrecord_torch.data.windows import shard_windows
@@ -157,12 +158,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self._resume = ResumeState(type(self).__name__)
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
-        state = dict(self.__dict__)
+        state = with_check(type(self).__name__, self.__dict__,
+                           user_callables(self.transform, self.spec, self.policy.on_error))
         state["_index_lock"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update(without_check(state))
         self._index_lock = threading.Lock()
 
     def _check_lengths(self, lengths) -> list[int] | None:
