@@ -299,12 +299,26 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
-            raise TypeError("len() is unknown: some shards are compressed and cannot be indexed")
+            raise TypeError(self._unknown_length())
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         n = hi - lo
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _unknown_length(self) -> str:
+        if self._index_args.index is False:
+            return ("len() is unknown: Source(index=False) streams every shard, so no record is counted "
+                    "before it is read; leave index= out to index (and count) the uncompressed shards")
+        streamed = [p for p, i in zip(self.paths, self.indexes) if i is None]
+        shown = streamed if len(streamed) <= 3 else [*streamed[:2], "..."]
+        files = " ".join(streamed) if len(streamed) <= 3 else "FILES"
+        return (f"len() is unknown: {len(streamed)} of {len(self.paths)} shards "
+                f"{'is' if len(streamed) == 1 else 'are'} compressed ({', '.join(shown)}), and a compressed "
+                "shard is streamed, not indexed, so its records are not counted before they are read. Count "
+                f"them with `tfrecord-torch verify {files}` (it reads each file once and prints its record "
+                "count); or decompress the shards once (`tfrecord-torch decompress IN OUT`) and read the "
+                "uncompressed copies, which are indexed and counted")
 
     # --- iteration -----------------------------------------------------------
 
