@@ -2,8 +2,8 @@
 
 The blocks are read from the pages themselves, so a new block is tested as soon as it is
 written. A ```python block runs in a fresh namespace (so it imports what it uses, as a
-reader's script must) with a fresh working folder holding the data its paths name, made here
-by this library's writers, and an index cache and a shard cache of its own (so a block's
+reader's script must) with a fresh working folder holding the data its paths name (the samples of
+``python -m tfrecord_torch.samples DIR``, which a reader makes to run the pages), and an index cache and a shard cache of its own (so a block's
 `tfrecord-torch cache --clear` leaves yours alone); a ```bash block runs in bash there, with
 the package's command on the PATH. Python blocks run in the test's process (torch is imported once, not once a
 block: a process per block cost about 3 s of CPU each), except that the blocks importing
@@ -29,12 +29,9 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import pytest
-import torchvision
-from PIL import Image as PILImage
 
-import tfrecord_torch as tt
+from tfrecord_torch.samples import SAMPLES, write_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -108,126 +105,19 @@ NOT_RUN = [b for b in BLOCKS if b.not_run is not None]
 
 
 # --- the data the blocks name, made once per module --------------------------------------------
-
-def _jpeg(rng: np.random.Generator, height: int, width: int) -> bytes:
-    buf = io.BytesIO()
-    PILImage.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(buf, format="JPEG")
-    return buf.getvalue()
-
-
-def _image_shards(root: Path) -> None:
-    """`data/train-*.tfrecord`: TFDS-style records (`image` JPEG of mixed sizes, `label`), 2 shards."""
-    rng = np.random.default_rng(0)
-    (root / "data").mkdir(exist_ok=True)
-    for s in range(2):
-        with tt.RecordWriter(root / "data" / f"train-{s:05d}-of-00002.tfrecord") as w:
-            for i in range(40):
-                size = rng.integers(24, 64, 2)
-                w.write(tt.make_example({"image": _jpeg(rng, *size), "label": (40 * s + i) % 10}))
-
-
-def _described_records(root: Path) -> None:
-    """`data/*.tfrecord`: the features of the README's TF feature description (label sometimes absent)."""
-    rng = np.random.default_rng(1)
-    (root / "data").mkdir(exist_ok=True)
-    with tt.RecordWriter(root / "data" / "part-0.tfrecord") as w:
-        for i in range(40):
-            n = int(rng.integers(1, 5))
-            fields = {
-                "vec": rng.random(3, dtype=np.float32),
-                "var": rng.integers(0, 100, n),
-                "words": [f"w{j}".encode() for j in range(n)],
-                "steps": rng.random(2 * n, dtype=np.float32),
-                "idx": rng.choice(6, n, replace=False),
-                "val": rng.random(n, dtype=np.float32),
-            }
-            if i % 3:
-                fields["label"] = i
-            w.write(tt.make_example(fields))
-
-
-def _sequence_records(root: Path) -> None:
-    """`seq.tfrecord`: SequenceExamples, context `label`, feature lists `tokens` and `frames` (3 floats)."""
-    rng = np.random.default_rng(2)
-    with tt.RecordWriter(root / "seq.tfrecord") as w:
-        for i in range(20):
-            steps = int(rng.integers(1, 7))
-            w.write(tt.make_sequence_example(
-                context={"label": i % 4},
-                feature_lists={"tokens": [int(t) for t in rng.integers(0, 50, steps)],
-                               "frames": [rng.random(3, dtype=np.float32) for _ in range(steps)]}))
-
-
-def _segmentation_records(root: Path) -> None:
-    """`seg.tfrecord`: the classic raw layout (`height`, `width`, `image_raw` HWC, `mask_raw` HW)."""
-    rng = np.random.default_rng(3)
-    with tt.RecordWriter(root / "seg.tfrecord") as w:
-        for _ in range(16):
-            h, wd = (int(v) for v in rng.integers(40, 80, 2))
-            w.write(tt.make_example({
-                "height": h, "width": wd,
-                "image_raw": rng.integers(0, 256, (h, wd, 3), dtype=np.uint8).tobytes(),
-                "mask_raw": rng.integers(0, 5, (h, wd), dtype=np.uint8).tobytes(),
-            }))
-
-
-def _detection_records(root: Path) -> None:
-    """`od.tfrecord`: TF Object Detection API records, 1-3 boxes each."""
-    rng = np.random.default_rng(4)
-    with tt.RecordWriter(root / "od.tfrecord") as w:
-        for _ in range(16):
-            h, wd = (int(v) for v in rng.integers(40, 80, 2))
-            n = int(rng.integers(1, 4))
-            lo = rng.uniform(0.0, 0.5, (n, 2)).astype(np.float32)
-            hi = (lo + rng.uniform(0.2, 0.5, (n, 2))).clip(0, 1).astype(np.float32)
-            labels = rng.integers(1, 4, n)
-            w.write(tt.make_example({
-                "image/encoded": _jpeg(rng, h, wd), "image/format": b"jpeg",
-                "image/height": h, "image/width": wd,
-                "image/object/bbox/xmin": lo[:, 0], "image/object/bbox/ymin": lo[:, 1],
-                "image/object/bbox/xmax": hi[:, 0], "image/object/bbox/ymax": hi[:, 1],
-                "image/object/class/label": labels,
-                "image/object/class/text": [f"class{k}".encode() for k in labels],
-            }))
-
-
-def _photo_folder(root: Path) -> None:
-    """`photos`: an ImageFolder of JPEG files of mixed sizes in 2 class folders."""
-    rng = np.random.default_rng(5)
-    for c in ("cat", "dog"):
-        (root / "photos" / c).mkdir(parents=True, exist_ok=True)
-        for i in range(6):
-            (root / "photos" / c / f"{i}.jpg").write_bytes(_jpeg(rng, *rng.integers(24, 64, 2)))
-
-
-def _converted_photos(root: Path) -> None:
-    """`records/photos`: the photos folder as `write_dataset` converts it."""
-    _photo_folder(root / "source")
-    tt.write_dataset(torchvision.datasets.ImageFolder(root / "source" / "photos"), root / "records" / "photos",
-                     name="photos", execution=tt.Execution(progress=False))
-    shutil.rmtree(root / "source")
-
-
-# A block gets each of these whose path it names, in quotes or after a space, alone or followed by `/`.
-DATA = {
-    "data/train-*.tfrecord": _image_shards,
-    "data/*.tfrecord": _described_records,
-    "seq.tfrecord": _sequence_records,
-    "seg.tfrecord": _segmentation_records,
-    "od.tfrecord": _detection_records,
-    "photos": _photo_folder,
-    "records/photos": _converted_photos,
-}
+# The samples a reader makes with `python -m tfrecord_torch.samples DIR`: each in a folder of its
+# own here, and a block gets each one whose path it names, in quotes or after a space, alone or
+# followed by `/`.
 
 
 @pytest.fixture(scope="module")
 def data_sources(tmp_path_factory) -> dict[str, Path]:
-    """Each data set of DATA in a folder of its own, written once for the module."""
+    """Each sample of tfrecord_torch.samples in a folder of its own, written once for the module."""
     sources = {}
-    for n, (path, make) in enumerate(DATA.items()):
+    for n, sample in enumerate(SAMPLES):
         folder = tmp_path_factory.mktemp(f"doc-data-{n}")
-        make(folder)
-        sources[path] = folder
+        write_samples(folder, [sample.path])
+        sources[sample.path] = folder
     return sources
 
 
@@ -352,7 +242,7 @@ def _printed(code: str) -> list[str]:
 def test_doc_block_runs_as_written(block, data_sources, tmp_path, monkeypatch, peer_runs):
     """The block runs without an error or a warning, and prints what its ``# prints`` comments say."""
     where = f"{block.page} line {block.line} ({block.heading})"
-    failed = f"{where} failed (the data it reads comes from DATA in {Path(__file__).name}):\n"
+    failed = f"{where} failed (the data it reads comes from tfrecord_torch/samples.py):\n"
     if runs_as_a_script(block):
         status, output = run_block(block.code, tmp_path, data_sources, block.language)
         assert status == 0, failed + output

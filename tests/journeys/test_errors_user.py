@@ -1,6 +1,7 @@
 """A newcomer's common mistakes, written as a user writes them: each gives
 the library's own message, naming the file, record and key, and the fix."""
 
+import functools
 import io
 import pickle
 import subprocess
@@ -20,6 +21,7 @@ from tfrecord_torch import (
     Image,
     IndexedTFRecordDataset,
     Int64,
+    Payload,
     RecordWriter,
     Source,
     Text,
@@ -249,3 +251,57 @@ def test_items_stay_dicts(photos):
     batch = next(iter(DataLoader(TFRecordDataset(photos, features={"label": Int64(), "name": Text()}),
                                  batch_size=4)))
     assert type(batch) is dict and batch["label"].tolist() == [0, 1, 2, 3] and batch["name"][1] == "n1"
+
+
+def half_label(item, scale=0.5):
+    """A transform defined at the top level of a module: it pickles."""
+    return {**item, "label": item["label"] * scale}
+
+
+def label_only(payload):
+    """A payload decoder defined at the top level of a module."""
+    from tfrecord_torch import parse_example
+
+    return {"label": int(parse_example(payload)["label"][0])}
+
+
+def ignore(error):
+    """An on_error callable defined at the top level of a module."""
+
+
+def _lambdas(argument):
+    """A dataset's keyword arguments with a lambda where ``argument`` takes a callable."""
+    if argument == "transform":
+        return {"features": {"label": Int64()}, "transform": lambda item: item}
+    if argument == "decode":
+        return {"features": Payload(decode=lambda payload: len(payload))}
+    return {"features": {"label": Int64()}, "on_error": lambda error: None}
+
+
+@pytest.mark.parametrize("argument, spelled", [("transform", "transform="),
+                                               ("decode", "features=Payload(decode=...)"),
+                                               ("on_error", "on_error=")])
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
+def test_a_lambda_under_spawn_names_the_argument_and_the_fix(photos, dataset, argument, spelled):
+    """A lambda given to a dataset read by a DataLoader whose workers are
+    spawned: the error names the dataset's argument and says what pickles."""
+    ds = dataset(photos, **_lambdas(argument))
+    loader = DataLoader(ds, num_workers=1, multiprocessing_context="spawn")
+    with pytest.warns(UserWarning, match="pickle error"):  # torch's own note, then our error
+        with pytest.raises(pickle.PicklingError) as err:
+            next(iter(loader))
+    message = str(err.value)
+    assert message.startswith(f"{dataset.__name__}'s {spelled} (")
+    assert "<lambda>" in message and "'spawn' or 'forkserver'" in message
+    assert "define the function with `def` at the top level of a module" in message
+    assert "functools.partial(function, ...)" in message
+
+
+@pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
+def test_top_level_functions_and_partials_run_under_spawn(photos, dataset):
+    """The fix the error names: top-level functions, bound with
+    functools.partial, read in a spawned worker as in the main process."""
+    ds = dataset(photos, features=Payload(decode=label_only), transform=functools.partial(half_label, scale=0.25),
+                 on_error=ignore)
+    loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    assert next(iter(loader))["label"].tolist() == [0.0, 0.25, 0.5, 0.75]

@@ -174,3 +174,32 @@ def test_a_folder_of_one_split_beside_other_files_reads_as_before(two_splits):
     assert [os.path.basename(p) for p in ds.paths] == ["notes.tfrecord"] + [f"train-{s:05d}-of-00004" for s in range(4)]
     assert [int(item["image/class/label"]) for item in ds] == _tf_reads(str(two_splits / "*.tfrecord")) \
         + _tf_reads(str(two_splits / "train-*"))
+
+
+def test_len_of_a_tf_teams_gzip_shards_says_how_to_count_them(tmp_path):
+    """GZIP shards from tf.io.TFRecordWriter: len() cannot know their count
+    and names the command that counts them; that command, run as written,
+    and reading decompressed copies both give TensorFlow's count."""
+    records = [[tf.train.Example(features=tf.train.Features(feature={"id": tf.train.Feature(
+        int64_list=tf.train.Int64List(value=[10 * s + i]))})).SerializeToString() for i in range(4 + 3 * s)]
+        for s in range(2)]
+    paths = []
+    for s, shard in enumerate(records):
+        paths.append(str(tmp_path / f"train-{s:05d}-of-00002.tfrecord.gz"))
+        with tf.io.TFRecordWriter(paths[-1], options=tf.io.TFRecordOptions("GZIP")) as w:
+            for r in shard:
+                w.write(r)
+    theirs = sum(1 for _ in tf.data.TFRecordDataset(paths, compression_type="GZIP"))
+    ds = TFRecordDataset(str(tmp_path / "train-*.tfrecord.gz"))
+    with pytest.raises(TypeError, match=r"^len\(\) is unknown: 2 of 2 shards are compressed") as err:
+        len(ds)
+    command = str(err.value).split("`")[1]
+    assert command == f"tfrecord-torch verify {paths[0]} {paths[1]}"
+    exe = os.path.join(os.path.dirname(sys.executable), "tfrecord-torch")
+    done = subprocess.run([exe, *command.split()[1:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sum(int(line.split(": ")[1].split()[0]) for line in done.stdout.splitlines()) == theirs == 11
+    assert "tfrecord-torch decompress IN OUT" in str(err.value)
+    for path in paths:
+        subprocess.run([exe, "decompress", path, path.removesuffix(".gz")], check=True, capture_output=True)
+    assert len(TFRecordDataset(str(tmp_path / "train-*.tfrecord"))) == theirs

@@ -53,21 +53,25 @@ def _cmd_index(args) -> int:
     if args.output and len(files) != 1:
         raise ValueError("--output needs exactly one input file")
     sizes = {path: fs.size_and_version(path, storage_options)[0] for path in files}
-    failed = 0
-    with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, disable=args.quiet) as bar:
-        for path in files:
-            done = bar.n
-            try:
-                written = build_index(path, args.output, storage_options=storage_options, progress=bar.update)
-            except TFRecordError as e:  # report it and index the other files
-                failed += 1
-                bar.write(f"tfrecord-torch index: error: {e}", file=sys.stderr)
-                continue
-            finally:
-                bar.update(done + sizes[path] - bar.n)  # a failed file counts as read
-            if not args.quiet:
-                count = len(load_index(written, storage_options=storage_options))
-                bar.write(f"{path}: {count} records -> {written}")
+    failed: list[TFRecordError] = []
+    try:
+        with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, disable=args.quiet) as bar:
+            for path in files:
+                done = bar.n
+                try:
+                    written = build_index(path, args.output, storage_options=storage_options,
+                                          progress=bar.update)
+                except TFRecordError as e:  # index the other files, then report it
+                    failed.append(e)
+                    continue
+                finally:
+                    bar.update(done + sizes[path] - bar.n)  # a failed file counts as read
+                if not args.quiet:
+                    count = len(load_index(written, storage_options=storage_options))
+                    bar.write(f"{path}: {count} records -> {written}")
+    finally:  # once the bar is closed: a bar redrawn below an error would hide it
+        for error in failed:
+            print(f"tfrecord-torch index: error: {error}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -34,6 +34,7 @@ from tfrecord_torch.data.reading import (
     stream_shard,
 )
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
+from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_flat_cache, no_random_access
 from tfrecord_torch.data.windows import shard_windows
@@ -161,12 +162,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self._resume = ResumeState(type(self).__name__)
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
-        state = dict(self.__dict__)
+        state = with_check(type(self).__name__, self.__dict__,
+                           user_callables(self.transform, self.spec, self.policy.on_error))
         state["_index_lock"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update(without_check(state))
         self._index_lock = threading.Lock()
 
     def _check_lengths(self, lengths) -> list[int] | None:
@@ -301,12 +303,26 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
-            raise TypeError("len() is unknown: some shards are compressed and cannot be indexed")
+            raise TypeError(self._unknown_length())
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         n = hi - lo
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _unknown_length(self) -> str:
+        if self._index_args.index is False:
+            return ("len() is unknown: Source(index=False) streams every shard, so no record is counted "
+                    "before it is read; leave index= out to index (and count) the uncompressed shards")
+        streamed = [p for p, i in zip(self.paths, self.indexes) if i is None]
+        shown = streamed if len(streamed) <= 3 else [*streamed[:2], "..."]
+        files = " ".join(streamed) if len(streamed) <= 3 else "FILES"
+        return (f"len() is unknown: {len(streamed)} of {len(self.paths)} shards "
+                f"{'is' if len(streamed) == 1 else 'are'} compressed ({', '.join(shown)}), and a compressed "
+                "shard is streamed, not indexed, so its records are not counted before they are read. Count "
+                f"them with `tfrecord-torch verify {files}` (it reads each file once and prints its record "
+                "count); or decompress the shards once (`tfrecord-torch decompress IN OUT`) and read the "
+                "uncompressed copies, which are indexed and counted")
 
     # --- iteration -----------------------------------------------------------
 

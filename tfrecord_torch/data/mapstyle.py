@@ -21,6 +21,7 @@ from tfrecord_torch.data import collating  # noqa: F401 - registers the items' c
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
+from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.usage import check_positional, no_source
 from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.errors import TFRecordError
@@ -136,6 +137,13 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     @transform.setter
     def transform(self, transform: Callable | None) -> None:
         self._fetcher.transform = transform
+
+    def __getstate__(self) -> dict:  # spawned DataLoader workers: say which callable does not pickle
+        return with_check(type(self).__name__, self.__dict__,
+                          user_callables(self.transform, self.spec, self.policy.on_error))
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(without_check(state))
 
     def __len__(self) -> int:
         return self._fetcher.length

@@ -28,7 +28,7 @@ from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.errors import CorruptRecordError, StaleIndexError
 from tfrecord_torch.policy import OnError, as_policy
 from tfrecord_torch.records.crc import masked_crc32c
-from tfrecord_torch.records.scan import HEADER, HEADER_SIZE, OVERHEAD
+from tfrecord_torch.records.scan import GROWING, HEADER, HEADER_SIZE, OVERHEAD
 from tfrecord_torch.records.scan import scan as find_records
 from tfrecord_torch.records.sniff import not_tfrecord
 from tfrecord_torch.records.streams import Stream, open_stream
@@ -187,7 +187,7 @@ def _chunks(stream: Stream, verify: bool, offset: int, record: int, block_size: 
         if ended:
             what = "header" if need is None else f"record of {need - OVERHEAD} bytes"
             raise CorruptRecordError(stream.name, base, record,
-                                     f"truncated {what}: the data ends after {len(data)} bytes")
+                                     f"truncated {what}: the data ends after {len(data)} bytes{GROWING}")
 
 
 def _read_large(read, data: bytes, need: int, base: int, record: int, verify: bool,
@@ -217,7 +217,7 @@ def _read_exact(read, n: int, base: int, record: int, name: str, need: int) -> b
         piece = read(min(n, _MAX_STEP), base, record)
         if not piece:
             raise CorruptRecordError(name, base, record,
-                                     f"truncated record of {need - OVERHEAD} bytes: the data ends first")
+                                     f"truncated record of {need - OVERHEAD} bytes: the data ends first{GROWING}")
         parts.append(piece)
         n -= len(piece)
     return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -230,8 +230,9 @@ def _checked_reader(stream: Stream):
         try:
             return stream.read(n)
         except (zlib.error, EOFError) as e:
+            growing = GROWING if isinstance(e, EOFError) else ""  # the stream ends before its end marker
             raise CorruptRecordError(stream.name, at, rec,
-                                     f"{stream.compression} data is invalid: {e}") from e
+                                     f"{stream.compression} data is invalid: {e}{growing}") from e
 
     return read
 

@@ -19,11 +19,17 @@ from crc32c import crc32c
 from tfrecord_torch.errors import CorruptRecordError
 from tfrecord_torch.records.crc import crc32c_rows, mask_array, masked_crc32c
 
-__all__ = ["HEADER", "HEADER_SIZE", "OVERHEAD", "Scan", "scan"]
+__all__ = ["GROWING", "HEADER", "HEADER_SIZE", "OVERHEAD", "Scan", "scan"]
 
 HEADER = struct.Struct("<QI")
 HEADER_SIZE = 12
 OVERHEAD = 16  # header + footer bytes around each payload
+# Said after a truncation at the end of the data: in a file otherwise sound, the usual cause is a writer
+# still appending to it (TensorFlow's writer flushes in the middle of records).
+GROWING = ("; if a writer is still appending to the file, follow it with tfrecord_torch.RecordTail(path) "
+           "instead, which yields the complete records, stops before a partial last one and goes on from "
+           "there when iterated again (docs: Writing, \"Following a growing file\"); if the writer is done, "
+           "the file was cut short")
 
 
 class Scan(NamedTuple):
@@ -78,7 +84,7 @@ def scan(data: bytes, base: int, record: int, verify: bool, name: str, limit: in
             error = CorruptRecordError(name, base + pos, record_number, (
                 f"truncated record: its length {length} runs past the end of the data: the compressed file "
                 f"decompresses to at most {limit} bytes") if bound else (
-                f"truncated record: its length {length} runs past the end of the data at byte {limit}"))
+                f"truncated record: its length {length} runs past the end of the data at byte {limit}{GROWING}"))
         if error is not None:
             if report is not None:
                 report(error)

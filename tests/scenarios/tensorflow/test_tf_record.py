@@ -36,8 +36,10 @@ from tfrecord_torch import (
     CompressionOptions,
     CorruptRecordError,
     IndexedReader,
+    Payload,
     RecordTail,
     RecordWriter,
+    TFRecordDataset,
     TFRecordError,
     read_records,
 )
@@ -430,3 +432,67 @@ def test_offsets_of_tf_written_file_match(tmp_path):
         _, offset = theirs.read(offset)
     assert IndexedReader(path).index[:, 0].tolist() == offsets
     assert np.array_equal(IndexedReader(path).index[:, 1], np.diff(offsets + [offset]))
+
+
+# A file TensorFlow's writer is still writing, read as a finished file
+
+
+def test_a_file_tfs_writer_still_writes_names_record_tail(tmp_path):
+    """TF's writer puts its buffer on disk when it fills, in the middle of a
+    record: a dataset reading the file then raises a truncation error that says
+    RecordTail follows a growing file, and RecordTail reads what TF wrote so far."""
+    path = tmp_path / "events.tfrecord"
+    records = [f"step {i} ".encode() * 40 for i in range(20_000)]
+    writer = tf.io.TFRecordWriter(str(path))
+    written = 0
+    while not path.stat().st_size:  # until TF's writer has put part of its buffer on disk
+        writer.write(records[written])
+        written += 1
+    size = path.stat().st_size
+    with pytest.raises(CorruptRecordError, match=r"truncated .*RecordTail\(path\).*Following a growing file") as e:
+        list(TFRecordDataset(path, features=Payload()))
+    assert e.value.path == str(path) and 0 < e.value.offset < size
+    with RecordTail(path) as tail:
+        so_far = list(tail)
+        assert so_far == records[:len(so_far)] and tail.offset == e.value.offset and tail.pending > 0
+        writer.close()
+        assert so_far + list(tail) == records[:written] == tf_read(path)
+
+
+@pytest.mark.parametrize("cut", ["header", "record"])
+def test_a_truncation_at_the_end_of_tfs_file_names_record_tail(tmp_path, cut):
+    """A TF-written file that ends inside a header ("truncated header") or inside
+    a record: the error says how to follow a file that is still growing, and
+    RecordTail gives the complete records. (TF's dataset stops silently at a
+    partial header and raises DataLossError at a partial record.)"""
+    records = [record(0, i) for i in range(NUM_RECORDS)]
+    path = tf_write(tmp_path / "theirs.tfrecord", records)
+    whole = path.read_bytes()
+    last = len(whole) - (16 + len(records[-1]))
+    path.write_bytes(whole[:last + (5 if cut == "header" else 20)])
+    if cut == "header":
+        assert tf_read(path) == records[:-1]
+    else:
+        with pytest.raises(tf.errors.DataLossError):
+            tf_read(path)
+    with RecordTail(path) as tail:
+        assert list(tail) == records[:-1] and tail.pending > 0
+    with pytest.raises(CorruptRecordError, match=rf"record {NUM_RECORDS - 1} at byte offset {last}: truncated "
+                                                 rf"{cut}.*follow it with tfrecord_torch.RecordTail\(path\)"):
+        list(read_records(path))
+
+
+def test_a_gzip_file_tfs_writer_flushed_names_record_tail(tmp_path):
+    """A GZIP file TF's writer has flushed but not closed has no end marker yet:
+    the error says how to follow it, and RecordTail reads every record flushed."""
+    path = tmp_path / "events.tfrecord.gz"
+    writer = tf.io.TFRecordWriter(str(path), options=tf.io.TFRecordOptions("GZIP"))
+    for i in range(NUM_RECORDS):
+        writer.write(record(0, i))
+    writer.flush()
+    with pytest.raises(CorruptRecordError, match=r"gzip data is invalid: .*end marker; if a writer is still "
+                                                 r"appending to the file, follow it with tfrecord_torch.RecordTail"):
+        list(TFRecordDataset(path, features=Payload()))
+    with RecordTail(path) as tail:
+        assert list(tail) == [record(0, i) for i in range(NUM_RECORDS)]
+    writer.close()

@@ -2,6 +2,7 @@
 their output, their exit codes, and errors as messages rather than tracebacks."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -44,6 +45,23 @@ def test_index_progress_and_a_bad_file(shards, tmp_path, capsys):
     for p in shards:
         assert load_index(str(p) + ".index").shape == (10, 2)
     assert not (tmp_path / "junk.tfrecord.index").exists()
+
+
+@pytest.mark.parametrize("bad_at", [0, 1])
+def test_index_ends_its_stderr_with_the_error_not_the_bar(shards, tmp_path, bad_at):
+    """`tfrecord-torch index` with its progress bar, one file cut short: what the
+    terminal shows last is the error, not the bar drawn again below it."""
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(shards[0].read_bytes()[:-30])
+    files = [str(shards[0]), str(shards[1])]
+    files.insert(bad_at, str(cut))
+    proc = subprocess.run([sys.executable, "-m", "tfrecord_torch", "index", *files], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1
+    shown = [piece.strip() for piece in re.split(r"[\r\n]", proc.stderr) if piece.strip()]
+    assert shown[-1].startswith(f"tfrecord-torch index: error: {cut}: record 9 at byte offset "), shown[-3:]
+    assert "100%" in shown[-2]  # the bar's last state, before the error
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [str(shards[0]), str(shards[1])]
 
 
 def test_verify_ok_and_corrupt(shards, capsys):

@@ -324,3 +324,21 @@ def test_explicit_mismatched_index_is_refused(tmp_path):
     a, b = write_shards(tmp_path, [4, 5])
     with pytest.raises(IndexMismatchError):
         TFRecordDataset([a], source=Source(index=[build_index(b, tmp_path / "b.idx")]))
+
+
+def test_len_of_streamed_shards_says_why_and_how_to_count_them(tmp_path):
+    """Compressed shards are named, with the commands that count them; with
+    index=False the shards are not compressed, and the message says so."""
+    plain = write_shards(tmp_path, [3])
+    packed = write_shards(tmp_path, [4, 5, 6, 7], compression="gzip", prefix="packed")
+    with pytest.raises(TypeError, match=r"^len\(\) is unknown: 4 of 5 shards are compressed \(.*packed-00000.*, "
+                                        r".*packed-00001.*, \.\.\.\).*`tfrecord-torch verify FILES`.*"
+                                        r"`tfrecord-torch decompress IN OUT`"):
+        len(TFRecordDataset([*plain, *packed]))
+    with pytest.raises(TypeError, match=r"^len\(\) is unknown: 1 of 1 shards is compressed .*"
+                                        rf"`tfrecord-torch verify {packed[0]}`"):
+        len(TFRecordDataset(packed[0]))
+    with pytest.raises(TypeError, match=r"^len\(\) is unknown: Source\(index=False\) streams every shard.*"
+                                        r"leave index= out"):
+        len(TFRecordDataset(plain, source=Source(index=False)))
+    assert len(TFRecordDataset(plain)) == 3
