@@ -76,7 +76,7 @@ _EXPORTS = {
     "make_sequence_example": "tfrecord_torch.example.codec",
     "mix": "tfrecord_torch.data.mix",
     "pad_collate": "tfrecord_torch.features.collate",
-    "parse_example": "tfrecord_torch.example.codec",  # the hot path: no wrapper; a description goes up a layer
+    "parse_example": "tfrecord_torch.features.parsing",
     "parse_example_batch": "tfrecord_torch.features.parsing",
     "parse_sequence_example": "tfrecord_torch.features.parsing",
     "parse_sequence_example_batch": "tfrecord_torch.features.parsing",

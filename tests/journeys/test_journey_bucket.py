@@ -149,9 +149,16 @@ def test_the_cache_given_where_the_other_dataset_takes_it_says_where_it_goes(s3,
     with pytest.raises(TypeError, match=r"TFRecordDataset\(paths, source=Source\(cache=ShardCache\(") as info:
         TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, cache=copies)
     assert "IndexedTFRecordDataset" in str(info.value)
-    with pytest.raises(TypeError, match=r"IndexedTFRecordDataset\(paths, cache=None\)"):
+
+
+def test_the_map_style_dataset_takes_its_source_as_the_other_does(s3, labels):
+    """``source=Source(...)`` spelled as for TFRecordDataset: the same reads as its keywords."""
+    mapped = IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
+                                    source=Source(cache=None))
+    assert [int(mapped[i]["label"]) for i in range(len(mapped))] == labels
+    with pytest.raises(ValueError, match=r"takes cache in its source= or as keywords, not both"):
         IndexedTFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options,
-                               source=Source(cache=None))
+                               source=Source(cache=None), cache=ShardCache("/scratch/shards"))
 
 
 @pytest.mark.parametrize("url, says", [

@@ -42,6 +42,54 @@ def test_no_import_cycles():
     assert not cycles, cycles
 
 
+def _layers() -> list[str]:
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    return next(c["layers"] for c in contracts if c["type"] == "layers")
+
+
+def _named_modules(path: str) -> list[tuple[int, str]]:
+    """The string constants in a module's code (not its docstrings) that
+    name a module of the package: imports by name, which import-linter does not see."""
+    import ast
+    import re
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and re.fullmatch(r"tfrecord_torch(\.\w+)+", node.value)]
+
+
+def test_imports_by_name_point_down_too():
+    """A module named in a string (``importlib.import_module``, a lazy export
+    table) counts as an import: it may name only its own layer or one below."""
+    layers = _layers()
+
+    def layer(module: str) -> int | None:
+        return next((i for i, name in enumerate(layers) if module == name or module.startswith(name + ".")), None)
+
+    wrong = []
+    package = os.path.join(ROOT, "tfrecord_torch")
+    for folder, _, files in os.walk(package):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            module = "tfrecord_torch." + os.path.relpath(path, package)[:-3].replace(os.sep, ".")
+            mine = layer(module.removesuffix(".__init__"))
+            if mine is None:  # the package's face sits above every layer
+                continue
+            for line, named in _named_modules(path):
+                theirs = layer(named)
+                if theirs is not None and theirs < mine:
+                    wrong.append(f"{os.path.relpath(path, ROOT)}:{line} names {named}")
+    assert not wrong, wrong
+
+
 def test_mypy_clean():
     proc = _run([sys.executable, "-m", "mypy", "tfrecord_torch"])
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -20,9 +20,10 @@ from tfrecord_torch._types import PathLike, Paths
 from tfrecord_torch.data import collating  # noqa: F401 - registers the items' collate in workers
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
+from tfrecord_torch.data.options import Source
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
-from tfrecord_torch.data.usage import check_positional, no_source
+from tfrecord_torch.data.usage import check_positional
 from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
@@ -79,19 +80,26 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             turns it off), decided here once for every DataLoader worker. A
             :class:`~tfrecord_torch.io.shardcache.ShardCache`: copies where and
             as many as it says. None: each record is a range request.
+        source: the same options as one :class:`~tfrecord_torch.Source`, as
+            ``TFRecordDataset`` takes them (``index``, ``verify``, ``cache``
+            and ``progress``; its shards are uncompressed and indexed, so
+            ``compression`` may be "auto" or None and ``index`` not False).
+            Give either ``source`` or those keywords.
     """
 
     def __new__(cls, *args, **kwargs):
         check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
-        if "source" in kwargs:  # TFRecordDataset's option object, before Python's "unexpected keyword"
-            raise no_source(cls.__name__, kwargs["source"])
         return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | Payload | None = None,
                  sequence_features: dict | None = None,
                  index: Sequence[PathLike] | str | None = None,
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
-                 storage_options: dict | None = None, cache: CacheArg = "auto") -> None:
+                 storage_options: dict | None = None, cache: CacheArg = "auto",
+                 source: Source | None = None) -> None:
+        progress = None
+        if source is not None:
+            index, verify, cache, progress = _from_source(source, index=index, verify=verify, cache=cache)
         check_flag("verify", verify)
         if cache is not None and not (isinstance(cache, str) and cache == "auto"):
             check_instance("cache", cache, ShardCache, 'a ShardCache (ShardCache(directory=..., limit=...)), '
@@ -108,7 +116,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         copies = dataset_copies(cache, self.paths, listing.stats, storage_options,
                                 shuffled=True)  # a sampler may ask for any record
         indexes = shard_indexes(listing, index=index, save=save, report=self.policy.reporter(),
-                                storage_options=storage_options, copies=None if copies is None else copies.fresh())
+                                storage_options=storage_options, copies=None if copies is None else copies.fresh(),
+                                progress=progress)
         for p, i in zip(self.paths, indexes):
             if i is None:
                 raise _compressed(p)
@@ -191,3 +200,25 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 def _compressed(path: str) -> TFRecordError:
     return TFRecordError(f"{path}: compressed shards cannot be read by index; use "
                          "TFRecordDataset to stream them, or `tfrecord-torch decompress`")
+
+
+def _from_source(source: Source, *, index: Any, verify: bool, cache: CacheArg) -> tuple[Any, bool, CacheArg, bool | None]:
+    """(index, verify, cache, progress) of ``source``, checked for a map-style read;
+    a keyword given beside it is an error (one place says each option)."""
+    check_instance("source", source, Source, "a Source (source=Source(index=..., cache=...))")
+    given = [name for name, value, default in (("index", index, None), ("verify", verify, True), ("cache", cache, "auto"))
+             if value != default]
+    if given:
+        raise ValueError(f"IndexedTFRecordDataset() takes {', '.join(given)} in its source= or as keywords, not both: "
+                         f"move {given[0]}= into Source(...)")
+    if source.index is False:
+        raise ValueError("IndexedTFRecordDataset() reads records by their index: Source(index=False) (streamed "
+                         "shards) is TFRecordDataset's; leave index=None, 'beside' or a list of index paths")
+    if source.compression not in ("auto", None):
+        raise ValueError(f"IndexedTFRecordDataset() cannot seek in compressed shards (Source(compression="
+                         f"{source.compression!r})): read them with TFRecordDataset, or decompress them")
+    if source.lengths is not None:
+        raise ValueError("IndexedTFRecordDataset() indexes every shard when it is made, so Source(lengths=...) "
+                         "has nothing to save: leave it out (TFRecordDataset uses it)")
+    index = list(source.index) if isinstance(source.index, tuple) else source.index
+    return index, source.verify, source.cache, source.progress

@@ -121,8 +121,8 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
     """
     if not len(records):
         return
-    verify, so = context.verify, context.storage_options
-    with (context.readers or pool.ReaderPool(so, limit=1)).borrow(path) as reader:
+    verify = context.verify
+    with _readers(context, 1) as readers, readers.borrow(path) as reader:
         if len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records) and \
                 (np.diff(records) == 1).all():
             first, last = int(records[0]), int(records[-1])
@@ -192,6 +192,20 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
 
 
+@contextlib.contextmanager
+def _readers(context: ReadContext, limit: int) -> Iterator[pool.ReaderPool]:
+    """The context's reader pool; without one, a pool of ``limit`` readers
+    for the block, closed (its request threads joined) at its end."""
+    if context.readers is not None:
+        yield context.readers
+        return
+    own = pool.ReaderPool(context.storage_options, limit=limit)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
 def _one_run(records: np.ndarray) -> bool:
     """Whether ascending ``records`` are more than one, all consecutive."""
     return len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records)
@@ -201,7 +215,6 @@ def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], con
     """The records ``wanted[i]`` (ascending) of remote shard ``paths[i]``, one
     run per shard, every shard's requests in flight together (the windows
     not yet held, for the shards the context's ``windows`` cover)."""
-    borrowed = context.readers or pool.ReaderPool(context.storage_options, limit=len(paths))
     windows = context.windows
     fetched: list[list[int] | None] = []  # per shard: the windows fetched, or None (its records' ranges)
     asked = []
@@ -215,6 +228,7 @@ def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], con
             fetched.append(None)
             asked.append((rows[:, 0].tolist(), rows[:, 1].tolist()))
     with contextlib.ExitStack() as stack:
+        borrowed = stack.enter_context(_readers(context, len(paths)))
         readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
         got = ranges.read_many([(reader, *a) for reader, a in zip(readers, asked)], far=context.far)
     runs = []

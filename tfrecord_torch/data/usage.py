@@ -5,10 +5,9 @@ place (the map-style dataset's ``cache=``, the streaming one's ``source=``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-__all__ = ["check_positional", "no_flat_cache", "no_random_access", "no_source"]
+__all__ = ["check_positional", "no_flat_cache", "no_random_access"]
 
 
 def check_positional(name: str, args: tuple) -> None:
@@ -32,18 +31,6 @@ def no_random_access(name: str) -> TypeError:
                      f"or a DataLoader), or read records by position with "
                      f"IndexedTFRecordDataset(paths, features=...) (uncompressed shards), whose ds[i] "
                      f"gives record i")
-
-
-def no_source(name: str, source: Any) -> TypeError:
-    """The error for ``source=Source(...)`` given to the map-style dataset,
-    which takes the options it reads with (``index``, ``verify``, ``cache``)
-    as keywords of its own."""
-    flat = ("index", "verify", "cache")
-    spelled = [f"{f.name}={getattr(source, f.name)!r}" for f in dataclasses.fields(source)
-               if f.name in flat and getattr(source, f.name) != f.default] if dataclasses.is_dataclass(source) else []
-    return TypeError(f"{name}() takes no source=: its index=, verify= and cache= are keywords of its own: "
-                     f"{name}(paths, {', '.join(spelled) or 'cache=...'}) (source=Source(...) is "
-                     f"TFRecordDataset's)")
 
 
 def no_flat_cache(name: str, cache: Any) -> TypeError:

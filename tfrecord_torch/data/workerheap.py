@@ -22,8 +22,9 @@ a worker went 937 -> 953 MB (the shuffled read above).
 
 Only a DataLoader worker process is tuned (the main process is the user's),
 only under glibc, and not at all when the user tuned malloc for the process
-(``GLIBC_TUNABLES`` naming ``glibc.malloc``, or the ``MALLOC_*_`` variables)
-or set ``TFRECORD_TORCH_WORKER_MALLOC=off``.
+(``GLIBC_TUNABLES`` naming ``glibc.malloc``, or the ``MALLOC_*_`` variables);
+``TFRECORD_TORCH_WORKER_TUNING=off`` turns this off with the other worker
+steps (:mod:`.workersetup`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,8 @@ import os
 
 import torch.utils.data
 
-__all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_heap"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_heap"]
 
-ENV = "TFRECORD_TORCH_WORKER_MALLOC"
-OFF = frozenset({"off", "0", "false", "no", "none"})
 MMAP_THRESHOLD = 32 << 20  # glibc's own upper bound for its adapted mmap threshold (64-bit)
 TRIM_THRESHOLD = 64 << 20  # twice it, as glibc's adaptation sets it
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
@@ -50,7 +49,7 @@ _tuned_in = -1  # the pid that decided
 def tune_heap() -> bool:
     """In a DataLoader worker process under glibc, once: the malloc
     thresholds above (``mallopt``); elsewhere, or when the user tuned
-    malloc or turned this off, nothing. Whether this call set them."""
+    malloc, nothing. Whether this call set them."""
     global _tuned_in
     pid = os.getpid()
     if _tuned_in == pid:
@@ -68,8 +67,8 @@ def tune_heap() -> bool:
 
 
 def _ours_to_set(env) -> bool:
-    """Whether the heap is glibc's, left untuned by the user, and not turned off."""
-    if env.get(ENV, "").strip().lower() in OFF or not _glibc():
+    """Whether the heap is glibc's and left untuned by the user."""
+    if not _glibc():
         return False
     if "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
         return False

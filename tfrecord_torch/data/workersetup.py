@@ -1,9 +1,12 @@
-"""What a DataLoader worker process sets in itself at its first item, once.
+"""What a DataLoader worker process sets in itself at its first item, once:
+every change the library makes to a process it does not own, in one place
+(``docs/guide/process.md`` lists them), under one switch.
 
 The datasets call :func:`settle_worker` for every item (a DataLoader worker
 is first met there, not before); past the first call of a process it is one
-flag read. The first call runs each step, and each step decides for itself
-whether this process is a worker it should change:
+flag read. The first call runs each step, unless the user turned them off
+(``TFRECORD_TORCH_WORKER_TUNING=off``, read in the worker), and each step
+decides for itself whether this process is a worker it should change:
 
 * :func:`~tfrecord_torch.data.workergc.freeze_inherited`: the collector
   leaves alone what a forked worker inherited;
@@ -20,7 +23,11 @@ from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.data.workerheap import tune_heap
 
-__all__ = ["settle_worker"]
+__all__ = ["ENV", "settle_worker", "tuning_on"]
+
+ENV = "TFRECORD_TORCH_WORKER_TUNING"
+"""The one switch: ``off`` (or 0, false, no, none) leaves every worker process as torch made it."""
+_OFF = frozenset({"off", "0", "false", "no", "none"})
 
 _settled = False  # this process ran the steps (a forked child starts over)
 
@@ -40,6 +47,13 @@ def settle_worker() -> None:
     if _settled:
         return
     _settled = True
+    if not tuning_on(os.environ):
+        return
     freeze_inherited()
     tune_heap()
     finish_sends_at_exit()
+
+
+def tuning_on(env) -> bool:
+    """Whether the environment ``env`` leaves the worker steps on (the default)."""
+    return env.get(ENV, "").strip().lower() not in _OFF

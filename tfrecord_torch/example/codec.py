@@ -47,25 +47,22 @@ _FAST = _fast_decoder()
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def parse_example(payload: Bytes, features: dict | None = None) -> dict[str, Any]:
-    """Decode a serialized tf.train.Example.
+def parse_example(payload: Bytes) -> dict[str, Any]:
+    """Decode a serialized tf.train.Example to its raw values.
+
+    ``tfrecord_torch.parse_example(payload, features)`` (in
+    :mod:`tfrecord_torch.features.parsing`) takes a description too.
 
     Args:
         payload: the serialized Example.
-        features: None for the raw values; or a spec / TF feature description,
-            as ``TFRecordDataset(features=...)`` takes, for the values that
-            dataset gives (see :mod:`tfrecord_torch.features.parsing`).
 
     Returns:
-        Without ``features``, a dict from feature key (in sorted order) to its
-        values: int64 array [N], float32 array [N], or list of bytes.
+        A dict from feature key (in sorted order) to its values: int64
+        array [N], float32 array [N], or list of bytes.
 
     Raises:
         ExampleDecodeError: the payload is not a valid Example.
-        FeatureError: a value does not fit its description (names the key).
     """
-    if features is not None:  # the described parse lives a layer up (it needs torch); the raw one stays here
-        return _described().parse_example(payload, features)
     if not isinstance(payload, bytes):
         payload = bytes(payload)
     if _FAST is not None:
@@ -79,12 +76,6 @@ def parse_example(payload: Bytes, features: dict | None = None) -> dict[str, Any
     out = parse_example_protobuf(payload)
     learn(payload)
     return out
-
-
-def _described() -> Any:
-    """The parse functions that take a description (imported on first use, by name:
-    this module sits below the feature specs they need)."""
-    return importlib.import_module("tfrecord_torch.features.parsing")
 
 
 def compiled_reader() -> bool:

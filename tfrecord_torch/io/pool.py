@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import http
 from tfrecord_torch.io.files import filesystem, is_url, local, ranged
@@ -18,7 +19,12 @@ if TYPE_CHECKING:
     from tfrecord_torch.io.filling import FillView
     from tfrecord_torch.io.listing import ListingCheck
 
-__all__ = ["FAR_BYTES", "FIRST_FAR_BYTES", "Reader", "ReaderPool", "read_at"]
+__all__ = ["FAR_BYTES", "FIRST_FAR_BYTES", "REQUEST_THREADS", "Reader", "ReaderPool", "read_at"]
+
+REQUEST_THREADS = 32
+"""The most range requests of one :class:`ReaderPool` in flight at once: its
+request threads (:attr:`ReaderPool.requests`), started at its first remote
+reads and joined by :meth:`ReaderPool.close`."""
 
 FAR_BYTES = 16 << 20
 """Bytes past a fill's written part beyond which a read that need not wait
@@ -55,11 +61,16 @@ class Reader:
     (``listing``, or the copies' own; once per iteration: a fill being
     followed checks the bytes it writes itself), so that an object
     rewritten since is a :class:`RemoteError`, not its new bytes read
-    through an index of its former self."""
+    through an index of its former self.
+
+    ``requests``: the threads that read its ranges in flight together
+    (:func:`~tfrecord_torch.io.ranges.iter_ranges`), its pool's; None: each
+    such read starts threads of its own and joins them when it ends."""
 
     def __init__(self, path: str, storage_options: dict | None = None,
-                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
-        self.path, self._storage_options = path, storage_options
+                 copies: ShardCopies | None = None, listing: ListingCheck | None = None,
+                 requests: OwnedPool | None = None) -> None:
+        self.path, self._storage_options, self.requests = path, storage_options, requests
         self._url = is_url(path)
         self._copies = copies if copies is not None and copies.covers(path) else None
         self._listing = copies.listing if copies is not None else listing
@@ -209,6 +220,10 @@ class ReaderPool:
     parent's descriptors and connections are not shared). ``copies`` and
     ``listing`` are given to its readers (see :class:`Reader`).
 
+    The pool owns the threads its readers' range requests run on
+    (:attr:`requests`, at most :data:`REQUEST_THREADS`, started at the first
+    requests in flight together): :meth:`close` joins them.
+
     Example:
         >>> pool = ReaderPool()
         >>> with pool.borrow("data.tfrecord") as reader:  # doctest: +SKIP
@@ -218,6 +233,7 @@ class ReaderPool:
     def __init__(self, storage_options: dict | None = None, limit: int = 16,
                  copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
         self.storage_options, self.limit, self.copies, self.listing = storage_options, limit, copies, listing
+        self.requests = OwnedPool(REQUEST_THREADS, "tfrecord_torch-read")
         self._reset()
 
     def _reset(self) -> None:
@@ -246,7 +262,7 @@ class ReaderPool:
                 if not free:
                     del self._free[path]
         if reader is None:
-            return Reader(path, self.storage_options, self.copies, self.listing)
+            return Reader(path, self.storage_options, self.copies, self.listing, self.requests)
         reader.refresh()  # a copy completed since: read it from now on
         return reader
 
@@ -317,9 +333,13 @@ class ReaderPool:
         return reader
 
     def close(self) -> None:
-        """Close the idle readers; a reader a thread keeps (see :meth:`read`)
-        goes back to the pool at that thread's next read, or closes with the thread."""
+        """Close the idle readers and join the request threads (their reads
+        in flight finish first); a reader a thread keeps (see :meth:`read`)
+        goes back to the pool at that thread's next read, or closes with the
+        thread. The pool stays usable: later reads open readers and start
+        threads again."""
         self._check_fork()
+        self.requests.close()
         kept = getattr(self._local, "kept", None)
         if kept is not None:  # this thread's own: not in use now
             self._local.kept = None
@@ -341,6 +361,7 @@ class ReaderPool:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.requests = OwnedPool(REQUEST_THREADS, "tfrecord_torch-read")
         self._reset()
 
     def __del__(self) -> None:

@@ -3,8 +3,9 @@
 Near ranges are joined into one request (for a URL, up to :data:`MERGE_GAP`
 bytes between them are read and dropped rather than paying a second round
 trip, as long as a request reads at most :data:`MERGE_RATIO` times the bytes
-of the ranges it covers); the requests of a URL are then in flight together on a thread pool
-shared by the process, at most :data:`IN_FLIGHT` requests and
+of the ranges it covers); the requests of a URL are then in flight together on the request threads
+of the reader's pool (:attr:`~tfrecord_torch.io.pool.ReaderPool.requests`,
+joined when that pool closes), at most :data:`IN_FLIGHT` requests and
 :data:`IN_FLIGHT_BYTES` bytes ahead of the one the caller waits for. Each
 request is retried on its own (5xx, throttling, dropped connections: see
 :mod:`tfrecord_torch.io.retry`), and the bytes come back in the order asked,
@@ -16,15 +17,14 @@ requests in flight, and the page cache reads ahead.
 from __future__ import annotations
 
 import collections
-import os
-import threading
 from collections.abc import Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import NamedTuple
 
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.io.files import on_fsspec_loop
-from tfrecord_torch.io.pool import Reader
+from tfrecord_torch.io.pool import REQUEST_THREADS, Reader
 
 __all__ = ["IN_FLIGHT", "IN_FLIGHT_BYTES", "MAX_REQUEST", "MERGE_GAP", "MERGE_RATIO", "Request", "iter_ranges", "plan_requests",
            "read_many", "read_ranges"]
@@ -71,23 +71,6 @@ def plan_requests(offsets: Sequence[int], sizes: Sequence[int], *, gap: int, lon
         requests.append(Request(start, end, i, stop))
         i = stop
     return requests
-
-
-_executor: ThreadPoolExecutor | None = None
-_executor_pid = -1
-_executor_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    """The process's request threads (a forked child makes its own: the
-    parent's threads do not exist there)."""
-    global _executor, _executor_pid
-    if _executor is None or _executor_pid != os.getpid():
-        with _executor_lock:
-            if _executor is None or _executor_pid != os.getpid():
-                _executor = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="tfrecord_torch-read")
-                _executor_pid = os.getpid()
-    return _executor
 
 
 def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *, wait: bool = True,
@@ -162,8 +145,10 @@ def _ratio(reader: Reader, far: int | None) -> float | None:
 def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | None = None
           ) -> Generator[bytes, None, None]:
     """The bytes of each request, in order, the following ones in flight
-    (``wait``, ``far``: see :meth:`Reader.read`)."""
-    executor = _pool()
+    (``wait``, ``far``: see :meth:`Reader.read`), on the first reader's
+    request threads (or threads of this flow's own, joined at its end)."""
+    owned = jobs[0][0].requests if jobs else None
+    executor = owned if owned is not None else OwnedPool(min(REQUEST_THREADS, len(jobs)), "tfrecord_torch-read")
     flying: collections.deque[tuple[Request, Future]] = collections.deque()
     held = 0  # bytes of the requests in ``flying``
     pending = iter(jobs)
@@ -186,8 +171,11 @@ def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | 
         # a read already running uses its reader, which goes back to its pool when this ends: a late
         # read could then close or reopen the descriptor under the next borrower (never on fsspec's
         # loop thread, where a read may be waiting for this very thread)
-        if not on_fsspec_loop():  # a cancelled read counts as ended
+        waits = not on_fsspec_loop()
+        if waits:  # a cancelled read counts as ended
             futures_wait([future for _, future in flying])
+        if owned is None:
+            executor.close(wait=waits)
 
 
 def _size(request: Request) -> int:

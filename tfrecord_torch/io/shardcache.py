@@ -45,7 +45,9 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
+from tfrecord_torch._pending import Done, Pending
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import atomic, http
 from tfrecord_torch.io import files as fs
@@ -291,8 +293,8 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
     check = _AnswerCheck(url, size, version) if answers else None
     # otherwise the object is asked whether it changed while the first ranges are on their way (one
     # round trip less before the first bytes); no byte is written before it answers
-    checked = _answered() if check is not None else _check_soon(url, size, version, storage_options,
-                                                                  "before copying it")
+    checked: Pending[None] = Done(None) if check is not None else \
+        _CheckSoon(url, size, version, storage_options, "before copying it")
     LruFolder(folder, SUFFIX).prune(max(0, cache.limit - size))  # make room first
     temp = fill_path(entry)
     kept = False
@@ -402,7 +404,7 @@ def _unwritable(folder: str, e: OSError) -> bool:
 
 
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
-              cancel: threading.Event | None = None, checked: Future | None = None,
+              cancel: threading.Event | None = None, checked: Pending[None] | None = None,
               check: _AnswerCheck | None = None) -> None:
     """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
     the ranges not started when ``cancel`` is set left out; from a server
@@ -418,7 +420,7 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None,
 
 
 def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
-                     cancel: threading.Event | None, checked: Future | None = None) -> None:
+                     cancel: threading.Event | None, checked: Pending[None] | None = None) -> None:
     f = fs.RemoteFile(url, storage_options, 0, size)  # a dropped connection resumes where it stood
     try:
         at = 0
@@ -460,7 +462,7 @@ def _ranges_of(size: int) -> list[tuple[int, int]]:
 
 
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
-                     cancel: threading.Event | None, checked: Future | None = None,
+                     cancel: threading.Event | None, checked: Pending[None] | None = None,
                      check: _AnswerCheck | None = None) -> None:
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
     once, their bytes written in order by this thread as they arrive
@@ -523,7 +525,7 @@ class _InOrder:
     holds up the event loop, and the pieces are written soon after they
     arrive (a :data:`WRITE_BATCH` at a time), while still in the CPU's cache."""
 
-    def __init__(self, fd: int, checked: Future | None, cancel: threading.Event | None = None) -> None:
+    def __init__(self, fd: int, checked: Pending[None] | None, cancel: threading.Event | None = None) -> None:
         self.fd, self.checked, self.cancel = fd, checked, cancel
         self.written = 0
         self._early: dict[int, bytes] = {}  # offset -> a piece not written yet
@@ -598,27 +600,27 @@ class _AnswerCheck:
             raise RemoteError(self.url, fs.changed_object(listed, now, "since it was listed", seen="a range of it now"))
 
 
-def _answered() -> Future:
-    """A change check with nothing left to wait for (each answer is checked)."""
-    done: Future = Future()
-    done.set_result(None)
-    return done
+class _CheckSoon(Pending[None]):
+    """:func:`_check_unchanged` on a thread of its own, started now;
+    :meth:`result` joins the thread and raises its error (every way
+    :func:`_fill` ends asks for it, so the thread never outlives the fill)."""
 
+    def __init__(self, url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(url, size, version, storage_options, when),
+                                        daemon=True, name="tfrecord_torch-copy-check")
+        self._thread.start()
 
-def _check_soon(url: str, size: int, version: str, storage_options: dict | None, when: str) -> Future:
-    """:func:`_check_unchanged` on a thread of its own: its result, or its error."""
-    checked: Future = Future()
-
-    def check() -> None:
+    def _run(self, *args: Any) -> None:
         try:
-            _check_unchanged(url, size, version, storage_options, when)
+            _check_unchanged(*args)
         except BaseException as e:
-            checked.set_exception(e)
-        else:
-            checked.set_result(None)
+            self._error = e
 
-    threading.Thread(target=check, daemon=True, name="tfrecord_torch-copy-check").start()
-    return checked
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:

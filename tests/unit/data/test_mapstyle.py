@@ -41,3 +41,33 @@ def test_indexed_dataset_refuses_compressed(tmp_path):
     write_shards(tmp_path, [3], compression="gzip")
     with pytest.raises(TFRecordError, match="decompress"):
         IndexedTFRecordDataset(tmp_path)
+
+
+def test_indexed_dataset_takes_a_source_as_tfrecorddataset_does(tmp_path):
+    """``source=Source(...)``: its index, verify and cache options, as the
+    keywords give them (here: indexes written beside the shards)."""
+    import os
+
+    from tfrecord_torch import Source
+
+    write_shards(tmp_path, [4, 6])
+    ds = IndexedTFRecordDataset(tmp_path, features={"id": Int64()}, source=Source(index="beside", verify=False))
+    assert [int(ds[i]["id"]) for i in range(10)] == list(range(10))
+    shards = [f for f in os.listdir(tmp_path) if f.endswith(".tfrecord")]
+    assert len(shards) == 2 and all(os.path.exists(tmp_path / (f + ".index")) for f in shards)
+    assert ds.verify is False
+
+
+@pytest.mark.parametrize("source, keywords, says", [
+    ({"index": "beside"}, {"index": "beside"}, "takes index in its source= or as keywords, not both"),
+    ({}, {"verify": False}, "takes verify in its source= or as keywords, not both"),
+    ({"index": False}, {}, r"Source\(index=False\) \(streamed shards\) is TFRecordDataset's"),
+    ({"compression": "gzip"}, {}, "cannot seek in compressed shards"),
+    ({"lengths": [4]}, {}, r"Source\(lengths=...\) has nothing to save"),
+])
+def test_indexed_dataset_says_what_of_a_source_it_cannot_take(tmp_path, source, keywords, says):
+    from tfrecord_torch import Source
+
+    write_shards(tmp_path, [4])
+    with pytest.raises(ValueError, match=says):
+        IndexedTFRecordDataset(tmp_path, source=Source(**source), **keywords)

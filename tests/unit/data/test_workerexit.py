@@ -1,23 +1,25 @@
 """The exit of a spawned DataLoader worker (data/workerexit.py): stopped
 while its queue's feeder thread still pickles or frees tensors, it exits
 cleanly instead of dying of SIGABRT in interpreter finalization, with no
-thread of the library alive; the wait it makes for the feeder ends when
-the feeder only writes bytes or waits."""
+thread of the library alive; the wait it makes for the feeders ends when
+they end, and after :data:`FEEDER_WAIT` at most."""
 
 import atexit
 import functools
 import json
 import multiprocessing
-import sys
+import multiprocessing.connection
+import os
+import pickle
 import threading
-import time
 
 import torch
 from helpers import write_shards
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import Batching, TFRecordDataset
-from tfrecord_torch.data.workerexit import feeders_holding_items
+from tfrecord_torch.data import workerexit
+from tfrecord_torch.data.workerexit import feeder_threads
 
 
 def _with_large_tensor(item):
@@ -45,18 +47,18 @@ def test_spawned_workers_stopped_while_sending_exit_cleanly(tmp_path):
 def _record_threads_at_exit(folder, worker_id):
     """worker_init_fn: at the worker's exit (after the datasets' own exit
     handler, registered later), write the threads alive and those of them
-    that are feeders holding an item."""
+    that are feeders still sending."""
     def record():
         names = [t.name for t in threading.enumerate()]
-        holding = [t.name for t in feeders_holding_items()]
-        (folder / f"{worker_id}.threads").write_text(json.dumps({"alive": names, "holding": holding}))
+        sending = [t.name for t in feeder_threads()]
+        (folder / f"{worker_id}.threads").write_text(json.dumps({"alive": names, "sending": sending}))
     atexit.register(record)
 
 
 def test_a_spawned_worker_stopped_mid_epoch_exits_without_library_threads(tmp_path):
     """Batch mode with a prefetch thread, stopped mid-epoch: when a spawned
     worker reaches its exit handlers, no thread of the library is alive and
-    no feeder holds an item (interpreter finalization then meets no thread
+    no feeder is left sending (interpreter finalization then meets no thread
     inside torch)."""
     shards, records = tmp_path / "shards", tmp_path / "records"
     shards.mkdir()
@@ -74,7 +76,7 @@ def test_a_spawned_worker_stopped_mid_epoch_exits_without_library_threads(tmp_pa
     for worker in range(2):
         seen = json.loads((records / f"{worker}.threads").read_text())
         assert [n for n in seen["alive"] if n.startswith(("tfrecord", "open-shards"))] == []
-        assert seen["holding"] == []
+        assert seen["sending"] == []
 
 
 class _Gated:
@@ -88,84 +90,51 @@ class _Gated:
         return (int, (0,))
 
 
-def _feeder(queue):
-    """The queue's feeder thread, once its first put started it."""
-    return queue._thread
+def _exit_wait(timeout):
+    """The worker's exit wait, on a thread of its own (joined by the caller)."""
+    waiter = threading.Thread(target=workerexit._let_feeders_finish, args=(timeout,))
+    waiter.start()
+    return waiter
 
 
-def test_a_feeder_pickling_an_item_holds_it():
+def _closed(queue):
+    """``queue`` closed as torch's worker loop closes it before the process
+    exits; a connection reading its pipe still (the other process's end)."""
+    reader = multiprocessing.connection.Connection(os.dup(queue._reader.fileno()))
+    queue.close()
+    return reader
+
+
+def test_the_exit_waits_for_a_closed_queues_feeder_to_send_what_it_holds():
     queue = multiprocessing.get_context("spawn").Queue()
     gate = threading.Event()
     try:
         queue.put(_Gated(gate))
-        assert _wait_until(lambda: _feeder(queue) in feeders_holding_items())
+        reader = _closed(queue)
+        waiter = _exit_wait(60)
+        waiter.join(0.5)
+        assert waiter.is_alive()  # the feeder still pickles the item
         gate.set()
-        assert queue.get(timeout=30) == 0
-        assert _wait_until(lambda: _feeder(queue) not in feeders_holding_items())  # waiting for the next item
+        assert pickle.loads(reader.recv_bytes()) == 0
+        waiter.join(30)
+        assert not waiter.is_alive()
+        assert feeder_threads() == []
+        reader.close()
     finally:
         gate.set()
-        queue.close()
         queue.join_thread()
 
 
-def test_a_feeder_not_yet_woken_by_an_item_holds_it():
-    """An item put, the feeder still in its wait (not yet scheduled): it will
-    pickle the item, so it counts as holding it."""
+def test_the_exit_wait_is_bounded_when_a_feeder_cannot_finish_its_write():
+    """Nobody reads: the feeder blocks writing an item larger than the pipe
+    holds (already pickled); the exit waits no longer than it is given."""
     queue = multiprocessing.get_context("spawn").Queue()
-    try:
-        queue.put(b"first")
-        assert queue.get(timeout=30) == b"first"
-        assert _wait_until(lambda: _waiting(_feeder(queue)))  # sent, back in its wait
-        assert _feeder(queue) not in feeders_holding_items()
-        with queue._notempty:  # the state between put's append and the feeder's waking
-            queue._sem.acquire()  # as put does
-            queue._buffer.append(b"second")
-            assert _feeder(queue) in feeders_holding_items()
-            queue._notempty.notify()
-        assert queue.get(timeout=30) == b"second"
-    finally:
-        queue.close()
-        queue.join_thread()
-
-
-def _waiting(thread):
-    """Whether ``thread`` waits on a condition (a feeder: for items)."""
-    return sys._current_frames()[thread.ident].f_code is threading.Condition.wait.__code__
-
-
-def _wait_until(condition, seconds=30):
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
-
-
-def test_a_feeder_blocked_writing_to_a_full_pipe_holds_nothing():
-    """Nobody reads: the feeder writes an item larger than the pipe holds and
-    blocks there, the item already pickled (no wait is needed at exit)."""
-    queue = multiprocessing.get_context("spawn").Queue()
-    try:
-        queue.put(b"x" * (4 << 20))
-        assert _wait_until(lambda: _feeder(queue) not in feeders_holding_items())
-        assert _feeder(queue).is_alive()  # still writing
-        assert len(queue.get(timeout=30)) == 4 << 20
-    finally:
-        queue.close()
-        queue.join_thread()
-
-
-def test_a_feeder_waiting_for_the_write_lock_holds_nothing():
-    """Workers share one queue: a feeder waits for the lock while another
-    worker writes, its item already pickled."""
-    queue = multiprocessing.get_context("spawn").Queue()
-    lock = queue._wlock  # what another worker's feeder holds while it writes
-    lock.acquire()
-    try:
-        queue.put(b"x")
-        assert _wait_until(lambda: _feeder(queue) not in feeders_holding_items())
-        assert _feeder(queue).is_alive()
-    finally:
-        lock.release()
-    assert queue.get(timeout=30) == b"x"
-    queue.close()
+    queue.put(b"x" * (4 << 20))
+    reader = _closed(queue)
+    waiter = _exit_wait(0.2)
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert queue._thread.is_alive()  # still writing
+    assert len(pickle.loads(reader.recv_bytes())) == 4 << 20  # let it finish
     queue.join_thread()
+    reader.close()

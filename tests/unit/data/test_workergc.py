@@ -60,3 +60,18 @@ def test_a_process_that_only_looks_like_a_worker_freezes_nothing(tmp_path, monke
     )
     assert [x["id"].item() for x in TFRecordDataset(path)] == list(range(8))
     assert gc.get_freeze_count() == frozen
+
+
+def test_the_switch_leaves_a_worker_as_torch_made_it(tmp_path, monkeypatch):
+    """``TFRECORD_TORCH_WORKER_TUNING=off`` (seen by the forked workers): the
+    worker's collector still sees what it inherited."""
+    from tfrecord_torch.data import workersetup
+
+    path = _write(tmp_path / "a.tfrecord")
+    ballast = [[] for _ in range(100_000)]
+    inherited = len(gc.get_objects())
+    monkeypatch.setenv(workersetup.ENV, "off")
+    for batch in DataLoader(TFRecordDataset(path, transform=_census), batch_size=4, num_workers=2,
+                            multiprocessing_context="fork"):
+        assert int(batch["tracked"].min()) > inherited // 2
+    del ballast

@@ -18,14 +18,14 @@ import types
 import pytest
 import torch
 
-from tfrecord_torch.data import workerheap
+from tfrecord_torch.data import workerheap, workersetup
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 
 PROBE = 24 << 20  # above glibc's starting mmap threshold (128 KiB), under the tuned one
 CASES = {
     "tuned": {},
-    "off": {workerheap.ENV: "off"},
+    "off": {workersetup.ENV: "off"},
     "GLIBC_TUNABLES": {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"},
     "MALLOC_": {"MALLOC_MMAP_THRESHOLD_": "131072"},
 }
@@ -87,7 +87,7 @@ def _probe_workers(folder: str) -> dict:
 def probes(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("heap"))
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
-    env.pop(workerheap.ENV, None)
+    env.pop(workersetup.ENV, None)
     run = subprocess.run([sys.executable, __file__, folder], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -134,8 +134,6 @@ def test_a_worker_off_glibc_is_left_alone_without_reading_the_executable(monkeyp
 
 @pytest.mark.parametrize("env, ours", [
     ({}, True),
-    ({workerheap.ENV: "OFF"}, False),
-    ({workerheap.ENV: "on"}, True),
     ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, False),
     ({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"}, True),
     ({"MALLOC_ARENA_MAX": "1"}, False),
@@ -150,3 +148,10 @@ def test_whose_malloc_it_is_to_tune(env, ours):
 
 if __name__ == "__main__":
     print(json.dumps(_probe_workers(sys.argv[1])))
+
+
+@pytest.mark.parametrize("value, on", [("", True), ("on", True), ("OFF", False), (" off ", False), ("0", False),
+                                       ("false", False), ("no", False), ("none", False)])
+def test_one_switch_turns_every_worker_step_off(value, on):
+    assert workersetup.tuning_on({workersetup.ENV: value}) is on
+    assert workersetup.tuning_on({}) is True

@@ -49,19 +49,8 @@ def stored(request, tmp_path):
     return url, data
 
 
-@pytest.fixture
-def own_pool(monkeypatch):
-    """A request pool of this test's own, shut down after it: the pool's size
-    is IN_FLIGHT when it is made, and the process's pool (which later tests
-    use) must keep its own size."""
-    monkeypatch.setattr(ranges, "_executor", None)
-    yield
-    if ranges._executor is not None:
-        ranges._executor.shutdown()
-
-
 @pytest.mark.parametrize("gap", [0, 1000])
-def test_bytes_come_back_in_the_order_asked(stored, monkeypatch, own_pool, gap):
+def test_bytes_come_back_in_the_order_asked(stored, monkeypatch, gap):
     path, data = stored
     monkeypatch.setattr(ranges, "MERGE_GAP", gap)
     monkeypatch.setattr(ranges, "MAX_REQUEST", 64 << 10)
@@ -90,7 +79,7 @@ def test_an_iterator_closed_early_stops_reading(stored, monkeypatch):
     got.close()
 
 
-def test_ranges_read_together_stay_right_when_a_fill_is_given_up_meanwhile(tmp_path, own_pool):
+def test_ranges_read_together_stay_right_when_a_fill_is_given_up_meanwhile(tmp_path):
     """Two URLs read together, each through a copy being filled (the first
     reads of an iteration: ``far`` given). The second's fill is given up
     (no fill file, no copy, no lock: its view says "read the bucket") while
@@ -129,7 +118,7 @@ def test_ranges_read_together_stay_right_when_a_fill_is_given_up_meanwhile(tmp_p
 
 
 @pytest.mark.parametrize("end", ["error", "close"])
-def test_no_read_of_a_reader_runs_after_its_iterator_ended(tmp_path, own_pool, end):
+def test_no_read_of_a_reader_runs_after_its_iterator_ended(tmp_path, end):
     """A reader goes back to its pool when the iterator over its ranges ends;
     a read still running then could close or reopen its descriptor under the
     next borrower. An iterator that raises (a read failed) or is closed

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -34,6 +34,7 @@ import torch
 
 from tfrecord_torch._args import check_int
 from tfrecord_torch._pending import Pending
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params_batch, resize_into
 from tfrecord_torch.features.images.decode import decode_hwc
 from tfrecord_torch.features.images.jpeg import (
@@ -166,27 +167,12 @@ class DecodeEngine:
 
     def __init__(self, options: ImageBatching, *, mode: str = "RGB", buffers: BufferProvider | None = None) -> None:
         self.options, self.mode = options, mode
-        self._pool: ThreadPoolExecutor | None = None
-        self._threads = 0  # the pool's worker count (ThreadPoolExecutor keeps its own private)
+        self._pool = OwnedPool(lambda: self.options.threads or default_threads(), "tfrecord-decode")
         self._buffers: BufferProvider = buffers if buffers is not None else FreshBuffers()
-        self._owner = -1
-        self._lock = threading.Lock()
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None or self._owner != os.getpid():
-                threads = self.options.threads or default_threads()
-                self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tfrecord-decode")
-                self._threads = threads
-                self._owner = os.getpid()
-            return self._pool
 
     def close(self) -> None:
-        """Stop the decode threads (a later batch starts them again)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None and self._owner == os.getpid():
-            pool.shutdown(wait=True)
+        """Stop the decode threads and join them (a later batch starts them again)."""
+        self._pool.close()
 
     def __enter__(self) -> DecodeEngine:
         return self
@@ -247,11 +233,10 @@ class DecodeEngine:
         shape = (len(images), height, width, 3)
         target = _Target(self._buffers, shape, dtype, zero)
         work = [i for i in range(len(images)) if i not in failures]
-        pool = self._executor()
         # one task per thread: each a GIL round trip, and whole JPEG runs decode without the GIL
-        step = max(1, -(-len(work) // self._threads))
+        step = max(1, -(-len(work) // self._pool.start()))
         chunks = [work[k:k + step] for k in range(0, len(work), step)]
-        futures = [pool.submit(self._chunk, chunk, images, headers, jobs, plan, target) for chunk in chunks]
+        futures = [self._pool.submit(self._chunk, chunk, images, headers, jobs, plan, target) for chunk in chunks]
         return _DecodingImages(self, chunks, futures, target, sizes, failures)
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:
