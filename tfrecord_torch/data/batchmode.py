@@ -23,6 +23,7 @@ from tfrecord_torch.data.reading import (
     decode_or_skip,
     fetch_runs,
     fetch_scattered,
+    serialized_tensor,
 )
 from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
@@ -182,6 +183,8 @@ class BatchPipeline:
                 return Done(SKIPPED)
             if self.spec is None:  # a SequenceExample's feature lists too, not its context alone
                 batch = parse_record_batch(payloads)
+                if not batch:  # no features at all: empty Examples, or serialized tensors
+                    return Later(self._featureless_batch, batch, items)
                 return Later(self.transform, batch) if self.transform is not None else Done(batch)
             columns = parse_example_batch(payloads)
             pending = batches.begin(columns, len(payloads), number)
@@ -207,6 +210,18 @@ class BatchPipeline:
                 return SKIPPED
             batch = drop_rows(batch, set(failures), size)
         return batches.finish(batch)
+
+    def _featureless_batch(self, batch: dict, items: Callable[[], list[Located]]):
+        """A batch read without a spec that holds no feature: its records that
+        are serialized tensors, not Examples, reported (or raised); SKIPPED if
+        all are."""
+        located = items()
+        tensors = [e for e in (serialized_tensor(*i) for i in located) if e is not None]
+        for error in tensors:
+            self.policy.report(error)
+        if len(tensors) == len(located):
+            return SKIPPED
+        return self.transform(batch) if self.transform is not None else batch
 
     def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
         """A batch that did not parse or decode as a whole: record by record."""

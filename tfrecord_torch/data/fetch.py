@@ -237,7 +237,7 @@ class ItemFetcher:
             return read_item(fd, index, r, self.verify, planned.plan, torch.from_numpy)
         parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
         if parsed is None or planned.spec is None:
-            return parsed
+            return parsed or None  # no features: the usual path tells an empty Example from a serialized tensor
         spec = planned.decoding
         try:
             return decode_owned(parsed, spec) if planned.owned else decode(parsed, spec)
