@@ -185,6 +185,7 @@ class BatchPipeline:
                 batch = parse_record_batch(payloads)
                 if not batch:  # no features at all: empty Examples, or serialized tensors
                     return Later(self._featureless_batch, batch, items)
+                self.policy.delivered(len(payloads))
                 return Later(self.transform, batch) if self.transform is not None else Done(batch)
             columns = parse_example_batch(payloads)
             pending = batches.begin(columns, len(payloads), number)
@@ -209,6 +210,7 @@ class BatchPipeline:
             if len(failures) == size:
                 return SKIPPED
             batch = drop_rows(batch, set(failures), size)
+        self.policy.delivered(size - len(failures))
         return batches.finish(batch)
 
     def _featureless_batch(self, batch: dict, items: Callable[[], list[Located]]):
@@ -221,6 +223,7 @@ class BatchPipeline:
             self.policy.report(error)
         if len(tensors) == len(located):
             return SKIPPED
+        self.policy.delivered(len(located) - len(tensors))
         return self.transform(batch) if self.transform is not None else batch
 
     def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
@@ -247,6 +250,7 @@ class BatchPipeline:
                     self.policy.report(error)
         if not batch:
             return SKIPPED
+        self.policy.delivered(len(batch))
         return self.transform(batch) if self.transform is not None else batch
 
     def _sequence_batch(self, items: Callable[[], list[Located]]):
@@ -254,6 +258,7 @@ class BatchPipeline:
                    if r is not SKIPPED]
         if not decoded:
             return SKIPPED
+        self.policy.delivered(len(decoded))
         batch = sequence_collate(decoded, tuple(cast(SequenceSpec, self.spec).sequence))
         return self.transform(batch) if self.transform is not None else batch
 

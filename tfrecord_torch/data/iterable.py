@@ -310,6 +310,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         settle_worker()
         worker, workers = _reader()
         skip = self._resume.start([worker, workers])
+        self.policy.begin()  # before the first read: its skips are this iteration's
         if self.streamed:
             units = self._streamed(worker, workers, skip)
         elif self.batch_size is not None:
@@ -317,13 +318,25 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         else:
             units = self._records(worker, workers, skip)
             next(units)  # the first read begins now: a DataLoader worker is here before its first index comes
-        return self._deliver(units)
+        return self._deliver(units, self._where(worker, workers))
 
-    def _deliver(self, units) -> Iterator:
+    def _deliver(self, units, where: str) -> Iterator:
+        records = self.batch_size is None and not self.policy.raises  # batch mode counts in its pipeline
+        policy = self.policy
         for position, value in units:  # (units finished so far, the value or SKIPPED)
             self._resume.position = position
             if value is not SKIPPED:
+                if records:
+                    policy.delivered()
                 yield value
+        policy.end(where)  # a spec error skipped in every record raises; else one line if any was skipped
+
+    def _where(self, worker: int, workers: int) -> str:
+        """This reader, for the line an epoch with skips logs."""
+        parts = [f"rank {self.rank} of {self.world_size}"] if self.world_size > 1 else []
+        if workers > 1 or torch.utils.data.get_worker_info() is not None:
+            parts.append(f"DataLoader worker {worker} of {workers}")
+        return f"{type(self).__name__} epoch {self.epoch}" + (f" ({', '.join(parts)})" if parts else "")
 
     def _rng(self, worker: int, workers: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
