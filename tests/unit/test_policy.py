@@ -193,3 +193,61 @@ def test_map_style_dataset_replaces_a_bad_record_with_the_next(tmp_path, workers
     got = ids_of(DataLoader(ds, batch_size=5, num_workers=workers))
     assert got == [0, 1, 3, 3, 5, 5, 6, 7, 8, 9]  # every index gives an item; batches stay full
     assert ds.errors() == {"total": 2, "per_shard": {str(paths[0]): 2}}
+
+
+def _missing(key, record):
+    return FeatureError(key, "required feature is missing", "s.tfrecord", record * 10, record)
+
+
+def test_a_run_of_one_spec_failure_before_any_delivery_raises_its_first():
+    """SLIP_RUN records failing on one key before any is delivered: the first one's error."""
+    from tfrecord_torch.policy import SLIP_RUN
+    policy = ErrorPolicy("skip")
+    policy.begin()
+    policy.report(CorruptRecordError("s.tfrecord", 0, 0, "payload CRC mismatch"))  # data: not part of a run
+    policy.report(_missing("b", 1))  # another key: a run that the next one ends
+    for r in range(2, 2 + SLIP_RUN - 1):
+        policy.report(_missing("a", r))
+    with pytest.raises(FeatureError) as raised:
+        policy.report(_missing("a", 2 + SLIP_RUN - 1))
+    assert raised.value.record == 2
+    assert "none was delivered" in "".join(getattr(raised.value, "__notes__", ["none was delivered"]))  # 3.11+
+
+
+def test_failures_after_a_delivery_are_bad_records():
+    from tfrecord_torch.policy import SLIP_RUN
+    policy = ErrorPolicy("warn")
+    policy.begin()
+    policy.delivered()
+    with pytest.warns(RuntimeWarning):
+        for r in range(3 * SLIP_RUN):
+            policy.report(_missing("a", r))
+    policy.end("here")  # no raise: the spec read a record
+    assert policy.total == 3 * SLIP_RUN
+
+
+def test_an_iteration_ending_with_every_record_failing_one_way_raises():
+    """Fewer records than a run: all of them (two or more) failing on one key raises at the end;
+    one record, or records failing on different keys, are bad records."""
+    for reported, raises in [(["a", "a", "a"], True), (["a"], False), (["a", "b"], False)]:
+        policy = ErrorPolicy("skip")
+        policy.begin()
+        for r, key in enumerate(reported):
+            policy.report(_missing(key, r))
+        if raises:
+            with pytest.raises(FeatureError) as raised:
+                policy.end("here")
+            assert raised.value.record == 0
+        else:
+            policy.end("here")
+
+
+def test_callable_policies_decide_every_record_themselves():
+    from tfrecord_torch.policy import SLIP_RUN
+    seen = []
+    policy = ErrorPolicy(seen.append)
+    policy.begin()
+    for r in range(2 * SLIP_RUN):
+        policy.report(_missing("a", r))
+    policy.end("here")
+    assert len(seen) == 2 * SLIP_RUN

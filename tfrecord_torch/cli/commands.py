@@ -14,6 +14,7 @@ from tfrecord_torch.data.shards import expand_paths
 from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, TFRecordError
 from tfrecord_torch.example.codec import has_feature_lists, parse_example, parse_sequence_example
 from tfrecord_torch.example.schema import SchemaReport, spec_imports
+from tfrecord_torch.example.tensorproto import looks_like_tensorproto
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io.shardcache import ShardCache, clear_shard_cache, shard_cache_usage
 from tfrecord_torch.policy import ErrorPolicy
@@ -137,15 +138,18 @@ def _cmd_inspect(args) -> int:
         sizes.append((path, fs.size_and_version(path, storage_options)[0], compression))
         for payload in read_records(path, compression=compression, storage_options=storage_options):
             report.records += 1
-            if args.limit is not None and report.parsed + report.not_examples >= args.limit:
+            if args.limit is not None and \
+                    report.parsed + report.not_examples + report.serialized_tensors >= args.limit:
                 continue
             try:
-                if has_feature_lists(payload):
-                    report.add(*parse_sequence_example(payload))
-                else:
-                    report.add(parse_example(payload))
+                parsed = parse_sequence_example(payload) if has_feature_lists(payload) else (parse_example(payload),)
             except ExampleDecodeError:
                 report.not_examples += 1
+                continue
+            if not any(parsed) and looks_like_tensorproto(payload):  # a TensorProto parses with no features
+                report.serialized_tensors += 1
+            else:
+                report.add(*parsed)
     if args.json:
         out = report.as_dict()
         out["files"] = [{"path": p, "bytes": n, "compression": c} for p, n, c in sizes]
@@ -154,7 +158,11 @@ def _cmd_inspect(args) -> int:
     for path, n, c in sizes:
         print(f"file: {path} ({n:,} bytes, compression: {c or 'none'})")
     print(f"records: {report.records:,} (parsed {report.parsed:,}"
-          f"{f', {report.not_examples:,} not Examples' if report.not_examples else ''})")
+          f"{f', {report.not_examples:,} not Examples' if report.not_examples else ''}"
+          f"{f', {report.serialized_tensors:,} serialized tensors' if report.serialized_tensors else ''})")
+    if report.serialized_tensors:
+        print("serialized tensors (tf.io.serialize_tensor's TensorProtos) are not Examples: read them with "
+              "features=Payload(decode=parse_tensor) (from tfrecord_torch import Payload, parse_tensor)")
     if report.lists:
         _print_sequences(report)
     elif report.features:

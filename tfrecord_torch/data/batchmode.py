@@ -23,6 +23,7 @@ from tfrecord_torch.data.reading import (
     decode_or_skip,
     fetch_runs,
     fetch_scattered,
+    serialized_tensor,
 )
 from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
@@ -186,6 +187,9 @@ class BatchPipeline:
                 return Done(SKIPPED)
             if self.spec is None:  # a SequenceExample's feature lists too, not its context alone
                 batch = parse_record_batch(payloads)
+                if not batch:  # no features at all: empty Examples, or serialized tensors
+                    return Later(self._featureless_batch, batch, items)
+                self.policy.delivered(len(payloads))
                 return Later(self.transform, batch) if self.transform is not None else Done(batch)
             columns = parse_example_batch(payloads)
             pending = batches.begin(columns, len(payloads), number)
@@ -210,7 +214,21 @@ class BatchPipeline:
             if len(failures) == size:
                 return SKIPPED
             batch = drop_rows(batch, set(failures), size)
+        self.policy.delivered(size - len(failures))
         return batches.finish(batch)
+
+    def _featureless_batch(self, batch: dict, items: Callable[[], list[Located]]):
+        """A batch read without a spec that holds no feature: its records that
+        are serialized tensors, not Examples, reported (or raised); SKIPPED if
+        all are."""
+        located = items()
+        tensors = [e for e in (serialized_tensor(*i) for i in located) if e is not None]
+        for error in tensors:
+            self.policy.report(error)
+        if len(tensors) == len(located):
+            return SKIPPED
+        self.policy.delivered(len(located) - len(tensors))
+        return self.transform(batch) if self.transform is not None else batch
 
     def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
         """A batch that did not parse or decode as a whole: record by record."""
@@ -236,6 +254,7 @@ class BatchPipeline:
                     self.policy.report(error)
         if not batch:
             return SKIPPED
+        self.policy.delivered(len(batch))
         return self.transform(batch) if self.transform is not None else batch
 
     def _sequence_batch(self, items: Callable[[], list[Located]]):
@@ -243,6 +262,7 @@ class BatchPipeline:
                    if r is not SKIPPED]
         if not decoded:
             return SKIPPED
+        self.policy.delivered(len(decoded))
         batch = sequence_collate(decoded, tuple(cast(SequenceSpec, self.spec).sequence))
         return self.transform(batch) if self.transform is not None else batch
 

@@ -98,6 +98,7 @@ class ItemFetcher:
         self.length = self._ends[-1] if self._ends else 0
         self._planned = SpecPlan.of(spec, transform)
         self._read_in: int | None = None  # the process that has read a batch (a forked worker has not)
+        self._delivered = False  # this process has given an item: later failures are bad records, not the spec
 
     def check(self, i: Any) -> int:
         """``i`` as an index in [0, len), negative ones counted from the end."""
@@ -129,9 +130,12 @@ class ItemFetcher:
             j = self.stand_in.get(j, j)  # a bad item met before: straight to its stand-in
         shard = bisect.bisect_right(self._ends, j) if len(self._ends) > 1 else 0
         try:
-            return self._read(shard, j - self._starts[shard])
+            item = self._read(shard, j - self._starts[shard])
         except (CorruptRecordError, FeatureError) as e:
             return self._substitute(j, e)
+        if not self._delivered:
+            self._note_delivered()
+        return item
 
     def items(self, indices: list[int]) -> list:
         """``[self.item(i) for i in indices]`` (checked, non-negative indices), read in one pass."""
@@ -139,7 +143,10 @@ class ItemFetcher:
             return []
         targets = [self.stand_in.get(i, i) for i in indices]  # bad items met before: their stand-ins
         compiled = self._compiled_items(targets)
-        if compiled is not None:  # what it left (bad records too): one by one, in the order asked
+        if compiled is not None:
+            if not self._delivered and any(item is not None for item in compiled):
+                self._note_delivered()
+            # what it left (bad records too): one by one, in the order asked
             return [item if item is not None else self.item(i) for i, item in zip(indices, compiled)]
         unique, inverse = np.unique(np.asarray(targets, np.int64), return_inverse=True)
         frames = self._read_frames(unique)
@@ -151,6 +158,8 @@ class ItemFetcher:
                 out[pos] = self._decode(frame.data, frame.path, frame.offset, frame.record)
             except (CorruptRecordError, FeatureError):
                 failed.append(pos)
+        if not self._delivered and len(failed) < len(indices):
+            self._note_delivered()
         for pos in failed:  # in the order asked: exactly what item(i), one by one, reports and returns
             out[pos] = self.item(indices[pos])
         return out
@@ -181,8 +190,17 @@ class ItemFetcher:
                 continue
             for k in passed:  # later requests for these jump straight here: linear, not quadratic
                 self.stand_in[k] = j
+            if not self._delivered:
+                self._note_delivered()
             return item
+        self.policy.raise_spec_error()  # every record failed the same way: the spec's mistake
         raise TFRecordError(f"none of the {n} records of {len(self.paths)} shard(s) is readable")
+
+    def _note_delivered(self) -> None:
+        """This process gave an item: a failure from now on is a bad record,
+        never taken for a spec error (see :mod:`tfrecord_torch.policy`)."""
+        self._delivered = True
+        self.policy.delivered()
 
     def _plan(self) -> SpecPlan:
         planned = self._planned
@@ -240,7 +258,7 @@ class ItemFetcher:
             return read_item(fd, index, r, self.verify, planned.plan, torch.from_numpy)
         parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
         if parsed is None or planned.spec is None:
-            return parsed
+            return parsed or None  # no features: the usual path tells an empty Example from a serialized tensor
         spec = planned.decoding
         try:
             return decode_owned(parsed, spec) if planned.owned else decode(parsed, spec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
@@ -157,6 +158,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if self.streamed and even is not None:
             raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
                              "(cannot be indexed); decompress them or use even=None")
+        if self.streamed and len(self.paths) < self.world_size:
+            raise ValueError(_idle_ranks(len(self.paths), self.world_size, None, source.index is False))
         shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self._resume = ResumeState(type(self).__name__)
@@ -330,6 +333,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         settle_worker()
         worker, workers = _reader()
         skip = self._resume.start([worker, workers])
+        self.policy.begin()  # before the first read: its skips are this iteration's
         if self.streamed:
             units = self._streamed(worker, workers, skip)
         elif self.batch_size is not None:
@@ -337,13 +341,25 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         else:
             units = self._records(worker, workers, skip)
             next(units)  # the first read begins now: a DataLoader worker is here before its first index comes
-        return self._deliver(units)
+        return self._deliver(units, self._where(worker, workers))
 
-    def _deliver(self, units) -> Iterator:
+    def _deliver(self, units, where: str) -> Iterator:
+        records = self.batch_size is None and not self.policy.raises  # batch mode counts in its pipeline
+        policy = self.policy
         for position, value in units:  # (units finished so far, the value or SKIPPED)
             self._resume.position = position
             if value is not SKIPPED:
+                if records:
+                    policy.delivered()
                 yield value
+        policy.end(where)  # a spec error skipped in every record raises; else one line if any was skipped
+
+    def _where(self, worker: int, workers: int) -> str:
+        """This reader, for the line an epoch with skips logs."""
+        parts = [f"rank {self.rank} of {self.world_size}"] if self.world_size > 1 else []
+        if workers > 1 or torch.utils.data.get_worker_info() is not None:
+            parts.append(f"DataLoader worker {worker} of {workers}")
+        return f"{type(self).__name__} epoch {self.epoch}" + (f" ({', '.join(parts)})" if parts else "")
 
     def _rng(self, worker: int, workers: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
@@ -498,6 +514,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
                                       worker=worker, num_workers=workers, shuffle=self.shuffle,
                                       seed=self.seed, epoch=self.epoch)
+        if not shards:
+            self._no_shards(worker, workers)
         copies = self._fresh_copies()
         context = ReadContext(storage_options=self.storage_options, verify=self.verify,
                               report=self.policy.reporter(), copies=copies, listing=self._fresh_listing())
@@ -517,6 +535,20 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         else:
             out = self._streamed_records(units, skip)
         return _closing(out, ahead, copies)
+
+    def _no_shards(self, worker: int, workers: int) -> None:
+        """This reader was dealt no streamed shard: an error if its whole rank
+        was (DDP would wait for that rank forever), else a warning (an idle
+        DataLoader worker)."""
+        n, indexed_off = len(self.paths), self._index_args.index is False
+        if self.rank * workers >= n:  # readers rank*workers .. +workers-1 take positions below n
+            raise ValueError(_idle_ranks(n, self.world_size, workers, indexed_off, self.rank))
+        readers = f"{self.world_size} ranks x {workers}" if self.world_size > 1 else f"{workers}"
+        warnings.warn(f"{type(self).__name__}: DataLoader worker {worker} of {workers}"
+                      f"{f' on rank {self.rank}' if self.world_size > 1 else ''} reads nothing: {n} streamed "
+                      f"shard(s) are dealt whole to {readers} DataLoader workers; "
+                      f"{_STREAMED_REMEDY if not indexed_off else _UNINDEXED_REMEDY}, or use fewer workers",
+                      RuntimeWarning, stacklevel=2)
 
     def _streamed_records(self, units, skip: int):
         for position, unit in enumerate(units, start=1):
@@ -538,6 +570,24 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
 
 _GROUP_BYTES = 16 << 20  # records of a shard read in order as one group (one window)
+_STREAMED_REMEDY = ("compressed shards cannot be indexed: decompress them (`tfrecord-torch decompress`) so "
+                    "their records are split over every rank and worker, or write more shards than "
+                    "ranks x DataLoader workers")
+_UNINDEXED_REMEDY = ("Source(index=False) streams the shards: leave index= at its default so their records "
+                     "are split over every rank and worker, or write more shards than ranks x DataLoader workers")
+
+
+def _idle_ranks(shards: int, world_size: int, workers: int | None, indexed_off: bool, rank: int | None = None
+                ) -> str:
+    """The error for streamed shards that leave a rank with nothing to read."""
+    if workers is None:
+        who = f"rank {shards} reads nothing" if shards == world_size - 1 else \
+            f"ranks {shards} to {world_size - 1} read nothing"
+    else:
+        who = f"rank {rank} reads nothing with {workers} DataLoader workers per rank"
+    return (f"{shards} streamed shard(s) for {world_size} ranks: shards are dealt whole, so {who}, and "
+            f"DistributedDataParallel would wait for them forever; "
+            f"{_UNINDEXED_REMEDY if indexed_off else _STREAMED_REMEDY}")
 
 
 def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:

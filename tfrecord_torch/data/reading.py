@@ -21,6 +21,7 @@ from tfrecord_torch.errors import (
     StaleIndexError,
 )
 from tfrecord_torch.example.codec import parse_example, parse_record
+from tfrecord_torch.example.tensorproto import DTYPES, TensorProto, looks_like_tensorproto
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
@@ -374,6 +375,24 @@ NOT_EXAMPLES = ("if the records hold something other than tf.train.Examples (JSO
                 "(each record's bytes) or features=Payload(decode=json.loads) (a decode hook)")
 
 
+def serialized_tensor(payload: bytes, path: str, offset: int, record: int) -> CorruptRecordError | None:
+    """The error for a record that is a serialized tensor (``tf.io.serialize_tensor``'s
+    TensorProto) read as an Example, or None if ``payload`` is not one. A
+    TensorProto parses as an Example with no features (its fields are all
+    unknown to Example), so callers ask only about records that gave none."""
+    if not looks_like_tensorproto(payload):  # an empty Example (b"" or b"\\n\\x00") gives False
+        return None
+    message = TensorProto.FromString(payload)
+    shape = [d.size for d in message.tensor_shape.dim]
+    cause = ExampleDecodeError(f"a serialized tensor (dtype {DTYPES[message.dtype].name}, shape {shape})")
+    error = CorruptRecordError(path, offset, record, f"the record is {cause}, tf.io.serialize_tensor's "
+                               f"TensorProto, not a tf.train.Example, so it has no features; read such "
+                               f"records with features=Payload(decode=parse_tensor) (from tfrecord_torch "
+                               f"import Payload, parse_tensor), which gives each one as a tensor")
+    error.__cause__ = cause
+    return error
+
+
 def parse_located(item: Located) -> dict:
     try:
         return parse_example(item.payload)
@@ -401,6 +420,10 @@ def decode_payload(payload: bytes, path: str, offset: int, record: int,
             parsed = spec.decode_payload(payload)
         elif spec is None:  # a SequenceExample's feature lists too, not its context alone
             parsed = parse_record(payload)
+            if not parsed:
+                tensor = serialized_tensor(payload, path, offset, record)
+                if tensor is not None:
+                    raise tensor
         else:
             parsed = parse_example(payload)
             try:
@@ -411,6 +434,9 @@ def decode_payload(payload: bytes, path: str, offset: int, record: int,
                     raise
                 raise hinted from e
     except (ExampleDecodeError, FeatureError) as e:
+        tensor = serialized_tensor(payload, path, offset, record) if isinstance(e, FeatureError) else None
+        if tensor is not None:
+            raise tensor from tensor.__cause__
         raise locate(e, Located(payload, path, offset, record)) from e
     return apply_transform(transform, parsed, path, offset, record)
 

@@ -213,6 +213,7 @@ class SchemaReport:
     records: int = 0
     parsed: int = 0
     not_examples: int = 0
+    serialized_tensors: int = 0  # records that are tf.io.serialize_tensor's TensorProtos, not Examples
     features: dict = field(default_factory=dict)
     lists: dict = field(default_factory=dict)
     sniff: Sniffer | None = None  # tells what bytes values hold (see Content)
@@ -344,6 +345,7 @@ class SchemaReport:
             "records": self.records,
             "parsed": self.parsed,
             "not_examples": self.not_examples,
+            "serialized_tensors": self.serialized_tensors,
             "features": {
                 key: {"kind": s.kind, "present": s.count, "min_length": s.min_len,
                       "max_length": s.max_len, "fixed": self.fixed(key),

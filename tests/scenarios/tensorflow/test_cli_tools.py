@@ -250,3 +250,21 @@ def test_inspect_names_serialized_tensors_and_their_spec_reads_them(tmp_path, ca
         parsed = tf.io.parse_single_example(raw, description)
         assert np.array_equal(o["t"].numpy(), tf.io.parse_tensor(parsed["t"], tf.float32).numpy())
         assert np.array_equal(o["t"].numpy(), t.numpy())
+
+
+def test_inspect_counts_records_that_are_serialized_tensors(tmp_path, capsys):
+    """Records that are tf.io.serialize_tensor's output, with no Example around them,
+    parse as Examples with no features: inspect counts them as serialized tensors (not
+    as parsed Examples) and names the way to read them; the JSON report counts them too."""
+    path = tmp_path / "t.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(5):
+            w.write(tf.io.serialize_tensor(tf.fill((2, 3), float(i))).numpy())
+        w.write(tf.train.Example().SerializeToString())  # an empty Example: parsed, not a tensor
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "records: 6 (parsed 1, 5 serialized tensors)" in text
+    assert "features=Payload(decode=parse_tensor)" in text
+    assert main(["inspect", "--json", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["parsed"], report["serialized_tensors"], report["not_examples"]) == (1, 5, 0)

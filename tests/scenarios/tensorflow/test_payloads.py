@@ -7,12 +7,25 @@ type. Read with ``features=Payload()``, every dataset and mode gives, record for
 
 import json
 
+import numpy as np
 import pytest
 import tensorflow as tf
+import torch
 from google.protobuf.timestamp_pb2 import Timestamp
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import IndexedTFRecordDataset, Payload, Shuffling, Source, TFRecordDataset
+from tfrecord_torch import (
+    CorruptRecordError,
+    FeatureError,
+    Float,
+    IndexedTFRecordDataset,
+    Int64,
+    Payload,
+    Shuffling,
+    Source,
+    TFRecordDataset,
+    parse_tensor,
+)
 
 from .common import mixed_payloads, tf_read, tf_write
 
@@ -95,3 +108,68 @@ def test_tensorflows_example_reader_refuses_these_records_too(tmp_path):
     record = tf_read(paths[0])[0]
     with pytest.raises(tf.errors.InvalidArgumentError):
         tf.io.parse_single_example(record, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+
+def tensor_values():
+    """Tensors of several dtypes and shapes, a scalar and a string among them."""
+    return [tf.reshape(tf.range(6, dtype=tf.float32) + i, (2, 3)) for i in range(5)] + \
+           [tf.constant(7, tf.int64), tf.constant([b"a", b"bc"]), tf.zeros((0, 4), tf.int32)]
+
+
+def write_tensors(path, compression=None):
+    """TensorFlow writes records that are serialized tensors (no Example around them)."""
+    tf_write(path, [tf.io.serialize_tensor(t).numpy() for t in tensor_values()], TF_OPTIONS[compression])
+    return path
+
+
+@pytest.mark.parametrize("reader", ["records", "spec", "batches", "batches-spec", "streamed", "gzip", "indexed",
+                                    "indexed-spec"])
+def test_serialized_tensors_read_as_examples_raise_naming_parse_tensor(tmp_path, reader):
+    """Records of tf.io.serialize_tensor read without Payload parse as Examples with no
+    features (a TensorProto's fields are unknown to Example): not an empty dict per
+    record, nor a missing key, but an error naming the record and the way to read them."""
+    path = write_tensors(tmp_path / ("t.tfrecord.gz" if reader == "gzip" else "t.tfrecord"),
+                         "gzip" if reader == "gzip" else None)
+    spec = {"x": Float()} if reader.endswith("spec") else None
+    hint = (r"record 0 at byte offset 0: the record is a serialized tensor \(dtype float, shape \[2, 3\]\), "
+            r"tf.io.serialize_tensor's TensorProto, not a tf.train.Example.*features=Payload\(decode=parse_tensor\)")
+    with pytest.raises(CorruptRecordError, match=hint):
+        if reader.startswith("indexed"):
+            IndexedTFRecordDataset(path, features=spec)[0]
+        else:
+            source = Source(index=False) if reader == "streamed" else None
+            list(TFRecordDataset(path, features=spec, source=source,
+                                 batch_size=4 if reader.startswith("batches") else None))
+
+
+def test_serialized_tensors_read_with_payload_parse_tensor_are_tensorflows(tmp_path):
+    """The remedy the error names gives, record for record, what tf.io.parse_tensor gives."""
+    path = write_tensors(tmp_path / "t.tfrecord")
+    got = list(TFRecordDataset(path, features=Payload(decode=parse_tensor)))
+    assert len(got) == len(tensor_values())
+    for value, raw in zip(got, tf_read(path)):
+        want = tf.io.parse_tensor(raw, tf.string if value.__class__ is not torch.Tensor else
+                                  tf.as_dtype(str(value.dtype).removeprefix("torch.")))
+        if isinstance(value, torch.Tensor):
+            assert np.array_equal(value.numpy(), want.numpy()) and value.shape == tuple(want.shape)
+        else:
+            assert value == want.numpy().tolist()
+
+
+def test_empty_examples_and_other_keys_are_not_taken_for_tensors(tmp_path):
+    """Examples TensorFlow writes with no features (no Features message, or an empty
+    one), or with keys the spec does not name, stay Examples: empty dicts without a
+    spec, a missing key (or the default) with one."""
+    path = tmp_path / "e.tfrecord"
+    examples = [tf.train.Example(), tf.train.Example(features=tf.train.Features()),
+                tf.train.Example(features=tf.train.Features(feature={
+                    "other": tf.train.Feature(int64_list=tf.train.Int64List(value=[3]))}))]
+    tf_write(path, [e.SerializeToString() for e in examples])
+    assert [dict(r) for r in TFRecordDataset(path)][:2] == [{}, {}]
+    assert [dict(r) for r in TFRecordDataset(path, batch_size=2)][0] == {}
+    assert [dict(IndexedTFRecordDataset(path)[i]) for i in range(2)] == [{}, {}]
+    assert [int(r["x"]) for r in TFRecordDataset(path, features={"x": Int64(default=torch.tensor(-1))})] == [-1] * 3
+    for i in range(3):
+        with pytest.raises(FeatureError, match=r"feature 'x': required feature is missing") as info:
+            IndexedTFRecordDataset(path, features={"x": Int64()})[i]
+        assert "serialized tensor" not in str(info.value)
