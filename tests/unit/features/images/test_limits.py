@@ -52,20 +52,8 @@ def gif_bomb_child():
     """Each decoder's answer (``"ok"`` or its failure) from one child whose address space is
     capped at 1 GiB over what torch's import takes: one child for both decoders, as each
     child imports torch."""
-    code = textwrap.dedent(f"""
-        import json, os, resource, sys, time, traceback
-        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
-        import torch, torchvision.io
-        from unit.features.images.test_limits import gif_bomb
-        from tfrecord_torch.features.images import decode as images
-        status = open(f"/proc/{{os.getpid()}}/status").read()
-        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
-        data = gif_bomb()
-        usable = images._torchvision_usable
-
+    return _per_decoder_in_a_capped_child("from unit.features.images.test_limits import gif_bomb", "gif_bomb()", """
         def check(decoder):
-            images._torchvision_usable = usable if decoder == "torchvision" else (lambda: False)
             start = time.perf_counter()
             first = images.decode_image(data, "RGB")
             assert tuple(first.shape) == (3, 2000, 2000), first.shape
@@ -77,9 +65,28 @@ def gif_bomb_child():
                 assert "2000 frames of 2000x2000" in str(e), e
             assert time.perf_counter() - start < 30
             return "ok"
+    """, timeout=120)
 
+
+def _per_decoder_in_a_capped_child(imports: str, data: str, check: str, timeout: int) -> dict:
+    """``check(decoder)`` (defined by ``check``, given ``data`` and ``images``)
+    for each decoder path, in a child whose address space is capped at 1 GiB
+    over what torch's import takes: decoder -> its answer, or its traceback."""
+    code = textwrap.dedent(f"""
+        import json, os, resource, sys, time, traceback
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import torch, torchvision.io
+        {imports}
+        from tfrecord_torch.features.images import decode as images
+        status = open(f"/proc/{{os.getpid()}}/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+        data = {data}
+        usable = images._torchvision_usable
+    """) + textwrap.dedent(check) + textwrap.dedent(f"""
         answers = {{}}
         for decoder in {DECODERS!r}:
+            images._torchvision_usable = usable if decoder == "torchvision" else (lambda: False)
             try:
                 answers[decoder] = check(decoder)
             except BaseException:
@@ -87,7 +94,7 @@ def gif_bomb_child():
         print(json.dumps(answers))
     """)
     env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -104,33 +111,14 @@ def test_a_jpeg_frame_behind_a_restart_marker_is_refused_before_any_decoder_allo
     2.1 GB at torchvision's peak) while a walk reading a length after its RST0 sees 1x1. In a child
     whose address space is capped at 1 GiB over what torch's import takes, decode_image refuses it
     by the pixel limit from its header, on torchvision's path and on Pillow's."""
-    code = textwrap.dedent(f"""
-        import json, os, resource, sys, traceback
-        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
-        import torch, torchvision.io
-        from helpers import restart_bomb
-        from tfrecord_torch.features.images import decode as images
-        status = open(f"/proc/{{os.getpid()}}/status").read()
-        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
-        data = restart_bomb(16500, 16500)
-        usable = images._torchvision_usable
-        answers = {{}}
-        for decoder in {DECODERS!r}:
-            images._torchvision_usable = usable if decoder == "torchvision" else (lambda: False)
+    answers = _per_decoder_in_a_capped_child("from helpers import restart_bomb", "restart_bomb(16500, 16500)", """
+        def check(decoder):
             try:
                 images.decode_image(data, "RGB")
-                answers[decoder] = "decoded"
+                return "decoded"
             except ValueError as e:
-                answers[decoder] = str(e)
-            except BaseException:
-                answers[decoder] = traceback.format_exc()
-        print(json.dumps(answers))
-    """)
-    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    answers = json.loads(out.stdout.strip().splitlines()[-1])
+                return str(e)
+    """, timeout=300)
     for decoder in DECODERS:
         assert answers[decoder] == ("jpeg image of 16500x16500 pixels exceeds the limit of "
                                     f"{limits.MAX_IMAGE_PIXELS} pixels (MAX_IMAGE_PIXELS)"), answers[decoder][-2000:]
