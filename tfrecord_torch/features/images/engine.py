@@ -22,6 +22,7 @@ to the caller, which drops it under ``on_error`` (or raises).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -106,6 +107,10 @@ class MixedSizes(Exception):
     """A batch's images differ in size and no fixed size was asked for."""
 
 
+def _decode_threads(options: ImageBatching) -> int:
+    return options.threads or default_threads()
+
+
 def default_threads() -> int:
     """Decode threads for this process: its cores over the DataLoader's workers."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -167,7 +172,9 @@ class DecodeEngine:
 
     def __init__(self, options: ImageBatching, *, mode: str = "RGB", buffers: BufferProvider | None = None) -> None:
         self.options, self.mode = options, mode
-        self._pool = OwnedPool(lambda: self.options.threads or default_threads(), "tfrecord-decode")
+        # the count from the options alone: a function holding the engine would make a cycle, and the
+        # engine (with its buffers) would wait for the garbage collector instead of going when dropped
+        self._pool = OwnedPool(functools.partial(_decode_threads, options), "tfrecord-decode")
         self._buffers: BufferProvider = buffers if buffers is not None else FreshBuffers()
 
     def close(self) -> None:

@@ -396,3 +396,22 @@ def test_a_batch_waiting_for_a_decode_thread_holds_no_buffer():
         a, b = one.result().pixels, two.result().pixels
     assert Slow.takes == 2
     assert torch.equal(a, torch.stack(plain)) and torch.equal(b, torch.stack(plain[::-1]))
+
+
+def test_an_engine_dropped_goes_at_once_with_its_buffers():
+    """Nothing of the engine refers back to it (its thread pool's size comes
+    from the options alone): dropped, it goes without the garbage collector,
+    and a batch mode reader's shared-memory segments with it."""
+    import gc
+    import weakref
+
+    engine = DecodeEngine(ImageBatching(size=(8, 8), threads=2))
+    engine.decode([png_bytes(np.zeros((8, 8, 3), np.uint8))])
+    gone = weakref.ref(engine)
+    gc.disable()
+    try:
+        engine.close()
+        del engine
+        assert gone() is None
+    finally:
+        gc.enable()
