@@ -295,6 +295,6 @@ class ItemFetcher:
                 readers = [stack.enter_context(self.readers.borrow(path)) for path, *_ in parts]
                 read = ranges.read_many([(reader, offsets, sizes)
                                          for reader, (_, _, offsets, sizes) in zip(readers, parts)],
-                                        far=self.session.first_context.far if first else None)
+                                        far=self.session.first_far if first else None)
         return [Frame(data, path, offset, r) for (path, records, offsets, _), got in zip(parts, read)
                 for data, offset, r in zip(got, offsets, records)]

@@ -135,7 +135,14 @@ class ReadSession:
             self.context = ReadContext(storage_options=so, verify=verify, report=report, readers=self.readers,
                                        windows=windows)
         self._ahead = None if order is None else copy_ahead(self.copies, (paths[s] for s in order))
-        self.first_context = dataclasses.replace(self.context, far=pool.FIRST_FAR_BYTES)
+        self.first_context = dataclasses.replace(self.context, far=self.first_far)
+
+    @property
+    def first_far(self) -> int:
+        """Bytes past what a fill has written beyond which a first read goes
+        to the bucket (:data:`~tfrecord_torch.io.pool.FIRST_FAR_BYTES`, as it
+        is now: a lasting session's first reads are each process's)."""
+        return pool.FIRST_FAR_BYTES
 
     def _copies(self, remote: RemoteShards, scatter: Scatter | None) -> ShardCopies | None:
         """This iteration's copies: given the workers of a shuffled read, each
