@@ -4,12 +4,9 @@ batches parsed column-wise and their images decoded into one buffer, by a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
-
-import numpy as np
 
 from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
@@ -25,16 +22,13 @@ from tfrecord_torch.data.reading import (
     fetch_scattered,
     serialized_tensor,
 )
-from tfrecord_torch.data.windows import shard_windows
+from tfrecord_torch.data.session import ReadSession, RemoteShards, Scatter
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import sequence_collate
 from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
-from tfrecord_torch.io import pool
-from tfrecord_torch.io.copies import ShardCopies, copy_ahead
-from tfrecord_torch.io.listing import ListingCheck
 
 __all__ = ["BatchPipeline", "mixed_sizes"]
 
@@ -60,23 +54,21 @@ class BatchPipeline:
             (seed, epoch, rank).
         policy: the dataset's error policy (skips counted across workers).
         verify: check record CRCs.
-        storage_options: fsspec options for URLs.
         prefetch: batches started ahead on a producer thread (0: one
             started ahead on the consumer's thread).
-        copies: local copies of remote shards (the shard cache), or None.
-        listing: without copies, the check of the remote shards against
-            their listing (once per iteration), or None.
+        remote: how the dataset reaches its shards (the shard cache's copies
+            or the listing's check); :meth:`batches` reads through a
+            :class:`~tfrecord_torch.data.session.ReadSession` of them.
     """
 
     def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
                  images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
-                 policy: SharedErrorPolicy, verify: bool, storage_options: dict | None, prefetch: int = 0,
-                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
+                 policy: SharedErrorPolicy, verify: bool, prefetch: int = 0,
+                 remote: RemoteShards | None = None) -> None:
         self.prefetch = prefetch
         self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
         self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
-        self.verify, self.storage_options, self.copies = verify, storage_options, copies
-        self.listing = listing
+        self.verify, self.remote = verify, RemoteShards() if remote is None else remote
 
     def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
                 worker: int, workers: int, skip: int) -> Iterator[tuple[int, Any]]:
@@ -85,42 +77,25 @@ class BatchPipeline:
         w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
         (units finished, the batch or SKIPPED), ``prefetch`` batches started
         ahead on a producer thread (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
-        readers = pool.ReaderPool(self.storage_options, copies=self.copies, listing=self.listing)
         mine = list(range(worker, count, workers))[skip:]
-        windows = None
-        if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once
-            windows = shard_windows(self.paths, self.indexes, len(mine) * size,
-                                    [self.copies is not None and self.copies.covers(p) for p in self.paths])
-        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter(), readers=readers, windows=windows)
         spans = ((lo + b * size, min(lo + (b + 1) * size, hi)) for b in mine)
-        copying = copy_ahead(self.copies, (self.paths[s] for s in sharding.shards_in_order(plan, spans)))
-        batches = self.image_batches(())
+        session = ReadSession(self.remote, self.paths, verify=self.verify, report=self.policy.reporter(),
+                              indexes=self.indexes, scatter=Scatter(len(mine) * size, workers) if self.shuffle else None,
+                              order=sharding.shards_in_order(plan, spans))
+        with session:  # the engine and readers outlive the producer: results are taken after it ends
+            batches = self.image_batches(())
+            session.adopt(batches)
 
-        # the first batch waits for no fill's later ranges: its records past a fill's first
-        # range come from the bucket (at most a batch's bytes fetched twice)
-        first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
+            def started() -> Iterator[Started]:
+                for position, b in enumerate(mine, start=skip + 1):
+                    a = lo + b * size
+                    # the first batch waits for no fill's later ranges: its records past a fill's
+                    # first range come from the bucket (at most a batch's bytes fetched twice)
+                    context = session.first_context if position == skip + 1 else session.context
+                    payloads, items = self._batch_records(plan, a, min(a + size, hi), session, context)
+                    yield Started(position, self._begin_batch(payloads, items, batches, b))
 
-        def started() -> Iterator[Started]:
-            for position, b in enumerate(mine, start=skip + 1):
-                a = lo + b * size
-                if copying is not None:
-                    copying.began(self.paths[s] for s in np.unique(plan.pairs(a, min(a + size, hi))[0]).tolist())
-                payloads, items = self._batch_records(plan, a, min(a + size, hi),
-                                                      first_context if position == skip + 1 else context)
-                yield Started(position, self._begin_batch(payloads, items, batches, b))
-
-        ended = False
-        try:  # the engine and readers outlive the producer: results are taken after it ends
             yield from ahead(started(), self.prefetch)
-            ended = True
-        finally:
-            if copying is not None:
-                copying.close(finish=ended)
-            if self.copies is not None:
-                self.copies.close(finish=ended)
-            batches.close()
-            readers.close()
 
     def streamed_batches(self, units: Iterable[list[Located]], skip: int, where: tuple[int, ...]
                          ) -> Iterator[tuple[int, Any]]:
@@ -141,18 +116,23 @@ class BatchPipeline:
         finally:
             batches.close()
 
-    def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int,
+    def _batch_records(self, plan: sharding.RangePlanner, a: int, b: int, session: ReadSession,
                        context: ReadContext) -> tuple[list[bytes], Callable[[], list[Located]]]:
-        """The payloads of positions [a, b) of the plan, and a way to their locations.
-        In order, they are runs of consecutive records, read in windows with no
-        per-record objects; shuffled, they are gathered shard by shard."""
+        """The payloads of positions [a, b) of the plan, and a way to their locations
+        (``session`` told first which shards they are in). In order, they are runs
+        of consecutive records, read in windows with no per-record objects;
+        shuffled, they are gathered shard by shard."""
         if not self.shuffle:
-            runs = [run for seg in plan.segments(a, b)
+            segments = list(plan.segments(a, b))
+            session.began([seg.shard for seg in segments])
+            runs = [run for seg in segments
                     for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
                                           context)]
             payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
             return payloads, lambda: [i for r in runs for i in r.items()]
-        found = fetch_scattered(self.paths, self.indexes, *plan.pairs(a, b), context)
+        shards, records = plan.pairs(a, b)
+        session.began(shards)
+        found = fetch_scattered(self.paths, self.indexes, shards, records, context)
         items = [i for i in found if i is not None]
         return [i.payload for i in items], lambda: items
 

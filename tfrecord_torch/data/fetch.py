@@ -18,7 +18,7 @@ import contextlib
 import operator
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -26,16 +26,16 @@ import torch
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import is_v2_transform, laid_out_for
 from tfrecord_torch.data.reading import decode_payload
+from tfrecord_torch.data.session import ReadSession, RemoteShards
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
-from tfrecord_torch.io import pool, ranges
-from tfrecord_torch.io.copies import ShardCopies
+from tfrecord_torch.io import ranges
 from tfrecord_torch.io.files import is_url
-from tfrecord_torch.io.listing import ListingCheck
+from tfrecord_torch.io.pool import ReaderPool
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
 
@@ -79,18 +79,19 @@ class ItemFetcher:
         transform: a callable applied to each item; may be reassigned.
         verify: check record CRCs.
         policy: what a bad record does (see :meth:`item`).
-        storage_options: fsspec options for URLs.
-        copies: local copies of remote shards (the shard cache), or None.
-        listing: without copies, the check of the remote shards against
-            their listing (once per object and process), or None.
+        remote: how the shards are reached: the shard cache's copies, or
+            the check of the remote shards against their listing (each
+            object asked once per process); read through a
+            :class:`~tfrecord_torch.data.session.ReadSession` that lasts as
+            long as the fetcher.
     """
 
     def __init__(self, *, paths: list[str], indexes: list[np.ndarray], spec: Any, transform: Callable | None,
-                 verify: bool, policy: SharedErrorPolicy, storage_options: dict | None,
-                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
+                 verify: bool, policy: SharedErrorPolicy, remote: RemoteShards) -> None:
         self.paths, self.indexes = paths, indexes
         self.spec, self.transform, self.verify, self.policy = spec, transform, verify, policy
-        self.readers = pool.ReaderPool(storage_options, copies=copies, listing=listing)
+        self.session = ReadSession(remote, paths, verify=verify, indexes=indexes, fresh=False)
+        self.readers = cast(ReaderPool, self.session.readers)
         self.stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in indexes], dtype=np.int64)
         self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call
@@ -168,9 +169,7 @@ class ItemFetcher:
         """Close the open shard files (they reopen on the next read) and stop
         copying shards in the background (the next read of a shard not yet
         copied starts again)."""
-        self.readers.close()
-        if self.readers.copies is not None:
-            self.readers.copies.close()
+        self.session.close(ended=False)
 
     def _substitute(self, j: int, error: TFRecordError):
         """After item ``j`` failed with ``error``: report it (raises under
@@ -296,6 +295,6 @@ class ItemFetcher:
                 readers = [stack.enter_context(self.readers.borrow(path)) for path, *_ in parts]
                 read = ranges.read_many([(reader, offsets, sizes)
                                          for reader, (_, _, offsets, sizes) in zip(readers, parts)],
-                                        far=pool.FIRST_FAR_BYTES if first else None)
+                                        far=self.session.first_far if first else None)
         return [Frame(data, path, offset, r) for (path, records, offsets, _), got in zip(parts, read)
                 for data, offset, r in zip(got, offsets, records)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 import warnings
@@ -28,26 +27,21 @@ from tfrecord_torch.data.readahead import fetch_ahead
 from tfrecord_torch.data.reading import (
     SKIPPED,
     Located,
-    ReadContext,
     decode_or_skip,
     fetch_scattered,
     interleave,
     stream_shard,
 )
+from tfrecord_torch.data.session import ReadSession, RemoteShards, Scatter
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
 from tfrecord_torch.data.usage import check_positional, no_flat_cache, no_random_access
-from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
-from tfrecord_torch.io import pool
-from tfrecord_torch.io.copies import CopyAhead, ShardCopies, copy_ahead, dataset_copies, fills_for
-from tfrecord_torch.io.files import is_url
-from tfrecord_torch.io.listing import ListingCheck
 from tfrecord_torch.policy import OnError
 
 __all__ = ["TFRecordDataset"]
@@ -150,8 +144,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.progress = source.progress
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
-        self.copies = dataset_copies(source.cache, self.paths, listing.stats, storage_options, shuffled=self.shuffle)
-        self._listed = listing.check(storage_options) if self.copies is None else None
+        self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
@@ -198,7 +191,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         index, save = index_argument(index, len(self.paths))
         built = shard_indexes(listing, compression=self.compression, index=index, save=save,
                               progress=self.progress, report=self.policy.reporter(),
-                              storage_options=self.storage_options, copies=self._fresh_copies())
+                              storage_options=self.storage_options, copies=self.remote.fresh_copies())
         for path, found, expected in zip(self.paths, built, self._lengths or ()):
             if found is None:
                 raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "
@@ -373,13 +366,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                  block=self.shuffle_block, scope=scope)
 
-    def _pipeline(self, workers: int | None = None) -> BatchPipeline:
-        """Batch mode's pipeline for one iteration, from the settings as they
-        stand (``workers``: see :meth:`_fresh_copies`)."""
+    def _pipeline(self) -> BatchPipeline:
+        """Batch mode's pipeline for one iteration, from the settings as they stand."""
         return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
                              images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
-                             policy=self.policy, verify=self.verify, storage_options=self.storage_options,
-                             prefetch=self.prefetch, copies=self._fresh_copies(workers), listing=self._fresh_listing())
+                             policy=self.policy, verify=self.verify, prefetch=self.prefetch, remote=self.remote)
 
     def _sequence(self, worker: int, workers: int) -> tuple[plan.RangePlanner, int, int]:
         """The epoch's plan and this rank's [lo, hi) in it (this reader's in
@@ -396,24 +387,6 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                                  remaining=left), lo, hi
 
-    def _fresh_copies(self, workers: int | None = None) -> ShardCopies | None:
-        """The shard cache's copies for one iteration: each object is asked
-        once whether it changed since it was listed. Given the ``workers``
-        of a shuffled read, each copies its share of the remote shards at
-        once (:func:`~tfrecord_torch.io.copies.fills_for`)."""
-        if self.copies is None:
-            return None
-        if workers is None or not self.shuffle:
-            return self.copies.fresh()
-        return self.copies.fresh(fills_for(sum(map(self.copies.covers, self.paths)), workers))
-
-    def _fresh_listing(self) -> ListingCheck | None:
-        """Without the shard cache, one iteration's check of the remote
-        shards against the dataset's listing: each object read from the
-        bucket is asked once whether it changed since (the copies check
-        their own objects)."""
-        return None if self._listed is None else self._listed.fresh()
-
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
         of this rank's sequence; worker w decodes batches w, w + workers, ...
@@ -421,7 +394,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         size = cast(int, self.batch_size)
         planner, lo, hi = self._sequence(worker, workers)
         count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline(workers).batches(planner, lo, hi, size, count, worker, workers, skip)
+        return self._pipeline().batches(planner, lo, hi, size, count, worker, workers, skip)
 
     def _records(self, worker: int, workers: int, skip: int):
         """Record mode over indexed shards: this reader's range of the epoch's
@@ -438,15 +411,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             if self.shuffle_buffer > 1:
                 refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
                 groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
-        copies = self._fresh_copies(workers)
-        readers = pool.ReaderPool(self.storage_options, copies=copies, listing=self._fresh_listing())
-        windows = None
-        if self.shuffle:  # scattered reads: small remote shards are fetched a window at a time, once
-            windows = shard_windows(self.paths, self.indexes, hi - lo,
-                                    [copies is not None and copies.covers(p) for p in self.paths])
-        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter(), readers=readers, windows=windows)
-        copying = copy_ahead(copies, (self.paths[s] for s in plan.shards_in_order(planner, [(min(lo + skip, hi), hi)])))
+        session = ReadSession(self.remote, self.paths, verify=self.verify, report=self.policy.reporter(),
+                              indexes=self.indexes, scatter=Scatter(hi - lo, workers) if self.shuffle else None,
+                              order=plan.shards_in_order(planner, [(min(lo + skip, hi), hi)]))
 
         def units():
             done = 0  # units (records) of the plan finished before this group
@@ -457,8 +424,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                     done += len(shards)
                     continue
                 start = max(skip - done, 0)
-                if copying is not None:
-                    copying.began(self.paths[s] for s in np.unique(shards[start:]).tolist())
+                session.began(shards[start:])
                 cuts = [start, len(shards)]
                 sizes = None
                 if first:  # the first read small, so the first items wait for it alone
@@ -475,11 +441,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         # the first shuffled items wait for no fill's later ranges: the early reads' records past a
         # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
         # order, a fill's first ranges grow as the reads do, and the reads wait for them
-        first_context = dataclasses.replace(context, far=pool.FIRST_FAR_BYTES)
-
         def fetch(unit: _Read) -> tuple[int, list]:
             return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
-                                                  first_context if unit.early else context)
+                                                  session.first_context if unit.early else session.context)
 
         # a shard whose copy is being filled is read where its records are decoded, as a complete
         # copy's is: its reads wait for the fill, and only records far past what the fill has written
@@ -487,26 +451,19 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         # CPU in hand-offs and in allocations from another malloc arena than its overlap saved, and the
         # records it fetched ahead of the fills went to the bucket more often
         def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
-            return any(is_url(p) and (copies is None or not (copies.held(p) or copies.followed(p)))
-                       for p in (self.paths[s] for s in np.unique(unit.shards).tolist()))
+            return session.from_bucket(unit.shards)
 
-        source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
-        ended = False
-        try:
-            source.begin()
-            yield None  # begun: the caller takes this before it asks for the first record
-            for done, items in source:
-                for item in items:
-                    done += 1
-                    yield done, SKIPPED if item is None else self._decode(item)
-            ended = True
-        finally:
-            source.close()
-            if copying is not None:
-                copying.close(finish=ended)
-            if copies is not None:
-                copies.close(finish=ended)
-            readers.close()
+        with session:  # closed after the read-ahead; ended when the records ran out
+            source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
+            try:
+                source.begin()
+                yield None  # begun: the caller takes this before it asks for the first record
+                for done, items in source:
+                    for item in items:
+                        done += 1
+                        yield done, SKIPPED if item is None else self._decode(item)
+            finally:
+                source.close()
 
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
@@ -516,25 +473,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                       seed=self.seed, epoch=self.epoch)
         if not shards:
             self._no_shards(worker, workers)
-        copies = self._fresh_copies()
-        context = ReadContext(storage_options=self.storage_options, verify=self.verify,
-                              report=self.policy.reporter(), copies=copies, listing=self._fresh_listing())
-        ahead = copy_ahead(copies, [self.paths[s] for s in shards])
+        session = ReadSession(self.remote, self.paths, verify=self.verify, report=self.policy.reporter(),
+                              order=list(shards))
 
-        def opened(path: str):
-            if ahead is not None:
-                ahead.began([path])
-            return stream_shard(path, context, compression=self.compression)
+        def opened(shard: int):
+            session.began([shard])
+            return stream_shard(self.paths[shard], session.context, compression=self.compression)
 
-        located = interleave([functools.partial(opened, self.paths[s]) for s in shards],
-                             self.cycle_length if self.shuffle else 1)
+        located = interleave([functools.partial(opened, s) for s in shards], self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
         if self.batch_size is not None:
             out = self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,
                                                     (worker,))
         else:
             out = self._streamed_records(units, skip)
-        return _closing(out, ahead, copies)
+        return _closing(out, session)
 
     def _no_shards(self, worker: int, workers: int) -> None:
         """This reader was dealt no streamed shard: an error if its whole rank
@@ -650,15 +603,8 @@ def _reader() -> list[int]:
     return [0, 1] if info is None else [info.id, info.num_workers]
 
 
-def _closing(items: Iterator, ahead: CopyAhead | None, copies: ShardCopies | None) -> Iterator:
-    """``items``, with ``ahead`` and ``copies`` closed when they end or are
-    dropped (the copies' fills let end first when the items ended)."""
-    ended = False
-    try:
+def _closing(items: Iterator, session: ReadSession) -> Iterator:
+    """``items``, with ``session`` closed when they end or are dropped (its
+    copies' fills let end first when the items ran out)."""
+    with session:
         yield from items
-        ended = True
-    finally:
-        if ahead is not None:
-            ahead.close(finish=ended)
-        if copies is not None:
-            copies.close(finish=ended)

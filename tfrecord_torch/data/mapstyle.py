@@ -21,6 +21,7 @@ from tfrecord_torch.data import collating  # noqa: F401 - registers the items' c
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.options import Source
+from tfrecord_torch.data.session import CacheArg, RemoteShards
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.usage import check_positional
@@ -29,7 +30,6 @@ from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
-from tfrecord_torch.io.copies import CacheArg, dataset_copies
 from tfrecord_torch.io.shardcache import ShardCache
 from tfrecord_torch.policy import OnError
 from tfrecord_torch.records.compression import is_compressed
@@ -113,18 +113,15 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             for p in self.paths:
                 if is_compressed(p, "auto", storage_options):
                     raise _compressed(p)
-        copies = dataset_copies(cache, self.paths, listing.stats, storage_options,
-                                shuffled=True)  # a sampler may ask for any record
+        remote = RemoteShards.of(cache, listing, storage_options, shuffled=True)  # a sampler may ask for any record
         indexes = shard_indexes(listing, index=index, save=save, report=self.policy.reporter(),
-                                storage_options=storage_options, copies=None if copies is None else copies.fresh(),
-                                progress=progress)
+                                storage_options=storage_options, copies=remote.fresh_copies(), progress=progress)
         for p, i in zip(self.paths, indexes):
             if i is None:
                 raise _compressed(p)
         self._fetcher = ItemFetcher(paths=self.paths, indexes=[i for i in indexes if i is not None],
                                     spec=spec, transform=transform,
-                                    verify=verify, policy=self.policy, storage_options=storage_options,
-                                    copies=copies, listing=listing.check(storage_options) if copies is None else None)
+                                    verify=verify, policy=self.policy, remote=remote)
         self.indexes: list[np.ndarray] = self._fetcher.indexes
         self.ends = self._fetcher.ends
         self.verify = verify
