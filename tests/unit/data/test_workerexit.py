@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import pytest
 import torch
 from helpers import write_shards
 from torch.utils.data import DataLoader
@@ -25,6 +26,7 @@ def _with_large_tensor(item):
     return {**item, "large": torch.ones(16 << 20, dtype=torch.uint8)}
 
 
+@pytest.mark.slow  # spawned workers importing torch: about 10 s of CPU (the test below stays fast)
 def test_spawned_workers_stopped_while_sending_exit_cleanly(tmp_path):
     """A loader dropped after one item, its workers still sending the items
     prefetched: every worker exits with code 0 (not -6, SIGABRT: "terminate
