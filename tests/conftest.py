@@ -31,16 +31,3 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/helpers.py
 # torchvision (and the triton it imports with CUDA builds of torch) must load
 # before TensorFlow: loading triton after TensorFlow segfaults.
 import torchvision  # noqa: E402,F401
-
-
-def pytest_collection_modifyitems(config, items):
-    """The tests of a module that share one of its module-scoped fixtures (a moto server
-    and the shards in its bucket, TFDS's prepared folder, a child that imports torch, the
-    docs' peer processes) run on one xdist worker (``--dist loadgroup`` in pyproject.toml),
-    so that fixture is built once, not once on each worker that runs one of them."""
-    import pytest
-
-    for item in items:
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if any(d[-1].scope in ("module", "package") for d in defs.values() if d):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
