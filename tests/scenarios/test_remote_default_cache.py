@@ -143,8 +143,8 @@ def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_
     assert shard_cache_usage(ShardCache(str(folder))) == (SHARDS, sum(s3.fs().size(u) for u in urls))
 
 
-# spawn: workers importing torch, slow
-@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+@pytest.mark.slow  # fork: about 6 s of CPU; spawn: workers importing torch
+@pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_workers_use_the_folder_decided_when_the_dataset_was_made(s3, shards, folder, tmp_path, monkeypatch,
                                                                   context):
     ds = shuffled(PATTERN, s3)
@@ -246,10 +246,11 @@ def write_shard(url: str, ids, storage_options) -> None:
             w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
 
 
-# without the cache each case reads by ranges (about 15 s of CPU): slow
-@pytest.mark.parametrize(("cache", "named"), [
-    ("auto", "glob"),
-    *(pytest.param(None, named, marks=pytest.mark.slow) for named in ("glob", "folder", "list"))])
+# about 5 s of CPU with the cache, 15 s without (it reads by ranges): slow; a shard indexed again
+# after another writer rewrote it stays fast below
+@pytest.mark.slow
+@pytest.mark.parametrize(("cache", "named"), [("auto", "glob"), (None, "glob"), (None, "folder"),
+                                              (None, "list")])
 def test_a_dataset_made_again_after_another_writer_rewrote_a_shard_reads_the_new_shard(s3, folder, cache, named,
                                                                                        tmp_path, monkeypatch):
     """One process keeps fsspec's filesystem object (and its listings) all along, as a

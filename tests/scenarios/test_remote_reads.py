@@ -368,8 +368,11 @@ def shard_bytes(paths, s3) -> int:
     return sum(s3.fs().size(p.split("://", 1)[1]) for p in paths)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("batched", [False, True], ids=["records", "batch mode"])
+# fast: records without workers; the other cases (about 3 s of CPU each) are slow
+@pytest.mark.parametrize("batched, workers", [
+    pytest.param(batched, workers, id=f"{'batch mode' if batched else 'records'}-{workers}",
+                 marks=() if (batched, workers) == (False, 0) else pytest.mark.slow)
+    for workers in (0, 2) for batched in (False, True)])
 def test_a_shuffled_read_of_small_shards_fetches_each_byte_about_once(s3, small, tmp_path, monkeypatch, workers,
                                                                       batched):
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))

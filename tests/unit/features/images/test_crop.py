@@ -282,8 +282,10 @@ print(len(per_sample), len(batched), ours, len(foreign() - before), torch.get_nu
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the threads in /proc")
-# a process importing torch for each mode: BICUBIC is slow
-@pytest.mark.parametrize("mode", ["BILINEAR", pytest.param("BICUBIC", marks=pytest.mark.slow)])
+# a process importing torch for each mode, about 10 s of CPU each: slow; the main process's batch
+# stack starting no team is checked fast in tests/unit/data/test_collating.py
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["BILINEAR", "BICUBIC"])
 def test_fused_resize_starts_no_openmp_team_without_avx2(tmp_path, mode):
     """On a CPU where torch's resize kernels split each image over its
     OpenMP team, the fused crop -- per sample with num_workers=0, and in
