@@ -2,7 +2,7 @@
 exception, a hang or unbounded memory.
 
 CI runs a fixed, seeded budget. A longer run:
-    TFRECORD_TORCH_FUZZ_EXAMPLES=20000 bash dev.sh test tests/scenarios/test_fuzz.py
+    TFRECORD_TORCH_FUZZ_EXAMPLES=20000 bash dev.sh test --all tests/scenarios/test_fuzz.py
 """
 
 import gzip
