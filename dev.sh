@@ -3,8 +3,8 @@
 # environment in .venv and installs what it needs, pinned by constraints.txt.
 #
 #   bash dev.sh demo    run the main job on built-in sample data (no download)
-#   bash dev.sh test    run the test suite, slow scenarios aside (extra args go to pytest)
-#   bash dev.sh test --all   the whole suite, slow scenarios too (what CI runs)
+#   bash dev.sh test    run the fast test suite, slow tests aside (extra args go to pytest)
+#   bash dev.sh test --all   the whole suite, slow tests too (what CI runs)
 #   bash dev.sh bench   run the benchmarks against tf.data and the tfrecord package
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -9,7 +9,8 @@ the package's command on the PATH. Python blocks run in the test's process (torc
 block: a process per block cost about 3 s of CPU each), except that the blocks importing
 TensorFlow, and those importing the `tfrecord` package, run together in one process per
 peer (neither can share a process with the other or with every test), and a block that
-spawns workers (`if __name__ == "__main__":`) runs as a script. Where a line says ``# prints X``, what the
+spawns workers (`if __name__ == "__main__":`) runs as a script; those scripts and the `tfrecord`
+package's blocks are slow tests (see ``slow_block``). Where a line says ``# prints X``, what the
 block prints must be those lines, in order. A block that cannot run here (a cluster, a
 download) has ``<!-- not run: REASON; covered by tests/FILE.py::TEST -->`` just above it,
 and the test it names must exist. Every fence names its language; only ``text`` and other
@@ -238,7 +239,16 @@ def _printed(code: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r"#\s*prints\s+(.*?)\s*$", code, re.M)]
 
 
-@pytest.mark.parametrize("block", RUN, ids=_block_id)
+def slow_block(block: Block) -> bool:
+    """A block whose interpreters import torch again, beside the test's: a python script (its
+    spawned DataLoader workers import torch too, about 20 s of CPU) and the `tfrecord` package's
+    blocks (their peer process, about 10 s). These are slow tests: `bash dev.sh test --all` (and
+    CI) runs them; the other blocks run in the fast set."""
+    return peer_group(block) == "tfrecord" or (block.language == "python" and runs_as_a_script(block))
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=_block_id(b), marks=pytest.mark.slow) if slow_block(b)
+                                   else b for b in RUN], ids=_block_id)
 def test_doc_block_runs_as_written(block, data_sources, tmp_path, monkeypatch, peer_runs):
     """The block runs without an error or a warning, and prints what its ``# prints`` comments say."""
     where = f"{block.page} line {block.line} ({block.heading})"

@@ -93,6 +93,7 @@ def test_tfrecord_package_positional_call_explains_the_keywords(photos, tmp_path
         dataset(str(photos), str(tmp_path / "photos.idx"), {"image": "byte", "label": "int"})
 
 
+@pytest.mark.slow  # the peer in an interpreter of its own
 def test_tfrecord_package_kinds_give_that_package_values(photos, tmp_path):
     """A description of the tfrecord package's kinds gives what that package
     gives (bytes, int64 [n], float32 [n]), as tensors; the peer runs in a
@@ -134,6 +135,13 @@ def test_importing_tensorflow_first_warns_at_import():
     assert done.returncode == 0, done.stderr[-4000:]
     assert "<string>:2: RuntimeWarning: TensorFlow was imported before torchvision: import torchvision " \
            "first" in done.stderr
+
+
+# An interpreter importing TensorFlow and torch, about 15 s of CPU: slow. The docs' TensorFlow
+# blocks import in this order under -W error in tests/journeys/test_doc_blocks.py, fast.
+@pytest.mark.slow
+def test_importing_torchvision_then_tensorflow_does_not_warn():
+    """The order the docs give imports without the warning."""
     quiet = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c",
                             "import torchvision\nimport tensorflow\nimport tfrecord_torch\n"],
                            capture_output=True, text=True, timeout=300)

@@ -22,6 +22,7 @@ def run(args, cwd, **kw):
     return proc.stdout
 
 
+@pytest.mark.slow  # the demo's interpreter and its DataLoader workers: about 15 s of CPU
 def test_demo(tmp_path):
     out = run([sys.executable, str(EXAMPLES / "demo.py"), str(tmp_path / "demo")], tmp_path)
     assert "tfrecord-torch verify" in out and "CORRUPT" not in out

@@ -1,8 +1,8 @@
 """Smoke tests of the benchmark harness (``benchmarks/run.py``): the registry holds the
 rows the benchmark promises; a tiny run of the rows that need neither TensorFlow nor torch
 goes end to end (subprocess per row, a contender under another interpreter, a missing
-interpreter skipped with a note, the report, targets and chart). The full registry at tiny
-sizes is the slow test.
+interpreter skipped with a note, the report, targets and chart). The runs are slow tests
+(``bash dev.sh test --all``); the registry's check is fast.
 
 They check that the benchmark works, not how fast anything is: there are no timing
 thresholds.
@@ -138,6 +138,7 @@ def test_registry_holds_the_promised_rows():
     assert REQUIRED <= _registry()
 
 
+@pytest.mark.slow  # a subprocess per row: about 9 s of CPU
 def test_tiny_run_of_the_light_rows_with_other_interpreters(tmp_path):
     (tmp_path / "bench_extra.py").write_text(EXTRA)
     alt = tmp_path / "venvs" / "alt" / "bin" / "python"

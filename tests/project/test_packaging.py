@@ -65,6 +65,7 @@ def test_license_is_spdx_apache_and_the_file_holds_its_text():
     assert "END OF TERMS AND CONDITIONS" in text
 
 
+@pytest.mark.slow  # a build from a copy of the tree, and an interpreter: about 5 s of CPU
 def test_wheel_ships_license_and_compiled_helpers_but_no_c_sources(tmp_path):
     wheel = _build("wheel", tmp_path)
     with zipfile.ZipFile(wheel) as z:
@@ -91,6 +92,7 @@ def test_wheel_ships_license_and_compiled_helpers_but_no_c_sources(tmp_path):
     assert proc.stdout.strip() == "[3]"
 
 
+@pytest.mark.slow  # a build from a copy of the tree
 def test_sdist_carries_sources_license_and_changelog_and_leaves_the_tests_out(tmp_path):
     sdist = _build("sdist", tmp_path)
     with tarfile.open(sdist) as t:

@@ -114,7 +114,7 @@ def batch_mode(path, spec, transform, workers, images):
     return list(loader)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: the grid in workers
 @pytest.mark.parametrize("images", [True, False], ids=["images-on", "images-off"])
 @pytest.mark.parametrize("name", TRANSFORMS)
 def test_masks_follow_their_image_as_per_sample(tmp_path, name, images, workers):
@@ -131,7 +131,7 @@ def test_masks_follow_their_image_as_per_sample(tmp_path, name, images, workers)
             assert torch.equal(image[0], mask), r
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("images", [True, False], ids=["images-on", "images-off"])
 @pytest.mark.parametrize("name", TRANSFORMS)
 def test_boxes_follow_their_image_as_per_sample(tmp_path, name, images, workers):

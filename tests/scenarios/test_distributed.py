@@ -29,6 +29,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two processes importing torch: about 10 s of CPU
 def test_two_process_gloo_run(tmp_path):
     data = tmp_path / "data"
     data.mkdir()

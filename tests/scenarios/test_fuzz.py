@@ -2,7 +2,7 @@
 exception, a hang or unbounded memory.
 
 CI runs a fixed, seeded budget. A longer run:
-    TFRECORD_TORCH_FUZZ_EXAMPLES=20000 bash dev.sh test tests/scenarios/test_fuzz.py
+    TFRECORD_TORCH_FUZZ_EXAMPLES=20000 bash dev.sh test --all tests/scenarios/test_fuzz.py
 """
 
 import gzip
@@ -34,7 +34,8 @@ from tfrecord_torch.tfds.metadata import tfds_split
 BUDGET = int(os.environ.get("TFRECORD_TORCH_FUZZ_EXAMPLES", "300"))
 fuzz = settings(max_examples=BUDGET, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-pytestmark = pytest.mark.timeout(1200)
+# slow (about 15 s of CPU); the C readers' hostile inputs are checked fast in test_c_safety.py
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
 def mutate(data: bytes, draw) -> bytes:

@@ -5,6 +5,9 @@ pool, which collides with TensorFlow's copy ("duplicate symbol"), and pytest
 runs every test file in one process. So the peer is only ever imported in a
 fresh interpreter (``subprocess.run([sys.executable, "-c", ...])``); data goes
 in and out through pickle files holding only bytes, numpy arrays and lists.
+
+A peer suite: slow (``bash dev.sh test --all``); the index format is checked fast
+in tests/unit/records/test_index.py.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from tfrecord_torch import (
     parse_sequence_example,
     read_records,
 )
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERHEAD = 16

@@ -50,9 +50,11 @@ def assert_visible_files_complete(folder):
         assert len(ds) == 400
 
 
-# With worker processes the grid is a slow scenario: the writing processes it kills are covered
-# fast by tests/unit/write/test_convert.py (byte-identical for any process count, a kill then a rerun).
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+# A slow scenario (about 25 s of CPU without workers, more with them): the writing processes it
+# kills are covered fast by tests/unit/write/test_convert.py (byte-identical for any process
+# count, a kill then a rerun).
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
 def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
     script = tmp_path / "convert.py"
     script.write_text(CONVERT)
@@ -85,6 +87,7 @@ def test_sigkill_at_random_points_then_rerun(tmp_path, capsys, workers):
     capsys.readouterr()
 
 
+@pytest.mark.slow  # two converters in processes of their own: about 9 s of CPU
 def test_second_converter_into_the_same_folder_fails_clearly(tmp_path):
     script = tmp_path / "convert.py"
     script.write_text(CONVERT)

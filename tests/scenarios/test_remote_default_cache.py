@@ -143,6 +143,7 @@ def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_
     assert shard_cache_usage(ShardCache(str(folder))) == (SHARDS, sum(s3.fs().size(u) for u in urls))
 
 
+@pytest.mark.slow  # fork: about 6 s of CPU; spawn: workers importing torch
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_workers_use_the_folder_decided_when_the_dataset_was_made(s3, shards, folder, tmp_path, monkeypatch,
                                                                   context):
@@ -177,11 +178,15 @@ def range_reads(s3, shards, ds) -> list[int]:
     return got
 
 
+# The reads by range requests below cost a request per record (800) against moto, about 15 s
+# of CPU each: slow. The decisions themselves are checked fast in tests/unit/io/test_shardcache.py.
+@pytest.mark.slow
 def test_cache_none_reads_by_range_requests(s3, shards, folder):
     range_reads(s3, shards, shuffled(PATTERN, s3, source=Source(cache=None)))
     assert not folder.parent.exists()
 
 
+@pytest.mark.slow
 def test_the_environment_turns_the_default_cache_off(s3, shards, folder, tmp_path, monkeypatch):
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", "off")
     range_reads(s3, shards, shuffled(PATTERN, s3))
@@ -192,6 +197,7 @@ def test_the_environment_turns_the_default_cache_off(s3, shards, folder, tmp_pat
     assert sum(shard_requests(s3, shards[0]).values()) == 3
 
 
+@pytest.mark.slow
 def test_a_dataset_larger_than_the_default_limit_reads_by_ranges_and_says_so(s3, shards, folder, monkeypatch,
                                                                             caplog):
     real = shutil.disk_usage
@@ -211,6 +217,7 @@ def test_a_dataset_larger_than_the_default_limit_reads_by_ranges_and_says_so(s3,
     assert not folder.parent.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["read-only", "under-a-file"])
 def test_an_unwritable_cache_folder_reads_by_ranges(s3, shards, folder, caplog, how):
     if how == "read-only":
@@ -239,7 +246,11 @@ def write_shard(url: str, ids, storage_options) -> None:
             w.write(make_example({"id": i, "pad": np.full(32, i, np.int64)}))
 
 
-@pytest.mark.parametrize(("cache", "named"), [("auto", "glob"), (None, "glob"), (None, "folder"), (None, "list")])
+# about 5 s of CPU with the cache, 15 s without (it reads by ranges): slow; a shard indexed again
+# after another writer rewrote it stays fast below
+@pytest.mark.slow
+@pytest.mark.parametrize(("cache", "named"), [("auto", "glob"), (None, "glob"), (None, "folder"),
+                                              (None, "list")])
 def test_a_dataset_made_again_after_another_writer_rewrote_a_shard_reads_the_new_shard(s3, folder, cache, named,
                                                                                        tmp_path, monkeypatch):
     """One process keeps fsspec's filesystem object (and its listings) all along, as a

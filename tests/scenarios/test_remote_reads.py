@@ -160,6 +160,7 @@ def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, sh
     assert len({i // 512 for b in batches[:2] for i in b}) == 2  # both shards in the first batches
 
 
+@pytest.mark.slow  # 1,024 range requests held 0.1 s: about 20 s of CPU
 def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmerged):
     s3.delay = 0.1  # long enough that requests sent together overlap on a busy machine
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
@@ -172,6 +173,7 @@ def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmer
     assert s3.peak > 4  # many range requests in flight, not one after the other
 
 
+@pytest.mark.slow  # about 12 s of CPU
 def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
     s3.delay = 0.1
     ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, cache=None)
@@ -192,6 +194,7 @@ def gated(s3):
     s3.opened.set()
 
 
+@pytest.mark.slow  # about 20 s of CPU a case
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_first_items_wait_for_a_small_first_read_not_a_whole_group(s3, shards, far, unmerged, gated,
                                                                         monkeypatch, workers):
@@ -225,6 +228,8 @@ def test_the_first_read_begins_at_iter_before_an_item_is_asked_for(s3, shards, f
     assert not [t for t in threading.enumerate() if t.name == "tfrecord_torch-readahead"]
 
 
+# about 15 s of CPU a case: slow; faults are retried fast in tests/scenarios/test_remote_faults.py
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["fail_500", "drop"])
 def test_faults_in_flight_are_retried_without_losing_or_repeating_a_record(s3, shards, far, unmerged, fault):
     setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
@@ -363,8 +368,11 @@ def shard_bytes(paths, s3) -> int:
     return sum(s3.fs().size(p.split("://", 1)[1]) for p in paths)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("batched", [False, True], ids=["records", "batch mode"])
+# fast: records without workers; the other cases (about 3 s of CPU each) are slow
+@pytest.mark.parametrize("batched, workers", [
+    pytest.param(batched, workers, id=f"{'batch mode' if batched else 'records'}-{workers}",
+                 marks=() if (batched, workers) == (False, 0) else pytest.mark.slow)
+    for workers in (0, 2) for batched in (False, True)])
 def test_a_shuffled_read_of_small_shards_fetches_each_byte_about_once(s3, small, tmp_path, monkeypatch, workers,
                                                                       batched):
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
@@ -387,6 +395,7 @@ def test_a_shuffled_read_of_small_shards_fetches_each_byte_about_once(s3, small,
     assert gets <= max(workers, 1) * len(small)  # a window per request (a shard here), not a request per record
 
 
+@pytest.mark.slow  # 1,024 random range reads against moto: about 12 s of CPU
 def test_random_batches_of_small_records_fetch_at_most_merge_ratio_times_their_bytes(s3, small, tmp_path,
                                                                                      monkeypatch):
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))

@@ -2,7 +2,9 @@
 reading what the other writes.
 
 Each order runs in a fresh interpreter, which imports TensorFlow unconditionally:
-a missing TensorFlow fails these tests rather than skipping them.
+a missing TensorFlow fails these tests rather than skipping them. Two interpreters
+importing TensorFlow and torch: slow tests (the warning for the wrong order is
+checked fast in tests/journeys/test_errors_user.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -63,7 +63,8 @@ def _masked(item):
             "label": item["label"]}
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# spawn: two workers importing torch, about 20 s of CPU, slow
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_worker_batches_equal_the_main_process_batches(tmp_path, context):
     path = _write(tmp_path / "a.tfrecord", 50, size=(64, 64))
     # spawned workers (an interpreter importing torch each) read the masked items only: the image

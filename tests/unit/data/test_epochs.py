@@ -54,7 +54,7 @@ def test_global_shuffle_mixes_class_sorted_shards(tmp_path):
     assert _mean_distinct([i // 20 for i in range(400)], 16) < 0.2 * true  # what unshuffled gives
 
 
-@pytest.mark.parametrize("batch_size", [None, 5])
+@pytest.mark.parametrize("batch_size", [None, pytest.param(5, marks=pytest.mark.slow)])  # 5: in batches
 def test_new_epoch_each_iteration_same_with_persistent_workers(tmp_path, batch_size):
     write_shards(tmp_path, [17, 9, 12])
 

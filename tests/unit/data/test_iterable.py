@@ -24,9 +24,16 @@ def run(ds, workers):
     return ids_of(DataLoader(ds, num_workers=workers, batch_size=None))
 
 
+# every layout in the fast set under no workers and ranks, more workers than ranks and more ranks
+# than workers; the whole grid is slow
+CORNER = {(0, 1), (3, 2), (2, 3)}  # (workers, world)
+
+
 @pytest.mark.parametrize("layout", SHARDS.values(), ids=SHARDS.keys())
-@pytest.mark.parametrize("workers", [0, 1, 2, 3])
-@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("workers, world", [
+    pytest.param(workers, world, id=f"{world}-{workers}",
+                 marks=() if (workers, world) in CORNER else pytest.mark.slow)
+    for world in (1, 2, 3) for workers in (0, 1, 2, 3)])
 def test_exactly_once_grid(tmp_path, layout, workers, world):
     write_shards(tmp_path, layout)
     total = sum(layout)
@@ -54,9 +61,11 @@ def test_exactly_once_compressed_shards(tmp_path, workers, world):
     assert sorted(seen) == list(range(19))
 
 
-@pytest.mark.parametrize("workers", [0, 2, 3])
-@pytest.mark.parametrize("world", [1, 3])
-@pytest.mark.parametrize("shuffle", [False, True])
+# fast: no workers on one rank and 3 workers on each of 3 ranks; the rest of the grid is slow
+@pytest.mark.parametrize("shuffle, world, workers", [
+    pytest.param(shuffle, world, workers, id=f"{shuffle}-{world}-{workers}",
+                 marks=() if (world, workers) in {(1, 0), (3, 3)} else pytest.mark.slow)
+    for shuffle in (False, True) for world in (1, 3) for workers in (0, 2, 3)])
 def test_batch_mode_exactly_once_and_worker_independent_order(tmp_path, workers, world, shuffle):
     write_shards(tmp_path, [50, 0, 33, 7])
     runs = {}
@@ -158,9 +167,10 @@ def test_resume_without_workers(tmp_path):
     assert fresh.epoch == 1 and ids_of(fresh) != full  # then goes on with epoch 2
 
 
-# batch mode under fork; spawn (the dataset pickled into fresh workers) once: it is the same
+# batch mode under fork; spawn (the dataset pickled into fresh workers) once, slow: it is the same
 # refusal in the main process, and each spawned worker costs an interpreter importing torch
-@pytest.mark.parametrize("batch_size, context", [(None, "fork"), (4, "fork"), (None, "spawn")])
+@pytest.mark.parametrize("batch_size, context", [(None, "fork"), (4, "fork"),
+                                                 pytest.param(None, "spawn", marks=pytest.mark.slow)])
 def test_state_dict_refuses_a_position_held_by_plain_dataloader_workers(tmp_path, context, batch_size):
     """Read through a plain DataLoader with workers, the dataset in the main
     process cannot know the position: state_dict() raises and names

@@ -81,6 +81,7 @@ print(sorted({name for batch in loader for item in batch for name in item["new"]
 """
 
 
+@pytest.mark.slow  # a script of its own importing torch, with its DataLoader workers: about 9 s of CPU
 def test_a_worker_imports_nothing_to_read_and_decode_images(tmp_path):
     """Modules first imported in a forked DataLoader worker are imported
     again by every epoch's workers (numpy.ma under np.unique, tv_tensors

@@ -13,6 +13,7 @@ import os
 import pickle
 import threading
 
+import pytest
 import torch
 from helpers import write_shards
 from torch.utils.data import DataLoader
@@ -27,6 +28,7 @@ def _with_large_tensor(item):
     return {**item, "large": torch.ones(16 << 20, dtype=torch.uint8)}
 
 
+@pytest.mark.slow  # spawned workers importing torch: about 10 s of CPU; the feeders' checks below are fast
 def test_spawned_workers_stopped_while_sending_exit_cleanly(tmp_path):
     """A loader dropped after one item, its workers still sending the items
     prefetched: every worker exits with code 0 (not -6, SIGABRT: "terminate
@@ -55,6 +57,7 @@ def _record_threads_at_exit(folder, worker_id):
     atexit.register(record)
 
 
+@pytest.mark.slow  # spawned workers importing torch: about 12 s of CPU
 def test_a_spawned_worker_stopped_mid_epoch_exits_without_library_threads(tmp_path):
     """Batch mode with a prefetch thread, stopped mid-epoch: when a spawned
     worker reaches its exit handlers, no thread of the library is alive and

@@ -105,6 +105,7 @@ def test_batch_fused_crop_equals_resized_crop_with_color_jitter(tmp_path):
         assert torch.equal(batch["image"][i], expected), i
 
 
+@pytest.mark.slow  # this module's parity tests again in a process of their own: about 15 s of CPU
 def test_parity_holds_on_a_cpu_without_avx2():
     """The parity tests of this module (named "equal") in a process where torch runs as on a CPU
     without AVX2."""
@@ -281,6 +282,9 @@ print(len(per_sample), len(batched), ours, len(foreign() - before), torch.get_nu
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the threads in /proc")
+# a process importing torch for each mode, about 10 s of CPU each: slow; the main process's batch
+# stack starting no team is checked fast in tests/unit/data/test_collating.py
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["BILINEAR", "BICUBIC"])
 def test_fused_resize_starts_no_openmp_team_without_avx2(tmp_path, mode):
     """On a CPU where torch's resize kernels split each image over its

@@ -98,6 +98,7 @@ def test_crop_parameters_are_torchvisions(seed):
     assert ours == (p["top"], p["left"], p["height"], p["width"], flipped)
 
 
+@pytest.mark.slow  # 2,000 crops each way: about 7 s of CPU; the parameters equal torchvision's fast above
 def test_crop_distribution_matches_torchvision():
     """Area fraction and aspect ratio of 2,000 crops: same distribution (two-sample KS)."""
     rrc = v2.RandomResizedCrop(224)

@@ -99,6 +99,9 @@ def _per_decoder_in_a_capped_child(imports: str, data: str, check: str, timeout:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# a child importing torch under a capped address space: about 10 s of CPU, slow; the limits read
+# from the header (frames x pixels included) are checked fast above and below
+@pytest.mark.slow
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(gif_bomb_child, decoder):
     """In a child whose address space is capped at 1 GiB over what torch's import
