@@ -20,7 +20,7 @@ from tfrecord_torch.features.images.limits import read_header
 from tfrecord_torch.features.images.wrap import as_boxes
 from tfrecord_torch.features.specs import Feature, record_dim
 
-__all__ = ["Boxes", "COORDINATES"]
+__all__ = ["Boxes", "COORDINATES", "image_canvas"]
 
 COORDINATES = ("xmin", "ymin", "xmax", "ymax")
 
@@ -71,20 +71,27 @@ class Boxes(Feature):
         return as_boxes(torch.from_numpy(np.ascontiguousarray(boxes, np.float32)), (h, w))
 
     def _size(self, record: dict) -> tuple[int, int]:
-        if record.get(self.height) is not None and record.get(self.width) is not None:
-            return record_dim(record, self.height, self.prefix), record_dim(record, self.width, self.prefix)
-        data = record.get(self.image)
-        if not data:
-            raise FeatureError(self.height, f"needed to scale the boxes: the record has neither "
-                                            f"{self.height!r}/{self.width!r} nor an image under {self.image!r}")
-        try:
-            header = read_header(data[0])
-        except ValueError as e:
-            raise FeatureError(self.image, f"needed to scale the boxes: {e}") from e
-        return header.height, header.width
+        return image_canvas(record, self.height, self.width, self.image, self.prefix)
 
     def decode_column(self, column: Any, records: Any) -> Any:
         return [self.decode(r) for r in records()]
 
     def __repr__(self) -> str:
         return f"Boxes(prefix={self.prefix!r})"
+
+
+def image_canvas(record: dict, height: str, width: str, image: str, for_key: str) -> tuple[int, int]:
+    """The image's (H, W) that ``for_key``'s per-object values are placed on:
+    the record's ``height``/``width`` features, or else the encoded image's
+    header under ``image`` (read without decoding)."""
+    if record.get(height) is not None and record.get(width) is not None:
+        return record_dim(record, height, for_key), record_dim(record, width, for_key)
+    data = record.get(image)
+    if not data:
+        raise FeatureError(height, f"needed for the size of {for_key!r}: the record has neither "
+                                   f"{height!r}/{width!r} nor an image under {image!r}")
+    try:
+        header = read_header(data[0])
+    except ValueError as e:
+        raise FeatureError(image, f"needed for the size of {for_key!r}: {e}") from e
+    return header.height, header.width
