@@ -10,7 +10,7 @@ import torch
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
-from tfrecord_torch import FeatureError, InstanceMasks
+from tfrecord_torch import FeatureError, InstanceMasks, Mask
 
 
 def png(array: np.ndarray, mode: str | None = None) -> bytes:
@@ -71,3 +71,8 @@ def test_masks_it_cannot_read_as_the_od_api_raise(masks, objects, message):
 def test_count_none_skips_the_box_count_check():
     masks = InstanceMasks(count=None).decode(record([png(np.ones((4, 5), np.uint8))], objects=3))
     assert masks.shape == (1, 4, 5)
+
+
+def test_mask_points_a_list_of_masks_to_instance_masks():
+    with pytest.raises(FeatureError, match=r"holds 2 masks, expected 1; .*InstanceMasks\(\)"):
+        Mask("m").decode({"m": [png(np.zeros((4, 5), np.uint8))] * 2})
