@@ -67,7 +67,7 @@ class InstanceMasks(Feature):
         return self  # reads its own keys, whatever the output is called
 
     def decode(self, record: dict) -> Any:
-        h, w = image_canvas(record, self.height, self.width, self.image, self.key)
+        h, w = image_canvas(record, self.height, self.width, self.image, str(self.key))
         value = record.get(self.key)
         if value is None or len(value) == 0:
             masks = torch.zeros((0, h, w), dtype=torch.uint8)
