@@ -45,9 +45,11 @@ _EXPORTS = {
     "IndexMismatchError": "tfrecord_torch.errors",
     "IndexedReader": "tfrecord_torch.records.indexed",
     "IndexedTFRecordDataset": "tfrecord_torch.data.mapstyle",
+    "InstanceMasks": "tfrecord_torch.features.images.instances",
     "Int64": "tfrecord_torch.features.specs",
     "Mask": "tfrecord_torch.features.images.masks",
     "MixedSizesError": "tfrecord_torch.errors",
+    "ObjectLabels": "tfrecord_torch.features.images.objects",
     "OnError": "tfrecord_torch.policy",
     "Payload": "tfrecord_torch.features.payload",
     "RawImage": "tfrecord_torch.features.images.specs",
@@ -115,7 +117,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.collate import detection_collate, pad_collate
     from tfrecord_torch.features.images.boxes import Boxes
     from tfrecord_torch.features.images.engine import ImageBatching
+    from tfrecord_torch.features.images.instances import InstanceMasks
     from tfrecord_torch.features.images.masks import Mask
+    from tfrecord_torch.features.images.objects import ObjectLabels
     from tfrecord_torch.features.images.specs import Image, RawImage
     from tfrecord_torch.features.parsing import (
         parse_example,

@@ -121,7 +121,22 @@ def _detection_records(root: Path) -> None:
                 "image/object/bbox/xmax": hi[:, 0], "image/object/bbox/ymax": hi[:, 1],
                 "image/object/class/label": labels,
                 "image/object/class/text": [f"class{k}".encode() for k in labels],
+                "image/object/is_crowd": np.zeros(n, np.int64),
+                "image/object/area": ((hi - lo)[:, 0] * wd * (hi - lo)[:, 1] * h).astype(np.float32),
+                "image/object/mask": [_box_mask(h, wd, box) for box in np.hstack([lo, hi])],
             }))
+
+
+def _box_mask(height: int, width: int, box: np.ndarray) -> bytes:
+    """An object's mask as the OD API's create_coco_tf_record writes it: a gray PNG of 0/1, here
+    the ellipse inside its normalised (xmin, ymin, xmax, ymax) box."""
+    y, x = np.mgrid[0:height, 0:width]
+    cx, cy = (box[0] + box[2]) / 2 * width, (box[1] + box[3]) / 2 * height
+    rx, ry = max((box[2] - box[0]) / 2 * width, 1), max((box[3] - box[1]) / 2 * height, 1)
+    buf = io.BytesIO()
+    Image.fromarray((((x + 0.5 - cx) / rx) ** 2 + ((y + 0.5 - cy) / ry) ** 2 <= 1).astype(np.uint8), "L").save(
+        buf, format="PNG")
+    return buf.getvalue()
 
 
 def _photo_folder(root: Path) -> None:
@@ -151,7 +166,8 @@ SAMPLES: tuple[Sample, ...] = (
            "(3 floats a step)", _sequence_records),
     Sample("seg.tfrecord", "16 records of raw pixels: `height`, `width`, `image_raw` (HWC uint8), `mask_raw` "
            "(HW uint8)", _segmentation_records),
-    Sample("od.tfrecord", "16 records of the TF Object Detection API's keys, 1-3 boxes each", _detection_records),
+    Sample("od.tfrecord", "16 records of the TF Object Detection API's keys, 1-3 boxes each, with `is_crowd`, "
+           "`area` and a PNG mask per object", _detection_records),
     Sample("photos", "an ImageFolder: 6 JPEG files in each of `cat/` and `dog/`", _photo_folder),
     Sample("records/photos", "the `photos` folder as write_dataset converts it (a TFDS folder)", _converted_photos),
 )

@@ -37,6 +37,8 @@ REQUIRED = {
     ("images", "decode-only limit"),
     ("images_photo", "ours batch mode (workers=0)"),
     ("images_photo", "tf.data"),
+    ("detection", "ours"),
+    ("detection", "tf.data"),
     ("small_loader", "ours"),
     ("small_loader", "ours num_workers=2"),
     ("small_loader", "tf.data batch+parse_example"),

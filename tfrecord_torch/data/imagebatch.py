@@ -32,6 +32,7 @@ from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
 from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
+from tfrecord_torch.features.images.objects import transform_objects
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
@@ -300,7 +301,8 @@ class ImageBatches:
 
     def _collated(self, decoded: dict, size: int) -> Any:
         records = [{k: v[i] for k, v in decoded.items()} for i in range(size)]
-        out = [self.transform(r) for r in records] if self.transform else records
+        out = [transform_objects(self.transform, r, f"record {i} of a batch") for i, r in enumerate(records)] \
+            if self.transform else records
         if not all(isinstance(o, dict) and o.keys() == decoded.keys() for o in out):
             return default_collate(out)
         collated = {}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from tfrecord_torch.features.images.boxes import Boxes
+from tfrecord_torch.features.images.instances import InstanceMasks
 from tfrecord_torch.features.images.masks import Mask
 from tfrecord_torch.features.images.specs import Image, RawImage
-from tfrecord_torch.features.specs import Int64, Text
+from tfrecord_torch.features.specs import Float, Int64, Text
 
 __all__ = ["converted", "object_detection", "raw", "segmentation_raw", "slim", "tfds"]
 
@@ -50,18 +51,44 @@ def segmentation_raw(*, image: str = "image_raw", mask: str = "mask_raw", height
             "mask": Mask(mask, height=height, width=width)}
 
 
-def object_detection(*, mode: str = "RGB", text: bool = True) -> dict:
+# the OD API's other per-object lists: output name -> (feature class, key)
+OBJECT_LISTS = {"is_crowd": (Int64, "image/object/is_crowd"), "area": (Float, "image/object/area"),
+                "difficult": (Int64, "image/object/difficult"), "group_of": (Int64, "image/object/group_of"),
+                "weight": (Float, "image/object/weight")}
+
+
+def object_detection(*, mode: str = "RGB", text: bool = True, masks: bool = False,
+                     objects: tuple[str, ...] = ()) -> dict:
     """TF Object Detection API records: ``image/encoded``, ``image/height``,
     ``image/width``, ``image/object/bbox/xmin|ymin|xmax|ymax`` (normalised),
     ``image/object/class/label`` and ``image/object/class/text``.
 
     Gives ``image`` (``tv_tensors.Image``), ``boxes`` (``tv_tensors.BoundingBoxes``
     XYXY in pixels, float32 [N, 4]), ``labels`` (int64 [N]) and, with ``text``,
-    ``text`` (a list of N str). Use :func:`~tfrecord_torch.detection_collate`
+    ``text`` (a list of N str). ``masks=True`` adds ``masks``
+    (``tv_tensors.Mask`` uint8 0/1 [N, H, W], from ``image/object/mask``
+    as PNGs or as floats: :class:`~tfrecord_torch.InstanceMasks`).
+    ``objects`` names more per-object lists to read, each as a tensor [N]:
+    ``is_crowd``, ``difficult``, ``group_of`` (int64), ``area``, ``weight``
+    (float32). Every per-object value is in the boxes' order; to keep them
+    so when ``v2.SanitizeBoundingBoxes`` drops boxes, give it
+    ``labels_getter=ObjectLabels()`` (:mod:`~tfrecord_torch.features.images.objects`
+    states the rule). Use :func:`~tfrecord_torch.detection_collate`
     to batch them for torchvision's detection models.
+
+    Raises:
+        ValueError: a name in ``objects`` that is not one of the OD API's lists.
     """
+    unknown = [name for name in objects if name not in OBJECT_LISTS]
+    if unknown or isinstance(objects, str):
+        raise ValueError(f"objects must name some of {sorted(OBJECT_LISTS)}, got {objects!r}")
     spec = {"image": Image("image/encoded", mode=mode), "boxes": Boxes("image/object/bbox/"),
             "labels": Int64("image/object/class/label", shape=None, default=[])}
     if text:
         spec["text"] = Text("image/object/class/text", many=True, default=[])
+    if masks:
+        spec["masks"] = InstanceMasks("image/object/mask")
+    for name in objects:
+        feature, key = OBJECT_LISTS[name]
+        spec[name] = feature(key, shape=None, default=[])
     return spec

@@ -12,13 +12,14 @@ from tfrecord_torch.data.options import Source
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.records.compression import compression_from_name
 from tfrecord_torch.tfds.features import ClassLabel, tfds_features
+from tfrecord_torch.tfds.features import boxes_on as tfds_boxes_on
 from tfrecord_torch.tfds.metadata import read_info, supervised_keys, tfds_split
 
 __all__ = ["tfds_dataset"]
 
 
 def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool = False,
-                 features: dict | None = None, as_supervised: bool = False,
+                 features: dict | None = None, as_supervised: bool = False, boxes_on: str | None = None,
                  **kwargs: Any) -> TFRecordDataset | IndexedTFRecordDataset:
     """Open one split of a TFDS-prepared directory (or of our converter's output)
     without TensorFlow.
@@ -32,6 +33,11 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
         as_supervised: items are ``(input, target)`` tuples of the two features
             ``supervisedKeys`` names (as ``tfds.load(as_supervised=True)``); a
             ``transform=`` then receives that tuple.
+        boxes_on: the Image feature that the BBoxFeatures lie on: they then
+            come as ``tv_tensors.BoundingBoxes`` [N, 4] (XYXY pixels on that
+            image's canvas), which v2 transforms move with it; by default the
+            stored normalised ``[ymin, xmin, ymax, xmax]`` float32, as
+            ``tfds.as_numpy`` gives them.
         kwargs: passed on to the dataset.
 
     The dataset gets ``features`` (the spec; a ClassLabel feature's ``.names``
@@ -45,6 +51,8 @@ def tfds_dataset(directory: PathLike, split: str = "train", *, map_style: bool =
     storage_options = kwargs.get("storage_options")
     paths, lengths = tfds_split(directory, split, storage_options)
     spec = tfds_features(directory, storage_options) if features is None else features
+    if boxes_on is not None:
+        spec = tfds_boxes_on(spec, boxes_on)
     pair = supervised_keys(read_info(directory, storage_options))
     if as_supervised:
         if pair is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from tfrecord_torch.errors import TFRecordError
+from tfrecord_torch.features.images.boxes import StackedBoxes
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import Bytes, Float, Int64, RawTensor, Text
 from tfrecord_torch.io import files as fs
@@ -24,7 +25,7 @@ from tfrecord_torch.tfds.metadata import (
     _load_json,
 )
 
-__all__ = ["ClassLabel", "tfds_features"]
+__all__ = ["BBox", "ClassLabel", "boxes_on", "tfds_features"]
 
 _SEQUENCE = _CLASS + "sequence_feature.Sequence"
 _BBOX = _CLASS + "bounding_boxes.BBoxFeature"
@@ -48,6 +49,27 @@ class ClassLabel(Int64):
         if self.names is None:
             raise ValueError(f"feature {self.key!r} has no class names (no {self.key}.labels.txt)")
         return self.names[int(label)]
+
+
+class BBox(Float):
+    """TFDS's BBoxFeature as stored: float32 [4] (or [N, 4] in a Sequence) of
+    normalised ``[ymin, xmin, ymax, xmax]``, as ``tfds.as_numpy`` gives it;
+    :func:`boxes_on` turns it into ``tv_tensors.BoundingBoxes``."""
+
+
+def boxes_on(spec: dict, image: str) -> dict:
+    """``spec`` with each :class:`BBox` read as ``tv_tensors.BoundingBoxes``
+    [N, 4] (XYXY pixels) on the canvas of the Image feature ``image``, so v2
+    transforms move them with it (a lone BBoxFeature gives [1, 4]).
+
+    Raises:
+        ValueError: ``image`` is not an Image feature of ``spec`` (the message lists them).
+    """
+    images = [name for name, feature in spec.items() if isinstance(feature, Image)]
+    if image not in images:
+        raise ValueError(f"boxes_on={image!r} must name the Image feature the boxes lie on, one of {images}")
+    return {name: StackedBoxes(feature.key, image=spec[image].key) if isinstance(feature, BBox) else feature
+            for name, feature in spec.items()}
 
 
 def tfds_features(directory, storage_options: dict | None = None) -> dict:
@@ -157,7 +179,7 @@ def _class_label(node: dict, at: _Walk) -> None:
 
 def _bbox(node: dict, at: _Walk) -> None:
     lead = (-1,) if at.sequence else ()
-    at.spec[at.key] = Float(at.key, shape=lead + (4,))
+    at.spec[at.key] = BBox(at.key, shape=lead + (4,))
 
 
 def _tensor(node: dict, at: _Walk) -> None:

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from tfrecord_torch import IndexedTFRecordDataset, TFRecordDataset, tfds_dataset
 
@@ -188,3 +189,24 @@ def test_as_supervised_without_supervised_keys_is_a_clear_error(tiny, tmp_path):
     (copy / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(ValueError, match="no supervisedKeys"):
         tfds_dataset(copy, "train", as_supervised=True)
+
+
+def test_bbox_features_as_bounding_boxes_on_their_image(tiny):
+    """boxes_on="image": TFDS's normalised [ymin, xmin, ymax, xmax] become BoundingBoxes, XYXY
+    pixels on the image's canvas (computed here from as_numpy's values), which v2 moves with it."""
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    folder, oracle = tiny
+    items = list(tfds_dataset(folder, "train", boxes_on="image"))
+    for item, want in zip(items, oracle["train"]):
+        boxes = item["objects/bbox"]
+        h, w = item["image"].shape[1:]
+        stored = np.asarray(want["objects"]["bbox"], np.float32).reshape(-1, 4)
+        assert type(boxes) is tv_tensors.BoundingBoxes and tuple(boxes.canvas_size) == (h, w)
+        assert np.array_equal(boxes.numpy(), stored[:, [1, 0, 3, 2]] * np.array([w, h, w, h], np.float32))
+    flipped = next(iter(tfds_dataset(folder, "train", boxes_on="image", transform=v2.RandomHorizontalFlip(p=1.0))))
+    w = items[0]["image"].shape[2]
+    assert torch.allclose(flipped["objects/bbox"][:, [2, 0]], w - items[0]["objects/bbox"][:, [0, 2]])
+    with pytest.raises(ValueError, match=r"boxes_on='label' must name the Image feature .*\['depth', 'image'\]"):
+        tfds_dataset(folder, "train", boxes_on="label")

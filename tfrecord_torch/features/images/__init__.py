@@ -13,7 +13,8 @@ Modules: :mod:`.decode` (encoded bytes to [C, H, W], as TensorFlow decodes),
 (libjpeg-turbo: whole, crop-window and whole-batch, with the compiled
 ``_jpegcrop`` where it was built), :mod:`.pillow` and :mod:`.channels`
 (Pillow decoding and TensorFlow's channel arithmetic), :mod:`.specs`,
-:mod:`.masks` and :mod:`.boxes` (the features), :mod:`.wrap` (torchvision's
+:mod:`.masks`, :mod:`.instances` and :mod:`.boxes` (the features), :mod:`.objects`
+(a detection item's per-object values kept with their boxes), :mod:`.wrap` (torchvision's
 tv_tensors), :mod:`.crop` (a transform's fused crop/resize head) and
 :mod:`.engine` (threads decoding a batch into one buffer).
 """
@@ -28,7 +29,9 @@ _EXPORTS = {
     "Boxes": "tfrecord_torch.features.images.boxes",
     "Image": "tfrecord_torch.features.images.specs",
     "ImageBatching": "tfrecord_torch.features.images.engine",
+    "InstanceMasks": "tfrecord_torch.features.images.instances",
     "Mask": "tfrecord_torch.features.images.masks",
+    "ObjectLabels": "tfrecord_torch.features.images.objects",
     "RawImage": "tfrecord_torch.features.images.specs",
     "crop_decoding_available": "tfrecord_torch.features.images.jpeg",
     "decode_image": "tfrecord_torch.features.images.decode",
@@ -37,8 +40,8 @@ _EXPORTS = {
     "image_size": "tfrecord_torch.features.images.limits",
 }
 
-__all__ = ["Boxes", "Image", "ImageBatching", "Mask", "RawImage", "crop_decoding_available", "decode_image",
-           "decode_jpeg", "decode_mask", "image_size"]
+__all__ = ["Boxes", "Image", "ImageBatching", "InstanceMasks", "Mask", "ObjectLabels", "RawImage",
+           "crop_decoding_available", "decode_image", "decode_jpeg", "decode_mask", "image_size"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -46,7 +49,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.images.boxes import Boxes
     from tfrecord_torch.features.images.decode import decode_image
     from tfrecord_torch.features.images.engine import ImageBatching
+    from tfrecord_torch.features.images.instances import InstanceMasks
     from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg
     from tfrecord_torch.features.images.limits import image_size
     from tfrecord_torch.features.images.masks import Mask, decode_mask
+    from tfrecord_torch.features.images.objects import ObjectLabels
     from tfrecord_torch.features.images.specs import Image, RawImage

@@ -20,7 +20,7 @@ from tfrecord_torch.features.images.limits import read_header
 from tfrecord_torch.features.images.wrap import as_boxes
 from tfrecord_torch.features.specs import Feature, record_dim
 
-__all__ = ["Boxes", "COORDINATES"]
+__all__ = ["Boxes", "COORDINATES", "StackedBoxes", "image_canvas"]
 
 COORDINATES = ("xmin", "ymin", "xmax", "ymax")
 
@@ -71,20 +71,66 @@ class Boxes(Feature):
         return as_boxes(torch.from_numpy(np.ascontiguousarray(boxes, np.float32)), (h, w))
 
     def _size(self, record: dict) -> tuple[int, int]:
-        if record.get(self.height) is not None and record.get(self.width) is not None:
-            return record_dim(record, self.height, self.prefix), record_dim(record, self.width, self.prefix)
-        data = record.get(self.image)
-        if not data:
-            raise FeatureError(self.height, f"needed to scale the boxes: the record has neither "
-                                            f"{self.height!r}/{self.width!r} nor an image under {self.image!r}")
-        try:
-            header = read_header(data[0])
-        except ValueError as e:
-            raise FeatureError(self.image, f"needed to scale the boxes: {e}") from e
-        return header.height, header.width
+        return image_canvas(record, self.height, self.width, self.image, self.prefix)
 
     def decode_column(self, column: Any, records: Any) -> Any:
         return [self.decode(r) for r in records()]
 
     def __repr__(self) -> str:
         return f"Boxes(prefix={self.prefix!r})"
+
+
+class StackedBoxes(Feature):
+    """Boxes stored as one float list of N * 4 normalised ``[ymin, xmin, ymax,
+    xmax]`` (TFDS's ``BBoxFeature``, in a ``Sequence`` or alone) as
+    ``tv_tensors.BoundingBoxes`` [N, 4] (XYXY, absolute pixels, float32), on
+    the canvas of the encoded image under ``image`` (its header's size), so
+    v2 transforms move them with that image.
+
+    Args:
+        key: the boxes' key.
+        image: the encoded image's key.
+    """
+
+    spatial = True
+
+    kind = "float"
+
+    def __init__(self, key: str | None = None, *, image: str = "image") -> None:
+        super().__init__(key, default=np.zeros(0, np.float32))
+        self.image = image
+
+    def convert(self, value: Any) -> Any:
+        raise NotImplementedError  # decode() reads the image's size too
+
+    def decode(self, record: dict) -> Any:
+        value = self.raw(record)
+        values = np.zeros(0, np.float32) if value is None else np.asarray(value, np.float32)
+        if values.size % 4:
+            raise FeatureError(self.key, f"holds {values.size} floats, not a whole number of boxes of 4")
+        h, w = image_canvas(record, "", "", self.image, str(self.key))
+        boxes = values.reshape(-1, 4)[:, [1, 0, 3, 2]] * np.array([w, h, w, h], np.float32)
+        return as_boxes(torch.from_numpy(np.ascontiguousarray(boxes, np.float32)), (h, w))
+
+    def decode_column(self, column: Any, records: Any) -> Any:
+        return [self.decode(r) for r in records()]
+
+    def __repr__(self) -> str:
+        return f"StackedBoxes({self.key!r}, image={self.image!r})"
+
+
+def image_canvas(record: dict, height: str, width: str, image: str, for_key: str) -> tuple[int, int]:
+    """The image's (H, W) that ``for_key``'s per-object values are placed on:
+    the record's ``height``/``width`` features, or else the encoded image's
+    header under ``image`` (read without decoding)."""
+    if record.get(height) is not None and record.get(width) is not None:
+        return record_dim(record, height, for_key), record_dim(record, width, for_key)
+    data = record.get(image)
+    if not data:
+        raise FeatureError(height, f"needed for the size of {for_key!r}: the record has neither "
+                                   f"{height!r}/{width!r} nor an image under {image!r}")
+    try:
+        header = read_header(data[0])
+    except ValueError as e:
+        raise FeatureError(image, f"needed for the size of {for_key!r}: {e}") from e
+    return header.height, header.width

@@ -61,7 +61,8 @@ class Mask(Feature):
         if value is None:
             return self.default
         if len(value) != 1:
-            raise FeatureError(self.key, f"holds {len(value)} masks, expected 1")
+            raise FeatureError(self.key, f"holds {len(value)} masks, expected 1; one mask per object (the OD "
+                                         "API's image/object/mask) reads with InstanceMasks() as [N, H, W]")
         if not self.raw_layout:
             try:
                 return as_mask(decode_mask(value[0]))
