@@ -13,6 +13,7 @@ value per step (YouTube-8M's frame-level ``rgb``) gives uint8 [T, 1024]. A missi
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -101,16 +102,14 @@ def raw_steps(feature: RawTensor, steps: list) -> torch.Tensor:
     gives [T, n]: a tensor, so that :func:`~tfrecord_torch.pad_collate` pads
     it. Steps of one byte length (every frame of a YouTube-8M record) are
     joined and read in one copy, not one tensor per frame."""
-    for t, step in enumerate(steps):
-        if isinstance(step, np.ndarray):
-            raise FeatureError(feature.key, f"step {t} holds numbers, expected bytes")
-        if len(step) != 1:
-            raise FeatureError(feature.key, f"step {t} holds {len(step)} values, expected 1")
     if not steps:
         return torch.zeros((0, *(0 if d == -1 else d for d in feature.shape)), dtype=_torch_dtype(feature))
+    values = list(itertools.chain.from_iterable(steps))  # the checks below run in C: frames are many
+    if set(map(len, steps)) != {1} or set(map(type, values)) != {bytes}:
+        _check_raw_steps(feature, steps)
     first = _step(feature, steps, 0)
-    if not feature.zlib and all(len(s[0]) == len(steps[0][0]) for s in steps):
-        array = np.frombuffer(b"".join(s[0] for s in steps), feature.dtype)
+    if not feature.zlib and len(set(map(len, values))) == 1:
+        array = np.frombuffer(b"".join(values), feature.dtype)
         return torch.from_numpy(array.astype(array.dtype.newbyteorder("="))
                                 .reshape((len(steps), *first.shape)))
     tensors = [first] + [_step(feature, steps, t) for t in range(1, len(steps))]
@@ -120,6 +119,15 @@ def raw_steps(feature: RawTensor, steps: list) -> torch.Tensor:
                                             f"{tuple(first.shape)}: the steps of a feature list stack "
                                             "into one tensor [T, ...]; give RawTensor(shape=...) without -1")
     return torch.stack(tensors)
+
+
+def _check_raw_steps(feature: RawTensor, steps: list) -> None:
+    """Raise the error that names the first step not holding one bytes value."""
+    for t, step in enumerate(steps):
+        if isinstance(step, np.ndarray):
+            raise FeatureError(feature.key, f"step {t} holds numbers, expected bytes")
+        if len(step) != 1:
+            raise FeatureError(feature.key, f"step {t} holds {len(step)} values, expected 1")
 
 
 def _step(feature: RawTensor, steps: list, t: int) -> torch.Tensor:
