@@ -130,7 +130,7 @@ def _fill(key: str, tokens: list[np.ndarray], plan: _Rows, size: int) -> dict[st
     if counts.sum():
         nonempty = counts > 0
         # an example's segment id: 1 + the examples before it in its row holding tokens of this key
-        before = np.cumsum(nonempty) - nonempty
+        before: np.ndarray = np.cumsum(nonempty) - nonempty
         first_in_row = np.searchsorted(plan.row, plan.row)  # the examples are in row order
         number = before - before[first_in_row] + 1
         offsets = np.cumsum(counts) - counts
