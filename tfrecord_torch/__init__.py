@@ -77,6 +77,7 @@ _EXPORTS = {
     "make_example": "tfrecord_torch.example.codec",
     "make_sequence_example": "tfrecord_torch.example.codec",
     "mix": "tfrecord_torch.data.mix",
+    "pack_collate": "tfrecord_torch.features.packing",
     "pad_collate": "tfrecord_torch.features.collate",
     "parse_example": "tfrecord_torch.features.parsing",
     "parse_example_batch": "tfrecord_torch.features.parsing",
@@ -121,6 +122,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.images.masks import Mask
     from tfrecord_torch.features.images.objects import ObjectLabels
     from tfrecord_torch.features.images.specs import Image, RawImage
+    from tfrecord_torch.features.packing import pack_collate
     from tfrecord_torch.features.parsing import (
         parse_example,
         parse_example_batch,

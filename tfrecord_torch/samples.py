@@ -91,6 +91,31 @@ def _sequence_records(root: Path) -> None:
                                "frames": [rng.random(3, dtype=np.float32) for _ in range(steps)]}))
 
 
+def _frame_records(root: Path) -> None:
+    """YouTube-8M's frame-level layout: one bytes value per frame under rgb and audio."""
+    rng = np.random.default_rng(6)
+    root.mkdir(parents=True, exist_ok=True)
+    with RecordWriter(root / "frames.tfrecord") as w:
+        for i in range(12):
+            frames = int(rng.integers(3, 30))
+            w.write(make_sequence_example(
+                context={"id": f"vid{i:03d}".encode(), "labels": [int(t) for t in rng.integers(0, 3862, 1 + i % 3)]},
+                feature_lists={"rgb": [rng.integers(0, 256, 1024, dtype=np.uint8).tobytes() for _ in range(frames)],
+                               "audio": [rng.integers(0, 256, 128, dtype=np.uint8).tobytes()
+                                         for _ in range(frames)]}))
+
+
+def _token_records(root: Path) -> None:
+    """T5's layout: int64 token lists under inputs and targets, each ending in EOS (1), no 0 (padding)."""
+    rng = np.random.default_rng(7)
+    root.mkdir(parents=True, exist_ok=True)
+    with RecordWriter(root / "tokens.tfrecord") as w:
+        for _ in range(40):
+            inputs = [*rng.integers(2, 32000, int(rng.integers(3, 60))).tolist(), 1]
+            targets = [*rng.integers(2, 32000, int(rng.integers(1, 12))).tolist(), 1]
+            w.write(make_example({"inputs": inputs, "targets": targets}))
+
+
 def _segmentation_records(root: Path) -> None:
     rng = np.random.default_rng(3)
     root.mkdir(parents=True, exist_ok=True)
@@ -168,6 +193,10 @@ SAMPLES: tuple[Sample, ...] = (
            "(HW uint8)", _segmentation_records),
     Sample("od.tfrecord", "16 records of the TF Object Detection API's keys, 1-3 boxes each, with `is_crowd`, "
            "`area` and a PNG mask per object", _detection_records),
+    Sample("frames.tfrecord", "12 YouTube-8M frame-level SequenceExamples: context `id`, `labels`; per frame "
+           "`rgb` (1,024 bytes) and `audio` (128 bytes), 3-29 frames", _frame_records),
+    Sample("tokens.tfrecord", "40 T5-style Examples: `inputs` (4-60) and `targets` (2-12) int64 token lists",
+           _token_records),
     Sample("photos", "an ImageFolder: 6 JPEG files in each of `cat/` and `dog/`", _photo_folder),
     Sample("records/photos", "the `photos` folder as write_dataset converts it (a TFDS folder)", _converted_photos),
 )

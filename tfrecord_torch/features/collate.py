@@ -122,10 +122,36 @@ def _pad_sequences(key: str, values: list, value: int) -> dict:
     if len({v.shape[1:] for v in values}) != 1:
         raise ValueError(f"pad_collate: the steps of {key!r} differ in shape: {sorted({tuple(v.shape) for v in values})}")
     longest = int(lengths.max()) if len(values) else 0
-    padded = values[0].new_full((len(values), longest, *values[0].shape[1:]), value)
-    if longest:  # every step in one copy: row i's steps go to i * longest + 0..len-1
-        ends = lengths.cumsum(0)
-        rows = torch.repeat_interleave(torch.arange(len(values)), lengths)
-        slots = rows * longest + torch.arange(int(ends[-1])) - (ends - lengths)[rows]
-        padded.view(len(values) * longest, *values[0].shape[1:])[slots] = torch.cat(values)
+    padded = _pad_rows(values, longest, value)
+    if padded is None:  # values NumPy cannot view: torch copies row by row
+        padded = values[0].new_full((len(values), longest, *values[0].shape[1:]), value)
+        for i, v in enumerate(values):
+            padded[i, :len(v)] = v
     return {key: padded, f"{key}_length": lengths}
+
+
+def _pad_rows(values: list, longest: int, value: int) -> torch.Tensor | None:
+    """[B, longest, ...]: each value's steps, then ``value``, copied by NumPy
+    on the calling thread; None where a value has no NumPy view (a dtype
+    NumPy lacks, a tensor that needs grad, not on the CPU, a subclass).
+
+    torch copies and fills tensors of more than 32,768 elements on its
+    OpenMP team, and an indexed scatter fans out even on small ones: a fork
+    and a join per copy whose team threads, on cores other processes keep
+    busy, leave this thread waiting (a batch of 32 token lists took 20
+    times as long with torch's default threads as with one). The team stays
+    the user's, for the model; a batch's copies need none of it.
+    """
+    first = values[0]
+    if any(type(v) is not torch.Tensor or v.requires_grad or v.device.type != "cpu" for v in values):
+        return None
+    try:
+        arrays = [v.numpy() for v in values]
+    except (TypeError, RuntimeError):  # bfloat16 and others; conj / neg bits
+        return None
+    out = torch.empty((len(values), longest, *first.shape[1:]), dtype=first.dtype)
+    rows = out.numpy()
+    for row, array in zip(rows, arrays):
+        row[:len(array)] = array
+        row[len(array):] = value
+    return out

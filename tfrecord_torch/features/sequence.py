@@ -4,7 +4,8 @@ A sequence feature is a :class:`~tfrecord_torch.features.specs.Feature` whose
 shape is the shape of one step, as in TensorFlow's
 ``FixedLenSequenceFeature``: ``Int64("tokens")`` gives int64 [T],
 ``Float("frames", shape=(3,))`` float32 [T, 3]; ``Bytes``/``Text`` give a
-list of T values. A missing feature list is an error unless the feature has a
+list of T values; ``RawTensor(dtype="uint8", shape=(1024,))`` over one bytes
+value per step (YouTube-8M's frame-level ``rgb``) gives uint8 [T, 1024]. A missing feature list is an error unless the feature has a
 ``default`` (any value: the list is then empty, [0, ...], as TF's
 ``allow_missing=True``). TF's ``VarLenFeature`` and ``RaggedFeature`` in
 ``sequence_features`` read as :class:`~tfrecord_torch.features.ragged.StepRows`: a list of T rows.
@@ -12,6 +13,7 @@ list of T values. A missing feature list is an error unless the feature has a
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -22,7 +24,7 @@ from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.example.codec import parse_sequence_example
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.ragged import StepRows
-from tfrecord_torch.features.specs import _REQUIRED, Feature, _Numeric, bind
+from tfrecord_torch.features.specs import _REQUIRED, Feature, RawTensor, _Numeric, bind
 
 __all__ = ["SequenceSpec", "decode_steps", "hint_sequence_example", "make_spec"]
 
@@ -61,7 +63,8 @@ class SequenceSpec:
 
 
 def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
-    """One feature list as a tensor [T, *shape] (numeric) or a list of T values."""
+    """One feature list as a tensor [T, *shape] (numeric, or array bytes read
+    by a :class:`~tfrecord_torch.features.specs.RawTensor`) or a list of T values."""
     if isinstance(feature, StepRows):
         return feature.decode_steps(lists)
     key = feature.key
@@ -83,12 +86,60 @@ def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
             _check_steps(feature, steps, size, shape)
         flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)  # a fresh array
         return feature.finish(torch.from_numpy(flat.reshape((len(steps), *shape))))
+    if isinstance(feature, RawTensor):
+        return raw_steps(feature, steps)
     out = []
     for t, step in enumerate(steps):
         if isinstance(step, np.ndarray):
             raise FeatureError(key, f"step {t} holds numbers, expected bytes")
         out.append(feature.convert(step))
     return out
+
+
+def raw_steps(feature: RawTensor, steps: list) -> torch.Tensor:
+    """Array bytes, one value per step, as one tensor [T, *shape], as
+    ``tf.io.decode_raw`` of a ``FixedLenSequenceFeature([], tf.string)``
+    gives [T, n]: a tensor, so that :func:`~tfrecord_torch.pad_collate` pads
+    it. Steps of one byte length (every frame of a YouTube-8M record) are
+    joined and read in one copy, not one tensor per frame."""
+    if not steps:
+        return torch.zeros((0, *(0 if d == -1 else d for d in feature.shape)), dtype=_torch_dtype(feature))
+    values = list(itertools.chain.from_iterable(steps))  # the checks below run in C: frames are many
+    if set(map(len, steps)) != {1} or set(map(type, values)) != {bytes}:
+        _check_raw_steps(feature, steps)
+    first = _step(feature, steps, 0)
+    if not feature.zlib and len(set(map(len, values))) == 1:
+        array = np.frombuffer(b"".join(values), feature.dtype)
+        return torch.from_numpy(array.astype(array.dtype.newbyteorder("="))
+                                .reshape((len(steps), *first.shape)))
+    tensors = [first] + [_step(feature, steps, t) for t in range(1, len(steps))]
+    for t, tensor in enumerate(tensors):
+        if tensor.shape != first.shape:
+            raise FeatureError(feature.key, f"step {t} holds shape {tuple(tensor.shape)}, step 0 "
+                                            f"{tuple(first.shape)}: the steps of a feature list stack "
+                                            "into one tensor [T, ...]; give RawTensor(shape=...) without -1")
+    return torch.stack(tensors)
+
+
+def _check_raw_steps(feature: RawTensor, steps: list) -> None:
+    """Raise the error that names the first step not holding one bytes value."""
+    for t, step in enumerate(steps):
+        if isinstance(step, np.ndarray):
+            raise FeatureError(feature.key, f"step {t} holds numbers, expected bytes")
+        if len(step) != 1:
+            raise FeatureError(feature.key, f"step {t} holds {len(step)} values, expected 1")
+
+
+def _step(feature: RawTensor, steps: list, t: int) -> torch.Tensor:
+    """Step ``t`` decoded, an error naming the step."""
+    try:
+        return feature.convert(steps[t])
+    except FeatureError as e:
+        raise FeatureError(feature.key, f"step {t}: {e.reason}") from e
+
+
+def _torch_dtype(feature: RawTensor) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, feature.dtype.newbyteorder("="))).dtype
 
 
 def _check_steps(feature: _Numeric, steps: list, size: int, shape: tuple) -> None:

@@ -12,6 +12,7 @@ from tfrecord_torch import (
     Float,
     IndexedTFRecordDataset,
     Int64,
+    RawTensor,
     RecordWriter,
     TFRecordDataset,
     make_example,
@@ -308,3 +309,72 @@ def test_a_key_in_both_context_and_feature_lists_is_an_error_without_a_spec(tmp_
     with pytest.raises(FeatureError, match=r"both.tfrecord: record 0.*'x'.*both a context feature and a "
                                            r"feature list.*sequence_features"):
         list(TFRecordDataset(path))
+
+
+def frames_payload(i):
+    """A YouTube-8M-like record: one bytes value per frame (``rgb`` 8 bytes, ``audio`` 2 int16s)."""
+    rng = np.random.default_rng(i)
+    t = LENGTHS[i]
+    return make_sequence_example(
+        {"id": f"v{i}".encode()},
+        {"rgb": [rng.integers(0, 256, 8, dtype=np.uint8).tobytes() for _ in range(t)],
+         "audio": [rng.integers(-300, 300, 2, dtype=np.int16).tobytes() for _ in range(t)]})
+
+
+FRAMES = {"rgb": RawTensor(dtype="uint8", shape=(8,)), "audio": RawTensor(dtype="int16", shape=(2,))}
+
+
+def tf_frames(i):
+    _, seq = tf.io.parse_single_sequence_example(
+        frames_payload(i), sequence_features={k: tf.io.FixedLenSequenceFeature([], tf.string) for k in FRAMES})
+    return {"rgb": tf.io.decode_raw(seq["rgb"], tf.uint8).numpy().reshape(-1, 8),
+            "audio": tf.io.decode_raw(seq["audio"], tf.int16).numpy().reshape(-1, 2)}
+
+
+@pytest.fixture
+def frames_shard(tmp_path):
+    path = tmp_path / "frames.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(len(LENGTHS)):
+            w.write(frames_payload(i))
+    return path
+
+
+def test_raw_tensor_steps_are_one_tensor_per_record(frames_shard):
+    """RawTensor over one bytes value per step gives [T, *shape], the values
+    tf.io.decode_raw gives, an empty list [0, *shape]."""
+    items = list(TFRecordDataset(frames_shard, sequence_features=FRAMES))
+    for i, item in enumerate(items):
+        want = tf_frames(i)
+        for key in FRAMES:
+            assert isinstance(item[key], torch.Tensor) and item[key].shape == want[key].shape
+            np.testing.assert_array_equal(item[key].numpy(), want[key])
+        assert item["rgb"].dtype == torch.uint8 and item["audio"].dtype == torch.int16
+
+
+@pytest.mark.parametrize("batch_mode", [False, True])
+def test_raw_tensor_steps_pad_with_lengths(frames_shard, batch_mode):
+    """Per-step array bytes batch as [B, T_max, *shape] zero-padded with ``_length``,
+    by pad_collate and in batch mode alike."""
+    if batch_mode:
+        batches = list(TFRecordDataset(frames_shard, sequence_features=FRAMES, batch_size=5))
+    else:
+        batches = list(DataLoader(TFRecordDataset(frames_shard, sequence_features=FRAMES), batch_size=5,
+                                  collate_fn=pad_collate))
+    (batch,) = batches
+    for key, width in (("rgb", 8), ("audio", 2)):
+        assert batch[key].shape == (5, max(LENGTHS), width)
+        assert batch[f"{key}_length"].tolist() == LENGTHS
+        for i, t in enumerate(LENGTHS):
+            np.testing.assert_array_equal(batch[key][i, :t].numpy(), tf_frames(i)[key])
+            assert not batch[key][i, t:].any()
+
+
+def test_raw_tensor_steps_errors_name_the_step(tmp_path):
+    path = tmp_path / "bad.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_sequence_example({}, {"rgb": [bytes(8), bytes(6)]}))
+    with pytest.raises(FeatureError, match=r"record 0.*'rgb'.*step 1: 6 values do not fit shape \(8,\)"):
+        list(TFRecordDataset(path, sequence_features=FRAMES | {"audio": RawTensor(shape=(2,), default=None)}))
+    with pytest.raises(FeatureError, match=r"'rgb'.*step 1 holds shape \(6,\), step 0 \(8,\)"):
+        list(TFRecordDataset(path, sequence_features={"rgb": RawTensor()}))
