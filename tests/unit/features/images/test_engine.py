@@ -416,3 +416,39 @@ def test_an_engine_dropped_goes_at_once_with_its_buffers():
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_the_decoder_option_is_honoured_or_refused_on_every_spec(tmp_path):
+    """ImageBatching(decoder=...) reaches every Image a batch decodes (the
+    fast path and the per-record path of a spec with two images), and the per-
+    sample path; where nothing would honour it, or an Image says otherwise,
+    the dataset refuses it. The defaults stay: "fast" on the fast path,
+    "accurate" elsewhere."""
+    images = [jpeg(i) for i in range(4)]
+    path = write(tmp_path / "a.tfrecord", images)
+    tf_fast = np.stack([tf.io.decode_jpeg(d, channels=3).numpy() for d in images])
+    tf_accurate = np.stack([tf.io.decode_jpeg(d, channels=3, dct_method="INTEGER_ACCURATE").numpy()
+                            for d in images])
+    fast = Batching(images=ImageBatching(decoder="fast"))
+    boxed = {"image": Image(), "label": Int64(), "again": Image("image")}  # not the fast path: two images
+
+    def pixels(**kw):
+        got = list(TFRecordDataset(path, **kw))
+        stacked = got[0]["image"] if "batch_size" in kw else torch.stack([g["image"] for g in got])
+        return stacked.permute(0, 2, 3, 1).numpy()
+
+    assert np.array_equal(pixels(features=SPEC, batch_size=4), tf_fast)  # the fast path's default
+    assert np.array_equal(pixels(features=boxed, batch_size=4), tf_accurate)  # per record: Image's default
+    assert np.array_equal(pixels(features=boxed, batch_size=4, batching=fast), tf_fast)
+    assert np.array_equal(pixels(features=SPEC), tf_accurate)
+    assert np.array_equal(pixels(features=SPEC, batching=fast), tf_fast)
+    assert np.array_equal(pixels(features={"image": Image(decoder="fast")}), tf_fast)
+    assert np.array_equal(pixels(features={"image": Image(decoder="accurate")}, batch_size=4), tf_accurate)
+    with pytest.raises(ValueError, match=r"ImageBatching\(decoder='fast'\) disagrees with features\['image'\] = "
+                                         r"Image\(decoder='accurate'\)"):
+        list(TFRecordDataset(path, features={"image": Image(decoder="accurate")}, batch_size=4, batching=fast))
+    with pytest.raises(ValueError, match=r"ImageBatching\(decoder='fast'\) sets the JPEG decoder .* a dict with "
+                                         r"no Image"):
+        list(TFRecordDataset(path, features={"label": Int64()}, batching=fast))
+    with pytest.raises(ValueError, match=r"ImageBatching.decoder must be one of \('fast', 'accurate'\)"):
+        ImageBatching(decoder="ifast")
