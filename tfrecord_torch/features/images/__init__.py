@@ -26,6 +26,7 @@ from tfrecord_torch._lazy import lazy_exports
 
 _EXPORTS = {
     "Boxes": "tfrecord_torch.features.images.boxes",
+    "FastDecoderUnavailable": "tfrecord_torch.features.images.jpeg",
     "Image": "tfrecord_torch.features.images.specs",
     "ImageBatching": "tfrecord_torch.features.images.engine",
     "Mask": "tfrecord_torch.features.images.masks",
@@ -37,7 +38,7 @@ _EXPORTS = {
     "image_size": "tfrecord_torch.features.images.limits",
 }
 
-__all__ = ["Boxes", "Image", "ImageBatching", "Mask", "RawImage", "crop_decoding_available", "decode_image",
+__all__ = ["Boxes", "FastDecoderUnavailable", "Image", "ImageBatching", "Mask", "RawImage", "crop_decoding_available", "decode_image",
            "decode_jpeg", "decode_mask", "image_size"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -46,7 +47,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.images.boxes import Boxes
     from tfrecord_torch.features.images.decode import decode_image
     from tfrecord_torch.features.images.engine import ImageBatching
-    from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg
+    from tfrecord_torch.features.images.jpeg import (
+        FastDecoderUnavailable,
+        crop_decoding_available,
+        decode_jpeg,
+    )
     from tfrecord_torch.features.images.limits import image_size
     from tfrecord_torch.features.images.masks import Mask, decode_mask
     from tfrecord_torch.features.images.specs import Image, RawImage

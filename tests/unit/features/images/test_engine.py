@@ -452,3 +452,27 @@ def test_the_decoder_option_is_honoured_or_refused_on_every_spec(tmp_path):
         list(TFRecordDataset(path, features={"label": Int64()}, batching=fast))
     with pytest.raises(ValueError, match=r"ImageBatching.decoder must be one of \('fast', 'accurate'\)"):
         ImageBatching(decoder="ifast")
+
+
+@pytest.mark.parametrize("decoder", ["fast", "accurate"])
+def test_a_jpeg_libjpeg_only_warns_about_decodes_in_batch_mode_as_tensorflow_decodes_it(tmp_path, decoder):
+    """A restart marker where none belongs: libjpeg warns and fills in, TF
+    decodes it, and so does Image; the batch decoders (which make warnings
+    errors) decode it whole instead of dropping it, whole and fused."""
+    data = bytearray(jpeg(3))
+    middle = len(data) * 2 // 3
+    data[middle:middle + 2] = b"\xff\xd3"
+    images = [jpeg(1), bytes(data), jpeg(2)]
+    path = write(tmp_path / "a.tfrecord", images)
+    dct = "" if decoder == "fast" else "INTEGER_ACCURATE"
+    want = [tf.io.decode_jpeg(d, channels=3, dct_method=dct).numpy() for d in images]
+    options = Batching(images=ImageBatching(decoder=decoder))
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=3, batching=options)
+    resize = v2.Resize((20, 28), antialias=True)
+    fused, = TFRecordDataset(path, features=SPEC, batch_size=3, batching=options, transform=resize)
+    per_sample = [x["image"] for x in TFRecordDataset(path, features=SPEC, batching=options, transform=resize)]
+    for i, pixels in enumerate(want):
+        assert np.array_equal(batch["image"][i].permute(1, 2, 0).numpy(), pixels), i
+        resized = resize(torch.from_numpy(pixels).permute(2, 0, 1))
+        assert torch.equal(fused["image"][i], resized) and torch.equal(per_sample[i].as_subclass(torch.Tensor),
+                                                                        resized), i
