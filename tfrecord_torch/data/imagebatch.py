@@ -19,6 +19,7 @@ never depends on its data).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -36,8 +37,8 @@ from tfrecord_torch.features.images.objects import transform_objects
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "drop_rows", "fuse_per_sample", "is_v2_transform",
-           "laid_out_for"]
+__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "decoders_for", "drop_rows", "fuse_per_sample",
+           "is_v2_transform", "laid_out_for"]
 
 _RESIZE_HINT = ("a transform that gives one size (v2.Resize((h, w)), v2.RandomResizedCrop(s), "
                 "v2.CenterCrop(s))")
@@ -82,6 +83,41 @@ def _refuse_unused(spec: dict, options: ImageBatching) -> None:
                      f"dataset does not take: {why}. Give the size, dtype and layout in the transform instead "
                      f"(v2.Resize((h, w)), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)); "
                      f"to pad, batch per sample with collate_fn=pad_collate")
+
+
+def decoders_for(spec: Any, options: ImageBatching | None, *, fast: str | None = None) -> Any:
+    """``spec`` with the JPEG decoder of each :class:`Image` settled: its own
+    ``decoder`` if given, else ``options.decoder`` if given, else "fast" for
+    the image named ``fast`` (the one batch mode's fast path decodes: its
+    default since that path exists) and "accurate" for the others (the
+    per-sample path's default, which batch mode's per-record decode keeps,
+    so that it gives the per-sample pixels). Specs that are not a dict (a
+    Payload, a SequenceSpec) are returned as they are.
+
+    Raises:
+        ValueError: ``options.decoder`` disagrees with an Image's own (one
+            of the two would be silently ignored), or is given for a spec
+            with no Image (nothing would honour it).
+        FastDecoderUnavailable: "fast" where it cannot run (see
+            :func:`~tfrecord_torch.features.images.jpeg.check_decoder`).
+    """
+    chosen = options.decoder if options is not None else None
+    if chosen is not None and not (isinstance(spec, dict) and any(isinstance(f, Image) for f in spec.values())):
+        held = "a dict with no Image" if isinstance(spec, dict) else type(spec).__name__
+        raise ValueError(f"images=ImageBatching(decoder={chosen!r}) sets the JPEG decoder of the Image features of a "
+                         f"features= dict, and this dataset's features is {held}: give Image(..., "
+                         f"decoder={chosen!r}) where the spec holds an image, and leave decoder= out of ImageBatching")
+    if not isinstance(spec, dict):
+        return spec
+    out = {}
+    for name, feature in spec.items():
+        if isinstance(feature, Image):
+            if chosen is not None and feature.decoder not in (None, chosen):
+                raise ValueError(f"images=ImageBatching(decoder={chosen!r}) disagrees with features[{name!r}] = "
+                                 f"Image(decoder={feature.decoder!r}): give the decoder in one place only")
+            feature = feature.decoding_with(feature.decoder or chosen or ("fast" if name == fast else "accurate"))
+        out[name] = feature
+    return out
 
 
 def _shapes(values: list) -> list[tuple[int, ...] | None]:
@@ -134,6 +170,7 @@ def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatchin
     what follows the head -- the same pixels and RNG draws as unfused.
     ``images=False`` or ``ImageBatching(fused=False)`` keep the transform
     whole; the images are then laid out for it (:func:`laid_out_for`)."""
+    spec = decoders_for(spec, options)
     if not isinstance(spec, dict) or not is_v2_transform(transform):
         return spec, transform
     name = _fast_image(spec) if options is not None and options.fused else None
@@ -211,7 +248,9 @@ class ImageBatches:
                 self.name = None  # an unfused per-image transform needs each image on its own
         if self.per_record and self.name is None:
             self.spec = laid_out_for(spec, transform)
-        self.engine = (DecodeEngine(options, buffers=BatchBuffers(ahead))
+        self.spec = spec = decoders_for(self.spec, options, fast=self.name)
+        self.engine = (DecodeEngine(dataclasses.replace(options, decoder=spec[self.name].decoder),
+                                    buffers=BatchBuffers(ahead))
                        if self.name is not None and options is not None else None)
         if options is not None and self.engine is None:
             _refuse_unused(spec, options)

@@ -1,4 +1,9 @@
-"""Feature specs for the common key layouts."""
+"""Feature specs for the common key layouts.
+
+Each preset with an encoded image takes ``decoder=`` for its :class:`Image`
+(None: the path's default; "fast": TF's default JPEG pixels; "accurate":
+``dct_method="INTEGER_ACCURATE"``'s).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,14 @@ from tfrecord_torch.features.specs import Float, Int64, Text
 __all__ = ["converted", "object_detection", "raw", "segmentation_raw", "slim", "tfds"]
 
 
-def tfds(*, mode: str = "RGB") -> dict:
+def tfds(*, mode: str = "RGB", decoder: str | None = None) -> dict:
     """tensorflow-datasets and this package's writer: ``image`` (encoded bytes), ``label`` (int64)."""
-    return {"image": Image("image", mode=mode), "label": Int64("label")}
+    return {"image": Image("image", mode=mode, decoder=decoder), "label": Int64("label")}
 
 
-def slim(*, mode: str = "RGB") -> dict:
+def slim(*, mode: str = "RGB", decoder: str | None = None) -> dict:
     """TF-slim / Object Detection API: ``image/encoded``, ``image/class/label``."""
-    return {"image": Image("image/encoded", mode=mode), "label": Int64("image/class/label")}
+    return {"image": Image("image/encoded", mode=mode, decoder=decoder), "label": Int64("image/class/label")}
 
 
 def raw() -> dict:
@@ -28,14 +33,17 @@ def raw() -> dict:
             "label": Int64("label")}
 
 
-def converted(*, raw: bool = False, mode: str = "RGB", dtype: str = "uint8") -> dict:
+def converted(*, raw: bool = False, mode: str = "RGB", dtype: str = "uint8", decoder: str | None = None) -> dict:
     """Shards written by :func:`~tfrecord_torch.convert.write_dataset`: ``image``
     (encoded, or raw pixels with ``raw=True``; ``dtype="uint16"`` for raw
     16-bit images), ``label``."""
+    if raw and decoder is not None:
+        raise ValueError(f"converted(raw=True, decoder={decoder!r}): raw pixels are not decoded; "
+                         f"drop decoder= or raw=True")
     if raw:
         return {"image": RawImage("image", height="height", width="width", depth="channels", dtype=dtype),
                 "label": Int64("label")}
-    return tfds(mode=mode)
+    return tfds(mode=mode, decoder=decoder)
 
 
 def segmentation_raw(*, image: str = "image_raw", mask: str = "mask_raw", height: str = "height",
@@ -58,7 +66,7 @@ OBJECT_LISTS = {"is_crowd": (Int64, "image/object/is_crowd"), "area": (Float, "i
 
 
 def object_detection(*, mode: str = "RGB", text: bool = True, masks: bool = False,
-                     objects: tuple[str, ...] = ()) -> dict:
+                     objects: tuple[str, ...] = (), decoder: str | None = None) -> dict:
     """TF Object Detection API records: ``image/encoded``, ``image/height``,
     ``image/width``, ``image/object/bbox/xmin|ymin|xmax|ymax`` (normalised),
     ``image/object/class/label`` and ``image/object/class/text``.
@@ -82,7 +90,7 @@ def object_detection(*, mode: str = "RGB", text: bool = True, masks: bool = Fals
     unknown = [name for name in objects if name not in OBJECT_LISTS]
     if unknown or isinstance(objects, str):
         raise ValueError(f"objects must name some of {sorted(OBJECT_LISTS)}, got {objects!r}")
-    spec = {"image": Image("image/encoded", mode=mode), "boxes": Boxes("image/object/bbox/"),
+    spec = {"image": Image("image/encoded", mode=mode, decoder=decoder), "boxes": Boxes("image/object/bbox/"),
             "labels": Int64("image/object/class/label", shape=None, default=[])}
     if text:
         spec["text"] = Text("image/object/class/text", many=True, default=[])

@@ -120,6 +120,48 @@ def test_a_jpeg_with_corrupt_entropy_data_decodes_as_tensorflow_decodes_it():
     assert got.is_contiguous() and np.array_equal(hwc(got), want)
 
 
+def fast_cases():
+    cases = jpeg_cases()
+    rgb = smooth(64, 80, 3)
+    cases.update({"4:4:4 q95": pil(rgb, "JPEG", quality=95, subsampling=0),
+                  "4:2:0 q95": pil(rgb, "JPEG", quality=95, subsampling=2),
+                  "progressive gray": pil(rgb[:, :, 1], "JPEG", quality=95, progressive=True),
+                  "tf.io.encode_jpeg": tf.io.encode_jpeg(rgb, quality=95).numpy()})
+    return cases
+
+
+@pytest.mark.parametrize("case", list(fast_cases()))
+@pytest.mark.parametrize("mode", ["unchanged", "L", "RGB"])
+def test_jpeg_fast_equals_tensorflow_default_dct_method(case, mode, decoder):
+    """decoder="fast" is TF's default decode bit for bit, decode_jpeg's and
+    decode_image's, whatever decoders the other formats fall back to."""
+    data = fast_cases()[case]
+    got = hwc(decode_image(data, mode, decoder="fast"))
+    if case == "cmyk" and mode == "L":  # TF refuses; the luma of TF's RGB with libpng's weights, as "accurate"
+        assert np.array_equal(got, convert_channels(tf.io.decode_jpeg(data, channels=3).numpy(), 1))
+        return
+    want = tf.io.decode_jpeg(data, channels=MODES[mode]).numpy()
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, tf.io.decode_image(data, channels=MODES[mode]).numpy())
+    if case != "gray":  # the option is not ignored: the accurate IDCT gives other pixels
+        assert not np.array_equal(got, tf.io.decode_jpeg(data, channels=MODES[mode],
+                                                         dct_method="INTEGER_ACCURATE").numpy())
+
+
+def test_a_corrupt_jpeg_decodes_fast_as_tensorflow_and_a_cut_one_is_refused_as_by_tensorflow():
+    data = bytearray(jpeg_cases()["4:2:0 odd size"])
+    middle = len(data) * 2 // 3
+    data[middle:middle + 2] = b"\xff\xd3"  # a restart marker where none belongs: a warning in libjpeg
+    want = tf.io.decode_jpeg(bytes(data), channels=3).numpy()
+    assert np.array_equal(hwc(decode_image(bytes(data), decoder="fast")), want)
+    whole = jpeg_cases()["progressive"]
+    for cut in (whole[:len(whole) * 2 // 3], whole[:-2]):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_jpeg(cut, channels=3)
+        with pytest.raises(ValueError, match="Premature end of JPEG file"):
+            decode_image(cut, decoder="fast")
+
+
 def test_rgba_from_a_jpeg_is_a_clear_error():
     with pytest.raises(ValueError, match="JPEG has no alpha channel"):
         decode_image(jpeg_cases()["baseline"], "RGBA")

@@ -31,3 +31,14 @@ def test_raw_preset(tmp_path):
     assert torch.equal(item["image"], torch.from_numpy(a).permute(2, 0, 1))
     with pytest.raises(FeatureError, match="needs 48"):
         next(it)
+
+
+def test_presets_pass_the_jpeg_decoder_to_their_image_and_refuse_it_for_raw_pixels():
+    for spec in (presets.tfds(decoder="fast"), presets.slim(decoder="fast"), presets.converted(decoder="fast"),
+                 presets.object_detection(decoder="fast")):
+        assert spec["image"].decoder == "fast"
+    assert presets.object_detection()["image"].decoder is None
+    with pytest.raises(ValueError, match=r"decoder must be one of \('fast', 'accurate'\), got 'slow'"):
+        presets.tfds(decoder="slow")
+    with pytest.raises(ValueError, match="raw pixels are not decoded"):
+        presets.converted(raw=True, decoder="fast")

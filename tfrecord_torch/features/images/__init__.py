@@ -27,6 +27,7 @@ from tfrecord_torch._lazy import lazy_exports
 
 _EXPORTS = {
     "Boxes": "tfrecord_torch.features.images.boxes",
+    "FastDecoderUnavailable": "tfrecord_torch.features.images.jpeg",
     "Image": "tfrecord_torch.features.images.specs",
     "ImageBatching": "tfrecord_torch.features.images.engine",
     "InstanceMasks": "tfrecord_torch.features.images.instances",
@@ -40,8 +41,8 @@ _EXPORTS = {
     "image_size": "tfrecord_torch.features.images.limits",
 }
 
-__all__ = ["Boxes", "Image", "ImageBatching", "InstanceMasks", "Mask", "ObjectLabels", "RawImage",
-           "crop_decoding_available", "decode_image", "decode_jpeg", "decode_mask", "image_size"]
+__all__ = ["Boxes", "FastDecoderUnavailable", "Image", "ImageBatching", "InstanceMasks", "Mask", "ObjectLabels",
+           "RawImage", "crop_decoding_available", "decode_image", "decode_jpeg", "decode_mask", "image_size"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -50,7 +51,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.images.decode import decode_image
     from tfrecord_torch.features.images.engine import ImageBatching
     from tfrecord_torch.features.images.instances import InstanceMasks
-    from tfrecord_torch.features.images.jpeg import crop_decoding_available, decode_jpeg
+    from tfrecord_torch.features.images.jpeg import (
+        FastDecoderUnavailable,
+        crop_decoding_available,
+        decode_jpeg,
+    )
     from tfrecord_torch.features.images.limits import image_size
     from tfrecord_torch.features.images.masks import Mask, decode_mask
     from tfrecord_torch.features.images.objects import ObjectLabels

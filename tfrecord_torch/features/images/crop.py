@@ -366,14 +366,17 @@ class CroppedImage(Image):
     """An RGB :class:`Image` whose decoding does a transform's fused head, for
     the per-sample path (``DataLoader(batch_size=64)``): the crop and flip are
     drawn from torch's global RNG with the calls the transform makes, the JPEG
-    is decoded only inside the window with the accurate IDCT (the per-sample
-    ``Image()``'s pixels, torchvision's), resized by ``v2.Resize``'s kernel and
-    flipped. The result (a contiguous uint8 [3, H, W]), and the RNG's state
-    after it, equal the unfused ``Image()`` + transform's, bit for bit.
+    is decoded only inside the window with the image's IDCT (``decoder``:
+    "accurate" unless "fast" was asked for), resized by ``v2.Resize``'s kernel
+    and flipped. The result (a contiguous uint8 [3, H, W]), and the RNG's
+    state after it, equal the unfused ``Image()`` + transform's, bit for bit.
+    A JPEG whose window cannot be decoded alone (corrupt data libjpeg papers
+    over with a warning, which the window decoder refuses) is decoded whole
+    as ``Image`` decodes it, then cropped: the same pixels.
     """
 
     def __init__(self, image: Image, plan: CropPlan) -> None:
-        super().__init__(image.key, mode="RGB", frames="first", default=image.default)
+        super().__init__(image.key, mode="RGB", frames="first", decoder=image.decoder, default=image.default)
         self.plan = plan
 
     def convert(self, value: Any) -> torch.Tensor:
@@ -384,11 +387,7 @@ class CroppedImage(Image):
             header = read_header(data)
             check_pixels(header)
             crop = crop_params(self.plan, header.height, header.width, None)
-            if fast_jpeg(header):  # only the window is decoded
-                window = decode_jpeg_window(data, crop.box, decoder="accurate")
-                box = Box(0, 0, crop.height, crop.width)
-            else:
-                window, box = decode_hwc(data, "RGB"), crop.box
+            window, box = self._window(data, fast_jpeg(header), crop.box)
             out = np.empty((*self.plan.size, 3), np.uint8)
             resize_into(window, box, False, self.plan.resample, out)
             # contiguous planes, as the unfused transform gives them: DataLoader's collate then stacks
@@ -398,3 +397,14 @@ class CroppedImage(Image):
             raise FeatureError(self.key, f"cannot decode image ({len(data)} bytes): "
                                          f"{type(e).__name__}: {e}") from e
         return as_image(torch.from_numpy(planes))
+
+    def _window(self, data: bytes, alone: bool, box: Box) -> tuple[np.ndarray, Box]:
+        """The pixels holding ``box`` and where it lies in them: the window
+        alone where it can be decoded so (``alone``), else the whole image."""
+        if alone:
+            try:
+                window = decode_jpeg_window(data, box, decoder=self.jpeg_decoder)
+                return window, Box(0, 0, box.height, box.width)
+            except ValueError:  # a warning libjpeg papers over: the whole decode says what it gives
+                pass
+        return decode_hwc(data, "RGB", decoder=self.jpeg_decoder), box

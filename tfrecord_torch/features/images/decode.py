@@ -8,7 +8,15 @@ converted to RGB -- and keeps 16-bit PNG samples as ``torch.uint16``. "L",
 Where TensorFlow refuses a choice (channels=1 or 4 for a GIF, 1 for WebP or a
 CMYK JPEG) the same arithmetic applies; RGBA from a JPEG is refused, as in TF.
 
-Decoders: for gray, YCbCr and RGB JPEGs of 8 bits, libjpeg-turbo through
+JPEG decoders (``decoder=``): "accurate" (the default) is libjpeg's accurate
+integer IDCT, ``dct_method="INTEGER_ACCURATE"``'s and torchvision's pixels;
+"fast" is its fast integer IDCT, the pixels of TF's default ``dct_method``
+(``tf.io.decode_jpeg(data)``, ``tf.io.decode_image``), which only
+libjpeg-turbo through simplejpeg gives: every JPEG takes that path
+(:func:`.jpeg.decode_jpeg_fast`), CMYK and corrupt ones too, with no
+fallback. "accurate" and every other format take these decoders:
+
+For gray, YCbCr and RGB JPEGs of 8 bits, libjpeg-turbo through
 simplejpeg with the accurate integer IDCT (``dct_method="INTEGER_ACCURATE"``,
 and torchvision's ``decode_jpeg``); torchvision for the other JPEGs (CMYK),
 for the JPEGs libjpeg only decodes with a warning (corrupt data it papers
@@ -37,7 +45,14 @@ import torch
 
 from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.channels import MODE_CHANNELS, convert_channels, to_uint8
-from tfrecord_torch.features.images.jpeg import decode_jpeg, fast_jpeg, simplejpeg_available, to_planes
+from tfrecord_torch.features.images.jpeg import (
+    check_decoder,
+    decode_jpeg,
+    decode_jpeg_fast,
+    fast_jpeg,
+    simplejpeg_available,
+    to_planes,
+)
 from tfrecord_torch.features.images.limits import (
     MAX_IMAGE_PIXELS,
     Header,
@@ -58,7 +73,8 @@ _ANIMATED = ("gif", "webp")  # formats TF's decode_image(expand_animations=True)
 _WARNED = False  # the Pillow fallback after TensorFlow has been logged once
 
 
-def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> torch.Tensor:
+def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first", decoder: str = "accurate"
+                 ) -> torch.Tensor:
     """Decode encoded image bytes as TensorFlow does.
 
     Args:
@@ -67,6 +83,9 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
             layout; 16-bit PNGs stay 16-bit).
         frames: "first" (the first frame of an animation) or "all" (GIF and
             WebP give [N, C, H, W], like ``decode_image(expand_animations=True)``).
+        decoder: a JPEG's IDCT: "accurate" (``dct_method="INTEGER_ACCURATE"``,
+            torchvision's pixels) or "fast" (TF's default ``dct_method``, bit
+            for bit). Other formats decode the same either way.
 
     Returns:
         C-contiguous uint8 tensor [C, H, W] (uint16 for a 16-bit PNG with
@@ -74,20 +93,24 @@ def decode_image(data: bytes, mode: str = "RGB", *, frames: str = "first") -> to
 
     Raises:
         ValueError: corrupt bytes, an image over the pixel limits, a mode
-            the format cannot honour (RGBA from a JPEG), or a ``mode`` or
-            ``frames`` not listed above (naming the argument).
+            the format cannot honour (RGBA from a JPEG), or a ``mode``,
+            ``frames`` or ``decoder`` not listed above (naming the argument).
+        FastDecoderUnavailable: ``decoder="fast"`` where simplejpeg cannot
+            be imported (the message says how to get it).
     """
-    return decode_pixels(data, mode, frames=frames)
+    return decode_pixels(data, mode, frames=frames, decoder=decoder)
 
 
-def decode_pixels(data: bytes, mode: str = "RGB", *, frames: str = "first", planes: bool = True) -> torch.Tensor:
+def decode_pixels(data: bytes, mode: str = "RGB", *, frames: str = "first", planes: bool = True,
+                  decoder: str = "accurate") -> torch.Tensor:
     """:func:`decode_image`, laid out as asked: ``planes`` gives C-contiguous
     planes; otherwise a single image is the [C, H, W] view of its decoded
     [H, W, C] buffer (channels-last strides), no copy made."""
     # checked here, not by the decoders: libjpeg's path would take any mode but "L" for RGB
     check_choice("mode", mode, IMAGE_MODES)
     check_choice("frames", frames, FRAMES)
-    arrays, animation = _decode_arrays(data, mode, frames == "all")
+    check_decoder(decoder)
+    arrays, animation = _decode_arrays(data, mode, frames == "all", decoder)
     if planes:
         out = [torch.from_numpy(_planes(array)) for array in arrays]
     else:
@@ -97,13 +120,14 @@ def decode_pixels(data: bytes, mode: str = "RGB", *, frames: str = "first", plan
     return out[0]
 
 
-def decode_hwc(data: bytes, mode: str = "RGB") -> np.ndarray:
+def decode_hwc(data: bytes, mode: str = "RGB", *, decoder: str = "accurate") -> np.ndarray:
     """The first frame of :func:`decode_image` as the decoders give it: a
     writeable array [H, W, C]."""
-    return _writeable(_decode_arrays(data, mode, False)[0][0])
+    check_decoder(decoder)
+    return _writeable(_decode_arrays(data, mode, False, decoder)[0][0])
 
 
-def _decode_arrays(data: bytes, mode: str, all_frames: bool) -> tuple[list[np.ndarray], bool]:
+def _decode_arrays(data: bytes, mode: str, all_frames: bool, decoder: str) -> tuple[list[np.ndarray], bool]:
     """The frames [H, W, C] of ``data`` in ``mode``, and whether they are an
     animation's (with ``all_frames``; else the first frame alone)."""
     header = read_header(data)
@@ -113,6 +137,8 @@ def _decode_arrays(data: bytes, mode: str, all_frames: bool) -> tuple[list[np.nd
     if fmt == "jpeg" and mode == "RGBA":
         raise ValueError("a JPEG has no alpha channel, so mode='RGBA' cannot be honoured (TensorFlow "
                          "refuses channels=4 for JPEG too); use mode='RGB'")
+    if fmt == "jpeg" and decoder == "fast":
+        return [_tf_default(data, header, mode)], False
     if fmt == "jpeg" and fast_jpeg(header):
         array = _libjpeg(data, mode == "L" or (mode == "unchanged" and header.channels == 1))
         if array is not None:
@@ -141,6 +167,17 @@ def _libjpeg(data: bytes, gray: bool) -> np.ndarray | None:
         return decode_jpeg(data, decoder="accurate", gray=gray)
     except ValueError:
         return None
+
+
+def _tf_default(data: bytes, header: Header, mode: str) -> np.ndarray:
+    """A JPEG in ``mode`` as TF's default ``dct_method`` decodes it: libjpeg's
+    luma for "L" (RGB for CMYK, where TF refuses channels=1, then the same
+    arithmetic as the other decoders' "L")."""
+    gray = mode == "L" or (mode == "unchanged" and header.channels == 1)
+    array = decode_jpeg_fast(data, header, gray=gray)
+    if mode == "L" and array.shape[2] != 1:
+        array = to_uint8(convert_channels(array, MODE_CHANNELS[mode]))
+    return array
 
 
 def _planes(array: np.ndarray) -> np.ndarray:

@@ -33,13 +33,14 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from tfrecord_torch._args import check_int
+from tfrecord_torch._args import check_choice, check_int
 from tfrecord_torch._pending import Pending
 from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_params_batch, resize_into
 from tfrecord_torch.features.images.decode import decode_hwc
 from tfrecord_torch.features.images.jpeg import (
     JPEG_DECODERS,
+    check_decoder,
     decode_jpeg,
     decode_jpeg_window,
     decode_jpegs_into,
@@ -62,8 +63,14 @@ class ImageBatching:
             use (``os.sched_getaffinity``) divided by the DataLoader's workers.
         layout: "NCHW" (uint8 [B, 3, H, W] in channels_last memory) or "NHWC"
             ([B, H, W, 3], contiguous).
-        decoder: JPEG IDCT: "fast" (``tf.io.decode_jpeg``'s default, bit for
-            bit) or "accurate" (``dct_method="INTEGER_ACCURATE"``, torchvision's).
+        decoder: JPEG IDCT of every :class:`Image` the batch decodes, on the
+            fast path and off it (specs with boxes, masks, several images):
+            "fast" (``tf.io.decode_jpeg``'s default, bit for bit) or
+            "accurate" (``dct_method="INTEGER_ACCURATE"``, torchvision's).
+            None (default): each Image's own ``decoder``; where it has none,
+            "fast" on the fast path (below) and "accurate" off it (the
+            per-sample path's pixels). One that disagrees with an Image's
+            own is refused.
         fused: fuse a leading RandomResizedCrop / Resize((h, w)) (+ flip) of the
             transform into decoding; False applies the transform per image.
         normalize: None, or (mean, std) per channel on the 0-1 scale: images
@@ -84,7 +91,7 @@ class ImageBatching:
 
     threads: int | None = None
     layout: str = "NCHW"
-    decoder: str = "fast"
+    decoder: str | None = None
     fused: bool = True
     normalize: tuple[Sequence[float], Sequence[float]] | None = None
     size: tuple[int, int] | None = None
@@ -93,8 +100,8 @@ class ImageBatching:
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.decoder not in JPEG_DECODERS:
-            raise ValueError(f"decoder must be one of {JPEG_DECODERS}, got {self.decoder!r}")
+        if self.decoder is not None:
+            check_choice("ImageBatching.decoder", self.decoder, JPEG_DECODERS)
         check_int("threads", self.threads, minimum=1, optional=True)
         if self.size is not None and (len(self.size) != 2 or any(int(v) < 1 for v in self.size)):
             raise ValueError(f"size must be (height, width), got {self.size!r}")
@@ -172,6 +179,7 @@ class DecodeEngine:
 
     def __init__(self, options: ImageBatching, *, mode: str = "RGB", buffers: BufferProvider | None = None) -> None:
         self.options, self.mode = options, mode
+        self.decoder = check_decoder(options.decoder or "fast", name="ImageBatching.decoder")
         # the count from the options alone: a function holding the engine would make a cycle, and the
         # engine (with its buffers) would wait for the garbage collector instead of going when dropped
         self._pool = OwnedPool(functools.partial(_decode_threads, options), "tfrecord-decode")
@@ -298,8 +306,11 @@ class DecodeEngine:
                 continue
             if run:  # a run ends: one call for all of it
                 found = decode_jpegs_into([bytes(images[k]) for k in run], slots[run[0]:run[-1] + 1],
-                                          decoder=self.options.decoder)
-                errors.update({k: None if e is None else ValueError(e) for k, e in zip(run, found)})
+                                          decoder=self.decoder)
+                for k, e in zip(run, found):  # one that failed is decoded again alone (libjpeg's warnings
+                    # are decoded there, as Image decodes them); if that fails too, the first error stands
+                    failed = e is not None and self._one(images[k], headers[k], jobs[k], plan, slots[k])
+                    errors[k] = ValueError(e) if failed else None
                 run = []
                 if quick:
                     run.append(i)
@@ -314,16 +325,7 @@ class DecodeEngine:
         try:
             direct = plan is None and self.options.normalize is None and not self.options.pad
             box = job.box if plan is not None and job is not None else None
-            if header is not None and fast_jpeg(header) and self.mode == "RGB":
-                if box is not None:  # only the crop window is decoded
-                    image = decode_jpeg_window(data, box, decoder=self.options.decoder)
-                    box = Box(0, 0, box.height, box.width)
-                else:
-                    image = decode_jpeg(data, decoder=self.options.decoder, out=slot if direct else None)
-            else:
-                image = decode_hwc(data, self.mode)
-                if direct:
-                    slot[...] = image
+            image, box = self._pixels(data, header, box, slot if direct else None)
             if plan is not None and box is not None and job is not None:
                 target = slot if self.options.normalize is None else np.empty(slot.shape, np.uint8)
                 resize_into(image, box, job.flip, plan.resample, target)
@@ -338,6 +340,25 @@ class DecodeEngine:
         except Exception as e:  # noqa: BLE001 - reported per image, the batch goes on
             return e
         return None
+
+
+    def _pixels(self, data: bytes, header: Header | None, box: Box | None, slot: np.ndarray | None
+                ) -> tuple[np.ndarray, Box | None]:
+        """The decoded pixels (written into ``slot`` when given) and where
+        ``box`` lies in them: a JPEG's window alone where the window decoder
+        takes it, else the whole image as :class:`Image` decodes it (CMYK,
+        other formats, and corrupt data libjpeg only warns of)."""
+        if header is not None and fast_jpeg(header) and self.mode == "RGB":
+            try:
+                if box is not None:  # only the crop window is decoded
+                    return decode_jpeg_window(data, box, decoder=self.decoder), Box(0, 0, box.height, box.width)
+                return decode_jpeg(data, decoder=self.decoder, out=slot), box
+            except ValueError:  # decoded whole below, which raises where the data cannot be decoded
+                pass
+        image = decode_hwc(data, self.mode, decoder=self.decoder)
+        if slot is not None:
+            slot[...] = image
+        return image, box
 
 
 class _Target:

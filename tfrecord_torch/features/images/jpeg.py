@@ -15,6 +15,9 @@ which.
 
 Only what libjpeg converts to RGB itself takes this path (gray, YCbCr, RGB);
 CMYK/YCCK JPEGs and every other format go through :func:`.decode.decode_image`.
+:func:`decode_jpeg_fast` is the exception: TF's default pixels exist for
+every JPEG TF decodes, CMYK and corrupt ones included, and only libjpeg's
+fast IDCT gives them, so that decode has no fallback to another decoder.
 """
 
 from __future__ import annotations
@@ -30,10 +33,34 @@ import numpy as np
 from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.limits import Header, read_header
 
-__all__ = ["JPEG_DECODERS", "crop_decoding_available", "decode_jpeg", "decode_jpeg_window", "decode_jpegs_into",
-           "fast_jpeg", "simplejpeg_available", "to_planes"]
+__all__ = ["JPEG_DECODERS", "FastDecoderUnavailable", "check_decoder", "crop_decoding_available", "decode_jpeg",
+           "decode_jpeg_fast", "decode_jpeg_window", "decode_jpegs_into", "fast_jpeg", "simplejpeg_available",
+           "to_planes"]
 
 JPEG_DECODERS = ("fast", "accurate")
+
+
+class FastDecoderUnavailable(RuntimeError):
+    """``decoder="fast"`` was asked for where libjpeg's fast IDCT cannot be
+    had: no other decoder gives TF's default pixels, so none stands in."""
+
+
+def check_decoder(decoder: str, *, name: str = "decoder") -> str:
+    """``decoder`` if it is one of :data:`JPEG_DECODERS` and can run here.
+
+    Raises:
+        ValueError: another value (naming ``name`` and the allowed values).
+        FastDecoderUnavailable: "fast" without simplejpeg, which alone
+            brings libjpeg-turbo's fast IDCT (torchvision and Pillow have
+            only the accurate one).
+    """
+    check_choice(name, decoder, JPEG_DECODERS)
+    if decoder == "fast" and not simplejpeg_available():
+        raise FastDecoderUnavailable(
+            f"{name}='fast' (TF's default JPEG pixels) needs libjpeg-turbo's fast IDCT, which this package gets "
+            f"from simplejpeg, and simplejpeg cannot be imported: `pip install simplejpeg` (a dependency of "
+            f"tfrecord_torch), or use {name}='accurate' (dct_method='INTEGER_ACCURATE', torchvision's pixels)")
+    return decoder
 
 
 @functools.cache
@@ -80,6 +107,51 @@ def decode_jpeg(data: bytes, *, decoder: str = "fast", out: np.ndarray | None = 
         return simplejpeg.decode_jpeg(data, colorspace, fastdct=decoder == "fast", fastupsample=False,
                                       min_height=min_size[0], min_width=min_size[1], min_factor=1.0)
     return simplejpeg.decode_jpeg(data, colorspace, fastdct=decoder == "fast", fastupsample=False, buffer=out)
+
+
+def decode_jpeg_fast(data: bytes, header: Header, *, gray: bool = False) -> np.ndarray:
+    """Any 8-bit JPEG as ``tf.io.decode_jpeg`` decodes it with its default
+    ``dct_method`` (libjpeg's fast integer IDCT, fancy upsampling).
+
+    Gray, YCbCr and RGB JPEGs give RGB [H, W, 3] (libjpeg's luma [H, W, 1]
+    if ``gray``, as ``channels=1``). CMYK/YCCK JPEGs give RGB [H, W, 3] from
+    libjpeg's CMYK as TF computes it (each of C, M, Y times K over 255,
+    rounded down: Adobe's inverted CMYK); ``gray`` does not apply to them
+    (TF refuses ``channels=1`` there). Corrupt data that libjpeg papers
+    over with a warning is decoded as TF decodes it; a file cut short (no
+    end-of-image marker after its last scan) is refused, as TF refuses it.
+
+    Raises:
+        ValueError: data libjpeg cannot decode (its message).
+        FastDecoderUnavailable: simplejpeg cannot be imported.
+    """
+    check_decoder("fast")
+    import simplejpeg
+
+    cmyk = header.channels == 4
+    colorspace = "CMYK" if cmyk else "gray" if gray else "rgb"
+    try:
+        image = simplejpeg.decode_jpeg(data, colorspace, fastdct=True, fastupsample=False)
+    except ValueError:
+        if not _scans_end(data):
+            raise ValueError("Premature end of JPEG file (no end-of-image marker after its last scan): "
+                             "TensorFlow refuses it too") from None
+        # a warning only (libjpeg fills what it cannot decode), which TF accepts; errors still raise
+        image = simplejpeg.decode_jpeg(data, colorspace, fastdct=True, fastupsample=False, strict=False)
+    if not cmyk:
+        return image
+    rgb = image[:, :, :3].astype(np.uint16)
+    rgb *= image[:, :, 3:]
+    rgb //= 255
+    return rgb.astype(np.uint8)
+
+
+def _scans_end(data: bytes) -> bool:
+    """Whether an end-of-image marker follows the last scan header: entropy
+    data never holds FF D9 or FF DA (an FF there is followed by 00 or a
+    restart marker), so without one libjpeg runs out of data, where TF's
+    decoder fails (``_jpegcrop.c``'s ``has_eoi`` reasons the same way)."""
+    return data.rfind(b"\xff\xd9") > data.rfind(b"\xff\xda") >= 0
 
 
 def _crop_helper():  # the compiled helper, or None where it was not built

@@ -11,6 +11,7 @@ import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images.decode import FRAMES, IMAGE_MODES, decode_pixels, preload
+from tfrecord_torch.features.images.jpeg import check_decoder
 from tfrecord_torch.features.images.wrap import as_image
 from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
 
@@ -29,6 +30,15 @@ class Image(Feature):
             stored channels; 16-bit PNGs give uint16).
         frames: "first" (default: the first frame of an animated GIF/WebP) or
             "all" (GIF and WebP give [N, C, H, W]).
+        decoder: a JPEG's IDCT. "accurate": ``tf.io.decode_jpeg(...,
+            dct_method="INTEGER_ACCURATE")``'s pixels, torchvision's. "fast":
+            TF's default ``dct_method``, bit for bit -- what
+            ``tf.io.decode_jpeg(data)``, ``tf.io.decode_image``, the Object
+            Detection API and TFDS give, so the pixels a model trained in TF
+            saw. None (default): ``ImageBatching(decoder=...)`` where the
+            dataset has one, else "accurate" -- except on batch mode's image
+            fast path (one RGB Image alone), whose default is "fast". Other
+            formats decode the same either way.
     """
 
     kind = "bytes"
@@ -39,23 +49,39 @@ class Image(Feature):
     _planes = True
 
     def __init__(self, key: str | None = None, *, mode: str = "RGB", frames: str = "first",
-                 default: Any = _REQUIRED) -> None:
+                 decoder: str | None = None, default: Any = _REQUIRED) -> None:
         super().__init__(key, default=default)
         if mode not in IMAGE_MODES:
             raise ValueError(f"mode must be one of {IMAGE_MODES}, got {mode!r}")
         if frames not in FRAMES:
             raise ValueError(f"frames must be one of {FRAMES}, got {frames!r}")
-        self.mode, self.frames = mode, frames
+        if decoder is not None:
+            check_decoder(decoder)
+        self.mode, self.frames, self.decoder = mode, frames, decoder
         preload()  # here, in the process that makes the dataset, not in every worker
 
     def convert(self, value: Any) -> torch.Tensor:
         if len(value) != 1:
             raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
         try:
-            return as_image(decode_pixels(value[0], self.mode, frames=self.frames, planes=self._planes))
+            return as_image(decode_pixels(value[0], self.mode, frames=self.frames, planes=self._planes,
+                                          decoder=self.jpeg_decoder))
         except Exception as e:  # decoders raise many types (Pillow's DecompressionBombError, ...)
             raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): "
                                          f"{type(e).__name__}: {e}") from e
+
+    @property
+    def jpeg_decoder(self) -> str:
+        """The IDCT this feature decodes JPEGs with: ``decoder``, "accurate" when None."""
+        return self.decoder or "accurate"
+
+    def decoding_with(self, decoder: str) -> Image:
+        """This feature decoding JPEGs with ``decoder`` (a path's choice for
+        ``decoder=None``; a datasets' option that disagrees with a decoder
+        given here is refused before this is called)."""
+        copy = _copy(self)
+        copy.decoder = check_decoder(decoder)
+        return copy
 
     def laid_out(self, *, planes: bool) -> Image:
         """This feature giving the same values in another memory layout:

@@ -202,3 +202,35 @@ def test_each_dataset_lays_images_out_for_its_transform(tmp_path, dataset, head)
     assert SeenResize.seen == (channels_last if head is SeenResize else planes)
     for item, data in zip(items, encoded):
         assert torch.equal(item["image"], tail(decode_image(data)))
+
+
+def test_a_decoder_not_offered_is_refused_naming_the_allowed_values():
+    with pytest.raises(ValueError, match=r"decoder must be one of \('fast', 'accurate'\), got 'integer_fast'"):
+        Image("image", decoder="integer_fast")
+    with pytest.raises(ValueError, match=r"decoder must be one of \('fast', 'accurate'\), got 'INTEGER_ACCURATE'"):
+        decode_image(JPEGS["4:2:2"], decoder="INTEGER_ACCURATE")
+    assert Image("image").decoder is None and Image("image").jpeg_decoder == "accurate"
+    assert "decoder='fast'" in repr(Image("image", decoder="fast"))
+
+
+def test_image_fast_without_simplejpeg_fails_when_made_not_per_record(monkeypatch):
+    """The error comes from Image(), before any record is read (under
+    on_error="skip" a per-record error would drop every image)."""
+    from tfrecord_torch.features.images import jpeg
+    from tfrecord_torch.features.images.jpeg import FastDecoderUnavailable
+
+    monkeypatch.setattr(jpeg, "simplejpeg_available", lambda: False)
+    with pytest.raises(FastDecoderUnavailable, match="pip install simplejpeg"):
+        Image("image", decoder="fast")
+    Image("image", decoder="accurate")
+
+
+def test_fast_gives_the_fast_idct_for_every_jpeg_and_leaves_other_formats_alone():
+    """Each JPEG differs between the decoders (so the option is not ignored);
+    a PNG decodes the same either way."""
+    for name, data in JPEGS.items():
+        fast, accurate = decode_image(data, decoder="fast"), decode_image(data, decoder="accurate")
+        assert fast.shape == accurate.shape and fast.is_contiguous(), name
+        assert not torch.equal(fast, accurate), name
+    png = encode(smooth(9, 11, 3), "PNG")
+    assert torch.equal(decode_image(png, decoder="fast"), decode_image(png))

@@ -416,3 +416,63 @@ def test_an_engine_dropped_goes_at_once_with_its_buffers():
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_the_decoder_option_is_honoured_or_refused_on_every_spec(tmp_path):
+    """ImageBatching(decoder=...) reaches every Image a batch decodes (the
+    fast path and the per-record path of a spec with two images), and the per-
+    sample path; where nothing would honour it, or an Image says otherwise,
+    the dataset refuses it. The defaults stay: "fast" on the fast path,
+    "accurate" elsewhere."""
+    images = [jpeg(i) for i in range(4)]
+    path = write(tmp_path / "a.tfrecord", images)
+    tf_fast = np.stack([tf.io.decode_jpeg(d, channels=3).numpy() for d in images])
+    tf_accurate = np.stack([tf.io.decode_jpeg(d, channels=3, dct_method="INTEGER_ACCURATE").numpy()
+                            for d in images])
+    fast = Batching(images=ImageBatching(decoder="fast"))
+    boxed = {"image": Image(), "label": Int64(), "again": Image("image")}  # not the fast path: two images
+
+    def pixels(**kw):
+        got = list(TFRecordDataset(path, **kw))
+        stacked = got[0]["image"] if "batch_size" in kw else torch.stack([g["image"] for g in got])
+        return stacked.permute(0, 2, 3, 1).numpy()
+
+    assert np.array_equal(pixels(features=SPEC, batch_size=4), tf_fast)  # the fast path's default
+    assert np.array_equal(pixels(features=boxed, batch_size=4), tf_accurate)  # per record: Image's default
+    assert np.array_equal(pixels(features=boxed, batch_size=4, batching=fast), tf_fast)
+    assert np.array_equal(pixels(features=SPEC), tf_accurate)
+    assert np.array_equal(pixels(features=SPEC, batching=fast), tf_fast)
+    assert np.array_equal(pixels(features={"image": Image(decoder="fast")}), tf_fast)
+    assert np.array_equal(pixels(features={"image": Image(decoder="accurate")}, batch_size=4), tf_accurate)
+    with pytest.raises(ValueError, match=r"ImageBatching\(decoder='fast'\) disagrees with features\['image'\] = "
+                                         r"Image\(decoder='accurate'\)"):
+        list(TFRecordDataset(path, features={"image": Image(decoder="accurate")}, batch_size=4, batching=fast))
+    with pytest.raises(ValueError, match=r"ImageBatching\(decoder='fast'\) sets the JPEG decoder .* a dict with "
+                                         r"no Image"):
+        list(TFRecordDataset(path, features={"label": Int64()}, batching=fast))
+    with pytest.raises(ValueError, match=r"ImageBatching.decoder must be one of \('fast', 'accurate'\)"):
+        ImageBatching(decoder="ifast")
+
+
+@pytest.mark.parametrize("decoder", ["fast", "accurate"])
+def test_a_jpeg_libjpeg_only_warns_about_decodes_in_batch_mode_as_tensorflow_decodes_it(tmp_path, decoder):
+    """A restart marker where none belongs: libjpeg warns and fills in, TF
+    decodes it, and so does Image; the batch decoders (which make warnings
+    errors) decode it whole instead of dropping it, whole and fused."""
+    data = bytearray(jpeg(3))
+    middle = len(data) * 2 // 3
+    data[middle:middle + 2] = b"\xff\xd3"
+    images = [jpeg(1), bytes(data), jpeg(2)]
+    path = write(tmp_path / "a.tfrecord", images)
+    dct = "" if decoder == "fast" else "INTEGER_ACCURATE"
+    want = [tf.io.decode_jpeg(d, channels=3, dct_method=dct).numpy() for d in images]
+    options = Batching(images=ImageBatching(decoder=decoder))
+    batch, = TFRecordDataset(path, features=SPEC, batch_size=3, batching=options)
+    resize = v2.Resize((20, 28), antialias=True)
+    fused, = TFRecordDataset(path, features=SPEC, batch_size=3, batching=options, transform=resize)
+    per_sample = [x["image"] for x in TFRecordDataset(path, features=SPEC, batching=options, transform=resize)]
+    for i, pixels in enumerate(want):
+        assert np.array_equal(batch["image"][i].permute(1, 2, 0).numpy(), pixels), i
+        resized = resize(torch.from_numpy(pixels).permute(2, 0, 1))
+        assert torch.equal(fused["image"][i], resized) and torch.equal(per_sample[i].as_subclass(torch.Tensor),
+                                                                        resized), i

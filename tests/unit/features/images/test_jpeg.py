@@ -304,3 +304,42 @@ def test_bytes_like_images_and_any_iterable_decode_alike_on_both_paths(helper, m
     np.testing.assert_array_equal(out, want)
     for data in (bytearray(images[0]), memoryview(images[0])):
         np.testing.assert_array_equal(decode_jpeg_window(data, (np.int64(2), 3, 5, 7)), want[0, 2:7, 3:10])
+
+
+# -- decoder="fast": TF's default pixels for every JPEG, or a clear error ---------------------------
+
+def test_check_decoder_names_the_argument_and_the_allowed_values():
+    from tfrecord_torch.features.images.jpeg import check_decoder
+
+    assert check_decoder("fast") == "fast" and check_decoder("accurate") == "accurate"
+    for bad in ("FAST", "islow", None, 1):
+        with pytest.raises(ValueError, match=r"Image.decoder must be one of \('fast', 'accurate'\), got "):
+            check_decoder(bad, name="Image.decoder")
+
+
+def test_fast_without_simplejpeg_is_an_error_saying_how_to_get_it(monkeypatch):
+    """torchvision and Pillow have the accurate IDCT only: with no simplejpeg,
+    "fast" raises instead of giving their pixels; "accurate" still decodes."""
+    from tfrecord_torch.features.images.jpeg import FastDecoderUnavailable, check_decoder, decode_jpeg_fast
+    from tfrecord_torch.features.images.limits import read_header
+
+    data = _jpegs()[0]
+    monkeypatch.setattr(jpeg_module, "simplejpeg_available", lambda: False)
+    assert check_decoder("accurate") == "accurate"
+    with pytest.raises(FastDecoderUnavailable, match=r"pip install simplejpeg.*decoder='accurate'"):
+        check_decoder("fast")
+    with pytest.raises(FastDecoderUnavailable, match="simplejpeg cannot be imported"):
+        decode_jpeg_fast(data, read_header(data))
+
+
+def test_fast_windows_without_the_compiled_helper_are_tf_default_pixels(monkeypatch):
+    """Without _jpegcrop the window comes from simplejpeg's whole fast decode:
+    the fast IDCT stays available and gives the same pixels as the helper."""
+    data = _jpegs()[1]
+    box = (3, 5, 14, 22)
+    with_helper = decode_jpeg_window(data, box, decoder="fast")
+    monkeypatch.setattr(jpeg_module, "_CROP", None)
+    without = decode_jpeg_window(data, box, decoder="fast")
+    want = tf.io.decode_jpeg(data, channels=3).numpy()[3:17, 5:27]  # TF's default dct_method
+    np.testing.assert_array_equal(without, want)
+    np.testing.assert_array_equal(with_helper, want)
