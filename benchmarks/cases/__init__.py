@@ -1,3 +1,3 @@
 """The benchmark cases, one module per workload; MODULES is the order of the report."""
 
-MODULES = ["framing", "small", "random_access", "images", "images_crop", "images_photo", "loader", "memory", "convert", "remote"]
+MODULES = ["framing", "small", "random_access", "images", "images_crop", "images_photo", "images_large", "loader", "memory", "convert", "remote"]
