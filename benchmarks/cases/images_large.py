@@ -10,7 +10,14 @@ decoded on a thread per core into one buffer) as the limit no spelling passes.
 
 from __future__ import annotations
 
-from benchmarks.cases.images import IMAGE_BATCH, _image_tally, jpegs_in_memory, on_threads, tf_image_batches
+from benchmarks.cases.images import (
+    IMAGE_BATCH,
+    _batched,
+    _image_tally,
+    jpegs_in_memory,
+    on_threads,
+    tf_image_batches,
+)
 from benchmarks.harness.registry import case, dataset, target, worker
 
 # case -> (height, width, JPEG subsampling for PIL: 2 is 4:2:0, 0 is 4:4:4, what it says)
@@ -75,19 +82,6 @@ def _per_sample(path, workers: int, persistent: bool = False):
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=workers))
 
 
-def _batch_mode(path, workers: int, persistent: bool = False):
-    import torch.utils.data
-    import torchvision.io  # noqa: F401
-
-    from tfrecord_torch import TFRecordDataset, presets
-
-    ds = TFRecordDataset(path, features=presets.tfds(), batch_size=IMAGE_BATCH)
-    if persistent:
-        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=True)
-        return lambda: _image_tally(loader)
-    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
-
-
 def _tf(path):
     import tensorflow  # noqa: F401 - imported before the timed passes
 
@@ -115,11 +109,11 @@ ROWS = {  # row -> (make(path), note)
     "ours (persistent workers)": (lambda p: _per_sample(p, 2, persistent=True),
                                   "the same DataLoader made once with persistent_workers=True, iterated each pass"),
     "ours (workers=0)": (lambda p: _per_sample(p, 0), f"per sample in the main process: {DL}, num_workers=0)"),
-    "ours batch mode": (lambda p: _batch_mode(p, 2), f"{BM}, num_workers=2): whole batches decoded on each "
+    "ours batch mode": (lambda p: _batched(p, 2), f"{BM}, num_workers=2): whole batches decoded on each "
                         "worker's decode threads into one shared-memory buffer (TF's default IDCT)"),
-    "ours batch mode (persistent workers)": (lambda p: _batch_mode(p, 2, persistent=True),
+    "ours batch mode (persistent workers)": (lambda p: _batched(p, 2, persistent=True),
                                              "the same DataLoader made once with persistent_workers=True"),
-    "ours batch mode (workers=0)": (lambda p: _batch_mode(p, 0), f"{BM}, num_workers=0): the main process "
+    "ours batch mode (workers=0)": (lambda p: _batched(p, 0), f"{BM}, num_workers=0): the main process "
                                     "reads, its decode threads (one per core) decode"),
     "tf.data": (_tf, "TFRecordDataset(path).map(parse_single_example + tf.io.decode_jpeg(channels=3), "
                 f"num_parallel_calls=AUTOTUNE).batch({IMAGE_BATCH}).prefetch(AUTOTUNE).as_numpy_iterator(): "
