@@ -23,6 +23,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 
 from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype
+from tfrecord_torch.data.workerheap import keep_for_batches
 from tfrecord_torch.features.items import Item, collate_items
 
 __all__ = ["collate_worker_items", "stack_on_this_thread"]
@@ -36,7 +37,17 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     reused shared memory."""
     if torch.utils.data.get_worker_info() is None:
         return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack_on_this_thread)
-    return inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=_STACKER.stack))
+    stacked: list[int] = []
+
+    def stack(key: object, values: list) -> torch.Tensor | None:
+        out = _STACKER.stack(key, values)
+        if out is not None:
+            stacked.append(out.nbytes)
+        return out
+
+    out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
+    keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
+    return out
 
 
 def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:

@@ -146,8 +146,66 @@ def test_whose_malloc_it_is_to_tune(env, ours):
     assert workerheap._ours_to_set(env) is ours
 
 
+STACKED = 40 << 20  # each item's tensor: a batch of two stacks 80 MiB
+
+
+def _big_items(item):
+    """Each item gets a 40 MiB tensor; the first item of the second batch
+    also reports how much heap a worker kept when it freed 96 MiB of 12 MiB
+    buffers (under the mmap threshold: from the heap)."""
+    item["x"] = torch.zeros(STACKED // 4)
+    if int(item["id"][0]) == 2:
+        libc = _libc()
+        before = libc.mallinfo2()
+        buffers = [libc.malloc(12 << 20) for _ in range(8)]
+        for b in buffers:
+            libc.free(b)
+        item["kept"] = torch.tensor(libc.mallinfo2().arena - before.arena)
+    else:
+        item["kept"] = torch.tensor(0)
+    return item
+
+
+def _probe_batches(folder: str) -> list[int]:
+    """Run in a subprocess: a worker's heap after a batch of 80 MiB was stacked."""
+    from torch.utils.data import DataLoader
+
+    from tfrecord_torch import RecordWriter, TFRecordDataset, make_example
+
+    libc = _libc()
+    assert libc.mallopt(-3, 128 << 10) and libc.mallopt(-1, 128 << 10)
+    path = os.path.join(folder, "b.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(4):
+            w.write(make_example({"id": i}))
+    loader = DataLoader(TFRecordDataset(path, transform=_big_items), batch_size=2, num_workers=1,
+                        multiprocessing_context="fork")
+    return [int(b["kept"].max()) for b in loader]
+
+
+def test_a_worker_keeps_the_heap_of_a_batch_of_samples_for_the_next(tmp_path):
+    """The samples of a per-sample batch are freed together after the
+    collate; glibc would give the part above the 64 MiB trim threshold
+    back, and the next batch's decodes fault it in again."""
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
+    env.pop(workersetup.ENV, None)
+    run = subprocess.run([sys.executable, __file__, "batches", str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    kept = json.loads(run.stdout.strip().splitlines()[-1])  # by the second batch's first item
+    assert kept[1] >= 90 << 20, kept
+
+
+def test_only_a_heap_tune_heap_set_is_kept_for_batches(monkeypatch):
+    monkeypatch.setattr(workerheap, "_owned_in", -1)
+    assert workerheap.keep_for_batches(1 << 30) is False
+
+
 if __name__ == "__main__":
-    print(json.dumps(_probe_workers(sys.argv[1])))
+    if sys.argv[1] == "batches":
+        print(json.dumps(_probe_batches(sys.argv[2])))
+    else:
+        print(json.dumps(_probe_workers(sys.argv[1])))
 
 
 @pytest.mark.parametrize("value, on", [("", True), ("on", True), ("OFF", False), (" off ", False), ("0", False),

@@ -34,7 +34,10 @@ never written again; the worker allocates others.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import itertools
+import mmap
 import os
 import sys
 import threading
@@ -302,9 +305,41 @@ class SharedBuffers:
 
 def _shared(empty: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
     """``empty`` (zeros) moved to shared memory, or a new shared tensor of ``shape``
-    (zero-filled: a new segment reads as zeros) with ``empty``'s dtype."""
+    (zero-filled: a new segment reads as zeros, its pages already in) with ``empty``'s dtype."""
     if shape is None:
         return empty.share_memory_()
     numel = int(np.prod(shape))
     storage = torch.UntypedStorage._new_shared(numel * empty.element_size())
+    _populate(storage.data_ptr(), storage.nbytes())
     return torch.empty(0, dtype=empty.dtype).set_(storage).view(tuple(shape))
+
+
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and the pages fault in as written
+
+
+def _populate(address: int, length: int) -> None:
+    """Fault a new segment's pages in with one call, before the batch is
+    written into it. Written page by page, a batch of 64 1024x768 RGB
+    images (151 MiB) took 0.9-1.0 s here, 0.22 s once its pages were in;
+    madvise(MADV_POPULATE_WRITE) brings them in in 0.5-0.6 s (the kernel
+    still zeroes each page, without a trap per 4 KiB). A worker makes a
+    new segment for each of its first batches of an epoch (those still held
+    or queued are not written again), so a short epoch pays this for
+    most of its batches."""
+    madvise = _madvise()
+    if madvise is None or length == 0:
+        return
+    start = address & ~(mmap.PAGESIZE - 1)
+    madvise(start, length + (address - start), _MADV_POPULATE_WRITE)  # a failure: pages fault in as written
+
+
+@functools.cache
+def _madvise() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):  # pragma: no cover - a libc without madvise
+        return None
+    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return madvise

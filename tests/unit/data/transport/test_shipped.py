@@ -3,6 +3,8 @@ segment is written again only once the receiver has let go of the batch."""
 
 import gc
 import pickle
+import resource
+import sys
 import threading
 import time
 from multiprocessing.reduction import ForkingPickler
@@ -252,3 +254,17 @@ def test_a_worker_killed_mid_epoch_fails_loudly_and_the_next_epoch_is_whole(tmp_
     assert all(torch.equal(b["image"], alone[k]) for k, b in enumerate(first))
     again = list(DataLoader(ds, batch_size=None, num_workers=2))
     assert len(again) == 40 and all(torch.equal(b["image"], alone[k]) for k, b in enumerate(again))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
+def test_a_new_segment_comes_with_its_pages_in_and_reads_as_zeros():
+    """Written page by page, a new segment traps once per 4 KiB page; its
+    pages are brought in by one madvise when it is made."""
+    buffers = SharedBuffers(slots=1)
+    out, token = buffers.take((8 << 20,), np.uint8, zero=False)  # 2,048 pages
+    assert token is not None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    out[: 4 << 20].fill_(7)  # written first: reading it would bring pages in too
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 128, f"{faults} page faults writing 4 MiB of a new segment"
+    assert int(out.sum()) == 7 * (4 << 20)  # the rest reads as zeros

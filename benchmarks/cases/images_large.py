@@ -1,0 +1,144 @@
+"""Full decode of users' sized JPEGs: ~100 KB 500x375 photos and 1024x768 JPEGs
+(4:2:0 and 4:4:4), each in every spelling of ours beside tf.data, in one run.
+
+The ``images`` case's 256x256 JPEGs of ~24 KB flatter the paths that pay per
+image (the per-sample path's to-tensor, stack and hand-off copies): at
+1024x768 an image is 2.4 MB of pixels, each copy of it ~0.3-1 ms. These cases
+show those costs, with the decoder's own ceiling (the JPEGs already in memory,
+decoded on a thread per core into one buffer) as the limit no spelling passes.
+"""
+
+from __future__ import annotations
+
+from benchmarks.cases.images import (
+    IMAGE_BATCH,
+    _batched,
+    _image_tally,
+    jpegs_in_memory,
+    on_threads,
+    tf_image_batches,
+)
+from benchmarks.harness.registry import case, dataset, target, worker
+
+# case -> (height, width, JPEG subsampling for PIL: 2 is 4:2:0, 0 is 4:4:4, what it says)
+SHAPES = {
+    "images_500": (375, 500, 2, "500x375 photos, 4:2:0"),
+    "images_1024": (768, 1024, 2, "1024x768, 4:2:0"),
+    "images_1024_444": (768, 1024, 0, "1024x768, 4:4:4"),
+}
+
+
+def _photo_jpeg(job) -> bytes:
+    """Photo ``i`` of the set (synth.photo_image: gradient under a 1/f texture,
+    shapes, noise) at one size, quality drawn from 90-95."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from benchmarks.cases.synth import photo_image
+
+    seed, i, height, width, subsampling = job
+    quality = int(np.random.default_rng([seed, i, 1]).integers(90, 96))
+    buf = io.BytesIO()
+    Image.fromarray(photo_image(seed, i, height, width)).save(buf, format="JPEG", quality=quality,
+                                                               subsampling=subsampling)
+    return buf.getvalue()
+
+
+def _register_dataset(name: str, height: int, width: int, subsampling: int, records: int) -> None:
+    @dataset(f"{name}_jpeg", full={"records": records, "seed": 5},
+             quick={"records": 128, "seed": 5}, tiny={"records": 8, "seed": 5},
+             describe=lambda p: (f"{p['records']:,} tf.train.Examples: 'image' = a {width}x{height} RGB JPEG of "
+                                 "a synthetic detailed photo (synth.photo_image), quality 90-95, "
+                                 f"{'4:4:4' if subsampling == 0 else '4:2:0'} + int64 'label' (i % 1000)"))
+    def build(path: str, p: dict) -> dict:
+        import multiprocessing
+
+        from tfrecord_torch import RecordWriter, make_example
+
+        n, jpeg_bytes = p["records"], 0
+        jobs = ((p["seed"], i, height, width, subsampling) for i in range(n))
+        with multiprocessing.get_context("fork").Pool(2) as pool, RecordWriter(path) as w:
+            for i, data in enumerate(pool.imap(_photo_jpeg, jobs, chunksize=4)):
+                w.write(make_example({"image": data, "label": i % 1000}))
+                jpeg_bytes += len(data)
+            payload = w.offset - 16 * n
+        return {"records": n, "bytes": payload, "checksum": sum(i % 1000 for i in range(n)),
+                "pixels": n * 3 * height * width, "about": f"mean JPEG {jpeg_bytes / n / 1e3:.1f} KB"}
+
+
+def _per_sample(path, workers: int, persistent: bool = False):
+    import torch.utils.data
+    import torchvision.io  # noqa: F401 - imported before the workers fork, as the images case's rows do
+
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds())
+    if persistent:
+        loader = torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=workers,
+                                             persistent_workers=True)
+        return lambda: _image_tally(loader)
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=workers))
+
+
+def _tf(path):
+    import tensorflow  # noqa: F401 - imported before the timed passes
+
+    return lambda: _image_tally(tf_image_batches(path).as_numpy_iterator())
+
+
+def _decode_limit(path, fastdct: bool):
+    import numpy as np
+    import simplejpeg
+
+    jpegs, labels = jpegs_in_memory(path)
+    h, w = simplejpeg.decode_jpeg_header(jpegs[0])[:2]
+    # two batches' slots, reused: thread k of on_threads takes i = k, k + 2, ..., so no slot has two writers
+    out = np.empty((2 * IMAGE_BATCH, h, w, 3), np.uint8)
+    return on_threads(len(jpegs), lambda i: simplejpeg.decode_jpeg(jpegs[i], fastdct=fastdct,
+                                                                   buffer=out[i % len(out)]),
+                      {"records": len(jpegs), "pixels": len(jpegs) * h * w * 3, "checksum": labels})
+
+
+DL = f"DataLoader(TFRecordDataset(path, features=presets.tfds()), batch_size={IMAGE_BATCH}"
+BM = f"DataLoader(TFRecordDataset(path, features=presets.tfds(), batch_size={IMAGE_BATCH}), batch_size=None"
+ROWS = {  # row -> (make(path), note)
+    "ours": (lambda p: _per_sample(p, 2), f"per sample: {DL}, num_workers=2), torchvision imported first; "
+             "uint8 [64, 3, H, W] (libjpeg-turbo, accurate IDCT); CRCs verified"),
+    "ours (persistent workers)": (lambda p: _per_sample(p, 2, persistent=True),
+                                  "the same DataLoader made once with persistent_workers=True, iterated each pass"),
+    "ours (workers=0)": (lambda p: _per_sample(p, 0), f"per sample in the main process: {DL}, num_workers=0)"),
+    "ours batch mode": (lambda p: _batched(p, 2), f"{BM}, num_workers=2): whole batches decoded on each "
+                        "worker's decode threads into one shared-memory buffer (TF's default IDCT)"),
+    "ours batch mode (persistent workers)": (lambda p: _batched(p, 2, persistent=True),
+                                             "the same DataLoader made once with persistent_workers=True"),
+    "ours batch mode (workers=0)": (lambda p: _batched(p, 0), f"{BM}, num_workers=0): the main process "
+                                    "reads, its decode threads (one per core) decode"),
+    "tf.data": (_tf, "TFRecordDataset(path).map(parse_single_example + tf.io.decode_jpeg(channels=3), "
+                f"num_parallel_calls=AUTOTUNE).batch({IMAGE_BATCH}).prefetch(AUTOTUNE).as_numpy_iterator(): "
+                "uint8 [64, H, W, 3]; CRCs checked"),
+}
+LIMITS = {
+    "decode-only limit (simplejpeg threads)": (
+        lambda p: _decode_limit(p, True), "ceiling, not a peer: simplejpeg.decode_jpeg(fastdct=True) (TF's "
+        "default IDCT, batch mode's) on a thread per core over the JPEGs already in memory, into one buffer"),
+    "decode-only limit (accurate IDCT)": (
+        lambda p: _decode_limit(p, False), "ceiling, not a peer: the same with fastdct=False, the "
+        "per-sample path's accurate IDCT"),
+}
+SPELLINGS = [r for r in ROWS if r != "tf.data"]
+
+for _name, (_h, _w, _sub, _what) in SHAPES.items():
+    _register_dataset(_name, _h, _w, _sub, 1000 if _h < 500 else 384)
+    case(_name, dataset=f"{_name}_jpeg", unit="images/s", repeats=3, quick_repeats=1, probe=False, ref="tf.data",
+         title=f"Full decode of {_what} JPEGs (quality 90-95) to uint8 batches of {IMAGE_BATCH}, on 2 cores",
+         short=f"{_name}: {_what} -> uint8 [64, 3, {_h}, {_w}]")
+    for _row, (_make, _note) in ROWS.items():
+        worker(_name, _row, note=_note)(_make)
+    for _row, (_make, _note) in LIMITS.items():
+        worker(_name, _row, note=_note, yardstick=True)(_make)
+    for _row in SPELLINGS:
+        target(_name, f"{_row} >= 1.0x tf.data", _row, "tf.data", at_least=1.0)
+    target(_name, "ours batch mode >= 0.9x ours batch mode (workers=0)", "ours batch mode",
+           "ours batch mode (workers=0)", at_least=0.9)
