@@ -12,17 +12,12 @@ list of T values. A missing feature list is an error unless the feature has a
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-import numpy as np
-import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.example.codec import parse_sequence_example
 from tfrecord_torch.features.payload import Payload
-from tfrecord_torch.features.ragged import StepRows
-from tfrecord_torch.features.specs import _REQUIRED, Feature, _Numeric, bind
+from tfrecord_torch.features.specs import Feature, bind
 
 __all__ = ["SequenceSpec", "decode_steps", "hint_sequence_example", "make_spec"]
 
@@ -34,12 +29,7 @@ class SequenceSpec:
         self.context = bind(context) if context else {}
         self.sequence = bind(sequence)
         for name, feature in self.sequence.items():
-            if not isinstance(feature, (_Numeric, StepRows)) and feature.kind != "bytes":
-                raise ValueError(f"sequence_features[{name!r}]: {type(feature).__name__} cannot be a "
-                                 "sequence feature (use Int64, Float, Bytes or Text)")
-            if isinstance(feature, _Numeric) and feature.shape is None:
-                raise ValueError(f"sequence_features[{name!r}]: give the per-step shape (shape=() for one "
-                                 "value per step)")
+            feature.check_sequence(name)
         clash = set(self.context) & set(self.sequence)
         if clash:
             raise ValueError(f"names in both features and sequence_features: {sorted(clash)}")
@@ -55,51 +45,16 @@ class SequenceSpec:
         """Decode a serialized SequenceExample with this spec."""
         context, lists = parse_sequence_example(payload)
         out = {name: feature.decode(context) for name, feature in self.context.items()}
+        has_lists = bool(lists)
         for name, feature in self.sequence.items():
-            out[name] = decode_steps(feature, lists, has_lists=bool(lists))
+            out[name] = feature.decode_steps(lists, has_lists=has_lists)
         return out
 
 
 def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:
-    """One feature list as a tensor [T, *shape] (numeric) or a list of T values."""
-    if isinstance(feature, StepRows):
-        return feature.decode_steps(lists)
-    key = feature.key
-    steps = lists.get(key)
-    if steps is None:
-        if feature.default is _REQUIRED:
-            where = "the record's feature lists" if has_lists else \
-                "the record, which holds no feature lists (a tf.train.Example? read its keys with features=)"
-            raise FeatureError(key, f"required feature list is missing from {where}")
-        steps = []
-    if isinstance(feature, _Numeric):
-        shape = feature.shape or ()
-        size = math.prod(shape)
-        try:
-            kinds = {(step.dtype, step.size) for step in steps}
-        except AttributeError:  # a bytes step: the loop below names it
-            kinds = None
-        if kinds is None or kinds - {(feature.dtype, size)}:
-            _check_steps(feature, steps, size, shape)
-        flat = np.concatenate(steps) if steps else np.zeros(0, feature.dtype)  # a fresh array
-        return feature.finish(torch.from_numpy(flat.reshape((len(steps), *shape))))
-    out = []
-    for t, step in enumerate(steps):
-        if isinstance(step, np.ndarray):
-            raise FeatureError(key, f"step {t} holds numbers, expected bytes")
-        out.append(feature.convert(step))
-    return out
-
-
-def _check_steps(feature: _Numeric, steps: list, size: int, shape: tuple) -> None:
-    """Raise the error that names the first step of the wrong kind or size."""
-    for t, step in enumerate(steps):
-        if not isinstance(step, np.ndarray) or step.dtype != feature.dtype:
-            got = ("int64" if step.dtype == np.int64 else "float") if isinstance(step, np.ndarray) else \
-                "bytes" if step else "no"
-            raise FeatureError(feature.key, f"step {t} holds {got} values, expected {feature.kind}")
-        if step.size != size:
-            raise FeatureError(feature.key, f"step {t} holds {step.size} values, expected {size} (shape {shape})")
+    """One feature list as a tensor [T, *shape] (numeric) or a list of T values:
+    the feature's own :meth:`~tfrecord_torch.features.specs.Feature.decode_steps`."""
+    return feature.decode_steps(lists, has_lists=has_lists)
 
 
 def make_spec(features: dict | Payload | None, sequence_features: dict | None = None
