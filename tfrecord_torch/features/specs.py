@@ -291,8 +291,9 @@ class _Numeric(Feature):
         shape (no -1, at most 8 dimensions) or ``shape=None``, and of a class
         that decodes as Int64 and Float do (a subclass that changes decoding
         is never read past its own code)."""
-        if self.cast is not None or (self.shape is not None and (-1 in self.shape or len(self.shape) > 8)):
-            return None
+        if self.key is None or self.cast is not None or \
+                (self.shape is not None and (-1 in self.shape or len(self.shape) > 8)):
+            return None  # unbound, cast, or a shape the reader does not make
         if any(getattr(type(self), m) is not getattr(_Numeric, m) for m in _DECODING):
             return None
         return PlannedKey(None, self.key.encode(), self.kind == "float", self.shape)
