@@ -121,24 +121,22 @@ class Feature:
             raise ValueError(f"sequence_features[{name!r}]: {type(self).__name__} cannot be a "
                              "sequence feature (use Int64, Float, Bytes or Text)")
 
-    def steps(self, lists: dict, *, has_lists: bool) -> list:
-        """This feature's list of steps from a SequenceExample's ``lists``
-        (``has_lists``: the record holds any): [] for a missing list with a
-        default, else a FeatureError naming where it looked."""
-        steps = lists.get(self.key)
-        if steps is None:
-            if self.default is _REQUIRED:
-                where = "the record's feature lists" if has_lists else \
-                    "the record, which holds no feature lists (a tf.train.Example? read its keys with features=)"
-                raise FeatureError(self.key, f"required feature list is missing from {where}")
-            return []
-        return steps
+    def missing_steps(self, has_lists: bool) -> list:
+        """The steps of this feature's list when a SequenceExample lacks it
+        (``has_lists``: the record holds any): none, with a default; else a
+        FeatureError naming where it looked."""
+        if self.default is _REQUIRED:
+            where = "the record's feature lists" if has_lists else \
+                "the record, which holds no feature lists (a tf.train.Example? read its keys with features=)"
+            raise FeatureError(self.key, f"required feature list is missing from {where}")
+        return []
 
     def decode_steps(self, lists: dict, *, has_lists: bool) -> Any:
         """One feature list of a SequenceExample: a list of T values, each step
         as :meth:`convert` makes one record's value."""
         out = []
-        for t, step in enumerate(self.steps(lists, has_lists=has_lists)):
+        steps = lists.get(self.key)
+        for t, step in enumerate(steps if steps is not None else self.missing_steps(has_lists)):
             if isinstance(step, np.ndarray):
                 raise FeatureError(self.key, f"step {t} holds numbers, expected bytes")
             out.append(self.convert(step))
@@ -263,7 +261,9 @@ class _Numeric(Feature):
 
     def decode_steps(self, lists: dict, *, has_lists: bool) -> torch.Tensor:
         """One feature list as a tensor [T, *shape]."""
-        steps = self.steps(lists, has_lists=has_lists)
+        steps = lists.get(self.key)
+        if steps is None:
+            steps = self.missing_steps(has_lists)
         shape = self.shape or ()
         size = math.prod(shape)
         try:
