@@ -2,20 +2,19 @@
 
 Records of one schema usually serialize to the same byte layout: the same
 keys in the same order, the same tags and length prefixes; only the value
-bytes differ. So a batch is decoded by walking the wire format of one record
-(the template) and noting which bytes are structure and which are values;
-every other record of the same length whose structure bytes equal the
-template's (one vectorized comparison) has exactly the same parse, and its
-values are read out of the byte matrix with numpy. For varints the
-continuation bits count as structure, so their boundaries are known too.
-Records that do not match fall back to protobuf, record by record, so the
+bytes differ. So the records of one length are a byte matrix, matched against
+the :class:`~tfrecord_torch.example.template.Template` of one of them (the
+same template ``parse_example`` uses one payload at a time) in one vectorized
+comparison; the rows that match have exactly the same parse, and their values
+are read out of the matrix with numpy. For varints the continuation bits
+count as structure, so their boundaries are known too. Records that match no
+template are decoded one by one (the compiled decoder, else protobuf), so the
 result never depends on which path was taken (the tests check this).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,13 +22,15 @@ import numpy as np
 from tfrecord_torch._types import Bytes
 from tfrecord_torch.example import codec
 from tfrecord_torch.example.codec import parse_example, parse_record
-from tfrecord_torch.example.wire import Reject, Walker
+from tfrecord_torch.example.template import Template
 from tfrecord_torch.records.framing import Chunk
 
 __all__ = ["parse_example_batch", "parse_record_batch"]
 
 _MIN_GROUP = 4  # fewer same-length records than this are not worth a template
 _MAX_LAYOUTS = 4  # templates tried per length group before falling back
+
+BatchLayout = Template  # the name the batch parser's tests know its template by
 
 
 def parse_example_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray | list]:
@@ -63,7 +64,7 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
         for _ in range(_MAX_LAYOUTS):
             if not len(todo):
                 break
-            layout = BatchLayout.compile(matrix[todo[0]].tobytes())
+            layout = Template.compile(matrix[todo[0]].tobytes())
             if layout is None:
                 break
             sub = matrix if len(todo) == len(matrix) else matrix[todo]
@@ -193,60 +194,3 @@ class _Rows:
             return self.records[i]
         s = int(self.starts[i])
         return self.buf[s:s + int(self.lengths[i])].tobytes()
-
-
-@dataclass
-class BatchLayout:
-    """One serialized Example as a template that a byte matrix of same-length records is matched against.
-
-    Where :class:`~tfrecord_torch.example.layouts.RecordLayout` checks and
-    slices one payload at a time (parse_example's per-record cache), this
-    compares every row of an [N, length] matrix with the template's structure
-    bits in one vectorized step and reads each feature out as a column.
-    """
-
-    template: np.ndarray
-    mask: np.ndarray  # bits that must equal the template's
-    features: dict = field(default_factory=dict)  # key -> (kind, info)
-
-    @classmethod
-    def compile(cls, payload: bytes) -> BatchLayout | None:
-        """The template of ``payload``, or None if it is not a canonical Example."""
-        try:
-            walker = Walker(payload).walk()
-        except Reject:
-            return None
-        return cls(np.frombuffer(payload, np.uint8).copy(), walker.mask, walker.features)
-
-    def matches(self, rows: np.ndarray) -> np.ndarray:
-        """Boolean [N]: which rows share this layout."""
-        structure = np.flatnonzero(self.mask)
-        picked = rows[:, structure]
-        return ((picked ^ self.template[structure]) & self.mask[structure] == 0).all(axis=1)
-
-    def extract(self, rows: np.ndarray) -> dict:
-        """Each feature of ``rows`` (all matching this layout): numeric ones as [N, n] arrays,
-        bytes ones as N lists."""
-        out: dict[str, Any] = {}
-        n = len(rows)
-        for key, (kind, info) in self.features.items():
-            if kind == "float":
-                cols = np.asarray(info, np.int64)
-                if len(cols) and cols[-1] - cols[0] + 1 == len(cols):  # one packed run
-                    picked = rows[:, cols[0]:cols[-1] + 1]
-                else:
-                    picked = rows[:, cols]
-                out[key] = np.ascontiguousarray(picked).view("<f4").reshape(n, -1)
-            elif kind == "int64":
-                cols, firsts, shifts = info
-                parts = (rows[:, cols] & 0x7F).astype(np.uint64) << shifts
-                if len(firsts) == 0:
-                    out[key] = np.zeros((n, 0), np.int64)
-                else:
-                    out[key] = np.add.reduceat(parts, firsts, axis=1).view(np.int64)
-            elif kind == "bytes":
-                values = [[rows[:, a:b].tobytes(), b - a] for a, b in info]
-                out[key] = [[blob[i * w:(i + 1) * w] for blob, w in values] for i in range(n)]
-            else:
-                out[key] = [[] for _ in range(n)]
-        return out

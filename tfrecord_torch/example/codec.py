@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -26,7 +26,7 @@ from tfrecord_torch.errors import ExampleDecodeError, FeatureError
 from tfrecord_torch.example.layouts import _layouts, learn
 from tfrecord_torch.example.protos import Example, SequenceExample
 
-__all__ = ["has_feature_lists", "make_example", "make_sequence_example", "parse_example", "parse_record",
+__all__ = ["PlannedKey", "has_feature_lists", "make_example", "make_sequence_example", "parse_example", "parse_record",
            "parse_sequence_example"]
 
 Value = Union[np.ndarray, list]
@@ -50,8 +50,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 def parse_example(payload: Bytes) -> dict[str, Any]:
     """Decode a serialized tf.train.Example to its raw values.
 
-    ``tfrecord_torch.parse_example(payload, features)`` (in
-    :mod:`tfrecord_torch.features.parsing`) takes a description too.
+    ``tfrecord_torch.parse_example(payload, features)`` takes a description too.
 
     Args:
         payload: the serialized Example.
@@ -92,10 +91,25 @@ def read_example(fd: int, offset: int, size: int, verify: bool) -> dict[str, Val
     return _FAST.read_example(fd, offset, size, verify) if _FAST is not None else None
 
 
-def read_item(fd: int, index: np.ndarray, r: int, verify: bool, plan: tuple, wrap) -> dict | None:
+class PlannedKey(NamedTuple):
+    """One key the compiled record reader (:func:`read_item`) decodes, and how.
+
+    The layer above says which of its features the reader may decode whole
+    (there, ``Feature.read_plan``); this layer says what it can decode: a
+    packed int64 or float list of ``shape``'s element count, reshaped.
+    """
+
+    name: str | None  # the output name the array goes under
+    key: bytes  # the record's key, UTF-8
+    is_float: bool  # a float list (float32), else an int64 list
+    shape: tuple[int, ...] | None  # the array's shape; None: 1-D, any length
+
+
+def read_item(fd: int, index: np.ndarray, r: int, verify: bool, plan: tuple[PlannedKey, ...], wrap
+              ) -> dict | None:
     """Record ``r`` of a shard (``index``: its int64 [n, 2] offsets and frame
-    sizes) read as :func:`read_example` reads it, with only the features of
-    ``plan`` (:func:`~tfrecord_torch.features.specs.item_plan`) decoded, each
+    sizes) read as :func:`read_example` reads it, with only the keys of
+    ``plan`` decoded, each
     array passed through ``wrap`` (``torch.from_numpy``); None wherever the
     usual path must decide (a missing key, another kind or size, a record
     :func:`read_example` leaves to the caller). Where the compiled decoder is

@@ -3,8 +3,7 @@ values hold, a schema.
 
 What a bytes value holds (an encoded image, ...) is told by a *sniffer*, a
 function ``bytes -> Content | None`` the caller hands to :class:`SchemaReport`
-(the command line's are in :mod:`tfrecord_torch.cli.sniff`); this layer knows
-no formats.
+(the command line hands over its own); this layer knows no formats.
 """
 
 from __future__ import annotations

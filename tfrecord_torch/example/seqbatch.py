@@ -4,6 +4,13 @@ The context features come back as :func:`parse_example_batch` gives columns;
 each feature list whose steps are all numbers of one kind and one width comes
 back padded to the longest list in the batch, with its lengths, as TF's
 ``parse_sequence_example`` returns a dense tensor and ``lengths``.
+
+The records are decoded one by one (the compiled decoder, else protobuf) and
+then assembled as :mod:`~tfrecord_torch.example.batch` assembles the columns
+of the records no template matched. A SequenceExample makes no
+:class:`~tfrecord_torch.example.template.Template` on purpose: its feature
+lists hold a number of steps of its own, so its records seldom share a length
+let alone a structure, and the byte-matrix match would find nothing to match.
 """
 
 from __future__ import annotations

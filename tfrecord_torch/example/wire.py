@@ -9,13 +9,24 @@ that record to protobuf.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
-__all__ = ["Reject", "Walker"]
+__all__ = ["Reject", "Span", "Walker"]
 
 
 class Reject(Exception):
     """The record uses a construct the fast paths do not model."""
+
+
+class Span(NamedTuple):
+    """Where one feature's values sit in a walked Example."""
+
+    kind: str  # "int64", "float", "bytes" or "empty" (a Feature with no list set)
+    runs: list  # the value bytes [a, b) of each run (numeric kinds) or each value (bytes)
+    packed: bool  # every numeric value sits in a packed run
+    columns: Any  # the byte columns a batch reads: float [i...]; int64 (cols, firsts, shifts); bytes runs
 
 
 class Walker:
@@ -25,17 +36,13 @@ class Walker:
 
     - ``mask[i]`` says which bits of byte ``i`` are structure (0xFF: all,
       0x80: a varint value's continuation bit, 0: none);
-    - ``features[key]`` is ``(kind, info)`` for :mod:`~tfrecord_torch.example.batch`;
-    - ``spans[key]`` is ``(kind, runs, packed)``: the value bytes ``[a, b)`` of
-      each packed run (numeric kinds) or each value (bytes), and whether every
-      numeric value sits in a packed run.
+    - ``spans[key]`` is a :class:`Span`: where the key's values sit.
     """
 
     def __init__(self, payload: bytes) -> None:
         self.p = payload
         self.mask = np.full(len(payload), 0xFF, np.uint8)
-        self.features: dict = {}
-        self.spans: dict = {}
+        self.spans: dict[str, Span] = {}
         self._packed = True
 
     def varint(self, pos: int, end: int) -> tuple[int, int]:
@@ -72,14 +79,13 @@ class Walker:
             key = self.p[k0:k1].decode("utf-8")
         except UnicodeDecodeError:
             raise Reject from None
-        if key in self.features:
+        if key in self.spans:
             raise Reject  # duplicate keys: leave "last one wins" to protobuf
         f0, f1 = self.length_field(k1, end, 0x12)
         if f1 != end:
             raise Reject
         if f0 == f1:
-            self.features[key] = ("empty", None)
-            self.spans[key] = ("empty", [], True)
+            self.spans[key] = Span("empty", [], True, None)
             return end
         tag = self.p[f0]
         kind = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}.get(tag)
@@ -90,8 +96,8 @@ class Walker:
             raise Reject
         runs: list[tuple[int, int]] = []
         self._packed = True
-        self.features[key] = (kind, getattr(self, kind)(l0, l1, runs))
-        self.spans[key] = (kind, runs, self._packed)
+        columns = getattr(self, kind)(l0, l1, runs)
+        self.spans[key] = Span(kind, runs, self._packed, columns)
         return end
 
     def float(self, pos: int, end: int, runs: list) -> list[int]:

@@ -107,7 +107,11 @@ class StepRows(Feature):
         self.dtype, self.partitions = dtype, tuple(partitions)
         RaggedRows(key, dtype=dtype, partitions=self.partitions)  # checks the partitions now
 
-    def decode_steps(self, lists: dict) -> list:
+    def check_sequence(self, name: str) -> None:
+        """A feature list is what it reads: always fine."""
+
+    def decode_steps(self, lists: dict, *, has_lists: bool = True) -> list:
+        """One row per step (a missing list has none, whatever ``has_lists``)."""
         rows = RaggedRows(self.key, dtype=self.dtype, partitions=self.partitions)
         steps = lists.get(self.key) or []
         keys = [arg for kind, arg in self.partitions if kind != "UniformRowLength"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.example.codec import PlannedKey
 from tfrecord_torch.features.images.decode import (  # noqa: F401
     FRAMES,
     IMAGE_MODES,
@@ -39,6 +41,26 @@ _REQUIRED = object()
 
 class Feature:
     """Base class: decode one feature of a parsed record.
+
+    Each kind of feature (the spec kinds: :class:`Int64`, :class:`Image`,
+    :class:`~tfrecord_torch.features.images.Boxes`, ...) says itself how it
+    decodes, so no decoder asks which kind it holds. A new kind implements:
+
+    * ``kind``: the list kind its key holds (``"int64"``, ``"float"`` or
+      ``"bytes"``; ``""`` for a kind that reads several keys), and the flags
+      ``stacks`` and ``spatial`` if they apply;
+    * :meth:`convert` (one key's raw value to the output), or :meth:`decode`
+      for a kind that reads several keys: one record;
+    * :meth:`decode_column` if a batch decodes faster as a whole column than
+      value by value (the default calls :meth:`decode` per record);
+    * :meth:`decode_steps` if it can be a ``sequence_features`` entry other
+      than one :meth:`convert` per step (the default, for bytes kinds), and
+      :meth:`check_sequence` if it cannot be one;
+    * :meth:`read_plan` if the compiled reader can read it whole (only the
+      plain numeric kinds do).
+
+    Decoders call these once per feature and record, or once per column;
+    anything a kind must work out once is worked out in its constructor.
 
     Args:
         key: the record's feature key (default: the spec's output name).
@@ -92,6 +114,40 @@ class Feature:
         """Decode a whole batch column (from parse_example_batch); ``records()``
         gives the batch's records as dicts, for features that read several keys."""
         return [self.decode({self.key: v} if v is not None else {}) for v in column]
+
+    def check_sequence(self, name: str) -> None:
+        """Raise ValueError if this feature cannot be ``sequence_features[name]``:
+        a bytes kind can (each step converted), others say so themselves."""
+        if self.kind != "bytes":
+            raise ValueError(f"sequence_features[{name!r}]: {type(self).__name__} cannot be a "
+                             "sequence feature (use Int64, Float, Bytes or Text)")
+
+    def missing_steps(self, has_lists: bool) -> list:
+        """The steps of this feature's list when a SequenceExample lacks it
+        (``has_lists``: the record holds any): none, with a default; else a
+        FeatureError naming where it looked."""
+        if self.default is _REQUIRED:
+            where = "the record's feature lists" if has_lists else \
+                "the record, which holds no feature lists (a tf.train.Example? read its keys with features=)"
+            raise FeatureError(self.key, f"required feature list is missing from {where}")
+        return []
+
+    def decode_steps(self, lists: dict, *, has_lists: bool) -> Any:
+        """One feature list of a SequenceExample: a list of T values, each step
+        as :meth:`convert` makes one record's value."""
+        out = []
+        steps = lists.get(self.key)
+        for t, step in enumerate(steps if steps is not None else self.missing_steps(has_lists)):
+            if isinstance(step, np.ndarray):
+                raise FeatureError(self.key, f"step {t} holds numbers, expected bytes")
+            out.append(self.convert(step))
+        return out
+
+    def read_plan(self) -> PlannedKey | None:
+        """How the compiled record reader reads this feature whole
+        (:func:`~tfrecord_torch.example.codec.read_item`), or None: the usual
+        decoding then. Only a kind whose output is the wire array itself plans."""
+        return None
 
     def __repr__(self) -> str:
         options = [f"{k}={v!r}" for k, v in vars(self).items()
@@ -199,6 +255,50 @@ class _Numeric(Feature):
         # A copy: a transform that edits its input in place must not change the default.
         return None if self.default is None else self.default.clone()
 
+    def check_sequence(self, name: str) -> None:
+        if self.shape is None:
+            raise ValueError(f"sequence_features[{name!r}]: give the per-step shape (shape=() for one "
+                             "value per step)")
+
+    def decode_steps(self, lists: dict, *, has_lists: bool) -> torch.Tensor:
+        """One feature list as a tensor [T, *shape]."""
+        steps = lists.get(self.key)
+        if steps is None:
+            steps = self.missing_steps(has_lists)
+        shape = self.shape or ()
+        size = math.prod(shape)
+        try:
+            kinds = {(step.dtype, step.size) for step in steps}
+        except AttributeError:  # a bytes step: the loop below names it
+            kinds = None
+        if kinds is None or kinds - {(self.dtype, size)}:
+            self._check_steps(steps, size, shape)
+        flat = np.concatenate(steps) if steps else np.zeros(0, self.dtype)  # a fresh array
+        return self.finish(torch.from_numpy(flat.reshape((len(steps), *shape))))
+
+    def _check_steps(self, steps: list, size: int, shape: tuple) -> None:
+        """Raise the error that names the first step of the wrong kind or size."""
+        for t, step in enumerate(steps):
+            if not isinstance(step, np.ndarray) or step.dtype != self.dtype:
+                got = ("int64" if step.dtype == np.int64 else "float") if isinstance(step, np.ndarray) else \
+                    "bytes" if step else "no"
+                raise FeatureError(self.key, f"step {t} holds {got} values, expected {self.kind}")
+            if step.size != size:
+                raise FeatureError(self.key, f"step {t} holds {step.size} values, expected {size} "
+                                             f"(shape {shape})")
+
+    def read_plan(self) -> PlannedKey | None:
+        """The compiled reader's entry for this feature: uncast, of a fixed
+        shape (no -1, at most 8 dimensions) or ``shape=None``, and of a class
+        that decodes as Int64 and Float do (a subclass that changes decoding
+        is never read past its own code)."""
+        if self.key is None or self.cast is not None or \
+                (self.shape is not None and (-1 in self.shape or len(self.shape) > 8)):
+            return None  # unbound, cast, or a shape the reader does not make
+        if any(getattr(type(self), m) is not getattr(_Numeric, m) for m in _DECODING):
+            return None
+        return PlannedKey(None, self.key.encode(), self.kind == "float", self.shape)
+
     def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
         if isinstance(column, np.ndarray) and self.shape is not None and -1 not in self.shape and \
                 column.dtype == self.dtype:
@@ -211,6 +311,9 @@ class _Numeric(Feature):
             column = list(column)
         values = [self.decode({self.key: v} if v is not None else {}) for v in column]
         return torch.stack(values) if self.shape is not None else values
+
+
+_DECODING = ("decode", "decode_owned", "convert", "finish", "raw")  # what the compiled reader does instead
 
 
 class Int64(_Numeric):
@@ -325,6 +428,51 @@ class RawTensor(Feature):
             raise FeatureError(self.key, f"{array.size} values do not fit shape {self.shape}") from None
         return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True))
 
+    def decode_steps(self, lists: dict, *, has_lists: bool) -> torch.Tensor:
+        """Array bytes, one value per step, as one tensor [T, *shape], as
+        ``tf.io.decode_raw`` of a ``FixedLenSequenceFeature([], tf.string)``
+        gives [T, n]: a tensor, so that :func:`~tfrecord_torch.pad_collate` pads
+        it. Steps of one byte length (every frame of a YouTube-8M record) are
+        joined and read in one copy, not one tensor per frame."""
+        steps = lists.get(self.key)
+        if steps is None:
+            steps = self.missing_steps(has_lists)
+        if not steps:
+            return torch.zeros((0, *(0 if d == -1 else d for d in self.shape)), dtype=self._torch_dtype())
+        values = list(itertools.chain.from_iterable(steps))  # the checks below run in C: frames are many
+        if set(map(len, steps)) != {1} or set(map(type, values)) != {bytes}:
+            self._check_raw_steps(steps)
+        first = self._step(steps, 0)
+        if not self.zlib and len(set(map(len, values))) == 1:
+            array = np.frombuffer(b"".join(values), self.dtype)
+            return torch.from_numpy(array.astype(array.dtype.newbyteorder("="))
+                                    .reshape((len(steps), *first.shape)))
+        tensors = [first] + [self._step(steps, t) for t in range(1, len(steps))]
+        for t, tensor in enumerate(tensors):
+            if tensor.shape != first.shape:
+                raise FeatureError(self.key, f"step {t} holds shape {tuple(tensor.shape)}, step 0 "
+                                             f"{tuple(first.shape)}: the steps of a feature list stack "
+                                             "into one tensor [T, ...]; give RawTensor(shape=...) without -1")
+        return torch.stack(tensors)
+
+    def _check_raw_steps(self, steps: list) -> None:
+        """Raise the error that names the first step not holding one bytes value."""
+        for t, step in enumerate(steps):
+            if isinstance(step, np.ndarray):
+                raise FeatureError(self.key, f"step {t} holds numbers, expected bytes")
+            if len(step) != 1:
+                raise FeatureError(self.key, f"step {t} holds {len(step)} values, expected 1")
+
+    def _step(self, steps: list, t: int) -> torch.Tensor:
+        """Step ``t`` decoded, an error naming the step."""
+        try:
+            return self.convert(steps[t])
+        except FeatureError as e:
+            raise FeatureError(self.key, f"step {t}: {e.reason}") from e
+
+    def _torch_dtype(self) -> torch.dtype:
+        return torch.from_numpy(np.zeros(0, self.dtype.newbyteorder("="))).dtype
+
 
 def bind(spec: dict) -> dict:
     """Check a spec; a new spec of bound copies (:meth:`Feature.bind`), the
@@ -350,20 +498,19 @@ def decode_owned(record: dict, spec: dict) -> dict:
     return {name: feature.decode_owned(record) for name, feature in spec.items()}
 
 
-def item_plan(spec: dict | None) -> tuple | None:
+def item_plan(spec: dict | None) -> tuple[PlannedKey, ...] | None:
     """The spec as a plan for the compiled record reader
-    (:func:`~tfrecord_torch.example.codec.read_item`): one ``(name, key bytes,
-    is_float, shape or None)`` per feature, when every feature is an
-    :class:`Int64` or :class:`Float` of a fixed shape (or ``shape=None``), uncast;
-    None otherwise (the usual decoding then)."""
+    (:func:`~tfrecord_torch.example.codec.read_item`): each feature's
+    :meth:`Feature.read_plan` under its output name, when every feature has
+    one (at most 32); None otherwise (the usual decoding then)."""
     if not isinstance(spec, dict) or not spec or len(spec) > 32:
         return None
     plan = []
     for name, feature in spec.items():
-        if type(feature) not in (Int64, Float) or feature.cast is not None or (feature.shape is not None and
-                                                   (-1 in feature.shape or len(feature.shape) > 8)):
+        entry = feature.read_plan()
+        if entry is None:
             return None
-        plan.append((name, feature.key.encode(), feature.kind == "float", feature.shape))
+        plan.append(entry._replace(name=name))
     return tuple(plan)
 
 

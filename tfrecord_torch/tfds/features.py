@@ -65,11 +65,16 @@ def boxes_on(spec: dict, image: str) -> dict:
     Raises:
         ValueError: ``image`` is not an Image feature of ``spec`` (the message lists them).
     """
-    images = [name for name, feature in spec.items() if isinstance(feature, Image)]
+    images = _image_names(spec)
     if image not in images:
         raise ValueError(f"boxes_on={image!r} must name the Image feature the boxes lie on, one of {images}")
     return {name: StackedBoxes(feature.key, image=spec[image].key) if isinstance(feature, BBox) else feature
             for name, feature in spec.items()}
+
+
+def _image_names(spec: dict) -> list[str]:
+    """The names of the spec's Image features: the canvases boxes may lie on."""
+    return [name for name, feature in spec.items() if isinstance(feature, Image)]
 
 
 def tfds_features(directory, storage_options: dict | None = None) -> dict:

@@ -210,3 +210,27 @@ def test_cast_refuses_values_that_do_not_fit(tmp_path):
         Int64(cast="bool")
     assert repr(Int64("n")) == "Int64('n', shape=())"
     assert Int64(default=0, cast=torch.bool).default.dtype == torch.bool
+
+
+def test_a_kind_answers_for_itself_in_sequences_and_plans():
+    """A kind of one's own is one class: its decode_steps serves
+    sequence_features, and a numeric subclass that decodes its own way is
+    never read past its code by the compiled reader."""
+    from tfrecord_torch import make_sequence_example, parse_sequence_example
+    from tfrecord_torch.features.specs import Int64, bind, item_plan
+
+    class Count(Int64):
+        def decode_steps(self, lists, *, has_lists):
+            return len(lists.get(self.key) or [])
+
+    class Doubled(Int64):
+        def convert(self, value):
+            return super().convert(value) * 2
+
+    class Named(Int64):  # decodes as Int64 does
+        names = ("a", "b")
+
+    payload = make_sequence_example({}, {"t": [[1], [2], [3]]})
+    assert parse_sequence_example(payload, None, {"t": Count()}) == ({}, {"t": 3})
+    assert item_plan(bind({"x": Doubled()})) is None
+    assert item_plan(bind({"x": Named()})) == (("x", b"x", False, ()),)
