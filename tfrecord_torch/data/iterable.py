@@ -11,7 +11,7 @@ import torch.utils.data
 
 from tfrecord_torch._types import Paths
 from tfrecord_torch.data import collating, elastic, plan  # noqa: F401 - collating registers the items' collate
-from tfrecord_torch.data.batchmode import BatchPipeline
+from tfrecord_torch.data.batchmode import BatchDecoding, BatchPipeline
 from tfrecord_torch.data.buffers import chunked, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
@@ -271,9 +271,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _pipeline(self) -> BatchPipeline:
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
-        return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
-                             images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
-                             policy=self.policy, verify=self.verify, prefetch=self.prefetch, remote=self.remote)
+        decoding = BatchDecoding(self.spec, self.transform, self.images, (self.seed, self.epoch, self.rank),
+                                 self.prefetch)
+        return BatchPipeline(self._reads(), decoding, self.policy)
 
     def _sequence(self, worker: int, workers: int) -> Share:
         """The epoch's plan and this rank's [lo, hi) in it (this reader's in
@@ -294,9 +294,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         of this rank's sequence; worker w decodes batches w, w + workers, ...
         (after ``skip`` of its own)."""
         size = cast(int, self.batch_size)
-        planner, lo, hi = self._sequence(worker, workers)
-        count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline().batches(planner, lo, hi, size, count, worker, workers, skip)
+        share = self._sequence(worker, workers)
+        count = (share.hi - share.lo) // size if self.drop_last else -(-(share.hi - share.lo) // size)
+        return self._pipeline().batches(share, size, count, Reader(worker, workers, skip))
 
     def _reads(self) -> ShardReads:
         """The shards this iteration reads, and how their bytes are reached."""
