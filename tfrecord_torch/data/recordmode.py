@@ -53,29 +53,6 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
                           indexes=reads.indexes, scatter=Scatter(hi - lo, workers) if reads.shuffle else None,
                           order=plan.shards_in_order(planner, [(min(lo + skip, hi), hi)]))
 
-    def units():
-        done = 0  # units (records) of the plan finished before this group
-        first = True
-        asked = 0  # bytes of the reads before, in the first group
-        for shards, records in groups:
-            if done + len(shards) <= skip:
-                done += len(shards)
-                continue
-            start = max(skip - done, 0)
-            session.began(shards[start:])
-            cuts = [start, len(shards)]
-            sizes = None
-            if first:  # the first read small, so the first items wait for it alone
-                first = False
-                sizes = _record_sizes(reads.indexes, shards[start:], records[start:])
-                cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
-            for a, b in zip(cuts, cuts[1:]):
-                early = reads.shuffle and sizes is not None and asked < plan.EARLY_BYTES
-                yield _Read(done + a, shards[a:b], records[a:b], early)
-                if sizes is not None:
-                    asked += int(sizes[a - start:b - start].sum())
-            done += len(shards)
-
     # the first shuffled items wait for no fill's later ranges: the early reads' records past a
     # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
     # order, a fill's first ranges grow as the reads do, and the reads wait for them
@@ -92,7 +69,7 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
         return session.from_bucket(unit.shards)
 
     with session:  # closed after the read-ahead; ended when the records ran out
-        source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
+        source = fetch_ahead(_reads_of(groups, skip, reads, session), fetch, remote=remote, weight=_group_bytes)
         try:
             source.begin()
             yield None  # begun: the caller takes this before it asks for the first record
@@ -102,6 +79,35 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
                     yield done, SKIPPED if item is None else decode(item)
         finally:
             source.close()
+
+
+def _reads_of(groups: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, reads: ShardReads,
+              session: ReadSession) -> Iterator[_Read]:
+    """The reads of ``groups`` after the first ``skip`` records, ``session``
+    told of each group's shards as it begins; the first group's first read
+    small (:func:`~tfrecord_torch.data.plan.ramp_cuts`), so the first items
+    wait for it alone."""
+    done = 0  # units (records) of the plan finished before this group
+    first = True
+    asked = 0  # bytes of the reads before, in the first group
+    for shards, records in groups:
+        if done + len(shards) <= skip:
+            done += len(shards)
+            continue
+        start = max(skip - done, 0)
+        session.began(shards[start:])
+        cuts = [start, len(shards)]
+        sizes = None
+        if first:  # the first read small, so the first items wait for it alone
+            first = False
+            sizes = _record_sizes(reads.indexes, shards[start:], records[start:])
+            cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
+        for a, b in zip(cuts, cuts[1:]):
+            early = reads.shuffle and sizes is not None and asked < plan.EARLY_BYTES
+            yield _Read(done + a, shards[a:b], records[a:b], early)
+            if sizes is not None:
+                asked += int(sizes[a - start:b - start].sum())
+        done += len(shards)
 
 
 def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
