@@ -212,7 +212,7 @@ def _batches_done(saved: _Saved, left: int) -> np.ndarray:
     """Batch mode: which of the ``left`` positions the ranks' batches held,
     as many batches on each rank as on the saving one (lockstep)."""
     rank, counts, spans, mode, what = saved.rank, saved.counts, saved.spans, saved.mode, saved.what
-    workers, size = len(counts), mode.get("batch_size")
+    workers, size = len(counts), mode["batch_size"]  # set: batch mode
     done = np.zeros(left, bool)
     steps = sum(counts)
     if counts != [len(range(w, steps, workers)) for w in range(workers)]:

@@ -16,7 +16,7 @@ from tfrecord_torch.data.buffers import chunked, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
 from tfrecord_torch.data.imagebatch import FusedPerSample, PerSample
-from tfrecord_torch.data.iteration import Reader, ShardReads, Share
+from tfrecord_torch.data.iteration import Reader, ShardReads, Share, this_reader
 from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source, dataset_options
 from tfrecord_torch.data.reading import Located, decode_or_skip
 from tfrecord_torch.data.recordmode import indexed_records, record_groups
@@ -214,7 +214,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def _settings(self) -> dict:
         """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`)."""
         return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                "worker": _reader(),
+                "worker": this_reader(),
                 "shards": describe_shards_for_state(self.paths, self.counts),
                 "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
                             "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
@@ -249,7 +249,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator:
         settle_worker()
-        worker, workers = _reader()
+        worker, workers = this_reader()
         skip = self._resume.start([worker, workers])
         self.policy.begin()  # before the first read: its skips are this iteration's
         if self.streamed:
@@ -262,12 +262,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return self._resume.deliver(units, self.policy, records=self.batch_size is None,
                                     where=reader_where(self._shown(), worker, workers))
 
-    def _rng(self, worker: int, workers: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
-
     def _mixed(self, items, worker: int, workers: int):
         """Apply the shuffle buffer (on references or undecoded payloads)."""
-        return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
+        return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, rng)
 
     def _pipeline(self) -> BatchPipeline:
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
@@ -343,8 +341,3 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         worked out again if ``spec``, ``transform`` or ``images`` is reassigned."""
         return self._fused.of(self.spec, self.transform, self.images)
 
-
-def _reader() -> list[int]:
-    """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
-    info = torch.utils.data.get_worker_info()
-    return [0, 1] if info is None else [info.id, info.num_workers]

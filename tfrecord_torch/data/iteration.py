@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import torch.utils.data
+
 from tfrecord_torch.data.plan import RangePlanner
 from tfrecord_torch.data.session import RemoteShards
 
-__all__ = ["Reader", "ShardReads", "Share"]
+__all__ = ["Reader", "ShardReads", "Share", "this_reader"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +54,9 @@ class Reader(NamedTuple):
     worker: int
     workers: int
     skip: int
+
+
+def this_reader() -> list[int]:
+    """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
+    info = torch.utils.data.get_worker_info()
+    return [0, 1] if info is None else [info.id, info.num_workers]
