@@ -184,3 +184,50 @@ def test_cli_help_is_light():
     assert proc.returncode == 0, proc.stderr
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "torch" not in imported and "numpy" not in imported, sorted(imported)[:50]
+
+
+def _functions(path: str) -> list[tuple[str, int, int]]:
+    """(name, first line, length in lines) of every function in a file, nested ones too."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return [(node.name, node.lineno, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _modules(folder: str) -> list[str]:
+    top = os.path.join(ROOT, folder)
+    return sorted(os.path.join(d, name) for d, _, names in os.walk(top) for name in names if name.endswith(".py"))
+
+
+def test_no_function_of_the_datasets_is_over_50_lines():
+    """data/ (transport included) is split into small steps, each one named: no
+    function, method or nested function over 50 lines (STYLE.md)."""
+    long = [f"{os.path.relpath(path, ROOT)}:{line} {name} ({length} lines)"
+            for path in _modules(os.path.join("tfrecord_torch", "data"))
+            for name, line, length in _functions(path) if length > 50]
+    assert not long, "functions over 50 lines; split them into named steps: " + ", ".join(long)
+
+
+def test_the_streaming_dataset_module_stays_a_composition():
+    """data/iterable.py holds TFRecordDataset's options and public methods;
+    each mode's reading lives in its own module (recordmode, batchmode, streamed)."""
+    with open(os.path.join(ROOT, "tfrecord_torch", "data", "iterable.py"), encoding="utf-8") as f:
+        lines = len(f.read().splitlines())
+    assert lines <= 350, f"data/iterable.py has {lines} lines (at most 350): move a responsibility out of it"
+
+
+def test_batch_pipeline_takes_option_objects():
+    """BatchPipeline is built from a few named values (ShardReads, BatchDecoding,
+    the policy), not a flat list of the dataset's settings."""
+    import ast
+
+    with open(os.path.join(ROOT, "tfrecord_torch", "data", "batchmode.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BatchPipeline")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    a = init.args
+    params = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg != "self"]
+    params += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+    assert len(params) <= 4, f"BatchPipeline takes {len(params)} arguments {params}; group them in option objects"

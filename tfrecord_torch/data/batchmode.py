@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from tfrecord_torch._pending import Done, Failed, Later, Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import DecodedBatch, ImageBatches, SizeMismatch, drop_rows
+from tfrecord_torch.data.iteration import Reader, ShardReads, Share
 from tfrecord_torch.data.prefetch import Started, ahead
 from tfrecord_torch.data.reading import (
     SKIPPED,
@@ -22,7 +24,7 @@ from tfrecord_torch.data.reading import (
     fetch_scattered,
     serialized_tensor,
 )
-from tfrecord_torch.data.session import ReadSession, RemoteShards, Scatter
+from tfrecord_torch.data.session import ReadSession, Scatter
 from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.features.collate import sequence_collate
@@ -30,7 +32,28 @@ from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 
-__all__ = ["BatchPipeline", "mixed_sizes"]
+__all__ = ["BatchDecoding", "BatchPipeline", "mixed_sizes"]
+
+
+@dataclass(frozen=True)
+class BatchDecoding:
+    """How batch mode decodes one iteration's batches.
+
+    Attributes:
+        spec: the dataset's feature spec (None, a dict or a SequenceSpec).
+        transform: the dataset's transform.
+        images: the image fast path's options; None when it is off.
+        seed_key: the ints that seed the fused crops of this iteration
+            (seed, epoch, rank).
+        prefetch: batches started ahead on a producer thread (0: one
+            started ahead on the consumer's thread).
+    """
+
+    spec: Any
+    transform: Callable | None
+    images: ImageBatching | None
+    seed_key: tuple[int, ...]
+    prefetch: int = 0
 
 
 class BatchPipeline:
@@ -42,41 +65,29 @@ class BatchPipeline:
     iterations); the per-epoch plan comes as :meth:`batches`' arguments.
 
     Args:
-        paths: the shards.
-        indexes: each shard's index (None where streamed: then only
-            :meth:`decode_streamed_batch` applies).
-        spec: the dataset's feature spec (None, a dict or a SequenceSpec).
-        transform: the dataset's transform.
-        images: the image fast path's options; None when it is off.
-        shuffle: whether the epoch's sequence is shuffled (positions then
-            gather from many shards).
-        seed_key: the ints that seed the fused crops of this iteration
-            (seed, epoch, rank).
+        reads: the shards (their indexes None where streamed: then only
+            :meth:`decode_streamed_batch` applies), and how they are reached
+            (:meth:`batches` reads through a
+            :class:`~tfrecord_torch.data.session.ReadSession` of them).
+        decoding: the spec, transform, image options, crop seed and prefetch.
         policy: the dataset's error policy (skips counted across workers).
-        verify: check record CRCs.
-        prefetch: batches started ahead on a producer thread (0: one
-            started ahead on the consumer's thread).
-        remote: how the dataset reaches its shards (the shard cache's copies
-            or the listing's check); :meth:`batches` reads through a
-            :class:`~tfrecord_torch.data.session.ReadSession` of them.
     """
 
-    def __init__(self, *, paths: list[str], indexes: list, spec: Any, transform: Callable | None,
-                 images: ImageBatching | None, shuffle: bool, seed_key: tuple[int, ...],
-                 policy: SharedErrorPolicy, verify: bool, prefetch: int = 0,
-                 remote: RemoteShards | None = None) -> None:
-        self.prefetch = prefetch
-        self.paths, self.indexes, self.spec, self.transform, self.images = paths, indexes, spec, transform, images
-        self.shuffle, self.seed_key, self.policy = shuffle, seed_key, policy
-        self.verify, self.remote = verify, RemoteShards() if remote is None else remote
+    def __init__(self, reads: ShardReads, decoding: BatchDecoding, policy: SharedErrorPolicy) -> None:
+        self.paths, self.indexes, self.shuffle = reads.paths, reads.indexes, reads.shuffle
+        self.verify, self.remote = reads.verify, reads.remote
+        self.spec, self.transform, self.images = decoding.spec, decoding.transform, decoding.images
+        self.seed_key, self.prefetch, self.policy = decoding.seed_key, decoding.prefetch, policy
 
-    def batches(self, plan: sharding.RangePlanner, lo: int, hi: int, size: int, count: int,
-                worker: int, workers: int, skip: int) -> Iterator[tuple[int, Any]]:
+    def batches(self, share: Share, size: int, count: int, reader: Reader) -> Iterator[tuple[int, Any]]:
         """Batches over indexed shards: batch b holds positions [lo + b*size,
-        lo + (b+1)*size) of the plan (up to ``hi``); worker w decodes batches
-        w, w + workers, ... below ``count`` (after ``skip`` of its own). Yields
-        (units finished, the batch or SKIPPED), ``prefetch`` batches started
-        ahead on a producer thread (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
+        lo + (b+1)*size) of ``share``'s plan (up to ``hi``); worker w decodes
+        batches w, w + workers, ... below ``count`` (after ``skip`` of its
+        own). Yields (units finished, the batch or SKIPPED), ``prefetch``
+        batches started ahead on a producer thread
+        (:func:`~tfrecord_torch.data.prefetch.ahead`)."""
+        plan, lo, hi = share
+        worker, workers, skip = reader
         mine = list(range(worker, count, workers))[skip:]
         spans = ((lo + b * size, min(lo + (b + 1) * size, hi)) for b in mine)
         session = ReadSession(self.remote, self.paths, verify=self.verify, report=self.policy.reporter(),

@@ -18,7 +18,7 @@ resumed run may also use another batch size or ``even`` mode.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -129,6 +129,43 @@ def progress(states: list[dict], total: int, what: str) -> list[list[int]]:
             a rank with shorter ranges than others).
     """
     head = states[0]
+    _check_one_loader(states, what)
+    rank, world, mode = head["rank"], head["world_size"], head["mode"]
+    if mode.get("even") == "pad":
+        raise ValueError(f"{what}.load_state_dict: a state saved with even='pad' repeats records to fill the "
+                         "ranks, so what it consumed is not a set of positions; resume with the same world size "
+                         "and num_workers, or start the epoch again (ds.set_epoch(state['epoch']))")
+    before = check_consumed(head.get("consumed") or [], total, what)
+    rest = remaining(before, total)
+    saved = _Saved(rank, [int(s["position"]) for s in states],
+                   [plan.rank_positions(len(rest), q, world, mode.get("even")) for q in range(world)], mode, what)
+    done = _records_done(saved, len(rest)) if mode.get("batch_size") is None else _batches_done(saved, len(rest))
+    mask = np.zeros(total, bool)
+    mask[rest[done]] = True
+    for a, b in before:
+        mask[a:b] = True
+    return _intervals(mask)
+
+
+class _Saved(NamedTuple):
+    """What the saving rank's reader states tell of the epoch they were saved in."""
+
+    rank: int  # the saving rank
+    counts: list[int]  # each of its DataLoader workers' position
+    spans: list[tuple[int, int]]  # each rank's [lo, hi) of the positions left before the epoch resumed
+    mode: dict  # the mode setting (batch_size, drop_last, even)
+    what: str  # the dataset's class name, for messages
+
+    def last(self) -> str:
+        """The remedy when only the last rank's state tells what all read."""
+        return ("pass the state of the last rank (rank {}), whose readers have the longest ranges, or resume "
+                "with the same world size and num_workers").format(len(self.spans) - 1)
+
+
+def _check_one_loader(states: list[dict], what: str) -> None:
+    """``states`` are every worker's of one loader: worker i of n each, in
+    the same epoch, rank, world size, mode and consumed positions."""
+    head = states[0]
     workers = len(states)
     for i, s in enumerate(states):
         worker = list(s.get("worker") or [0, 1])
@@ -140,57 +177,55 @@ def progress(states: list[dict], total: int, what: str) -> list[list[int]]:
             if s.get(key) != head.get(key):
                 raise ValueError(f"{what}.load_state_dict: the workers' states differ in {key!r} "
                                  f"({head.get(key)!r} and {s.get(key)!r}): not one loader's state")
-    rank, world, mode = head["rank"], head["world_size"], head["mode"]
-    if mode.get("even") == "pad":
-        raise ValueError(f"{what}.load_state_dict: a state saved with even='pad' repeats records to fill the "
-                         "ranks, so what it consumed is not a set of positions; resume with the same world size "
-                         "and num_workers, or start the epoch again (ds.set_epoch(state['epoch']))")
-    before = check_consumed(head.get("consumed") or [], total, what)
-    rest = remaining(before, total)
-    done = np.zeros(len(rest), bool)
-    counts = [int(s["position"]) for s in states]
-    spans = [plan.rank_positions(len(rest), q, world, mode.get("even")) for q in range(world)]
-    size = mode.get("batch_size")
-    last = ("pass the state of the last rank (rank {}), whose readers have the longest ranges, or resume with "
-            "the same world size and num_workers").format(world - 1)
-    if size is None:
-        cuts = [[plan.split_range(*span, w, workers) for w in range(workers)] for span in spans]
-        lengths = np.array([[b - a for a, b in row] for row in cuts])  # [rank, worker]
-        if (lengths == lengths[rank]).all():  # every rank's workers run out at the same steps
-            take = np.minimum(np.array(counts), lengths)
-        elif all(counts[w] >= lengths[rank, w] for w in range(workers)):  # this rank read its whole share
-            if (lengths > lengths[rank]).any():
-                raise ValueError(f"{what}.load_state_dict: rank {rank} had read its whole share of the epoch, "
-                                 "but ranks with more records may still have been reading; " + last)
-            take = lengths
-        elif all(counts[w] < lengths[rank, w] and counts[w] <= lengths[:, w].min() for w in range(workers)):
-            take = np.broadcast_to(np.array(counts), lengths.shape)  # every worker in the same turn on every rank
-        else:
-            raise ValueError(f"{what}.load_state_dict: the state was saved at the end of the epoch, where DataLoader "
-                             f"workers of different ranks run out at different steps (positions {counts}), so it "
-                             "does not tell what the other ranks read; resume with the same world size and "
-                             "num_workers (batch mode, batch_size=, whose ranks share batch boundaries, has no such "
-                             "steps)")
-        for row, counted in zip(cuts, take):
-            for (a, b), n in zip(row, counted):
-                done[a:min(a + int(n), b)] = True
+
+
+def _records_done(saved: _Saved, left: int) -> np.ndarray:
+    """Record mode: which of the ``left`` positions every rank's workers
+    delivered, each rank's as many as the saving rank's (lockstep)."""
+    rank, counts, spans, what = saved.rank, saved.counts, saved.spans, saved.what
+    workers = len(counts)
+    done = np.zeros(left, bool)
+    cuts = [[plan.split_range(*span, w, workers) for w in range(workers)] for span in spans]
+    lengths = np.array([[b - a for a, b in row] for row in cuts])  # [rank, worker]
+    if (lengths == lengths[rank]).all():  # every rank's workers run out at the same steps
+        take = np.minimum(np.array(counts), lengths)
+    elif all(counts[w] >= lengths[rank, w] for w in range(workers)):  # this rank read its whole share
+        if (lengths > lengths[rank]).any():
+            raise ValueError(f"{what}.load_state_dict: rank {rank} had read its whole share of the epoch, "
+                             "but ranks with more records may still have been reading; " + saved.last())
+        take = lengths
+    elif all(counts[w] < lengths[rank, w] and counts[w] <= lengths[:, w].min() for w in range(workers)):
+        take = np.broadcast_to(np.array(counts), lengths.shape)  # every worker in the same turn on every rank
     else:
-        steps = sum(counts)
-        if counts != [len(range(w, steps, workers)) for w in range(workers)]:
-            raise ValueError(f"{what}.load_state_dict: the workers delivered {counts} batches, which an in-order "
-                             "loader does not give (in_order=False?); resume with the same world size and "
-                             "num_workers")
+        raise ValueError(f"{what}.load_state_dict: the state was saved at the end of the epoch, where DataLoader "
+                         f"workers of different ranks run out at different steps (positions {counts}), so it "
+                         "does not tell what the other ranks read; resume with the same world size and "
+                         "num_workers (batch mode, batch_size=, whose ranks share batch boundaries, has no such "
+                         "steps)")
+    for row, counted in zip(cuts, take):
+        for (a, b), n in zip(row, counted):
+            done[a:min(a + int(n), b)] = True
+    return done
 
-        def batches(a: int, b: int) -> int:
-            return (b - a) // size if mode.get("drop_last") else -(-(b - a) // size)
 
-        if steps >= batches(*spans[rank]) and any(batches(*span) > steps for span in spans):
-            raise ValueError(f"{what}.load_state_dict: rank {rank} had read all its {steps} batches of the epoch, "
-                             "but ranks with more batches may still have been reading; " + last)
-        for a, b in spans:
-            done[a:min(a + min(steps, batches(a, b)) * size, b)] = True
-    mask = np.zeros(total, bool)
-    mask[rest[done]] = True
-    for a, b in before:
-        mask[a:b] = True
-    return _intervals(mask)
+def _batches_done(saved: _Saved, left: int) -> np.ndarray:
+    """Batch mode: which of the ``left`` positions the ranks' batches held,
+    as many batches on each rank as on the saving one (lockstep)."""
+    rank, counts, spans, mode, what = saved.rank, saved.counts, saved.spans, saved.mode, saved.what
+    workers, size = len(counts), mode["batch_size"]  # set: batch mode
+    done = np.zeros(left, bool)
+    steps = sum(counts)
+    if counts != [len(range(w, steps, workers)) for w in range(workers)]:
+        raise ValueError(f"{what}.load_state_dict: the workers delivered {counts} batches, which an in-order "
+                         "loader does not give (in_order=False?); resume with the same world size and "
+                         "num_workers")
+
+    def batches(a: int, b: int) -> int:
+        return (b - a) // size if mode.get("drop_last") else -(-(b - a) // size)
+
+    if steps >= batches(*spans[rank]) and any(batches(*span) > steps for span in spans):
+        raise ValueError(f"{what}.load_state_dict: rank {rank} had read all its {steps} batches of the epoch, "
+                         "but ranks with more batches may still have been reading; " + saved.last())
+    for a, b in spans:
+        done[a:min(a + min(steps, batches(a, b)) * size, b)] = True
+    return done

@@ -2,7 +2,8 @@
 (``ds[i]``) or a batch of them in one pass (``ds.__getitems__``).
 
 An :class:`ItemFetcher` owns what reading needs: the shards with their
-indexes (cumulative record counts to find the shard), a reader pool, the
+indexes (cumulative record counts to find the shard), a read session (its
+reader pool moves the bytes), the
 spec with its plan for the compiled reader, and the stand-ins of bad records.
 A batch is read in file order (a global index grows with the shard and with
 the record's offset in it), one positioned read per run of adjacent records (the
@@ -14,11 +15,10 @@ is decoded on its own, so every item is a fresh object.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import operator
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -26,16 +26,14 @@ import torch
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import is_v2_transform, laid_out_for
 from tfrecord_torch.data.reading import decode_payload
-from tfrecord_torch.data.session import ReadSession, RemoteShards
+from tfrecord_torch.data.session import Ranges, ReadSession, RemoteShards
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import SequenceSpec
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
-from tfrecord_torch.io import ranges
 from tfrecord_torch.io.files import is_url
-from tfrecord_torch.io.pool import ReaderPool
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
 
@@ -91,7 +89,6 @@ class ItemFetcher:
         self.paths, self.indexes = paths, indexes
         self.spec, self.transform, self.verify, self.policy = spec, transform, verify, policy
         self.session = ReadSession(remote, paths, verify=verify, indexes=indexes, fresh=False)
-        self.readers = cast(ReaderPool, self.session.readers)
         self.stand_in: dict[int, int] = {}  # bad item -> the readable item that replaced it (per process)
         self.ends = np.cumsum([len(i) for i in indexes], dtype=np.int64)
         self._ends: list[int] = self.ends.tolist()  # bisected per item: no numpy call
@@ -219,11 +216,11 @@ class ItemFetcher:
                     return item
                 return apply_transform(self.transform, item, path, index.item(r, 0), r)
         offset, size = index.item(r, 0), index.item(r, 1)
-        data = self.readers.read(path, offset, size)
+        data = self.session.read(path, offset, size)
         try:
             return self._decode(data, path, offset, r)
         except CorruptRecordError as e:  # a stale index is raised, never replaced
-            error = explain(e, index, self.readers.storage_options)
+            error = explain(e, index, self.session.context.storage_options)
             if error is e:
                 raise
             raise error from None
@@ -250,7 +247,7 @@ class ItemFetcher:
         """Record ``r`` read, checked and decoded by the compiled reader, for a
         local file and a record of the usual shape; None otherwise (then the
         usual path reads it, and raises the error that names it)."""
-        fd = self.readers.descriptor(path)
+        fd = self.session.descriptor(path)
         if fd is None:
             return None
         if planned.plan is not None:  # numbers only: the wanted features straight to tensors
@@ -270,31 +267,25 @@ class ItemFetcher:
         return decode_payload(payload, path, offset, r, planned.decoding, self.transform, planned.owned)
 
     def _read_frames(self, unique: np.ndarray) -> list[Frame]:
-        """The frames of the sorted global indices ``unique``, read by
-        :func:`~tfrecord_torch.io.ranges.read_many`: adjacent records in one
-        read, the requests of every remote shard in flight together."""
+        """The frames of the sorted global indices ``unique``, read by the
+        session (:meth:`~tfrecord_torch.data.session.ReadSession.read_ranges`):
+        adjacent records in one read, the requests of every remote shard in
+        flight together."""
         shards = np.searchsorted(self.ends, unique, side="right")
         cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(unique)]
-        parts = []  # (path, record numbers, offsets, sizes) per shard
+        parts, numbers = [], []  # per shard: its ranges, and their record numbers
         for lo, hi in zip(cuts[:-1], cuts[1:]):
             shard = int(shards[lo])
             records = unique[lo:hi] - self._starts[shard]
             rows = self.indexes[shard][records]
-            parts.append((self.paths[shard], records.tolist(), rows[:, 0].tolist(), rows[:, 1].tolist()))
-        if not any(is_url(path) for path, *_ in parts):  # one open file at a time
-            read = []
-            for path, _, offsets, sizes in parts:
-                with self.readers.borrow(path) as reader:
-                    read.append(ranges.read_ranges(reader, offsets, sizes))
-        else:
+            parts.append(Ranges(self.paths[shard], rows[:, 0].tolist(), rows[:, 1].tolist()))
+            numbers.append(records.tolist())
+        first = False
+        if any(is_url(part.path) for part in parts):
             # a process's first batch waits for no fill's later ranges: its records past a fill's
             # first range come from the bucket (at most a batch's bytes fetched twice)
             first = self._read_in != os.getpid()
             self._read_in = os.getpid()
-            with contextlib.ExitStack() as stack:
-                readers = [stack.enter_context(self.readers.borrow(path)) for path, *_ in parts]
-                read = ranges.read_many([(reader, offsets, sizes)
-                                         for reader, (_, _, offsets, sizes) in zip(readers, parts)],
-                                        far=self.session.first_far if first else None)
-        return [Frame(data, path, offset, r) for (path, records, offsets, _), got in zip(parts, read)
-                for data, offset, r in zip(got, offsets, records)]
+        read = self.session.read_ranges(parts, first=first)
+        return [Frame(data, part.path, offset, r) for part, records, got in zip(parts, numbers, read)
+                for data, offset, r in zip(got, part.offsets, records)]

@@ -37,8 +37,8 @@ from tfrecord_torch.features.images.objects import transform_objects
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "decoders_for", "drop_rows", "fuse_per_sample",
-           "is_v2_transform", "laid_out_for"]
+__all__ = ["DecodedBatch", "FusedPerSample", "ImageBatches", "PerSample", "SizeMismatch", "decoders_for", "drop_rows",
+           "fuse_per_sample", "is_v2_transform", "laid_out_for"]
 
 _RESIZE_HINT = ("a transform that gives one size (v2.Resize((h, w)), v2.RandomResizedCrop(s), "
                 "v2.CenterCrop(s))")
@@ -181,6 +181,37 @@ def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatchin
 
     fused = {n: CroppedImage(f, plan) if n == name else f for n, f in spec.items()}
     return fused, (v2.Compose(rest) if rest else None)
+
+
+class PerSample(NamedTuple):
+    """What the per-sample path decodes with: the spec (with a fused crop) and
+    the rest of the transform."""
+
+    spec: Any
+    transform: Callable | None
+
+
+class _Settings(NamedTuple):
+    """The dataset's settings the per-sample path's decoding is worked out from."""
+
+    spec: Any
+    transform: Callable | None
+    images: ImageBatching | None
+
+
+class FusedPerSample:
+    """:func:`fuse_per_sample` of a dataset's settings, worked out again only
+    when ``spec``, ``transform`` or ``images`` is reassigned."""
+
+    def __init__(self) -> None:
+        self._fused: tuple[_Settings, PerSample] | None = None
+
+    def of(self, spec: Any, transform: Callable | None, images: ImageBatching | None) -> PerSample:
+        """The :class:`PerSample` of these settings."""
+        given = _Settings(spec, transform, images)
+        if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
+            self._fused = (given, PerSample(*fuse_per_sample(*given)))
+        return self._fused[1]
 
 
 def laid_out_for(spec: dict, transform: Any) -> dict:

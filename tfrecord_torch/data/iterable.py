@@ -3,43 +3,30 @@
 from __future__ import annotations
 
 import functools
-import threading
-import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, cast
+from typing import cast
 
 import numpy as np
 import torch.utils.data
 
-from tfrecord_torch._args import check_flag, check_instance, check_int
 from tfrecord_torch._types import Paths
-from tfrecord_torch.data import (
-    collating,  # noqa: F401 - registers the items' collate in workers
-    elastic,
-    plan,
-)
-from tfrecord_torch.data.batchmode import BatchPipeline
-from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
+from tfrecord_torch.data import collating, elastic, plan  # noqa: F401 - collating registers the items' collate
+from tfrecord_torch.data.batchmode import BatchDecoding, BatchPipeline
+from tfrecord_torch.data.buffers import chunked, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.imagebatch import fuse_per_sample
-from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
-from tfrecord_torch.data.readahead import fetch_ahead
-from tfrecord_torch.data.reading import (
-    SKIPPED,
-    Located,
-    decode_or_skip,
-    fetch_scattered,
-    interleave,
-    stream_shard,
-)
-from tfrecord_torch.data.session import ReadSession, RemoteShards, Scatter
-from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
+from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
+from tfrecord_torch.data.imagebatch import FusedPerSample, PerSample
+from tfrecord_torch.data.iteration import Reader, ShardReads, Share, this_reader
+from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source, dataset_options
+from tfrecord_torch.data.reading import Located, decode_or_skip
+from tfrecord_torch.data.recordmode import indexed_records, record_groups
+from tfrecord_torch.data.session import RemoteShards
+from tfrecord_torch.data.shards import LazyIndexes, check_lengths, find_shards, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
-from tfrecord_torch.data.usage import check_positional, no_flat_cache, no_random_access
+from tfrecord_torch.data.streamed import check_streamed, closing, decoded, no_shards, open_streamed
+from tfrecord_torch.data.usage import check_call, no_random_access, unknown_length
 from tfrecord_torch.data.workersetup import settle_worker
-from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
 from tfrecord_torch.policy import OnError
@@ -104,10 +91,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     """
 
     def __new__(cls, *args, **kwargs):
-        check_positional(cls.__name__, args)  # before Python's "takes 2 positional arguments"
-        if "cache" in kwargs:  # IndexedTFRecordDataset's flat keyword, before Python's "unexpected keyword"
-            raise no_flat_cache(cls.__name__, kwargs["cache"])
-        refuse_moved_keywords(cls.__name__, {k: v for k, v in kwargs.items() if k in MOVED})
+        check_call(cls.__name__, args, kwargs)  # before Python's "takes 2 positional arguments"
         return super().__new__(cls)
 
     def __init__(self, paths: Paths, *, features: dict | Payload | None = None,
@@ -117,18 +101,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                  sharding: Sharding | None = None, source: Source | None = None,
                  batching: Batching | None = None) -> None:
         super().__init__()
-        check_int("batch_size", batch_size, minimum=1, optional=True)
-        shuffling = Shuffling() if not isinstance(shuffle, Shuffling) else shuffle
-        if not isinstance(shuffle, Shuffling):
-            check_flag("shuffle", shuffle)
-        sharding = check_instance("sharding", sharding or Sharding(), Sharding, "a Sharding")
-        source = check_instance("source", source or Source(), Source, "a Source")
-        batching = check_instance("batching", batching or Batching(), Batching, "a Batching")
+        shuffling, sharding, source, batching = dataset_options(batch_size=batch_size, shuffle=shuffle,
+                                                                sharding=sharding, source=source, batching=batching)
         self.spec = make_spec(features, sequence_features)
-        if isinstance(self.spec, Payload) and isinstance(batching.images, ImageBatching):
-            raise ValueError(f"batching=Batching(images=ImageBatching(...)) sets how Image features decode, "
-                             f"but features={self.spec!r} reads each record's payload as it is, with no "
-                             "images to decode; leave images= out (or decode the images in the hook)")
+        batching.check_spec(self.spec)
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
@@ -138,74 +114,43 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.shuffle_block, self.cycle_length = shuffling.block, shuffling.cycle_length
         self.transform, self.batch_size, self.drop_last = transform, batch_size, batching.drop_last
         self.images, self.prefetch = batching.image_options, batching.prefetch
-        self._fused: tuple[_Settings, PerSample] | None = None  # what the per-sample path decodes with
+        self._fused = FusedPerSample()  # what the per-sample path decodes with
         self.compression, self.verify = source.compression, source.verify
         self.policy = SharedErrorPolicy(on_error, self.paths)
         self.progress = source.progress
-        self._lengths = self._check_lengths(source.lengths)
-        self._index_args = _IndexArgs(source.index, listing)
+        self._lengths = check_lengths(source.lengths, self.paths)
+        self._indexes = LazyIndexes(listing, source.index, self._lengths)
         self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle)
-        self._indexes_built: list | None = None
-        self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
-        if self.streamed and even is not None:
-            raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
-                             "(cannot be indexed); decompress them or use even=None")
-        if self.streamed and len(self.paths) < self.world_size:
-            raise ValueError(_idle_ranks(len(self.paths), self.world_size, None, source.index is False))
+        if self.streamed:
+            check_streamed(len(self.paths), self.world_size, even, source.index is False)
         shuffle_buffer = shuffling.buffer
         self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
         self._resume = ResumeState(type(self).__name__)
 
-    def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
-        state = with_check(type(self).__name__, self.__dict__,
-                           user_callables(self.transform, self.spec, self.policy.on_error))
-        state["_index_lock"] = None
-        return state
+    def __getstate__(self) -> dict:  # spawned DataLoader workers: say which callable does not pickle
+        return with_check(type(self).__name__, self.__dict__,
+                          user_callables(self.transform, self.spec, self.policy.on_error))
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(without_check(state))
-        self._index_lock = threading.Lock()
-
-    def _check_lengths(self, lengths) -> list[int] | None:
-        if lengths is None:
-            return None
-        if len(lengths) != len(self.paths):
-            raise ValueError(f"lengths: got {len(lengths)} record counts for {len(self.paths)} shards "
-                             "(one count >= 0 per shard)")
-        return list(lengths)
 
     @property
     def indexes(self) -> list:
         """Each shard's index (None: streamed). With ``lengths=`` the shards
         are indexed when something first needs their offsets, not before."""
-        if self._indexes_built is None:
-            with self._index_lock:
-                if self._indexes_built is None:
-                    self._indexes_built = self._build_indexes(self._index_args.index, self._index_args.listing)
-        return self._indexes_built
+        return self._indexes.get(self._build_indexes)
 
-    def _build_indexes(self, index, listing) -> list:
-        if index is False:
-            return [None] * len(self.paths)
-        index, save = index_argument(index, len(self.paths))
-        built = shard_indexes(listing, compression=self.compression, index=index, save=save,
-                              progress=self.progress, report=self.policy.reporter(),
-                              storage_options=self.storage_options, copies=self.remote.fresh_copies())
-        for path, found, expected in zip(self.paths, built, self._lengths or ()):
-            if found is None:
-                raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "
-                                    f"lengths= gave its record count ({expected})")
-            if len(found) != expected:
-                raise TFRecordError(f"{path}: lengths= (dataset_info.json's shardLengths for a TFDS "
-                                    f"folder) says {expected} records, but the shard holds {len(found)}")
-        return built
+    def _build_indexes(self, listing, index: list | None, save) -> list:
+        return shard_indexes(listing, compression=self.compression, index=index, save=save,
+                             progress=self.progress, report=self.policy.reporter(),
+                             storage_options=self.storage_options, copies=self.remote.fresh_copies())
 
     @property
     def counts(self) -> list[int] | None:
         """Records per shard (None if some shard is streamed); from ``lengths=``
         when given, without reading the shards."""
-        if self._lengths is not None and self._indexes_built is None:
+        if self._lengths is not None and self._indexes.built is None:
             return list(self._lengths)
         return None if self.streamed else [len(i) for i in self.indexes]
 
@@ -269,7 +214,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def _settings(self) -> dict:
         """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`)."""
         return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                "worker": _reader(),
+                "worker": this_reader(),
                 "shards": describe_shards_for_state(self.paths, self.counts),
                 "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
                             "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
@@ -281,17 +226,11 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return self.policy.summary()
 
     def __repr__(self) -> str:
-        records = "streamed" if self.streamed else f"{sum(self.counts or ()):,} records"
-        spec = self.spec
-        features = spec if isinstance(spec, Payload) else sorted(spec) if spec is not None else None
-        parts = [describe_shards(self.paths), records, f"features={features}"]
-        if self.shuffle:
-            parts.append(f"shuffle=True, seed={self.seed}, epoch={self.epoch}")
-        if self.batch_size is not None:
-            parts.append(f"batch_size={self.batch_size}")
-        if self.world_size > 1:
-            parts.append(f"rank={self.rank}/{self.world_size}")
-        return f"{type(self).__name__}({', '.join(parts)})"
+        return dataset_repr(self._shown(), self.paths, None if self.streamed else self.counts, self.spec)
+
+    def _shown(self) -> Shown:
+        return Shown(type(self).__name__, self.epoch, self.rank, self.world_size, self.shuffle, self.seed,
+                     self.batch_size)
 
     def __getitem__(self, i):
         raise no_random_access(type(self).__name__)
@@ -299,32 +238,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
-            raise TypeError(self._unknown_length())
+            raise TypeError(unknown_length(self.paths, self.indexes, self._indexes.off))
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
         n = hi - lo
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _unknown_length(self) -> str:
-        if self._index_args.index is False:
-            return ("len() is unknown: Source(index=False) streams every shard, so no record is counted "
-                    "before it is read; leave index= out to index (and count) the uncompressed shards")
-        streamed = [p for p, i in zip(self.paths, self.indexes) if i is None]
-        shown = streamed if len(streamed) <= 3 else [*streamed[:2], "..."]
-        files = " ".join(streamed) if len(streamed) <= 3 else "FILES"
-        return (f"len() is unknown: {len(streamed)} of {len(self.paths)} shards "
-                f"{'is' if len(streamed) == 1 else 'are'} compressed ({', '.join(shown)}), and a compressed "
-                "shard is streamed, not indexed, so its records are not counted before they are read. Count "
-                f"them with `tfrecord-torch verify {files}` (it reads each file once and prints its record "
-                "count); or decompress the shards once (`tfrecord-torch decompress IN OUT`) and read the "
-                "uncompressed copies, which are indexed and counted")
-
     # --- iteration -----------------------------------------------------------
 
     def __iter__(self) -> Iterator:
         settle_worker()
-        worker, workers = _reader()
+        worker, workers = this_reader()
         skip = self._resume.start([worker, workers])
         self.policy.begin()  # before the first read: its skips are this iteration's
         if self.streamed:
@@ -334,45 +259,21 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         else:
             units = self._records(worker, workers, skip)
             next(units)  # the first read begins now: a DataLoader worker is here before its first index comes
-        return self._deliver(units, self._where(worker, workers))
-
-    def _deliver(self, units, where: str) -> Iterator:
-        records = self.batch_size is None and not self.policy.raises  # batch mode counts in its pipeline
-        policy = self.policy
-        for position, value in units:  # (units finished so far, the value or SKIPPED)
-            self._resume.position = position
-            if value is not SKIPPED:
-                if records:
-                    policy.delivered()
-                yield value
-        policy.end(where)  # a spec error skipped in every record raises; else one line if any was skipped
-
-    def _where(self, worker: int, workers: int) -> str:
-        """This reader, for the line an epoch with skips logs."""
-        parts = [f"rank {self.rank} of {self.world_size}"] if self.world_size > 1 else []
-        if workers > 1 or torch.utils.data.get_worker_info() is not None:
-            parts.append(f"DataLoader worker {worker} of {workers}")
-        return f"{type(self).__name__} epoch {self.epoch}" + (f" ({', '.join(parts)})" if parts else "")
-
-    def _rng(self, worker: int, workers: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
+        return self._resume.deliver(units, self.policy, records=self.batch_size is None,
+                                    where=reader_where(self._shown(), worker, workers))
 
     def _mixed(self, items, worker: int, workers: int):
         """Apply the shuffle buffer (on references or undecoded payloads)."""
-        return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, self._rng(worker, workers))
-
-    def _planner(self, scope: tuple[int, int]) -> plan.RangePlanner:
-        """The epoch's plan for a reader owning positions ``scope``."""
-        return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                                 block=self.shuffle_block, scope=scope)
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank * workers + worker, 1])
+        return shuffle_buffer(items, self.shuffle_buffer if self.shuffle else 0, rng)
 
     def _pipeline(self) -> BatchPipeline:
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
-        return BatchPipeline(paths=self.paths, indexes=self.indexes, spec=self.spec, transform=self.transform,
-                             images=self.images, shuffle=self.shuffle, seed_key=(self.seed, self.epoch, self.rank),
-                             policy=self.policy, verify=self.verify, prefetch=self.prefetch, remote=self.remote)
+        decoding = BatchDecoding(self.spec, self.transform, self.images, (self.seed, self.epoch, self.rank),
+                                 self.prefetch)
+        return BatchPipeline(self._reads(), decoding, self.policy)
 
-    def _sequence(self, worker: int, workers: int) -> tuple[plan.RangePlanner, int, int]:
+    def _sequence(self, worker: int, workers: int) -> Share:
         """The epoch's plan and this rank's [lo, hi) in it (this reader's in
         record mode). An epoch resumed under another layout plans only the
         positions its predecessor left (``ResumeState.consumed``)."""
@@ -382,131 +283,53 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         lo, hi = plan.rank_positions(total if left is None else len(left), self.rank, self.world_size, self.even)
         if self.batch_size is None:
             lo, hi = plan.split_range(lo, hi, worker, workers)
-        if left is None:
-            return self._planner((lo, hi)), lo, hi
-        return plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                                 remaining=left), lo, hi
+        part = {"block": self.shuffle_block, "scope": (lo, hi)} if left is None else {"remaining": left}
+        return Share(plan.RangePlanner(self.counts or [], shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                                       **part), lo, hi)
 
     def _batches(self, worker: int, workers: int, skip: int):
         """Batch mode over indexed shards. Batch b holds positions [b*B, (b+1)*B)
         of this rank's sequence; worker w decodes batches w, w + workers, ...
         (after ``skip`` of its own)."""
         size = cast(int, self.batch_size)
-        planner, lo, hi = self._sequence(worker, workers)
-        count = (hi - lo) // size if self.drop_last else -(-(hi - lo) // size)
-        return self._pipeline().batches(planner, lo, hi, size, count, worker, workers, skip)
+        share = self._sequence(worker, workers)
+        count = (share.hi - share.lo) // size if self.drop_last else -(-(share.hi - share.lo) // size)
+        return self._pipeline().batches(share, size, count, Reader(worker, workers, skip))
+
+    def _reads(self) -> ShardReads:
+        """The shards this iteration reads, and how their bytes are reached."""
+        return ShardReads(self.paths, self.indexes, self.remote, self.verify, self.shuffle)
 
     def _records(self, worker: int, workers: int, skip: int):
-        """Record mode over indexed shards: this reader's range of the epoch's
-        sequence, read a group at a time (shard by shard, ascending offsets).
-        The first value is None, once the first read has begun; then the
+        """Record mode over indexed shards (:func:`~tfrecord_torch.data.recordmode.indexed_records`):
+        the first value is None, once the first read has begun; then the
         (position, record) pairs."""
-        planner, lo, hi = self._sequence(worker, workers)
-        if not self.shuffle:  # in order: runs of one shard, up to _GROUP_BYTES each
-            groups = ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
-                      for piece in _pieces(self.indexes[s.shard], s.records))
-        else:
-            size = self.shuffle_block * plan.SHUFFLE_WINDOW
-            groups = (planner.pairs(a, b) for a, b in plan.read_groups(lo, hi, size))
-            if self.shuffle_buffer > 1:
-                refs = (pair for shards, records in groups for pair in zip(shards.tolist(), records.tolist()))
-                groups = (columns(chunk) for chunk in chunked(self._mixed(refs, worker, workers), size, False))
-        session = ReadSession(self.remote, self.paths, verify=self.verify, report=self.policy.reporter(),
-                              indexes=self.indexes, scatter=Scatter(hi - lo, workers) if self.shuffle else None,
-                              order=plan.shards_in_order(planner, [(min(lo + skip, hi), hi)]))
-
-        def units():
-            done = 0  # units (records) of the plan finished before this group
-            first = True
-            asked = 0  # bytes of the reads before, in the first group
-            for shards, records in groups:
-                if done + len(shards) <= skip:
-                    done += len(shards)
-                    continue
-                start = max(skip - done, 0)
-                session.began(shards[start:])
-                cuts = [start, len(shards)]
-                sizes = None
-                if first:  # the first read small, so the first items wait for it alone
-                    first = False
-                    sizes = _record_sizes(self.indexes, shards[start:], records[start:])
-                    cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
-                for a, b in zip(cuts, cuts[1:]):
-                    early = self.shuffle and sizes is not None and asked < plan.EARLY_BYTES
-                    yield _Read(done + a, shards[a:b], records[a:b], early)
-                    if sizes is not None:
-                        asked += int(sizes[a - start:b - start].sum())
-                done += len(shards)
-
-        # the first shuffled items wait for no fill's later ranges: the early reads' records past a
-        # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
-        # order, a fill's first ranges grow as the reads do, and the reads wait for them
-        def fetch(unit: _Read) -> tuple[int, list]:
-            return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
-                                                  session.first_context if unit.early else session.context)
-
-        # a shard whose copy is being filled is read where its records are decoded, as a complete
-        # copy's is: its reads wait for the fill, and only records far past what the fill has written
-        # (shuffled) go to the bucket, by requests in flight together; a read-ahead thread cost more
-        # CPU in hand-offs and in allocations from another malloc arena than its overlap saved, and the
-        # records it fetched ahead of the fills went to the bucket more often
-        def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
-            return session.from_bucket(unit.shards)
-
-        with session:  # closed after the read-ahead; ended when the records ran out
-            source = fetch_ahead(units(), fetch, remote=remote, weight=_group_bytes)
-            try:
-                source.begin()
-                yield None  # begun: the caller takes this before it asks for the first record
-                for done, items in source:
-                    for item in items:
-                        done += 1
-                        yield done, SKIPPED if item is None else self._decode(item)
-            finally:
-                source.close()
+        share = self._sequence(worker, workers)
+        mix = None
+        if self.shuffle and self.shuffle_buffer > 1:
+            mix = functools.partial(self._mixed, worker=worker, workers=workers)
+        groups = record_groups(self._reads(), share, self.shuffle_block, mix)
+        return indexed_records(self._reads(), share, Reader(worker, workers, skip), groups, self._decode,
+                               self.policy.reporter())
 
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
         are read again but not decoded."""
         shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
-                                      worker=worker, num_workers=workers, shuffle=self.shuffle,
-                                      seed=self.seed, epoch=self.epoch)
+                                  worker=worker, num_workers=workers, shuffle=self.shuffle,
+                                  seed=self.seed, epoch=self.epoch)
         if not shards:
-            self._no_shards(worker, workers)
-        session = ReadSession(self.remote, self.paths, verify=self.verify, report=self.policy.reporter(),
-                              order=list(shards))
-
-        def opened(shard: int):
-            session.began([shard])
-            return stream_shard(self.paths[shard], session.context, compression=self.compression)
-
-        located = interleave([functools.partial(opened, s) for s in shards], self.cycle_length if self.shuffle else 1)
-        units = self._mixed(located, worker, workers)
+            no_shards(type(self).__name__, shards=len(self.paths), rank=self.rank, world_size=self.world_size,
+                      worker=worker, workers=workers, indexed_off=self._indexes.off)
+        opened = open_streamed(self._reads(), shards, report=self.policy.reporter(), compression=self.compression,
+                               cycle_length=self.cycle_length if self.shuffle else 1)
+        units = self._mixed(opened.located, worker, workers)
         if self.batch_size is not None:
             out = self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,
                                                     (worker,))
         else:
-            out = self._streamed_records(units, skip)
-        return _closing(out, session)
-
-    def _no_shards(self, worker: int, workers: int) -> None:
-        """This reader was dealt no streamed shard: an error if its whole rank
-        was (DDP would wait for that rank forever), else a warning (an idle
-        DataLoader worker)."""
-        n, indexed_off = len(self.paths), self._index_args.index is False
-        if self.rank * workers >= n:  # readers rank*workers .. +workers-1 take positions below n
-            raise ValueError(_idle_ranks(n, self.world_size, workers, indexed_off, self.rank))
-        readers = f"{self.world_size} ranks x {workers}" if self.world_size > 1 else f"{workers}"
-        warnings.warn(f"{type(self).__name__}: DataLoader worker {worker} of {workers}"
-                      f"{f' on rank {self.rank}' if self.world_size > 1 else ''} reads nothing: {n} streamed "
-                      f"shard(s) are dealt whole to {readers} DataLoader workers; "
-                      f"{_STREAMED_REMEDY if not indexed_off else _UNINDEXED_REMEDY}, or use fewer workers",
-                      RuntimeWarning, stacklevel=2)
-
-    def _streamed_records(self, units, skip: int):
-        for position, unit in enumerate(units, start=1):
-            if position > skip:
-                yield position, self._decode(unit)
+            out = decoded(units, skip, self._decode)
+        return closing(out, opened.session)
 
     def _decode(self, item: Located):
         fused = self._per_sample()
@@ -516,95 +339,5 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         """The spec and transform the per-sample path decodes with: a fusable
         head of the transform done while decoding (:func:`fuse_per_sample`),
         worked out again if ``spec``, ``transform`` or ``images`` is reassigned."""
-        given = _Settings(self.spec, self.transform, self.images)
-        if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
-            self._fused = (given, PerSample(*fuse_per_sample(*given)))
-        return self._fused[1]
+        return self._fused.of(self.spec, self.transform, self.images)
 
-
-_GROUP_BYTES = 16 << 20  # records of a shard read in order as one group (one window)
-_STREAMED_REMEDY = ("compressed shards cannot be indexed: decompress them (`tfrecord-torch decompress`) so "
-                    "their records are split over every rank and worker, or write more shards than "
-                    "ranks x DataLoader workers")
-_UNINDEXED_REMEDY = ("Source(index=False) streams the shards: leave index= at its default so their records "
-                     "are split over every rank and worker, or write more shards than ranks x DataLoader workers")
-
-
-def _idle_ranks(shards: int, world_size: int, workers: int | None, indexed_off: bool, rank: int | None = None
-                ) -> str:
-    """The error for streamed shards that leave a rank with nothing to read."""
-    if workers is None:
-        who = f"rank {shards} reads nothing" if shards == world_size - 1 else \
-            f"ranks {shards} to {world_size - 1} read nothing"
-    else:
-        who = f"rank {rank} reads nothing with {workers} DataLoader workers per rank"
-    return (f"{shards} streamed shard(s) for {world_size} ranks: shards are dealt whole, so {who}, and "
-            f"DistributedDataParallel would wait for them forever; "
-            f"{_UNINDEXED_REMEDY if indexed_off else _STREAMED_REMEDY}")
-
-
-def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
-    """``records`` (ascending, consecutive) cut into groups of up to
-    _GROUP_BYTES (at least one record each)."""
-    ends = np.cumsum(index[records, 1])
-    cuts = np.flatnonzero(np.diff(ends // _GROUP_BYTES)) + 1
-    return np.split(records, cuts)
-
-
-def _record_sizes(indexes: list, shards: np.ndarray, records: np.ndarray) -> np.ndarray:
-    """The framed size of record ``records[i]`` of shard ``shards[i]``, each i."""
-    sizes = np.empty(len(records), np.int64)
-    for shard in np.unique(shards).tolist():
-        at = shards == shard
-        sizes[at] = indexes[shard][records[at], 1]
-    return sizes
-
-
-def _group_bytes(group: tuple[int, list]) -> int:
-    return sum(len(item.payload) for item in group[1] if item is not None)
-
-
-class _Read(NamedTuple):
-    """One read of record mode: records ``records[i]`` of shards ``shards[i]``,
-    the first at ``position`` of the reader's sequence."""
-
-    position: int
-    shards: np.ndarray
-    records: np.ndarray
-    early: bool  # shuffled, and begins before the iteration has read plan.EARLY_BYTES
-
-
-class _IndexArgs(NamedTuple):
-    """What building the indexes needs, kept until they are first needed."""
-
-    index: Any  # Source.index
-    listing: Any  # the shard listing (find_shards)
-
-
-class _Settings(NamedTuple):
-    """The dataset's settings the per-sample path's decoding is worked out from."""
-
-    spec: Any
-    transform: Callable | None
-    images: ImageBatching | None
-
-
-class PerSample(NamedTuple):
-    """What the per-sample path decodes with: the spec (with a fused crop) and
-    the rest of the transform."""
-
-    spec: Any
-    transform: Callable | None
-
-
-def _reader() -> list[int]:
-    """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
-    info = torch.utils.data.get_worker_info()
-    return [0, 1] if info is None else [info.id, info.num_workers]
-
-
-def _closing(items: Iterator, session: ReadSession) -> Iterator:
-    """``items``, with ``session`` closed when they end or are dropped (its
-    copies' fills let end first when the items ran out)."""
-    with session:
-        yield from items

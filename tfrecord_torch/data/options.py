@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from tfrecord_torch._args import check_choice, check_flag, check_int, refuse_moved
+from tfrecord_torch._args import check_choice, check_flag, check_instance, check_int, refuse_moved
 from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.data.plan import EVEN_MODES
 from tfrecord_torch.features.images.engine import ImageBatching
+from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.io.shardcache import ShardCache
 
-__all__ = ["MOVED", "Batching", "Sharding", "Shuffling", "Source", "refuse_moved_keywords"]
+__all__ = ["MOVED", "Batching", "DatasetOptions", "Sharding", "Shuffling", "Source", "dataset_options",
+           "refuse_moved_keywords"]
 
 @dataclass(frozen=True)
 class Shuffling:
@@ -178,6 +180,36 @@ class Batching:
     def image_options(self) -> ImageBatching | None:
         """The image fast path's options; None when it is off."""
         return ImageBatching() if self.images is True else self.images or None
+
+    def check_spec(self, spec: Any) -> None:
+        """Refuse image options for a spec with no images to decode (payloads)."""
+        if isinstance(spec, Payload) and isinstance(self.images, ImageBatching):
+            raise ValueError(f"batching=Batching(images=ImageBatching(...)) sets how Image features decode, "
+                             f"but features={spec!r} reads each record's payload as it is, with no "
+                             "images to decode; leave images= out (or decode the images in the hook)")
+
+
+class DatasetOptions(NamedTuple):
+    """The option objects of a :class:`~tfrecord_torch.TFRecordDataset`,
+    checked, each one not given at its defaults."""
+
+    shuffling: Shuffling
+    sharding: Sharding
+    source: Source
+    batching: Batching
+
+
+def dataset_options(*, batch_size: int | None, shuffle: bool | Shuffling, sharding: Sharding | None,
+                    source: Source | None, batching: Batching | None) -> DatasetOptions:
+    """:class:`DatasetOptions` of the dataset's arguments (``shuffle``: a flag
+    or a :class:`Shuffling`), after checking them and ``batch_size``."""
+    check_int("batch_size", batch_size, minimum=1, optional=True)
+    if not isinstance(shuffle, Shuffling):
+        check_flag("shuffle", shuffle)
+    return DatasetOptions(shuffle if isinstance(shuffle, Shuffling) else Shuffling(),
+                          check_instance("sharding", sharding or Sharding(), Sharding, "a Sharding"),
+                          check_instance("source", source or Source(), Source, "a Source"),
+                          check_instance("batching", batching or Batching(), Batching, "a Batching"))
 
 
 # old keyword of TFRecordDataset -> (its new keyword, the option object's spelling)

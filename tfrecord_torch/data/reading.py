@@ -4,7 +4,7 @@ or by streaming whole shards, each payload with where it came from."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -242,66 +242,91 @@ def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], con
     return runs
 
 
-def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
-             context: ReadContext) -> Iterator[Run]:
-    verify, report, so = context.verify, context.report, context.storage_options
+class _Window(NamedTuple):
+    """Records ``first`` to ``stop`` of a shard, in bytes [start, start + size)."""
+
+    first: int
+    stop: int
+    start: int
+    size: int
+
+
+def _plan_windows(index: np.ndarray, first: int, last: int, longest: int) -> list[_Window]:
+    """Records ``first`` to ``last`` cut into windows: the first of up to
+    :data:`_FIRST_WINDOW` bytes, each next one twice as long, up to
+    ``longest``; at least one record each."""
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
-    longest = _MAX_WINDOW if reader.descriptor() is not None else ranges.MAX_REQUEST
     step = min(_FIRST_WINDOW, longest)
-    windows: list[tuple[int, int]] = []  # (first, last) record of each window
+    bounds: list[tuple[int, int]] = []  # (first, last) record of each window
     while first <= last:
         start = int(index[first, 0])
         # the window's last record: as many as fit, at least one
         fit = int(np.searchsorted(ends, start + step, side="right")) - 1 + lo
         stop = min(max(fit, first), last)
-        windows.append((first, stop))
+        bounds.append((first, stop))
         first = stop + 1
         step = min(2 * step, longest)
-    starts = [int(index[a, 0]) for a, _ in windows]
-    sizes = [int(ends[b - lo]) - s for (_, b), s in zip(windows, starts)]
-    fetched = ranges.iter_ranges(reader, starts, sizes, join=False)
+    starts = [int(index[a, 0]) for a, _ in bounds]
+    return [_Window(a, b, s, int(ends[b - lo]) - s) for (a, b), s in zip(bounds, starts)]
+
+
+def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
+             context: ReadContext) -> Iterator[Run]:
+    longest = _MAX_WINDOW if reader.descriptor() is not None else ranges.MAX_REQUEST
+    windows = _plan_windows(index, first, last, longest)
+    fetched = ranges.iter_ranges(reader, [w.start for w in windows], [w.size for w in windows], join=False)
     try:
-        for (first, stop), start, size, data in zip(windows, starts, sizes, fetched):
-            cut = cut_frames(data, index, first, stop + 1, verify, crc32c)  # sound frames: one compiled call
+        for w, data in zip(windows, fetched):
+            cut = cut_frames(data, index, w.first, w.stop + 1, context.verify, crc32c)  # sound frames: one compiled call
             if cut is not None:
-                yield Run(cut, path, index[first:stop + 1, 0], np.arange(first, stop + 1))
+                yield Run(cut, path, index[w.first:w.stop + 1, 0], np.arange(w.first, w.stop + 1))
                 continue
-            changed = changed_since_listed(path, so) if is_url(path) else None
-            if changed is not None:  # the index describes the object as listed: none of the new one's records
-                raise RemoteError(path, f"records {first}-{stop} at byte offset {start}: {changed}")
-            stopped_at: list[int] = []
-
-            def note(error: CorruptRecordError) -> None:
-                explained = explain(error, index, so)
-                if explained is not error:  # a stale index is raised, never skipped
-                    raise explained
-                stopped_at.append(error.record)
-                if report is not None:  # it is: note is given to the scan only with a report
-                    report(error)
-
-            stream = open_bytes(data, path)
-            done = first - 1
-            try:
-                for chunk in iter_chunks(stream, verify=verify, offset=start, record=first, payloads=True,
-                                         block_size=max(size, 1), report=note if report else None):
-                    done = int(chunk.numbers[-1])
-                    yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
-            except CorruptRecordError as e:
-                explained = explain(e, index, so)
-                if explained is e:
-                    raise
-                raise explained from None
-            if not stopped_at and done != stop:  # the bytes scanned clean, but hold other records
-                raise StaleIndexError(path, start, first, f"the index puts records {first}-{stop} in bytes "
-                                      f"{start}-{start + size}, which hold {done - first + 1} records")
-            if done < stop and stopped_at:  # resume after the record that stopped the scan
+            stopped = yield from _scan_window(path, index, w, data, context)
+            if stopped is not None:  # resume after the record that stopped the scan
                 fetched.close()
-                if max(stopped_at) < last:
-                    yield from _windows(path, index, max(stopped_at) + 1, last, reader, context)
+                if stopped < last:
+                    yield from _windows(path, index, stopped + 1, last, reader, context)
                 return
     finally:
         fetched.close()
+
+
+def _scan_window(path: str, index: np.ndarray, w: _Window, data: bytes, context: ReadContext
+                 ) -> Generator[Run, None, int | None]:
+    """The runs of a window the compiled cut did not vouch for, scanned frame
+    by frame; returns the last record that stopped the scan (reported under
+    the policy) when the scan stopped before the window's end, else None."""
+    verify, report, so = context.verify, context.report, context.storage_options
+    changed = changed_since_listed(path, so) if is_url(path) else None
+    if changed is not None:  # the index describes the object as listed: none of the new one's records
+        raise RemoteError(path, f"records {w.first}-{w.stop} at byte offset {w.start}: {changed}")
+    stopped_at: list[int] = []
+
+    def note(error: CorruptRecordError) -> None:
+        explained = explain(error, index, so)
+        if explained is not error:  # a stale index is raised, never skipped
+            raise explained
+        stopped_at.append(error.record)
+        if report is not None:  # it is: note is given to the scan only with a report
+            report(error)
+
+    stream = open_bytes(data, path)
+    done = w.first - 1
+    try:
+        for chunk in iter_chunks(stream, verify=verify, offset=w.start, record=w.first, payloads=True,
+                                 block_size=max(w.size, 1), report=note if report else None):
+            done = int(chunk.numbers[-1])
+            yield Run(chunk.payloads(), path, chunk.offsets, chunk.numbers)
+    except CorruptRecordError as e:
+        explained = explain(e, index, so)
+        if explained is e:
+            raise
+        raise explained from None
+    if not stopped_at and done != w.stop:  # the bytes scanned clean, but hold other records
+        raise StaleIndexError(path, w.start, w.first, f"the index puts records {w.first}-{w.stop} in bytes "
+                              f"{w.start}-{w.start + w.size}, which hold {done - w.first + 1} records")
+    return max(stopped_at) if done < w.stop and stopped_at else None
 
 
 def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="auto") -> Iterator[Located]:

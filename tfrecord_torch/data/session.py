@@ -15,21 +15,22 @@ decode; the session says how the bytes move.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
 from tfrecord_torch.data.reading import ReadContext
 from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.errors import TFRecordError
-from tfrecord_torch.io import pool
+from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.copies import CacheArg, ShardCopies, copy_ahead, dataset_copies, fills_for
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.io.listing import Listing, ListingCheck
 
-__all__ = ["CacheArg", "ReadSession", "RemoteShards", "Scatter"]
+__all__ = ["CacheArg", "Ranges", "ReadSession", "RemoteShards", "Scatter"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,14 @@ class Scatter(NamedTuple):
 
     reads: int  # records this reader reads in the iteration (whether windows pay: shard_windows)
     workers: int  # readers of the iteration, DataLoader workers (each one's share of fills: fills_for)
+
+
+class Ranges(NamedTuple):
+    """Byte ranges of one shard: ``sizes[i]`` bytes at ``offsets[i]``."""
+
+    path: str
+    offsets: list[int]
+    sizes: list[int]
 
 
 class _Closes(Protocol):  # what ReadSession.adopt takes: something closed with the session
@@ -163,6 +172,34 @@ class ReadSession:
         copies = self.copies
         return any(is_url(p) and (copies is None or not (copies.held(p) or copies.followed(p)))
                    for p in (self.paths[s] for s in np.unique(np.asarray(shards)).tolist()))
+
+    def read(self, path: str, offset: int, size: int) -> bytes:
+        """``size`` bytes of shard ``path`` at ``offset``, on the reader pool."""
+        return cast(pool.ReaderPool, self.readers).read(path, offset, size)
+
+    def descriptor(self, path: str) -> int | None:
+        """The open file descriptor of local shard ``path`` on the reader
+        pool (for the compiled reader); None for a URL."""
+        return cast(pool.ReaderPool, self.readers).descriptor(path)
+
+    def read_ranges(self, parts: Sequence[Ranges], *, first: bool = False) -> list[list[bytes]]:
+        """The bytes of each part's ranges, on the reader pool
+        (:func:`~tfrecord_torch.io.ranges.read_ranges`: near ranges in one
+        read). Local files are read one at a time; with a URL among them,
+        the requests of every part are in flight together, and ``first``
+        (a process's first read) waits for no fill's later ranges
+        (:attr:`first_far`)."""
+        readers = cast(pool.ReaderPool, self.readers)
+        if not any(is_url(part.path) for part in parts):  # one open file at a time
+            read = []
+            for part in parts:
+                with readers.borrow(part.path) as reader:
+                    read.append(ranges.read_ranges(reader, part.offsets, part.sizes))
+            return read
+        with contextlib.ExitStack() as stack:
+            borrowed = [stack.enter_context(readers.borrow(part.path)) for part in parts]
+            return ranges.read_many([(reader, part.offsets, part.sizes) for reader, part in zip(borrowed, parts)],
+                                    far=self.first_far if first else None)
 
     def adopt(self, closes: _Closes) -> None:
         """Close ``closes`` (a batch decoder) with the session, after the

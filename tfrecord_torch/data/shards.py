@@ -13,11 +13,13 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import listing as lister
 from tfrecord_torch.records.compression import is_compressed
@@ -26,9 +28,8 @@ from tfrecord_torch.records.shardindex import SaveIndex, index_cache_dir, remote
 if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
 
-__all__ = ["OPEN_THREADS", "describe_shards", "expand_paths", "find_shards", "index_argument", "index_cache_dir",
-           "shard_index",
-           "shard_indexes"]
+__all__ = ["OPEN_THREADS", "LazyIndexes", "check_lengths", "check_lengths_found", "describe_shards", "expand_paths", "find_shards",
+           "index_argument", "index_cache_dir", "shard_index", "shard_indexes"]
 
 OPEN_THREADS = 16  # remote shards opened at once
 
@@ -122,6 +123,75 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
             return list(pool.map(one, range(len(paths))))
     finally:
         bar.close()
+
+
+def check_lengths(lengths, paths: list[str]) -> list[int] | None:
+    """``lengths=`` (one record count per shard) checked against the shards."""
+    if lengths is None:
+        return None
+    if len(lengths) != len(paths):
+        raise ValueError(f"lengths: got {len(lengths)} record counts for {len(paths)} shards "
+                         "(one count >= 0 per shard)")
+    return list(lengths)
+
+
+class LazyIndexes:
+    """A dataset's shard indexes, built once, when first needed (with
+    ``lengths=``, when something first needs the offsets, not before), by
+    one thread while others wait. Pickles without its lock (spawned
+    DataLoader workers), with the indexes if they were built.
+
+    Args:
+        listing: the shard listing (:func:`find_shards`).
+        index: ``Source.index`` (False: every shard streamed).
+        lengths: ``lengths=`` (checked: :func:`check_lengths`), or None.
+    """
+
+    def __init__(self, listing: lister.Listing, index: Any, lengths: list[int] | None) -> None:
+        self.listing, self.index, self.lengths = listing, index, lengths
+        self.built: list | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def off(self) -> bool:
+        """``Source(index=False)``: every shard is streamed."""
+        return self.index is False
+
+    def get(self, build: Callable[[lister.Listing, list | None, SaveIndex], list]) -> list:
+        """Each shard's index (None: streamed); the first call has them built
+        by ``build(listing, index paths, save)`` (see :func:`shard_indexes`)."""
+        if self.built is None:
+            with self._lock:
+                if self.built is None:
+                    self.built = self._build(build)
+        return self.built
+
+    def _build(self, build: Callable[[lister.Listing, list | None, SaveIndex], list]) -> list:
+        paths = self.listing.files
+        if self.index is False:
+            return [None] * len(paths)
+        index, save = index_argument(self.index, len(paths))
+        built = build(self.listing, index, save)
+        check_lengths_found(paths, built, self.lengths)
+        return built
+
+    def __getstate__(self) -> dict:  # a lock does not pickle
+        return {**self.__dict__, "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def check_lengths_found(paths: list[str], built: list, lengths: list[int] | None) -> None:
+    """The indexes ``built`` hold the record counts ``lengths=`` gave (if it did)."""
+    for path, found, expected in zip(paths, built, lengths or ()):
+        if found is None:
+            raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "
+                                f"lengths= gave its record count ({expected})")
+        if len(found) != expected:
+            raise TFRecordError(f"{path}: lengths= (dataset_info.json's shardLengths for a TFDS "
+                                f"folder) says {expected} records, but the shard holds {len(found)}")
 
 
 class IndexingBar:

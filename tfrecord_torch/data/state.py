@@ -14,12 +14,17 @@ its epoch from what the whole job consumed (:mod:`tfrecord_torch.data.elastic`).
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch.utils.data
 
 from tfrecord_torch.data import elastic
 from tfrecord_torch.data.epochs import EpochCounter
+from tfrecord_torch.data.reading import SKIPPED
+
+if TYPE_CHECKING:
+    from tfrecord_torch.data.counts import SharedErrorPolicy
 
 __all__ = ["FORMAT", "ResumeState", "check_position_known", "check_state", "describe_shards_for_state"]
 
@@ -157,6 +162,22 @@ class ResumeState:
         self.epoch = self.epochs.start()
         self.position = self._take(worker)
         return self.position
+
+    def deliver(self, units: Iterable[tuple[int, Any]], policy: SharedErrorPolicy, *, records: bool, where: str
+                ) -> Iterator:
+        """The values of ``units`` ((units finished so far, the value or
+        SKIPPED)), the position moved as each is taken; ``records``: each
+        unit is one record, told to ``policy`` as delivered when it skips
+        (batch mode counts in its pipeline); ``where``: the reader, for the
+        line the policy logs at the end."""
+        records = records and not policy.raises
+        for position, value in units:
+            self.position = position
+            if value is not SKIPPED:
+                if records:
+                    policy.delivered()
+                yield value
+        policy.end(where)  # a spec error skipped in every record raises; else one line if any was skipped
 
     def state_dict(self, settings: dict) -> dict:
         """The state: format, epoch, position, ``settings`` and, in a resumed

@@ -1,0 +1,97 @@
+"""Streamed (compressed, or unindexed) shards of
+:class:`~tfrecord_torch.data.iterable.TFRecordDataset`: dealt whole to the
+readers, each reader's shards interleaved through one
+:class:`~tfrecord_torch.data.session.ReadSession`; and the errors and
+warnings for readers dealt none."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+from tfrecord_torch.data.iteration import ShardReads
+from tfrecord_torch.data.reading import Located, interleave, stream_shard
+from tfrecord_torch.data.session import ReadSession
+
+__all__ = ["Streamed", "check_streamed", "closing", "decoded", "idle_ranks", "no_shards", "open_streamed"]
+
+STREAMED_REMEDY = ("compressed shards cannot be indexed: decompress them (`tfrecord-torch decompress`) so "
+                   "their records are split over every rank and worker, or write more shards than "
+                   "ranks x DataLoader workers")
+UNINDEXED_REMEDY = ("Source(index=False) streams the shards: leave index= at its default so their records "
+                    "are split over every rank and worker, or write more shards than ranks x DataLoader workers")
+
+
+class Streamed(NamedTuple):
+    """A reader's streamed shards: the session they are read through, and
+    their records, interleaved (read as they are taken)."""
+
+    session: ReadSession
+    located: Iterator[Located]
+
+
+def open_streamed(reads: ShardReads, shards: list[int], *, report: Callable | None, compression: Any,
+                  cycle_length: int) -> Streamed:
+    """The records of ``shards`` (numbers, in the order dealt), ``cycle_length``
+    of them interleaved, each shard opened through the session when its turn comes."""
+    session = ReadSession(reads.remote, reads.paths, verify=reads.verify, report=report, order=list(shards))
+
+    def opened(shard: int):
+        session.began([shard])
+        return stream_shard(reads.paths[shard], session.context, compression=compression)
+
+    return Streamed(session, interleave([functools.partial(opened, s) for s in shards], cycle_length))
+
+
+def decoded(units: Iterable[Located], skip: int, decode: Callable[[Located], Any]) -> Iterator[tuple[int, Any]]:
+    """(position, decoded record) of ``units``; the first ``skip`` are read again but not decoded."""
+    for position, unit in enumerate(units, start=1):
+        if position > skip:
+            yield position, decode(unit)
+
+
+def closing(items: Iterator, session: ReadSession) -> Iterator:
+    """``items``, with ``session`` closed when they end or are dropped (its
+    copies' fills let end first when the items ran out)."""
+    with session:
+        yield from items
+
+
+def check_streamed(shards: int, world_size: int, even: str | None, indexed_off: bool) -> None:
+    """Refuse what a dataset that streams shards cannot do: ``even`` (it
+    needs record counts), or fewer shards than ranks (a rank would read nothing)."""
+    if even is not None:
+        raise ValueError("even='pad'/'drop' needs record counts, but some shards are compressed "
+                         "(cannot be indexed); decompress them or use even=None")
+    if shards < world_size:
+        raise ValueError(idle_ranks(shards, world_size, None, indexed_off))
+
+
+def no_shards(name: str, *, shards: int, rank: int, world_size: int, worker: int, workers: int,
+              indexed_off: bool) -> None:
+    """A reader was dealt no streamed shard: an error if its whole rank was
+    (DDP would wait for that rank forever), else a warning (an idle
+    DataLoader worker)."""
+    if rank * workers >= shards:  # readers rank*workers .. +workers-1 take positions below n
+        raise ValueError(idle_ranks(shards, world_size, workers, indexed_off, rank))
+    readers = f"{world_size} ranks x {workers}" if world_size > 1 else f"{workers}"
+    warnings.warn(f"{name}: DataLoader worker {worker} of {workers}"
+                  f"{f' on rank {rank}' if world_size > 1 else ''} reads nothing: {shards} streamed "
+                  f"shard(s) are dealt whole to {readers} DataLoader workers; "
+                  f"{STREAMED_REMEDY if not indexed_off else UNINDEXED_REMEDY}, or use fewer workers",
+                  RuntimeWarning, stacklevel=2)
+
+
+def idle_ranks(shards: int, world_size: int, workers: int | None, indexed_off: bool, rank: int | None = None
+               ) -> str:
+    """The error for streamed shards that leave a rank with nothing to read."""
+    if workers is None:
+        who = f"rank {shards} reads nothing" if shards == world_size - 1 else \
+            f"ranks {shards} to {world_size - 1} read nothing"
+    else:
+        who = f"rank {rank} reads nothing with {workers} DataLoader workers per rank"
+    return (f"{shards} streamed shard(s) for {world_size} ranks: shards are dealt whole, so {who}, and "
+            f"DistributedDataParallel would wait for them forever; "
+            f"{UNINDEXED_REMEDY if indexed_off else STREAMED_REMEDY}")
