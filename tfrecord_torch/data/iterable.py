@@ -144,7 +144,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.progress = source.progress
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
-        self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle)
+        self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle,
+                                      budget=source.read_budget)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
@@ -430,16 +431,16 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 if first:  # the first read small, so the first items wait for it alone
                     first = False
                     sizes = _record_sizes(self.indexes, shards[start:], records[start:])
-                    cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
+                    cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes, session.budget)]
                 for a, b in zip(cuts, cuts[1:]):
-                    early = self.shuffle and sizes is not None and asked < plan.EARLY_BYTES
+                    early = self.shuffle and sizes is not None and asked < session.budget.early
                     yield _Read(done + a, shards[a:b], records[a:b], early)
                     if sizes is not None:
                         asked += int(sizes[a - start:b - start].sum())
                 done += len(shards)
 
         # the first shuffled items wait for no fill's later ranges: the early reads' records past a
-        # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
+        # fill's first range come from the bucket (at most about budget.early fetched twice); in
         # order, a fill's first ranges grow as the reads do, and the reads wait for them
         def fetch(unit: _Read) -> tuple[int, list]:
             return unit.position, fetch_scattered(self.paths, self.indexes, unit.shards, unit.records,
@@ -571,7 +572,7 @@ class _Read(NamedTuple):
     position: int
     shards: np.ndarray
     records: np.ndarray
-    early: bool  # shuffled, and begins before the iteration has read plan.EARLY_BYTES
+    early: bool  # shuffled, and begins before the iteration has read its budget's early bytes
 
 
 class _IndexArgs(NamedTuple):

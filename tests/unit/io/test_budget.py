@@ -12,6 +12,7 @@ from tfrecord_torch.data import reading
 from tfrecord_torch.data.plan import ramp_cuts
 from tfrecord_torch.data.reading import ReadContext
 from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.budget import ReadBudget
 
 MiB = 1 << 20
 
@@ -77,11 +78,27 @@ def test_an_in_order_reads_windows_start_at_1_mib_and_double(monkeypatch, local,
 
 
 def test_the_byte_budgets():
-    from tfrecord_torch.data import plan, readahead, windows
+    from tfrecord_torch.data import readahead, windows
+    from tfrecord_torch.data.session import ReadSession, RemoteShards
     from tfrecord_torch.io import pool, ranges
-    assert plan.FIRST_READ == reading._FIRST_WINDOW == shardcache.FIRST_CHUNK == pool.FIRST_FAR_BYTES == MiB
-    assert plan.EARLY_BYTES == 4 * MiB
-    assert reading._MAX_WINDOW == pool.FAR_BYTES == 16 * MiB
+    budget = ReadBudget()
+    assert budget.first == ReadSession(RemoteShards(), []).first_far == MiB
+    assert budget.early == 4 * MiB
+    assert budget.window == pool.FAR_BYTES == 16 * MiB
     assert ranges.MAX_REQUEST == shardcache.CHUNK == 4 * MiB
     assert shardcache.LONG_CHUNK == 8 * MiB and shardcache.AHEAD_BYTES == 32 * MiB
     assert windows.WINDOW_BYTES == readahead.READ_AHEAD_BYTES == ranges.IN_FLIGHT_BYTES == 64 * MiB
+
+
+def test_a_budget_is_bytes():
+    with pytest.raises(ValueError, match="first"):
+        ReadBudget(first=0)
+    with pytest.raises(ValueError, match="early"):
+        ReadBudget(early=1.5)
+
+
+def test_the_one_ramp_doubles_up_to_its_bound():
+    from itertools import islice
+    assert list(islice(ReadBudget(first=3).ramp(), 5)) == [3, 6, 12, 24, 48]
+    assert list(islice(ReadBudget(first=3).ramp(20), 5)) == [3, 6, 12, 20, 20]
+    assert list(islice(ReadBudget(first=30).ramp(20), 2)) == [20, 20]
