@@ -277,7 +277,13 @@ def fills_for(shards: int, readers: int) -> int:
 class _Filler:
     """Copies the shards asked for into the cache on up to ``copies.fills``
     threads, in the order asked, each once at a time; a thread ends when
-    nothing is left to copy."""
+    nothing is left to copy.
+
+    Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`):
+    this is a work queue, several threads taking requests that arrive while
+    they run, in the order of the locks they find free, and handing nothing
+    back (a copy is found in the cache; a failed one is met again, and
+    raised, by the reader reading the bucket)."""
 
     def __init__(self, copies: ShardCopies) -> None:
         self.copies, self.pid = copies, os.getpid()
@@ -390,6 +396,12 @@ class CopyAhead:
     giving up a copy in progress between two range requests, or letting it
     end (``finish``: an epoch read to its end, whose reader's own fills wait
     for that copy and would otherwise begin it again).
+
+    Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`):
+    nothing is handed to a consumer (the reader finds the copies in the
+    cache, and meets a failed copy's error again itself), the bound is the
+    reader's position (:meth:`began`), not items it has taken, and a close
+    gives up the copy in progress, which a producer lets finish.
     """
 
     def __init__(self, copies: ShardCopies, order: Iterable[str], ahead: int) -> None:

@@ -476,7 +476,13 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     (:class:`_InOrder`: the file's size is then how far it is written), at
     most ``2 * PARALLEL`` ranges and :data:`AHEAD_BYTES` bytes (or the one
     range) asked for from the first one not yet complete on: the pieces held
-    in memory, waiting for their turn to be written, are fewer bytes."""
+    in memory, waiting for their turn to be written, are fewer bytes.
+
+    Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`,
+    one thread running a source ahead of its consumer): a fill has
+    :data:`PARALLEL` requests in flight at once, whose pieces arrive out of
+    order and are written in order by the thread that waits for them; its
+    pool is joined here (``with``) before the fill returns."""
     ends = dict(_ranges_of(size, budget))
     starts = list(ends)
     writer = _InOrder(fd, checked, cancel)
