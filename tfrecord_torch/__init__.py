@@ -54,6 +54,7 @@ _EXPORTS = {
     "Payload": "tfrecord_torch.features.payload",
     "RawImage": "tfrecord_torch.features.images.specs",
     "RawTensor": "tfrecord_torch.features.specs",
+    "ReadBudget": "tfrecord_torch.io.budget",
     "ReaderPool": "tfrecord_torch.io.pool",
     "RecordTail": "tfrecord_torch.records.tail",
     "RecordWriter": "tfrecord_torch.records.writer",
@@ -132,6 +133,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.payload import Payload
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.features.tensors import SerializedTensor, parse_tensor, serialize_tensor
+    from tfrecord_torch.io.budget import ReadBudget
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.io.shardcache import ShardCache
     from tfrecord_torch.policy import ErrorPolicy, OnError

@@ -26,6 +26,7 @@ from journeys.tf_team import DESCRIPTION, write_tf_team_shards
 from tfrecord_torch import (
     CorruptRecordError,
     IndexedTFRecordDataset,
+    ReadBudget,
     ShardCache,
     Source,
     TFRecordDataset,
@@ -272,3 +273,18 @@ def test_no_credentials_anywhere_says_where_to_give_them_at_once(s3, labels, tmp
         assert f"{PREFIX}/" in str(info.value)
         assert "no credentials" in str(info.value) and "storage_options" in str(info.value)
     assert not [r for r in caplog.records if r.name == "tfrecord_torch.io.retry" and "retrying" in r.getMessage()]
+
+
+@pytest.mark.parametrize("cache", ["copies", None], ids=["copies", "ranges"])
+def test_a_tf_teams_bucket_read_with_a_small_first_read_gives_tensorflows_records(s3, labels, tmp_path, cache):
+    """Source(read_budget=) as the remote guide shows it: first reads, windows
+    and a copy's first ranges of 2 KiB, doubling; every record TensorFlow
+    reads, in its order, and shuffled, each once."""
+    budget = ReadBudget(first=2048)
+    copies = ShardCache(str(tmp_path / "shards"), limit=1 << 30) if cache else None
+    source = Source(cache=copies, read_budget=budget)
+    in_order = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, source=source)
+    assert [int(item["label"]) for item in in_order] == labels  # TensorFlow's order
+    shuffled = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, source=source,
+                               shuffle=True, seed=3)
+    assert sorted(int(item["label"]) for item in shuffled) == sorted(labels)

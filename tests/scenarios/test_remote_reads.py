@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from tfrecord_torch import (
     IndexedTFRecordDataset,
     Int64,
+    ReadBudget,
     ShardCache,
     ShardedWriter,
     Sharding,
@@ -23,7 +24,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
-from tfrecord_torch.data import plan, windows
+from tfrecord_torch.data import windows
 from tfrecord_torch.io import ranges
 from tfrecord_torch.io.copies import FILLS
 from tfrecord_torch.io.shardcache import shard_cache_usage
@@ -198,10 +199,10 @@ def gated(s3):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_first_items_wait_for_a_small_first_read_not_a_whole_group(s3, shards, far, unmerged, gated,
                                                                         monkeypatch, workers):
-    monkeypatch.setattr(plan, "FIRST_READ", 512, raising=False)  # about five of these 109-byte records
-    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
+    source = Source(cache=None, read_budget=ReadBudget(first=512))  # about five of these 109-byte records
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=source)
     plain = [int(b["id"]) for b in TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1,
-                                                   storage_options=far, source=RANGES)]
+                                                   storage_options=far, source=source)]
     gated.gate = 16 * max(workers, 1)  # a reader's first read group (256 records) is ~200 GETs
     batches = iter(DataLoader(ds, batch_size=4, num_workers=workers))
     first = next(batches)

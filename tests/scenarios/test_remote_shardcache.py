@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from tfrecord_torch import (
     IndexedTFRecordDataset,
     Int64,
+    ReadBudget,
     RecordWriter,
     ShardCache,
     ShardedWriter,
@@ -83,9 +84,9 @@ def ids(dataset) -> list[int]:
     return out
 
 
-def dataset(s3, paths, cache, **kwargs):
+def dataset(s3, paths, cache, budget=None, **kwargs):
     return TFRecordDataset(paths, features={"id": Int64()}, storage_options=s3.options,
-                           source=Source(cache=cache), **kwargs)
+                           source=Source(cache=cache, read_budget=budget), **kwargs)
 
 
 def no_leftovers(folder) -> bool:
@@ -459,14 +460,11 @@ def gate_fill_ranges(monkeypatch, held) -> tuple[threading.Event, list]:
 
 
 def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shards, tmp_path, monkeypatch):
-    from tfrecord_torch.data import plan
-
     monkeypatch.setattr(shardcache, "CHUNK", 2_000)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 500, raising=False)
-    monkeypatch.setattr(plan, "FIRST_READ", 500)  # a few of these records
+    budget = ReadBudget(first=500)  # a few of these records
     opened, overdue = gate_fill_ranges(monkeypatch, lambda start, end: end > 500)
     plain = ids(dataset(s3, shards, None))
-    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), budget))
     first = next(items)
     assert overdue == []  # the first record came from the fill's first range alone
     opened.set()
@@ -475,19 +473,14 @@ def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shar
 
 @pytest.mark.parametrize("options", [{}, {"batch_size": 7}, {"map_style": True}], ids=["records", "batches", "map-style"])
 def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, tmp_path, monkeypatch, options):
-    from tfrecord_torch.data import plan
-    from tfrecord_torch.io import pool
-
     monkeypatch.setattr(shardcache, "CHUNK", 300)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300, raising=False)
-    monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
-    monkeypatch.setattr(plan, "FIRST_READ", 300)  # a few records, from all over the shards
-    monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)  # the reads of 300, 600 and 1200 bytes
+    # a first read of a few records, from all over the shards; early ones: the reads of 300, 600 and 1200 bytes
+    budget = ReadBudget(first=300, early=900)
     opened, overdue = gate_fill_ranges(monkeypatch, lambda start, end: start > 0)
     if options.pop("map_style", False):  # a sampler's batch of records from all over the shards
         order = np.random.default_rng(2).permutation(RECORDS).tolist()
         ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
-                                    cache=ShardCache(str(tmp_path / "shards")))
+                                    source=Source(cache=ShardCache(str(tmp_path / "shards")), read_budget=budget))
         got = [x["id"].item() for x in ds.__getitems__(order[:4])]
         assert overdue == []  # records past the fills' first ranges came from the bucket
         opened.set()
@@ -496,7 +489,7 @@ def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, t
         assert got == order
         return
     plain = ids(dataset(s3, shards, None, shuffle=True, **options))
-    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), shuffle=True, **options))
+    items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), budget, shuffle=True, **options))
     # record mode: the early reads' records (~25 of these ~76-byte records); batch mode: the first batch
     first = [next(items) for _ in range(1 if options else 12)]
     assert overdue == []  # records past the fills' first ranges came from the bucket
@@ -506,13 +499,7 @@ def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, t
 
 def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3, shards, tmp_path, slow_fills,
                                                                              monkeypatch):
-    from tfrecord_torch.data import plan
-    from tfrecord_torch.io import pool
-
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300, raising=False)
-    monkeypatch.setattr(pool, "FIRST_FAR_BYTES", 300, raising=False)
-    monkeypatch.setattr(plan, "FIRST_READ", 300)
-    monkeypatch.setattr(plan, "EARLY_BYTES", 900, raising=False)
+    budget = ReadBudget(first=300, early=900)
     stream_range = files.stream_range
 
     def later(url, start, *args):  # a fill's first range lands well before its next ones
@@ -523,7 +510,7 @@ def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3,
     monkeypatch.setattr(files, "stream_range", later)
     sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
     s3.requests.clear()
-    got = ids(dataset(s3, shards, ShardCache(str(tmp_path / "shards"))))
+    got = ids(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), budget))
     assert got == list(range(RECORDS))
     assert fetched_bytes(s3, shards, sizes) == sum(sizes.values())  # the fills' bytes, none twice
 
@@ -531,8 +518,7 @@ def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3,
 def test_an_s3_copy_is_written_piece_by_piece_as_its_ranges_arrive(s3, shards, tmp_path, monkeypatch):
     from tfrecord_torch.io import streamed
 
-    monkeypatch.setattr(shardcache, "CHUNK", 1000)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1000, raising=False)
+    monkeypatch.setattr(shardcache, "CHUNK", 1000)  # no range below it: the first one 1000 bytes too
     monkeypatch.setattr(streamed, "PIECE", 100)
     written = []
     put = shardcache._InOrder.put
@@ -616,8 +602,7 @@ def test_range_answers_without_an_etag_are_no_change_and_the_copy_is_asked_after
 def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_path, monkeypatch, etag):
     if not etag:
         _answers_without_etag(monkeypatch)
-    monkeypatch.setattr(shardcache, "CHUNK", 300)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 300)
+    monkeypatch.setattr(shardcache, "CHUNK", 300)  # no range below it: the first one 300 bytes too
     monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
     monkeypatch.setattr(shardcache, "PARALLEL", 1)  # one range after the other
     prefix = f"sc{next(_prefixes)}"
@@ -836,9 +821,9 @@ def test_a_reader_following_a_fill_given_up_mid_read_reads_every_record(s3, tmp_
     give_up = threading.Event()
     download = shardcache._download
 
-    def other_process(url, fd, size, storage_options, cancel=None, checked=None, check=None):
+    def other_process(url, fd, size, storage_options, cancel=None, checked=None, check=None, budget=None):
         if threading.current_thread() is not other:
-            return download(url, fd, size, storage_options, cancel, checked, check)
+            return download(url, fd, size, storage_options, cancel, checked, check, budget)
         os.pwrite(fd, data[:size // 2], 0)  # half the object, then the fill is given up (cancelled)
         assert give_up.wait(60)
 

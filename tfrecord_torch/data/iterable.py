@@ -120,7 +120,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.progress = source.progress
         self._lengths = check_lengths(source.lengths, self.paths)
         self._indexes = LazyIndexes(listing, source.index, self._lengths)
-        self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle)
+        self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle,
+                                      budget=source.read_budget)
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
         if self.streamed:
             check_streamed(len(self.paths), self.world_size, even, source.index is False)

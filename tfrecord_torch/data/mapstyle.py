@@ -97,9 +97,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
                  transform: Callable | None = None, verify: bool = True, on_error: OnError = "raise",
                  storage_options: dict | None = None, cache: CacheArg = "auto",
                  source: Source | None = None) -> None:
-        progress = None
+        progress, budget = None, None
         if source is not None:
             index, verify, cache, progress = _from_source(source, index=index, verify=verify, cache=cache)
+            budget = source.read_budget
         check_flag("verify", verify)
         if cache is not None and not (isinstance(cache, str) and cache == "auto"):
             check_instance("cache", cache, ShardCache, 'a ShardCache (ShardCache(directory=..., limit=...)), '
@@ -113,7 +114,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             for p in self.paths:
                 if is_compressed(p, "auto", storage_options):
                     raise _compressed(p)
-        remote = RemoteShards.of(cache, listing, storage_options, shuffled=True)  # a sampler may ask for any record
+        remote = RemoteShards.of(cache, listing, storage_options, shuffled=True,  # a sampler may ask for any record
+                                 budget=budget)
         indexes = shard_indexes(listing, index=index, save=save, report=self.policy.reporter(),
                                 storage_options=storage_options, copies=remote.fresh_copies(), progress=progress)
         for p, i in zip(self.paths, indexes):

@@ -20,6 +20,7 @@ from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.data.plan import EVEN_MODES
 from tfrecord_torch.features.images.engine import ImageBatching
 from tfrecord_torch.features.payload import Payload
+from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.shardcache import ShardCache
 
 __all__ = ["MOVED", "Batching", "DatasetOptions", "Sharding", "Shuffling", "Source", "dataset_options",
@@ -109,6 +110,11 @@ class Source:
             as many as it says. None: remote shards are read by range
             requests. Local shards are never copied, and nothing is ever
             written beside the shards.
+        read_budget: how many bytes the first reads of an iteration ask for
+            and how they grow (a :class:`~tfrecord_torch.io.budget.ReadBudget`;
+            None: its defaults, a first read of 1 MiB, each next twice the
+            one before). A bucket far away may want a larger first read
+            (fewer round trips); one near, a smaller one (the first batch sooner).
     """
 
     index: Sequence[PathLike] | str | bool | None = None
@@ -117,6 +123,7 @@ class Source:
     verify: bool = True
     progress: bool | None = None
     cache: ShardCache | str | None = "auto"
+    read_budget: ReadBudget | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.index, (list, tuple)):
@@ -128,6 +135,9 @@ class Source:
         if not (self.cache is None or isinstance(self.cache, ShardCache) or _is_auto(self.cache)):
             raise ValueError(f"Source.cache must be a ShardCache (ShardCache(directory=..., limit=...)), "
                              f"\"auto\" or None, got {self.cache!r}")
+        if self.read_budget is not None:
+            check_instance("Source.read_budget", self.read_budget, ReadBudget,
+                           "a ReadBudget (ReadBudget(first=..., early=..., window=...)) or None")
         if self.lengths is not None:
             lengths = tuple(self.lengths)
             for n in lengths:

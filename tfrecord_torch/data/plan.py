@@ -26,12 +26,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfrecord_torch.io.budget import ReadBudget
+
 __all__ = ["EVEN_MODES", "BlockOrder", "RangePlanner", "Segment", "global_order", "mix_choices", "plan_records", "plan_shards", "ramp_cuts",
            "read_groups", "resolve_rank", "shards_in_order", "split_range"]
 
 SHUFFLE_WINDOW = 256  # blocks whose records a block shuffle permutes together
-FIRST_READ = 1 << 20  # bytes of the first read of an iteration; each next one twice the one before, up to a group
-EARLY_BYTES = 4 << 20  # the reads of an iteration that begin before it has read this many bytes are its early ones
 
 EVEN_MODES = (None, "pad", "drop")
 
@@ -167,24 +167,23 @@ def read_groups(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
 
 
-def ramp_cuts(sizes: np.ndarray, first: int | None = None) -> list[int]:
+def ramp_cuts(sizes: np.ndarray, budget: ReadBudget | None = None) -> list[int]:
     """Where to cut the first group an iterator reads (records of ``sizes``
-    bytes, in reading order) into reads that grow: the first about ``first``
-    bytes (default :data:`FIRST_READ`), each next one twice the one before, at
-    least one record each. The first records are in hand after a small read,
-    not after the whole group's; the reads after it overlap their decoding.
-    Cuts are record counts, ascending."""
-    first = FIRST_READ if first is None else first
+    bytes, in reading order) into reads that grow as ``budget``'s
+    :meth:`~tfrecord_torch.io.budget.ReadBudget.ramp` does (1 MiB, then each
+    twice the one before, by default), at least one record each. The first
+    records are in hand after a small read, not after the whole group's; the
+    reads after it overlap their decoding. Cuts are record counts, ascending."""
     ends = np.cumsum(sizes)
     cuts: list[int] = []
-    step = reach = first
-    while True:
+    reach = 0
+    for step in (ReadBudget() if budget is None else budget).ramp():
+        reach += step
         cut = max(int(np.searchsorted(ends, reach, side="right")), cuts[-1] + 1 if cuts else 1)
         if cut >= len(ends):
             return cuts
         cuts.append(cut)
-        step *= 2
-        reach += step
+    raise AssertionError("unreachable: a ramp is endless")
 
 
 class RangePlanner:

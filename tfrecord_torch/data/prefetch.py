@@ -24,13 +24,11 @@ decodes (one batch ahead, no thread).
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from tfrecord_torch._pending import Pending
-from tfrecord_torch.io.files import may_wait_for
+from tfrecord_torch._threads import Producer
 
 __all__ = ["Prefetcher", "Started", "ahead"]
 
@@ -43,23 +41,15 @@ class Started(NamedTuple):
     batch: Pending[Any]
 
 
-class _Raised(NamedTuple):
-    """The producer's source raised: the error comes after the batches before it."""
-
-    error: BaseException
-
-
-_END = object()
-
-
 class Prefetcher:
     """Runs ``source`` on a producer thread, at most ``depth`` items ahead of
     the consumer, and gives its items back in order (:meth:`__iter__`); the
     consumer calls :meth:`taken` when done with one.
 
-    The thread starts at construction and ends when ``source`` is exhausted
-    or raises, or at :meth:`close`, which waits for it (the item being
-    started finishes first) and closes ``source`` on that thread.
+    The library's one producer loop (:class:`~tfrecord_torch._threads.Producer`,
+    bounded by a count): the thread starts at construction and ends when
+    ``source`` is exhausted or raises, or at :meth:`close`, which waits for it
+    (the item being started finishes first) and closes ``source`` on that thread.
 
     Args:
         source: the started units (:class:`Started`), in order.
@@ -67,56 +57,22 @@ class Prefetcher:
     """
 
     def __init__(self, source: Iterator[Started], depth: int) -> None:
-        self._source = source
-        self._room = threading.Semaphore(depth)
-        self._ready: queue.SimpleQueue = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tfrecord-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                self._room.acquire()
-                if self._stop.is_set():
-                    return
-                try:
-                    item = next(self._source)
-                except StopIteration:
-                    self._ready.put(_END)
-                    return
-                except BaseException as e:  # noqa: BLE001 - every error is the consumer's, in its turn
-                    self._ready.put(_Raised(e))
-                    return
-                self._ready.put(item)
-        finally:
-            close = getattr(self._source, "close", None)
-            if close is not None:  # a generator's finally runs on the thread it ran on
-                close()
+        self._producer: Producer[Started] = Producer(source, name="tfrecord-prefetch", limit=depth).start()
 
     def __iter__(self) -> Iterator[Started]:
-        while True:
-            item = self._ready.get()
-            if item is _END:
-                return
-            if isinstance(item, _Raised):
-                raise item.error
-            yield item
+        return self._producer
 
     def taken(self) -> None:
         """The consumer is done with an item: the producer may start one more."""
-        self._room.release()
+        self._producer.taken()
 
     def close(self) -> None:
         """Stop the producer and wait for it; items not taken are dropped."""
-        self._stop.set()
-        self._room.release()  # wake a producer waiting for room
-        if may_wait_for(self._thread):
-            self._thread.join()
+        self._producer.close()
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._producer.alive
 
 
 def ahead(source: Iterator[Started], depth: int) -> Iterator[tuple[int, Any]]:

@@ -15,12 +15,10 @@ the process that iterates (a forked DataLoader worker starts its own).
 
 from __future__ import annotations
 
-import collections
-import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
-from tfrecord_torch.io.files import may_wait_for
+from tfrecord_torch._threads import Producer
 
 __all__ = ["READ_AHEAD_BYTES", "FetchAhead", "ReadAhead", "fetch_ahead"]
 
@@ -31,73 +29,10 @@ U = TypeVar("U")
 _END = object()
 
 
-class _Channel:
-    """What the thread and the consumer share (the thread holds this, not the
-    :class:`ReadAhead`, so dropping the iterator can stop the thread)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.cond = threading.Condition()
-        self.items: collections.deque = collections.deque()  # (item, weight), a _Failed, or _END
-        self.held = 0  # bytes of the items waiting and of the one the consumer took last
-        self.taken = 0  # the weight of the item the consumer took last
-        self.stopped = False
-
-    def produce(self, source: Iterator, weight: Callable[[object], int]) -> None:
-        try:
-            while True:
-                with self.cond:
-                    while self.held >= self.limit and not self.stopped:
-                        self.cond.wait()
-                    if self.stopped:
-                        return
-                try:
-                    item = next(source)
-                except StopIteration:
-                    self._put(_END, 0)
-                    return
-                w = weight(item)
-                with self.cond:
-                    self.held += w
-                self._put(item, w)
-        except BaseException as e:  # delivered to the consumer in order, raised there
-            self._put(_Failed(e), 0)
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    def _put(self, item: object, w: int) -> None:
-        with self.cond:
-            self.items.append((item, w))
-            self.cond.notify_all()
-
-    def take(self) -> object:
-        with self.cond:
-            self.held -= self.taken  # the consumer is done with the item it took before
-            self.taken = 0
-            self.cond.notify_all()
-            while not self.items:
-                self.cond.wait()
-            item, w = self.items.popleft()
-            self.taken = w
-        return item
-
-    def stop(self) -> None:
-        with self.cond:
-            self.stopped = True
-            self.items.clear()
-            self.held = self.taken = 0
-            self.cond.notify_all()
-
-
-class _Failed:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
 class ReadAhead(Generic[T]):
-    """The items of ``source``, fetched by a background thread ahead of use.
+    """The items of ``source``, fetched by a background thread ahead of use:
+    the library's one producer loop (:class:`~tfrecord_torch._threads.Producer`),
+    bounded by bytes.
 
     Args:
         source: the items, in order (an iterator whose ``next()`` does the fetching).
@@ -112,57 +47,21 @@ class ReadAhead(Generic[T]):
     """
 
     def __init__(self, source: Iterator[T], *, weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> None:
-        self._source, self._weight = source, weight
-        self._channel = _Channel(limit)
-        self._thread: threading.Thread | None = None
-        self._done = False
+        self._producer: Producer[T] = Producer(source, name="tfrecord_torch-readahead", limit=limit, weight=weight)
 
     def __iter__(self) -> ReadAhead[T]:
         return self
 
     def start(self) -> None:
         """Start the thread now (the first ``next()`` starts it otherwise)."""
-        if self._thread is None and not self._done:
-            self._thread = threading.Thread(target=self._channel.produce, args=(self._source, self._weight),
-                                            name="tfrecord_torch-readahead", daemon=True)
-            self._thread.start()
+        self._producer.start()
 
     def __next__(self) -> T:
-        if self._done:
-            raise StopIteration
-        if self._thread is None:
-            self.start()
-        item = self._channel.take()
-        if item is _END:
-            self._finish()
-            raise StopIteration
-        if isinstance(item, _Failed):
-            self._finish()
-            raise item.error
-        return item  # type: ignore[return-value]
-
-    def _finish(self) -> None:
-        self._done = True
-        if self._thread is not None:
-            self._thread.join()
+        return next(self._producer)
 
     def close(self) -> None:
         """Stop the thread (after the item it is fetching) and close the source."""
-        self._done = True
-        self._channel.stop()
-        if self._thread is not None:
-            if may_wait_for(self._thread):
-                self._thread.join()
-        else:
-            close = getattr(self._source, "close", None)
-            if close is not None:
-                close()
-
-    def __del__(self) -> None:
-        try:
-            self._channel.stop()  # no join: the thread ends after its current item
-        except Exception:  # interpreter shutdown
-            pass
+        self._producer.close()
 
 
 class _Local:

@@ -27,6 +27,7 @@ from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
+from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import READ_AHEAD, is_url
 from tfrecord_torch.io.listing import ListingCheck, changed_since_listed
@@ -39,8 +40,6 @@ from tfrecord_torch.records.streams import open_bytes, open_stream
 __all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or_skip", "decode_payload",
            "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
 
-_MAX_WINDOW = 16 << 20
-_FIRST_WINDOW = 1 << 20  # bytes of an in-order read's first window, each next one twice as long (a fill's first range)
 
 
 class Located(NamedTuple):
@@ -83,6 +82,8 @@ class ReadContext:
             :data:`~tfrecord_torch.io.pool.FAR_BYTES`).
         windows: remote shards fetched a window at a time and kept (for
             scattered reads); None: each record by its own range.
+        budget: the sizes of an in-order read's windows (they start at its
+            ``first`` bytes and double, as a fill's first ranges do).
     """
 
     storage_options: dict | None = None
@@ -93,6 +94,7 @@ class ReadContext:
     listing: ListingCheck | None = None
     far: int | None = None
     windows: ShardWindows | None = None
+    budget: ReadBudget = ReadBudget()
 
 
 _DEFAULT = ReadContext()
@@ -109,9 +111,9 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
                ) -> Iterator[Run]:
     """The records ``records`` of an indexed shard, in that order, a run at a time.
 
-    An ascending run of consecutive records is read in windows (the first
-    of 1 MiB, each next one twice as long, up to 16 MiB each of a local
-    file; for a URL, up to :data:`~tfrecord_torch.io.ranges.MAX_REQUEST`
+    An ascending run of consecutive records is read in windows (as
+    ``context.budget`` ramps: the first of 1 MiB, each next one twice as
+    long, up to 16 MiB each of a local file; for a URL, up to :data:`~tfrecord_torch.io.ranges.MAX_REQUEST`
     each, several requests in flight while a window is cut), each cut and
     checked by one compiled call (:func:`~tfrecord_torch.records.frames.cut_frames`),
     or scanned where that does not vouch for its frames; other records are read
@@ -251,30 +253,30 @@ class _Window(NamedTuple):
     size: int
 
 
-def _plan_windows(index: np.ndarray, first: int, last: int, longest: int) -> list[_Window]:
-    """Records ``first`` to ``last`` cut into windows: the first of up to
-    :data:`_FIRST_WINDOW` bytes, each next one twice as long, up to
-    ``longest``; at least one record each."""
+def _plan_windows(index: np.ndarray, first: int, last: int, longest: int, budget: ReadBudget) -> list[_Window]:
+    """Records ``first`` to ``last`` cut into windows as ``budget`` ramps up
+    to ``longest`` (the first of ``budget.first`` bytes, each next one twice
+    as long); at least one record each."""
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
-    step = min(_FIRST_WINDOW, longest)
+    steps = budget.ramp(longest)
     bounds: list[tuple[int, int]] = []  # (first, last) record of each window
     while first <= last:
+        step = next(steps)
         start = int(index[first, 0])
         # the window's last record: as many as fit, at least one
         fit = int(np.searchsorted(ends, start + step, side="right")) - 1 + lo
         stop = min(max(fit, first), last)
         bounds.append((first, stop))
         first = stop + 1
-        step = min(2 * step, longest)
     starts = [int(index[a, 0]) for a, _ in bounds]
     return [_Window(a, b, s, int(ends[b - lo]) - s) for (a, b), s in zip(bounds, starts)]
 
 
 def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
              context: ReadContext) -> Iterator[Run]:
-    longest = _MAX_WINDOW if reader.descriptor() is not None else ranges.MAX_REQUEST
-    windows = _plan_windows(index, first, last, longest)
+    longest = context.budget.window if reader.descriptor() is not None else ranges.MAX_REQUEST
+    windows = _plan_windows(index, first, last, longest, context.budget)
     fetched = ranges.iter_ranges(reader, [w.start for w in windows], [w.size for w in windows], join=False)
     try:
         for w, data in zip(windows, fetched):

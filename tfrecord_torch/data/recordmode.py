@@ -54,7 +54,7 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
                           order=plan.shards_in_order(planner, [(min(lo + skip, hi), hi)]))
 
     # the first shuffled items wait for no fill's later ranges: the early reads' records past a
-    # fill's first range come from the bucket (at most about EARLY_BYTES fetched twice); in
+    # fill's first range come from the bucket (at most about budget.early fetched twice); in
     # order, a fill's first ranges grow as the reads do, and the reads wait for them
     def fetch(unit: _Read) -> tuple[int, list]:
         return unit.position, fetch_scattered(reads.paths, reads.indexes, unit.shards, unit.records,
@@ -101,9 +101,9 @@ def _reads_of(groups: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, reads:
         if first:  # the first read small, so the first items wait for it alone
             first = False
             sizes = _record_sizes(reads.indexes, shards[start:], records[start:])
-            cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes)]
+            cuts[1:1] = [start + cut for cut in plan.ramp_cuts(sizes, session.budget)]
         for a, b in zip(cuts, cuts[1:]):
-            early = reads.shuffle and sizes is not None and asked < plan.EARLY_BYTES
+            early = reads.shuffle and sizes is not None and asked < session.budget.early
             yield _Read(done + a, shards[a:b], records[a:b], early)
             if sizes is not None:
                 asked += int(sizes[a - start:b - start].sum())
@@ -138,4 +138,4 @@ class _Read(NamedTuple):
     position: int
     shards: np.ndarray
     records: np.ndarray
-    early: bool  # shuffled, and begins before the iteration has read plan.EARLY_BYTES
+    early: bool  # shuffled, and begins before the iteration has read its budget's early bytes

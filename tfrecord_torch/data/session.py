@@ -26,6 +26,7 @@ from tfrecord_torch.data.reading import ReadContext
 from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import pool, ranges
+from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.copies import CacheArg, ShardCopies, copy_ahead, dataset_copies, fills_for
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.io.listing import Listing, ListingCheck
@@ -44,21 +45,27 @@ class RemoteShards:
             range reads.
         listed: without copies, the check of the remote shards against the
             dataset's listing, or None (the copies check their own objects).
+        budget: the byte budgets of the reads (``Source(read_budget=)``):
+            each session hands it to its readers and the copies to their fills.
     """
 
     storage_options: dict | None = None
     copies: ShardCopies | None = None
     listed: ListingCheck | None = None
+    budget: ReadBudget = ReadBudget()
 
     @classmethod
-    def of(cls, cache: CacheArg, listing: Listing, storage_options: dict | None, *, shuffled: bool
-           ) -> RemoteShards:
+    def of(cls, cache: CacheArg, listing: Listing, storage_options: dict | None, *, shuffled: bool,
+           budget: ReadBudget | None = None) -> RemoteShards:
         """The copies the dataset of ``listing`` reads its remote shards from
         (:func:`~tfrecord_torch.io.copies.dataset_copies`: ``cache`` decided
         here, once), else its listing's check; ``shuffled``: a reader reads
-        from all shards at once (a cache smaller than them is warned about)."""
-        copies = dataset_copies(cache, listing.files, listing.stats, storage_options, shuffled=shuffled)
-        return cls(storage_options, copies, listing.check(storage_options) if copies is None else None)
+        from all shards at once (a cache smaller than them is warned about);
+        ``budget``: the reads' byte budgets (None: the defaults)."""
+        budget = ReadBudget() if budget is None else budget
+        copies = dataset_copies(cache, listing.files, listing.stats, storage_options, shuffled=shuffled,
+                                budget=budget)
+        return cls(storage_options, copies, listing.check(storage_options) if copies is None else None, budget)
 
     def fresh_copies(self, fills: int | None = None) -> ShardCopies | None:
         """The copies with no object checked yet (None without copies)."""
@@ -111,9 +118,9 @@ class ReadSession:
     Attributes:
         context: how the record readers read (:class:`~tfrecord_torch.data.reading.ReadContext`).
         first_context: ``context`` for the iteration's first reads: they wait
-            for no fill's later ranges (a record past
-            :data:`~tfrecord_torch.io.pool.FIRST_FAR_BYTES` beyond what a
-            fill has written comes from the bucket).
+            for no fill's later ranges (a record past :attr:`first_far`
+            beyond what a fill has written comes from the bucket).
+        budget: the reads' byte budgets (the dataset's: ``remote.budget``).
         readers: the reader pool (None for streamed shards).
         copies: the copies this session reads (None: no shard cache).
 
@@ -125,7 +132,7 @@ class ReadSession:
     def __init__(self, remote: RemoteShards, paths: Sequence[str], *, verify: bool = True,
                  report: Callable[[TFRecordError], None] | None = None, indexes: Sequence[Any] | None = None,
                  scatter: Scatter | None = None, order: Iterable[int] | None = None, fresh: bool = True) -> None:
-        self.paths = paths
+        self.paths, self.budget = paths, remote.budget
         self.copies = self._copies(remote, scatter) if fresh else remote.copies
         listing = remote.listed.fresh() if fresh and remote.listed is not None else remote.listed
         so = remote.storage_options
@@ -133,7 +140,7 @@ class ReadSession:
         self._adopted: _Closes | None = None
         if indexes is None:  # streamed: each shard through the copies or from the bucket, on its own
             self.context = ReadContext(storage_options=so, verify=verify, report=report, copies=self.copies,
-                                       listing=listing)
+                                       listing=listing, budget=self.budget)
         else:
             self.readers = pool.ReaderPool(so, copies=self.copies, listing=listing)
             windows = None
@@ -142,16 +149,18 @@ class ReadSession:
                 windows = shard_windows(paths, indexes, scatter.reads,
                                         [copies is not None and copies.covers(p) for p in paths])
             self.context = ReadContext(storage_options=so, verify=verify, report=report, readers=self.readers,
-                                       windows=windows)
+                                       windows=windows, budget=self.budget)
         self._ahead = None if order is None else copy_ahead(self.copies, (paths[s] for s in order))
         self.first_context = dataclasses.replace(self.context, far=self.first_far)
 
     @property
     def first_far(self) -> int:
         """Bytes past what a fill has written beyond which a first read goes
-        to the bucket (:data:`~tfrecord_torch.io.pool.FIRST_FAR_BYTES`, as it
-        is now: a lasting session's first reads are each process's)."""
-        return pool.FIRST_FAR_BYTES
+        to the bucket: the budget's ``first``, a fill's first range (its
+        records wait for no more; a range request of a record costs one round
+        trip, and a fill begun at the same time reaches 16 MiB several
+        later). A property: a lasting session's first reads are each process's."""
+        return self.budget.first
 
     def _copies(self, remote: RemoteShards, scatter: Scatter | None) -> ShardCopies | None:
         """This iteration's copies: given the workers of a shuffled read, each

@@ -22,6 +22,7 @@ from typing import Any, Union
 
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import filling
+from tfrecord_torch.io.budget import DEFAULT, ReadBudget
 from tfrecord_torch.io.filling import FillFile, FillView, can_watch
 from tfrecord_torch.io.listing import ListingCheck
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, entry_path, open_shard
@@ -51,14 +52,17 @@ class ShardCopies:
             here is asked for them when first opened.
         storage_options: fsspec options for the URLs.
         fills: shards copied at once in the background (default :data:`FILLS`).
+        budget: how a fill's first ranges grow (a reader following it waits
+            for its first range).
 
     Thread-safe. :meth:`fresh` gives the same copies with nothing checked yet
     (one per iteration, so each epoch asks each object once whether it changed).
     """
 
     def __init__(self, cache: ShardCache, stats: Mapping[str, tuple[int, str]],
-                 storage_options: dict | None = None, fills: int | None = None) -> None:
-        self.cache, self.storage_options = cache, storage_options
+                 storage_options: dict | None = None, fills: int | None = None,
+                 budget: ReadBudget = DEFAULT) -> None:
+        self.cache, self.storage_options, self.budget = cache, storage_options, budget
         self.fills = FILLS if fills is None else fills  # shards copied at once in the background
         self._stats = dict(stats)
         self.listing = ListingCheck(self._stats, storage_options)  # objects found unchanged, this iteration
@@ -79,7 +83,7 @@ class ShardCopies:
     def fresh(self, fills: int | None = None) -> ShardCopies:
         """These copies with no object checked yet, filled in the background
         ``fills`` shards at a time (default :data:`FILLS`; see :func:`fills_for`)."""
-        return ShardCopies(self.cache, self._stats, self.storage_options, fills)
+        return ShardCopies(self.cache, self._stats, self.storage_options, fills, self.budget)
 
     def covers(self, path: Any) -> bool:
         """Whether ``path`` is a remote shard (local shards are never copied)."""
@@ -132,7 +136,7 @@ class ShardCopies:
             checked = self.listing.by_listing(url)
         if checked:
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                            cancel=cancel, fill=fill)
+                            cancel=cancel, fill=fill, budget=self.budget)
         else:
             with self._lock:
                 opening = self._opening.setdefault(url, threading.Lock())
@@ -149,7 +153,7 @@ class ShardCopies:
         try:
             recheck = not self.listing.checked(url)
             fd = open_shard(url, self.cache, size=size, version=version, storage_options=self.storage_options,
-                            recheck=recheck, cancel=cancel, fill=fill)
+                            recheck=recheck, cancel=cancel, fill=fill, budget=self.budget)
             if fd is not None:
                 self.listing.confirm(url)
         finally:
@@ -241,7 +245,7 @@ class ShardCopies:
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
         return {"cache": self.cache, "storage_options": self.storage_options, "_stats": self._stats,
-                "fills": self.fills}
+                "fills": self.fills, "budget": self.budget}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -273,7 +277,13 @@ def fills_for(shards: int, readers: int) -> int:
 class _Filler:
     """Copies the shards asked for into the cache on up to ``copies.fills``
     threads, in the order asked, each once at a time; a thread ends when
-    nothing is left to copy."""
+    nothing is left to copy.
+
+    Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`):
+    this is a work queue, several threads taking requests that arrive while
+    they run, in the order of the locks they find free, and handing nothing
+    back (a copy is found in the cache; a failed one is met again, and
+    raised, by the reader reading the bucket)."""
 
     def __init__(self, copies: ShardCopies) -> None:
         self.copies, self.pid = copies, os.getpid()
@@ -386,6 +396,12 @@ class CopyAhead:
     giving up a copy in progress between two range requests, or letting it
     end (``finish``: an epoch read to its end, whose reader's own fills wait
     for that copy and would otherwise begin it again).
+
+    Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`):
+    nothing is handed to a consumer (the reader finds the copies in the
+    cache, and meets a failed copy's error again itself), the bound is the
+    reader's position (:meth:`began`), not items it has taken, and a close
+    gives up the copy in progress, which a producer lets finish.
     """
 
     def __init__(self, copies: ShardCopies, order: Iterable[str], ahead: int) -> None:
@@ -452,7 +468,8 @@ def _complete(entry: str, size: int) -> bool:
 
 
 def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tuple[int, str]],
-                   storage_options: dict | None, *, shuffled: bool) -> ShardCopies | None:
+                   storage_options: dict | None, *, shuffled: bool, budget: ReadBudget = DEFAULT
+                   ) -> ShardCopies | None:
     """The copies a dataset of ``paths`` reads its remote shards from, or None:
     range reads (no remote shards, ``cache=None``, or ``"auto"`` chose them).
 
@@ -465,6 +482,7 @@ def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tu
         storage_options: fsspec options for the URLs.
         shuffled: whether a reader reads from all shards at once (a shuffle,
             a sampler): then a cache smaller than the shards is warned about.
+        budget: how the fills' first ranges grow.
     """
     remote = [p for p in paths if fs.is_url(p)]
     if cache is None or not remote:
@@ -475,7 +493,7 @@ def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tu
         cache = auto_shard_cache({p: stats[p] for p in remote if p in stats})
         if cache is None:
             return None
-    copies = ShardCopies(cache, {p: stats[p] for p in remote if p in stats}, storage_options)
+    copies = ShardCopies(cache, {p: stats[p] for p in remote if p in stats}, storage_options, budget=budget)
     copies.warn_if_too_small(shuffled)
     return copies
 

@@ -17,11 +17,11 @@ import io
 import logging
 import os
 import stat
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from tfrecord_torch._threads import may_wait_for, on_fsspec_loop  # noqa: F401 - their home was here
 from tfrecord_torch.errors import RemoteError, TFRecordError
 from tfrecord_torch.io import http, s3session, streamed
 from tfrecord_torch.io.retry import retrying, status_of
@@ -307,22 +307,6 @@ class RemoteFile(io.RawIOBase):
     def close(self) -> None:
         self._drop()
         super().close()
-
-
-def may_wait_for(thread: threading.Thread) -> bool:
-    """Whether the calling thread may join ``thread``: not when it is that
-    thread, nor when it is fsspec's event-loop thread. The garbage collector
-    runs finalizers on whichever thread allocates, the loop's included; a
-    close run there that waited for a thread waiting on that loop for a
-    request would wait forever. Such a close only tells the thread to stop."""
-    return thread is not threading.current_thread() and not on_fsspec_loop()
-
-
-def on_fsspec_loop() -> bool:
-    """Whether the calling thread is fsspec's event-loop thread, which must
-    never wait for work that may need that loop (see :func:`may_wait_for`)."""
-    asyn = sys.modules.get("fsspec.asyn")
-    return asyn is not None and asyn.iothread[0] is threading.current_thread()
 
 
 def unstrip(fs, protocol: str, path: str) -> str:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tfrecord_torch.io.filling import FillView
     from tfrecord_torch.io.listing import ListingCheck
 
-__all__ = ["FAR_BYTES", "FIRST_FAR_BYTES", "REQUEST_THREADS", "Reader", "ReaderPool", "read_at"]
+__all__ = ["FAR_BYTES", "REQUEST_THREADS", "Reader", "ReaderPool", "read_at"]
 
 REQUEST_THREADS = 32
 """The most range requests of one :class:`ReaderPool` in flight at once: its
@@ -29,12 +29,6 @@ reads and joined by :meth:`ReaderPool.close`."""
 FAR_BYTES = 16 << 20
 """Bytes past a fill's written part beyond which a read that need not wait
 goes to the bucket: about what a fill has in flight (4 ranges of 4 MiB)."""
-
-FIRST_FAR_BYTES = 1 << 20
-""":data:`FAR_BYTES` for the first reads of an iteration (and a first batch):
-their records wait for no more than a fill's first range (a range request
-of a record costs one round trip; a fill begun at the same time reaches
-16 MiB several later)."""
 
 # Bumped in a forked child: readers and pools compare it to notice a fork
 # (and reopen) without an os.getpid() system call on every read.

@@ -51,6 +51,7 @@ from tfrecord_torch._pending import Done, Pending
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import atomic, http
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.budget import DEFAULT, ReadBudget
 from tfrecord_torch.io.lru import LruFolder
 from tfrecord_torch.io.streamed import Answer
 
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
 CHUNK = 4 << 20  # bytes of a download's ranges past its first ones, at least (written as they arrive where the file system streams)
-FIRST_CHUNK = 1 << 20  # bytes of a download's first range request; each next one twice the one before, up to CHUNK
 LONG_CHUNK = 8 << 20  # the most bytes of one range request of a download (each request costs ~1-2 ms of CPU)
 PARALLEL = 4  # range requests in flight per download
 AHEAD_BYTES = 32 << 20  # the most bytes of a download asked for past what it has written (held until written)
@@ -194,7 +194,8 @@ def entry_path(cache: ShardCache, url: str, size: int, version: str) -> str:
 
 def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
                storage_options: dict | None = None, recheck: bool = False,
-               cancel: threading.Event | None = None, fill: bool = True) -> int | None:
+               cancel: threading.Event | None = None, fill: bool = True,
+               budget: ReadBudget = DEFAULT) -> int | None:
     """A read-only descriptor of a complete local copy of ``url``, filled if
     missing; None when the cache cannot hold it (then read from the bucket).
 
@@ -208,6 +209,9 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
             listed one before using a copy already there (a fill checks anyway).
         cancel: set to give up a fill between its range requests (None is returned).
         fill: False: None when no complete copy is there (nothing is copied).
+        budget: a fill's first range is ``budget.first`` bytes, each next
+            twice the one before while below :data:`CHUNK` (a reader
+            following the fill starts on it).
 
     Raises:
         RemoteError: the object changed since it was listed, or could not be read.
@@ -240,7 +244,7 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
         fd = open_complete(entry, size)  # filled by whoever held the lock before us
         if fd is None:
             if not _fill(url, entry, cache, size=size, version=version, storage_options=storage_options,
-                         cancel=cancel):
+                         cancel=cancel, budget=budget):
                 return None
             fd = open_complete(entry, size)
     finally:
@@ -276,7 +280,8 @@ def open_complete(entry: str, size: int) -> int | None:
 
 
 def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
-          storage_options: dict | None, cancel: threading.Event | None = None) -> bool:
+          storage_options: dict | None, cancel: threading.Event | None = None,
+          budget: ReadBudget = DEFAULT) -> bool:
     """Copy ``url`` into ``entry`` (under the entry's lock); False if the cache
     disk cannot hold it or ``cancel`` was set.
 
@@ -307,7 +312,7 @@ def _fill(url: str, entry: str, cache: ShardCache, *, size: int, version: str,
         return _unwritable(folder, e)
     try:
         try:
-            _download(url, fd, size, storage_options, cancel, checked, check)
+            _download(url, fd, size, storage_options, cancel, checked, check, budget)
         except BaseException:
             checked.result()  # a changed object's error before what its ranges met
             raise
@@ -405,7 +410,7 @@ def _unwritable(folder: str, e: OSError) -> bool:
 
 def _download(url: str, fd: int, size: int, storage_options: dict | None,
               cancel: threading.Event | None = None, checked: Pending[None] | None = None,
-              check: _AnswerCheck | None = None) -> None:
+              check: _AnswerCheck | None = None, budget: ReadBudget = DEFAULT) -> None:
     """Write ``url``'s ``size`` bytes into ``fd`` by concurrent range reads,
     the ranges not started when ``cancel`` is set left out; from a server
     that ignores ``Range``, by one streamed GET. Nothing is written before
@@ -414,7 +419,7 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None,
     them, :func:`~tfrecord_torch.io.files.answers_checked`) before its bytes
     are written."""
     try:
-        _download_ranges(url, fd, size, storage_options, cancel, checked, check)
+        _download_ranges(url, fd, size, storage_options, cancel, checked, check, budget)
     except http.RangesIgnored:  # every range request would bring the whole object (HTTP: never listed)
         _download_stream(url, fd, size, storage_options, cancel, checked)
 
@@ -437,20 +442,22 @@ def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
         f.close()
 
 
-def _ranges_of(size: int) -> list[tuple[int, int]]:
+def _ranges_of(size: int, budget: ReadBudget = DEFAULT) -> list[tuple[int, int]]:
     """The [start, end) ranges a download of ``size`` bytes requests, in order:
-    the first :data:`FIRST_CHUNK` bytes, each next twice the one before while
+    as ``budget`` ramps (its first bytes, each next twice the one before) while
     below :data:`CHUNK` (a reader following the fill has the first records
     after a small range, not after a long one), then the rest in ranges of
     :data:`LONG_CHUNK` bytes, or, where that would leave fewer than
     :data:`PARALLEL` requests in flight, in that many equal ranges (of
     :data:`CHUNK` bytes at least, unless the rest is shorter): each request
     costs about as much CPU whatever its length."""
-    ranges, start, step = [], 0, min(FIRST_CHUNK, CHUNK)
-    while start < size and step < CHUNK:
+    ranges, start = [], 0
+    for step in budget.ramp(CHUNK):
+        if start >= size or step >= CHUNK:
+            break
         end = min(start + step, size)
         ranges.append((start, end))
-        start, step = end, 2 * step
+        start = end
     rest = size - start
     longest = max(LONG_CHUNK, CHUNK)
     step = longest if rest >= PARALLEL * longest else -(-rest // min(PARALLEL, max(rest // CHUNK, 1)))
@@ -463,14 +470,20 @@ def _ranges_of(size: int) -> list[tuple[int, int]]:
 
 def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
                      cancel: threading.Event | None, checked: Pending[None] | None = None,
-                     check: _AnswerCheck | None = None) -> None:
+                     check: _AnswerCheck | None = None, budget: ReadBudget = DEFAULT) -> None:
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
     once, their bytes written in order by this thread as they arrive
     (:class:`_InOrder`: the file's size is then how far it is written), at
     most ``2 * PARALLEL`` ranges and :data:`AHEAD_BYTES` bytes (or the one
     range) asked for from the first one not yet complete on: the pieces held
-    in memory, waiting for their turn to be written, are fewer bytes."""
-    ends = dict(_ranges_of(size))
+    in memory, waiting for their turn to be written, are fewer bytes.
+
+    Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`,
+    one thread running a source ahead of its consumer): a fill has
+    :data:`PARALLEL` requests in flight at once, whose pieces arrive out of
+    order and are written in order by the thread that waits for them; its
+    pool is joined here (``with``) before the fill returns."""
+    ends = dict(_ranges_of(size, budget))
     starts = list(ends)
     writer = _InOrder(fd, checked, cancel)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tfrecord_torch.data.plan import plan_records, plan_shards, ramp_cuts, resolve_rank
+from tfrecord_torch.io.budget import ReadBudget
 
 COUNTS = {
     "one": [10],
@@ -137,9 +138,9 @@ def test_bad_even():
 
 def test_ramp_cuts_start_with_a_small_read_and_double_up_to_the_group():
     sizes = np.full(256, 85_000)  # a shuffled group of ~85 KB images
-    cuts = ramp_cuts(sizes, first=1 << 20)
+    cuts = ramp_cuts(sizes, ReadBudget(first=1 << 20))
     assert cuts == [12, 37, 86, 185]  # ~1, 2, 4, 8 MiB, then the rest
     assert all(np.cumsum(sizes)[c - 1] <= (1 << 20) * (2 ** (k + 1) - 1) for k, c in enumerate(cuts))
-    assert ramp_cuts(np.full(1000, 100), first=1 << 20) == []  # a group under the first read: whole
-    assert ramp_cuts(np.full(3, 5 << 20), first=1 << 20) == [1, 2]  # at least one record per read
+    assert ramp_cuts(np.full(1000, 100), ReadBudget(first=1 << 20)) == []  # a group under the first read: whole
+    assert ramp_cuts(np.full(3, 5 << 20), ReadBudget(first=1 << 20)) == [1, 2]  # at least one record per read
     assert ramp_cuts(np.zeros(0, np.int64)) == []

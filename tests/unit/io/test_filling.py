@@ -97,7 +97,7 @@ def test_a_fill_given_up_is_cut_before_it_is_let_go(tmp_path, monkeypatch):
     entry = shardcache.entry_path(cache, url, size, version)
     go = threading.Event()
 
-    def half_then_changed(url, fd, size, storage_options, cancel=None, checked=None, check=None):
+    def half_then_changed(url, fd, size, storage_options, cancel=None, checked=None, check=None, budget=None):
         os.pwrite(fd, data[:20_000], 0)
         assert go.wait(30)
         raise RemoteError(url, "the object changed while it was being copied (injected)")

@@ -17,6 +17,7 @@ import pytest
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import atomic, shardcache
 from tfrecord_torch.io import files as fs
+from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, open_shard, shard_cache_usage
 
 
@@ -375,11 +376,11 @@ def test_the_first_ranges_are_fetched_while_the_object_is_checked_and_written_af
 def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_path, monkeypatch):
     put, reads = bucket
     monkeypatch.setattr(shardcache, "CHUNK", 8_000)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1_000, raising=False)
     data = os.urandom(30_000)
     url = put("h.tfrecord", data)
     size, version = _listed(url)
-    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)) == data
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version,
+                            budget=ReadBudget(first=1_000))) == data
     # past the ranges below CHUNK, the rest in PARALLEL ranges, or fewer of CHUNK bytes at least
     assert sorted((start, end) for _, start, end in reads) == [(0, 1_000), (1_000, 3_000), (3_000, 7_000),
                                                                (7_000, 18_500), (18_500, 30_000)]
@@ -392,13 +393,13 @@ def test_a_download_past_its_first_ranges_asks_for_few_long_ranges(bucket, tmp_p
     shorter rest into PARALLEL ranges so that as many requests stay in flight."""
     put, reads = bucket
     monkeypatch.setattr(shardcache, "CHUNK", 1_000)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 250)
     monkeypatch.setattr(shardcache, "LONG_CHUNK", 10_000, raising=False)
     monkeypatch.setattr(shardcache, "PARALLEL", 4)
     data = os.urandom(size)
     url = put("long.tfrecord", data)
     listed, version = _listed(url)
-    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version)) == data
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version,
+                            budget=ReadBudget(first=250))) == data
     got = sorted((start, end) for _, start, end in reads)
     assert got[:2] == [(0, 250), (250, 750)]  # the small first ranges a reader following the fill starts on
     assert len(got) == count
@@ -409,8 +410,7 @@ def test_a_download_asks_for_no_more_than_ahead_bytes_past_what_it_has_written(b
     """Ranges that arrive before the one written next are held in memory: a
     download asks for at most AHEAD_BYTES from the first range not yet complete."""
     put, _ = bucket
-    monkeypatch.setattr(shardcache, "CHUNK", 1_000)
-    monkeypatch.setattr(shardcache, "FIRST_CHUNK", 1_000)
+    monkeypatch.setattr(shardcache, "CHUNK", 1_000)  # no range below it: the first one 1_000 bytes too
     monkeypatch.setattr(shardcache, "LONG_CHUNK", 1_000, raising=False)
     monkeypatch.setattr(shardcache, "AHEAD_BYTES", 3_000, raising=False)
     data = os.urandom(20_000)

@@ -1,0 +1,104 @@
+"""The read budget's cuts, pinned: the start-small-and-double ramps (an
+iteration's first reads, an in-order read's windows, a fill's ranges) and
+the byte budgets they start from give these sizes for these shards. Moving
+the numbers into one value must not move a single cut."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfrecord_torch.data import reading
+from tfrecord_torch.data.plan import ramp_cuts
+from tfrecord_torch.data.reading import ReadContext
+from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.budget import ReadBudget
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(("sizes", "cuts"), [
+    (np.full(200, 100 << 10), [10, 30, 71, 153]),  # 1, 2, 4, 8 MiB reads, then the rest of the group
+    (np.full(5000, 3 << 10), [341, 1024, 2389]),
+    (np.full(3, 5 << 20), [1, 2]),  # at least one record a read
+    (np.full(1000, 100), []),  # a group under the first read: whole
+    (np.arange(1, 400) * 1000, [45, 78, 120, 176, 254, 362]),
+])
+def test_an_iterations_first_reads_start_at_1_mib_and_double(sizes, cuts):
+    assert ramp_cuts(sizes) == cuts
+
+
+@pytest.mark.parametrize(("size", "cuts"), [
+    (0, []),
+    (300_000, [300_000]),
+    (MiB, [MiB]),
+    (3 * MiB, [MiB, 3 * MiB]),
+    (7 * MiB, [MiB, 3 * MiB, 7 * MiB]),
+    (20 * MiB, [MiB, 3 * MiB, 7602176, 12058624, 16515072, 20 * MiB]),  # the rest in 4 equal ranges
+    (100 * MiB, [MiB, 3 * MiB, *range(11 * MiB, 100 * MiB, 8 * MiB), 100 * MiB]),  # then 8 MiB ranges
+])
+def test_a_fills_ranges_start_at_1_mib_and_double_below_4_mib(size, cuts):
+    ranges = shardcache._ranges_of(size)
+    assert [end for _, end in ranges] == cuts
+    assert [start for start, _ in ranges] == [0, *cuts][:len(cuts)]
+
+
+def test_a_gib_fill_asks_for_8_mib_ranges_after_its_first_two():
+    lengths = [end - start for start, end in shardcache._ranges_of(1 << 30)]
+    assert lengths[:3] == [MiB, 2 * MiB, 8 * MiB]
+    assert len(lengths) == 130 and set(lengths[2:-1]) == {8 * MiB}
+
+
+class _Reader:
+    def __init__(self, local: bool) -> None:
+        self.local = local
+
+    def descriptor(self):
+        return 3 if self.local else None
+
+
+@pytest.mark.parametrize(("local", "windows"), [
+    (True, [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 16 * MiB, 16 * MiB, 3 * MiB]),  # up to 16 MiB a local read
+    (False, [MiB, 2 * MiB, 4 * MiB, *[4 * MiB] * 14, 3 * MiB]),  # up to a URL's longest request, 4 MiB
+])
+def test_an_in_order_reads_windows_start_at_1_mib_and_double(monkeypatch, local, windows):
+    asked = []
+
+    def fake_iter_ranges(reader, starts, sizes, join):
+        asked.append((starts, sizes))
+        yield from ()
+
+    monkeypatch.setattr(reading.ranges, "iter_ranges", fake_iter_ranges)
+    records = 66 * 16  # 66 MiB of 64 KiB records
+    index = np.stack([np.arange(records) * (64 << 10), np.full(records, 64 << 10)], axis=1).astype(np.int64)
+    list(reading._windows("shard", index, 0, records - 1, _Reader(local), ReadContext()))
+    [(starts, sizes)] = asked
+    assert sizes == windows
+    assert starts == np.cumsum([0, *windows[:-1]]).tolist()
+
+
+def test_the_byte_budgets():
+    from tfrecord_torch.data import readahead, windows
+    from tfrecord_torch.data.session import ReadSession, RemoteShards
+    from tfrecord_torch.io import pool, ranges
+    budget = ReadBudget()
+    assert budget.first == ReadSession(RemoteShards(), []).first_far == MiB
+    assert budget.early == 4 * MiB
+    assert budget.window == pool.FAR_BYTES == 16 * MiB
+    assert ranges.MAX_REQUEST == shardcache.CHUNK == 4 * MiB
+    assert shardcache.LONG_CHUNK == 8 * MiB and shardcache.AHEAD_BYTES == 32 * MiB
+    assert windows.WINDOW_BYTES == readahead.READ_AHEAD_BYTES == ranges.IN_FLIGHT_BYTES == 64 * MiB
+
+
+def test_a_budget_is_bytes():
+    with pytest.raises(ValueError, match="first"):
+        ReadBudget(first=0)
+    with pytest.raises(ValueError, match="early"):
+        ReadBudget(early=1.5)
+
+
+def test_the_one_ramp_doubles_up_to_its_bound():
+    from itertools import islice
+    assert list(islice(ReadBudget(first=3).ramp(), 5)) == [3, 6, 12, 24, 48]
+    assert list(islice(ReadBudget(first=3).ramp(20), 5)) == [3, 6, 12, 20, 20]
+    assert list(islice(ReadBudget(first=30).ramp(20), 2)) == [20, 20]

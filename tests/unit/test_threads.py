@@ -1,0 +1,150 @@
+"""The one producer loop (:class:`tfrecord_torch._threads.Producer`): bounded
+by a count or by bytes, the items and the source's error in order, and a
+close from anywhere (another thread, while the consumer waits, while the
+producer waits for room or is mid-item) that ends and joins its thread."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from tfrecord_torch._threads import Producer
+
+NAME = "tfrecord_torch-test-producer"
+
+
+def producers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == NAME]
+
+
+class Counted:
+    """A source of 0, 1, ... that notes how many items were asked of it and
+    where it was closed; ``block`` holds every ``next()`` until set."""
+
+    def __init__(self, n: int = 1000, fail_at: int | None = None) -> None:
+        self.n, self.fail_at, self.asked, self.closed_on = n, fail_at, 0, None
+        self.cond = threading.Condition()
+        self.block = threading.Event()
+        self.block.set()
+        self.entered = threading.Event()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        self.entered.set()
+        assert self.block.wait(30)
+        with self.cond:
+            if self.asked == self.fail_at:
+                raise KeyError(f"item {self.asked}")
+            if self.asked >= self.n:
+                raise StopIteration
+            self.asked += 1
+            self.cond.notify_all()
+            return self.asked - 1
+
+    def wait_asked(self, k: int) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.asked >= k, 30)
+
+    def close(self) -> None:
+        self.closed_on = threading.current_thread().name
+
+
+def settle(source: Counted, k: int) -> None:
+    """Give the thread the chance to ask for more than ``k`` items (it must not)."""
+    source.wait_asked(k)
+    for _ in range(50):
+        threading.Event().wait(0.002)
+    assert source.asked == k
+
+
+def test_the_items_come_in_order_and_the_thread_ends_with_them():
+    source = Counted(50)
+    producer = Producer(source, name=NAME, limit=3)
+    assert list(producer) == list(range(50))
+    assert source.closed_on == NAME and not producers()
+
+
+def test_a_count_bound_holds_the_items_ahead_to_it():
+    source = Counted()
+    producer = Producer(source, name=NAME, limit=3).start()
+    settle(source, 3)  # three ahead, none taken
+    assert next(producer) == 0
+    settle(source, 3)  # the one taken still counts until it is let go
+    producer.taken()
+    settle(source, 4)  # let go: its room is free
+    assert next(producer) == 1 and next(producer) == 2
+    settle(source, 5)  # taking the next lets the one before go
+    producer.close()
+    assert not producers()
+
+
+def test_a_byte_bound_holds_the_bytes_ahead_under_it_plus_one_item():
+    source = Counted()
+    producer = Producer(source, name=NAME, limit=10, weight=lambda i: 4).start()
+    settle(source, 3)  # 0, 4, 8 bytes held: a third item may pass the bound, a fourth not
+    assert [next(producer), next(producer)] == [0, 1]
+    settle(source, 4)  # the first let go; the second still held
+    producer.close()
+
+
+def test_an_error_comes_after_the_items_before_it_and_ends_the_thread():
+    source = Counted(fail_at=4)
+    producer = Producer(source, name=NAME, limit=2)
+    got = []
+    with pytest.raises(KeyError, match="item 4"):
+        for item in producer:
+            got.append(item)
+    assert got == [0, 1, 2, 3]
+    assert source.closed_on == NAME and not producers()
+    assert list(producer) == []  # ended
+
+
+def test_close_from_another_thread_while_the_consumer_waits():
+    source = Counted()
+    source.block.clear()
+    producer = Producer(source, name=NAME, limit=2)
+    got: list = []
+    consumer = threading.Thread(target=lambda: got.extend(producer))
+    consumer.start()
+    assert source.entered.wait(30)  # the producer is mid-item, the consumer waits for it
+    closer = threading.Thread(target=producer.close)
+    closer.start()
+    source.block.set()  # the item in progress ends; the thread stops after it
+    closer.join(30)
+    consumer.join(30)
+    assert not closer.is_alive() and not consumer.is_alive()
+    assert not producers() and source.closed_on == NAME
+
+
+def test_close_while_the_producer_waits_for_room():
+    source = Counted()
+    producer = Producer(source, name=NAME, limit=1).start()
+    settle(source, 1)
+    producer.close()
+    assert not producers() and source.closed_on == NAME
+
+
+def test_a_producer_never_started_closes_its_source_here():
+    source = Counted()
+    Producer(source, name=NAME, limit=1).close()
+    assert source.asked == 0 and source.closed_on == threading.current_thread().name
+
+
+def test_a_dropped_producer_stops_its_thread():
+    source = Counted()
+    producer = Producer(source, name=NAME, limit=1)
+    assert next(producer) == 0
+    thread = next(t for t in producers())
+    del producer
+    gc.collect()
+    thread.join(30)
+    assert not thread.is_alive() and source.closed_on == NAME
+
+
+def test_a_limit_below_one_is_refused():
+    with pytest.raises(ValueError, match="limit"):
+        Producer(iter(()), name=NAME, limit=0)
