@@ -20,6 +20,7 @@ from tfrecord_torch.data import (
 )
 from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
+from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
@@ -145,6 +146,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self._lengths = self._check_lengths(source.lengths)
         self._index_args = _IndexArgs(source.index, listing)
         self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle)
+        # firstepoch: remote shards without index objects are streamed in epoch 0, not downloaded to index
+        self._first = FirstEpoch.of(listing, compression=source.compression, enabled=source.index is None
+                                    and source.lengths is None and even is None and len(self.paths) >= self.world_size)
         self._indexes_built: list | None = None
         self._index_lock = threading.Lock()
         self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
@@ -153,8 +157,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                              "(cannot be indexed); decompress them or use even=None")
         if self.streamed and len(self.paths) < self.world_size:
             raise ValueError(_idle_ranks(len(self.paths), self.world_size, None, source.index is False))
-        shuffle_buffer = shuffling.buffer
-        self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
+        self._buffer = shuffling.buffer
+        self.shuffle_buffer = (10_000 if self.streamed else 0) if self._buffer is None else self._buffer
         self._resume = ResumeState(type(self).__name__)
 
     def __getstate__(self) -> dict:  # a lock does not pickle (spawned DataLoader workers)
@@ -189,9 +193,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         if index is False:
             return [None] * len(self.paths)
         index, save = index_argument(index, len(self.paths))
-        built = shard_indexes(listing, compression=self.compression, index=index, save=save,
-                              progress=self.progress, report=self.policy.reporter(),
-                              storage_options=self.storage_options, copies=self.remote.fresh_copies())
+        built = self._first.open(listing, functools.partial(self._open_indexes, index=index, save=save))
         for path, found, expected in zip(self.paths, built, self._lengths or ()):
             if found is None:
                 raise TFRecordError(f"{path}: a compressed shard cannot be read by position, but "
@@ -200,6 +202,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 raise TFRecordError(f"{path}: lengths= (dataset_info.json's shardLengths for a TFDS "
                                     f"folder) says {expected} records, but the shard holds {len(found)}")
         return built
+
+    def _open_indexes(self, listing, *, index=None, save="cache") -> list:
+        return shard_indexes(listing, compression=self.compression, index=index, save=save,
+                             progress=self.progress, report=self.policy.reporter(),
+                             storage_options=self.storage_options, copies=self.remote.fresh_copies())
+
+    def _enter_epoch(self, epoch: int) -> None:
+        """firstepoch: the indexes and mode ``epoch`` reads by (shards left unindexed are streamed in epoch 0)."""
+        if self._first.deferred:
+            self._indexes_built = self._first.indexes_for(epoch, self.indexes, self._open_indexes)
+            self.streamed = any(i is None for i in self._indexes_built)
+            self.shuffle_buffer = (10_000 if self.streamed else 0) if self._buffer is None else self._buffer
 
     @property
     def counts(self) -> list[int] | None:
@@ -264,6 +278,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 loaded in another reader than the one iterating and cannot
                 be carried to it.
         """
+        self._enter_epoch(saved_epoch(state, type(self).__name__) or 0)  # firstepoch: the state's epoch's mode
         self._resume.load_state_dict(state, self._settings(), sum(self.counts or ()))
 
     def _settings(self) -> dict:
@@ -298,6 +313,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""
+        self._enter_epoch(self.epoch)  # firstepoch
         if self.streamed:
             raise TypeError(self._unknown_length())
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
@@ -307,6 +323,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _unknown_length(self) -> str:
+        if self._first.streams(self.epoch):  # firstepoch
+            return self._first.unknown_length()
         if self._index_args.index is False:
             return ("len() is unknown: Source(index=False) streams every shard, so no record is counted "
                     "before it is read; leave index= out to index (and count) the uncompressed shards")
@@ -326,6 +344,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         settle_worker()
         worker, workers = _reader()
         skip = self._resume.start([worker, workers])
+        self._enter_epoch(self.epoch)  # firstepoch: epoch 0 streams shards left unindexed, later epochs index them
         self.policy.begin()  # before the first read: its skips are this iteration's
         if self.streamed:
             units = self._streamed(worker, workers, skip)
@@ -478,7 +497,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
         def opened(shard: int):
             session.began([shard])
-            return stream_shard(self.paths[shard], session.context, compression=self.compression)
+            records = stream_shard(self.paths[shard], session.context, compression=self.compression)
+            return self._first.indexing(shard, records)  # firstepoch: indexed as it is read
 
         located = interleave([functools.partial(opened, s) for s in shards], self.cycle_length if self.shuffle else 1)
         units = self._mixed(located, worker, workers)
