@@ -71,9 +71,9 @@ class FirstEpoch:
         deferred, None (streamed) for the deferred ones, which are not read."""
         if not self.deferred:
             return build(listing)
-        rest = [p for i, p in enumerate(listing.files) if i not in set(self.deferred)]
-        built = iter(build(listing._replace(files=rest)) if rest else [])
         skip = set(self.deferred)
+        rest = [p for i, p in enumerate(listing.files) if i not in skip]
+        built = iter(build(listing._replace(files=rest)) if rest else [])
         self._opened = [None if i in skip else next(built) for i in range(len(listing.files))]
         return self._opened
 
