@@ -20,8 +20,8 @@ from tfrecord_torch.data import (
 )
 from tfrecord_torch.data.batchmode import BatchPipeline
 from tfrecord_torch.data.buffers import chunked, columns, shuffle_buffer
-from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
 from tfrecord_torch.data.counts import SharedErrorPolicy
+from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
 from tfrecord_torch.data.imagebatch import fuse_per_sample
 from tfrecord_torch.data.options import MOVED, Batching, Sharding, Shuffling, Source, refuse_moved_keywords
 from tfrecord_torch.data.readahead import fetch_ahead
