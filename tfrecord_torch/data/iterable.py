@@ -235,6 +235,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         Call it before ``iter(loader)``; it reaches persistent workers too.
         """
         self._resume.set_epoch(epoch)
+        self._enter_epoch(epoch)  # firstepoch: shards the index cache lacks are indexed here, once, not per worker
 
     def state_dict(self) -> dict:
         """Where iteration stands: the epoch, this reader's position in it, and
