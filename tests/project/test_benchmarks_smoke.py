@@ -246,7 +246,7 @@ def test_quick_run_of_the_bucket_benchmark_with_its_peers(tmp_path):
 def test_small_run_of_the_first_epoch_benchmark():
     """benchmarks/first_epoch.py on a few small generated shards: both first-batch rows
     fetch a fraction of the shards, and epoch 0 fetches each byte once, epoch 1 (ranges
-    by the cached indexes) no more."""
+    by the cached indexes) no second pass to index."""
     import re
 
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "first_epoch.py"), "--shards", "40",
@@ -259,4 +259,5 @@ def test_small_run_of_the_first_epoch_benchmark():
     assert len(fractions) == 2 and all(f < 0.25 for f in fractions), proc.stdout
     zero, one = (float(x) for x in re.search(r"epoch 0 fetched ([\d.]+)x the data, epoch 1 .* ([\d.]+)x",
                                              proc.stdout).groups())
-    assert 1.0 <= zero <= 1.05 and one <= 1.05, proc.stdout
+    # epoch 1 reads by range requests (no shard cache): some ranges overlap, but no scan of the shards on top
+    assert 1.0 <= zero <= 1.05 and one < 1.5, proc.stdout
