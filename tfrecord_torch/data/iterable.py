@@ -101,7 +101,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             ``images``, the image fast path's options.
 
     Every record is read exactly once per epoch over all ranks and workers.
-    Shards that cannot be indexed (compressed) are streamed and dealt whole.
+    Shards that cannot be indexed (compressed) are streamed and dealt whole;
+    so are, in epoch 0 only, remote shards without index objects, indexed as
+    they are read (:mod:`~tfrecord_torch.data.firstepoch`).
     """
 
     def __new__(cls, *args, **kwargs):
