@@ -288,3 +288,30 @@ def test_a_tf_teams_bucket_read_with_a_small_first_read_gives_tensorflows_record
     shuffled = TFRecordDataset(f"{PREFIX}/", features=presets.slim(), storage_options=s3.options, source=source,
                                shuffle=True, seed=3)
     assert sorted(int(item["label"]) for item in shuffled) == sorted(labels)
+
+
+def test_a_tf_teams_bucket_without_index_objects_starts_at_once_and_reads_each_shard_once(s3, labels, tmp_path,
+                                                                                           monkeypatch):
+    """As docs/guide/remote.md shows it: the dataset is made without reading a shard,
+    epoch 0 streams each shard once through DataLoader workers (len() says why it is
+    unknown), and epoch 1 reads the global permutation by the indexes epoch 0 cached,
+    from the copies it kept: TensorFlow's records both times, no shard fetched again."""
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))  # a machine that has indexed nothing
+    monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))
+    s3.requests.clear()
+    ds = TFRecordDataset(f"{PREFIX}/train-*", features=presets.slim(), shuffle=True, storage_options=s3.options,
+                         transform=crop())
+    shard_gets = [r for r in s3.requests if r[0] == "GET" and "/train-0" in r[1]]
+    assert shard_gets == []  # not one byte of a shard to make it
+    with pytest.raises(TypeError, match="len\\(\\) is unknown in epoch 0"):
+        len(ds)
+    loader = DataLoader(ds, batch_size=4, num_workers=2)
+    got = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        s3.requests.clear()
+        got.append([int(v) for batch in loader for v in batch["label"]])
+        assert sorted(got[-1]) == sorted(labels)
+        shard_gets = [r for r in s3.requests if r[0] == "GET" and "/train-0" in r[1]]
+        assert (len({r[1] for r in shard_gets}) == SHARDS) if epoch == 0 else shard_gets == []
+    assert got[0] != got[1] and len(ds) == len(labels)  # epoch 1 counts the records

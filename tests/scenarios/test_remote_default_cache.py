@@ -97,6 +97,12 @@ def bucket_keys(s3) -> set[str]:
     return set(s3.fs().find("bucket"))
 
 
+# Epoch 0 streams shards without index objects (tests/scenarios/test_remote_first_epoch.py);
+# the tests here read by index from the first epoch that does, on a machine that has not
+# indexed the shards yet: ds.set_epoch(1) indexes them as opening them did before.
+INDEXED = 1
+
+
 def loader_ids(ds, epoch: int, **kwargs) -> list[int]:
     ds.set_epoch(epoch)
     return ids_of(DataLoader(ds, batch_size=None, num_workers=2, **kwargs))
@@ -120,7 +126,7 @@ def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_
     keys = bucket_keys(s3)
     s3.requests.clear()
     ds = shuffled(PATTERN, s3)  # the shards have no index objects: each is copied, and indexed from its copy
-    first = loader_ids(ds, 0)
+    first = loader_ids(ds, INDEXED)
     assert copy_requests(s3, urls) == dict.fromkeys(urls, 1)  # each shard copied once, by one request
     # indexing copied them (no index objects), so the records came from the copies:
     # per shard only the 12-byte sniff for compression beside the copy
@@ -128,15 +134,15 @@ def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_
     sniffs = Counter(url for url in urls for m, path, r in s3.requests
                      if m == "GET" and path == "/" + url.split("://", 1)[1] and r == "bytes=0-11")
     assert others == sniffs == dict.fromkeys(urls, 1)
-    assert first == local_order(shards, 0)
+    assert first == local_order(shards, INDEXED)
     writes = [r for r in s3.requests if r[0] not in ("GET", "HEAD")]
     s3.requests.clear()
-    second = loader_ids(ds, 1)
+    second = loader_ids(ds, INDEXED + 1)
     assert shard_requests(s3, urls) == {}  # no shard GET: read from the copies
     # each worker asks once whether the objects are still the listed ones: one listing of their folder
     assert shard_requests(s3, urls, "HEAD") == {}
     assert sum(1 for m, path, _ in s3.requests if m == "GET" and path.rstrip("/") == "/bucket") == 2
-    assert second == local_order(shards, 1) and second != first
+    assert second == local_order(shards, INDEXED + 1) and second != first
     writes += [r for r in s3.requests if r[0] not in ("GET", "HEAD")]
     assert writes == [] and bucket_keys(s3) == keys  # nothing written to the bucket or beside the shards
     # the copies are the shards' bytes (the bucket may hold other tests' objects too)
@@ -151,7 +157,7 @@ def test_workers_use_the_folder_decided_when_the_dataset_was_made(s3, shards, fo
     elsewhere = tmp_path / "elsewhere"
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(elsewhere))  # seen by the workers, not the dataset
     s3.requests.clear()
-    assert loader_ids(ds, 0, multiprocessing_context=context) == local_order(shards, 0)
+    assert loader_ids(ds, INDEXED, multiprocessing_context=context) == local_order(shards, INDEXED)
     assert shard_cache_usage(ShardCache(str(folder)))[0] == SHARDS
     assert not elsewhere.exists()
 
@@ -172,8 +178,8 @@ def test_map_style_with_a_random_sampler_reads_from_the_copies(s3, shards, folde
 def range_reads(s3, shards, ds) -> list[int]:
     """The first epoch of ``ds``, checked to be read by about one range request per record."""
     s3.requests.clear()
-    got = loader_ids(ds, 0)
-    assert got == local_order(shards, 0)
+    got = loader_ids(ds, INDEXED)
+    assert got == local_order(shards, INDEXED)
     assert sum(shard_requests(s3, shards[0]).values()) > RECORDS // 2  # ~1 per record, not 1 per shard
     return got
 

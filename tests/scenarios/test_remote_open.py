@@ -86,15 +86,20 @@ def test_a_cached_index_costs_no_request_per_shard(s3, so, cache, source):  # no
         with RecordWriter(url, storage_options=so) as w:
             for j in range(3):
                 w.write(make_example({"id": 3 * i + j}))
-    first = TFRecordDataset(source, storage_options=so)  # builds and caches
+    first = TFRecordDataset(source, storage_options=so)
+    assert sorted(ids_of(first)) == list(range(12))  # epoch 0 streams the shards and caches their indexes
     ds, requests = _opened(s3, lambda: TFRecordDataset(source, storage_options=so))
     # A folder costs a stat and a listing, a glob one listing (which would have shown an
     # index object, so none is asked for): nothing per shard. (The first dataset copied
-    # the shards to index them, and the copy's change check drops s3fs's cached listing
-    # of the folder: one more listing, still none per shard.)
+    # the shards, and the copy's change check drops s3fs's cached listing of the
+    # folder: one more listing, still none per shard.)
     assert not [r for r in requests if "/noidx/s" in r[1]], requests
     assert len(requests) <= 4, requests
-    assert [len(i) for i in ds.indexes] == [len(i) for i in first.indexes] == [3] * 4
+    ds.set_epoch(1)  # epoch 1 reads by the indexes: found in the cache, no request for them
+    s3.requests.clear()
+    assert len(ds) == 12
+    assert not [r for r in s3.requests if "/noidx/s" in r[1]], s3.requests
+    assert [len(i) for i in ds.indexes] == [3] * 4
     assert sorted(ids_of(ds)) == list(range(12))
 
 
@@ -120,10 +125,14 @@ def test_compressed_and_empty_remote_shards(s3, so, cache):  # noqa: F811
     fs.pipe("bucket/mixed/b.tfrecord", gzip.compress(plain))  # gzip without a .gz name: sniffed
     fs.pipe("bucket/mixed/c.tfrecord", b"")
     ds, requests = _opened(s3, lambda: TFRecordDataset("s3://bucket/mixed", storage_options=so))
-    assert [i is None for i in ds.indexes] == [False, True, False]
-    sniffs = [r for r in requests if r[0] == "GET" and r[1].endswith("b.tfrecord")]
-    assert [r[2] for r in sniffs] == ["bytes=0-11"]
+    assert [i is None for i in ds.indexes] == [True, True, False]  # epoch 0 streams what has no index object
+    assert not [r for r in requests if r[0] == "GET" and r[1].endswith(".tfrecord")], requests
     assert sorted(ids_of(ds)) == [0, 0, 1, 1, 2, 2, 3, 3]
+    s3.requests.clear()
+    assert sorted(ids_of(ds)) == [0, 0, 1, 1, 2, 2, 3, 3]  # epoch 1: a by its cached index, b still streamed
+    assert [i is None for i in ds.indexes] == [False, True, False]
+    sniffs = [r for r in s3.requests if r[0] == "GET" and r[1].endswith("b.tfrecord") and r[2] == "bytes=0-11"]
+    assert len(sniffs) == 1
 
 
 def test_damaged_remote_shards_counted_once_each_when_opened_together(cache):  # noqa: F811

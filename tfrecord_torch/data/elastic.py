@@ -69,8 +69,9 @@ def check_settings(head: dict, settings: dict, what: str) -> None:
     """
     same = "resume with the same world size and num_workers (and batch size), or start the epoch again"
     if any(count is None for _, count in settings["shards"]):
-        raise ValueError(f"{what}.load_state_dict: some shards are compressed and dealt whole to readers, so a "
-                         f"position counts records of the reader's own shards; {same}, or decompress the shards")
+        raise ValueError(f"{what}.load_state_dict: some shards are streamed (compressed, or in epoch 0 remote "
+                         "shards without index objects) and dealt whole to readers, so a position counts records "
+                         f"of the reader's own shards; {same}, or decompress (or index) the shards")
     shuffle = settings["shuffle"]
     if shuffle["shuffle"] and shuffle["block"] > 1:
         raise ValueError(f"{what}.load_state_dict: a block shuffle (Shuffling(block={shuffle['block']})) mixes "

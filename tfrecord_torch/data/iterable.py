@@ -15,8 +15,9 @@ from tfrecord_torch.data.batchmode import BatchDecoding, BatchPipeline
 from tfrecord_torch.data.buffers import chunked, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
+from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
 from tfrecord_torch.data.imagebatch import FusedPerSample, PerSample
-from tfrecord_torch.data.iteration import Reader, ShardReads, Share, this_reader
+from tfrecord_torch.data.iteration import Reader, ShardReads, Share, batch_count, this_reader
 from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source, dataset_options
 from tfrecord_torch.data.reading import Located, decode_or_skip
 from tfrecord_torch.data.recordmode import indexed_records, record_groups
@@ -24,8 +25,8 @@ from tfrecord_torch.data.session import RemoteShards
 from tfrecord_torch.data.shards import LazyIndexes, check_lengths, find_shards, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.state import ResumeState, describe_shards_for_state
-from tfrecord_torch.data.streamed import check_streamed, closing, decoded, no_shards, open_streamed
-from tfrecord_torch.data.usage import check_call, no_random_access, unknown_length
+from tfrecord_torch.data.streamed import check_streamed, closing, dealt_shards, decoded, open_streamed
+from tfrecord_torch.data.usage import check_call, no_random_access
 from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.features.sequence import make_spec
@@ -87,7 +88,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             ``images``, the image fast path's options.
 
     Every record is read exactly once per epoch over all ranks and workers.
-    Shards that cannot be indexed (compressed) are streamed and dealt whole.
+    Shards that cannot be indexed (compressed) are streamed and dealt whole;
+    so are, in epoch 0 only, remote shards without index objects, indexed as
+    they are read (:mod:`~tfrecord_torch.data.firstepoch`).
     """
 
     def __new__(cls, *args, **kwargs):
@@ -119,15 +122,13 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         self.policy = SharedErrorPolicy(on_error, self.paths)
         self.progress = source.progress
         self._lengths = check_lengths(source.lengths, self.paths)
-        self._indexes = LazyIndexes(listing, source.index, self._lengths)
+        self._indexes = LazyIndexes(listing, source.index, self._lengths, FirstEpoch.of(  # epoch 0 streams...
+            listing, source, ranks_fit=even is None and len(self.paths) >= self.world_size))  # ...unindexed remote shards
         self.remote = RemoteShards.of(source.cache, listing, storage_options, shuffled=self.shuffle,
                                       budget=source.read_budget)
-        self.streamed = False if self._lengths is not None else any(i is None for i in self.indexes)
+        self._shuffling, self._resume = shuffling, ResumeState(type(self).__name__)
         if self.streamed:
             check_streamed(len(self.paths), self.world_size, even, source.index is False)
-        shuffle_buffer = shuffling.buffer
-        self.shuffle_buffer = (10_000 if self.streamed else 0) if shuffle_buffer is None else shuffle_buffer
-        self._resume = ResumeState(type(self).__name__)
 
     def __getstate__(self) -> dict:  # spawned DataLoader workers: say which callable does not pickle
         return with_check(type(self).__name__, self.__dict__,
@@ -140,7 +141,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def indexes(self) -> list:
         """Each shard's index (None: streamed). With ``lengths=`` the shards
         are indexed when something first needs their offsets, not before."""
-        return self._indexes.get(self._build_indexes)
+        return self._indexes.get(self._build_indexes, self.epoch)
 
     def _build_indexes(self, listing, index: list | None, save) -> list:
         return shard_indexes(listing, compression=self.compression, index=index, save=save,
@@ -151,9 +152,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def counts(self) -> list[int] | None:
         """Records per shard (None if some shard is streamed); from ``lengths=``
         when given, without reading the shards."""
-        if self._lengths is not None and self._indexes.built is None:
-            return list(self._lengths)
-        return None if self.streamed else [len(i) for i in self.indexes]
+        return self._indexes.counts(self._build_indexes, self.epoch)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether this epoch deals shards whole (compressed ones; in epoch 0,
+        remote ones without index objects: :mod:`~tfrecord_torch.data.firstepoch`)."""
+        return self.counts is None
+
+    @property
+    def shuffle_buffer(self) -> int:
+        """The shuffle buffer's size (``Shuffling(buffer=)``; unset: 10,000 when streaming, else 0)."""
+        return self._shuffling.size(self.streamed)
 
     @property
     def epoch(self) -> int:
@@ -167,6 +177,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         Call it before ``iter(loader)``; it reaches persistent workers too.
         """
         self._resume.set_epoch(epoch)
+        self.indexes  # noqa: B018 -- indexed here, once, not in each worker: shards epoch 0 streamed
 
     def state_dict(self) -> dict:
         """Where iteration stands: the epoch, this reader's position in it, and
@@ -183,7 +194,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             RuntimeError: called in the main process while a plain DataLoader's
                 workers read the dataset (use StatefulDataLoader's state_dict).
         """
-        return self._resume.state_dict(self._settings())
+        return self._resume.state_dict(self._settings(self.counts))
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: the next iteration reads the saved epoch from after the saved
@@ -210,15 +221,18 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                 loaded in another reader than the one iterating and cannot
                 be carried to it.
         """
-        self._resume.load_state_dict(state, self._settings(), sum(self.counts or ()))
+        epoch = saved_epoch(state, type(self).__name__)  # its mode: epoch 0 may stream what later ones index
+        counts = self._indexes.counts(self._build_indexes, self.epoch if epoch is None else epoch)
+        self._resume.load_state_dict(state, self._settings(counts), sum(counts or ()))
 
-    def _settings(self) -> dict:
-        """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`)."""
+    def _settings(self, counts: list[int] | None) -> dict:
+        """What gives a position its meaning (see :func:`~tfrecord_torch.data.state.check_state`),
+        in an epoch of ``counts`` records per shard."""
         return {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
                 "worker": this_reader(),
-                "shards": describe_shards_for_state(self.paths, self.counts),
+                "shards": describe_shards_for_state(self.paths, counts),
                 "shuffle": {"shuffle": self.shuffle, "block": self.shuffle_block,
-                            "buffer": self.shuffle_buffer, "cycle_length": self.cycle_length},
+                            "buffer": self._shuffling.size(counts is None), "cycle_length": self.cycle_length},
                 "mode": {"batch_size": self.batch_size, "drop_last": self.drop_last, "even": self.even}}
 
     def errors(self) -> dict:
@@ -239,12 +253,9 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Items this rank yields per epoch: records, or batches in batch mode."""
         if self.streamed:
-            raise TypeError(unknown_length(self.paths, self.indexes, self._indexes.off))
+            raise TypeError(self._indexes.unknown_length(self._build_indexes, self.epoch))
         lo, hi = plan.rank_positions(sum(self.counts or ()), self.rank, self.world_size, self.even)
-        n = hi - lo
-        if self.batch_size is None:
-            return n
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return hi - lo if self.batch_size is None else batch_count(hi - lo, self.batch_size, self.drop_last)
 
     # --- iteration -----------------------------------------------------------
 
@@ -294,7 +305,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         (after ``skip`` of its own)."""
         size = cast(int, self.batch_size)
         share = self._sequence(worker, workers)
-        count = (share.hi - share.lo) // size if self.drop_last else -(-(share.hi - share.lo) // size)
+        count = batch_count(share.hi - share.lo, size, self.drop_last)
         return self._pipeline().batches(share, size, count, Reader(worker, workers, skip))
 
     def _reads(self) -> ShardReads:
@@ -306,9 +317,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         the first value is None, once the first read has begun; then the
         (position, record) pairs."""
         share = self._sequence(worker, workers)
-        mix = None
-        if self.shuffle and self.shuffle_buffer > 1:
-            mix = functools.partial(self._mixed, worker=worker, workers=workers)
+        shuffled = self.shuffle and self.shuffle_buffer > 1
+        mix = functools.partial(self._mixed, worker=worker, workers=workers) if shuffled else None
         groups = record_groups(self._reads(), share, self.shuffle_block, mix)
         return indexed_records(self._reads(), share, Reader(worker, workers, skip), groups, self._decode,
                                self.policy.reporter())
@@ -316,14 +326,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
         are read again but not decoded."""
-        shards = plan.plan_shards(len(self.paths), rank=self.rank, world_size=self.world_size,
-                                  worker=worker, num_workers=workers, shuffle=self.shuffle,
-                                  seed=self.seed, epoch=self.epoch)
-        if not shards:
-            no_shards(type(self).__name__, shards=len(self.paths), rank=self.rank, world_size=self.world_size,
-                      worker=worker, workers=workers, indexed_off=self._indexes.off)
+        shards = dealt_shards(self._shown(), len(self.paths), Reader(worker, workers, skip), self._indexes.off)
         opened = open_streamed(self._reads(), shards, report=self.policy.reporter(), compression=self.compression,
-                               cycle_length=self.cycle_length if self.shuffle else 1)
+                               cycle_length=self.cycle_length if self.shuffle else 1,
+                               indexing=self._indexes.indexing)
         units = self._mixed(opened.located, worker, workers)
         if self.batch_size is not None:
             out = self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,

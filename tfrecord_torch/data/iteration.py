@@ -15,7 +15,7 @@ import torch.utils.data
 from tfrecord_torch.data.plan import RangePlanner
 from tfrecord_torch.data.session import RemoteShards
 
-__all__ = ["Reader", "ShardReads", "Share", "this_reader"]
+__all__ = ["Reader", "ShardReads", "Share", "batch_count", "this_reader"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,8 @@ def this_reader() -> list[int]:
     """[worker, workers]: this DataLoader worker, or [0, 1] outside one."""
     info = torch.utils.data.get_worker_info()
     return [0, 1] if info is None else [info.id, info.num_workers]
+
+
+def batch_count(records: int, size: int, drop_last: bool) -> int:
+    """Batches of ``size`` that ``records`` make (a short last one dropped with ``drop_last``)."""
+    return records // size if drop_last else -(-records // size)

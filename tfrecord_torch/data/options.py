@@ -52,6 +52,11 @@ class Shuffling:
         check_int("Shuffling.buffer", self.buffer, optional=True)
         check_int("Shuffling.cycle_length", self.cycle_length, minimum=1)
 
+    def size(self, streamed: bool) -> int:
+        """The buffer's size: ``buffer``, or if unset 10,000 where shards are
+        streamed (dealt whole, so mixed only by it) and 0 otherwise."""
+        return (10_000 if streamed else 0) if self.buffer is None else self.buffer
+
 
 @dataclass(frozen=True)
 class Sharding:

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from tfrecord_torch.records.compression import is_compressed
 from tfrecord_torch.records.shardindex import SaveIndex, index_cache_dir, remote_shard_index, shard_index
 
 if TYPE_CHECKING:
+    from tfrecord_torch.data.firstepoch import FirstEpoch
     from tfrecord_torch.io.copies import ShardCopies
 
 __all__ = ["OPEN_THREADS", "LazyIndexes", "check_lengths", "check_lengths_found", "describe_shards", "expand_paths", "find_shards",
@@ -145,10 +146,14 @@ class LazyIndexes:
         listing: the shard listing (:func:`find_shards`).
         index: ``Source.index`` (False: every shard streamed).
         lengths: ``lengths=`` (checked: :func:`check_lengths`), or None.
+        first: the remote shards left unindexed until epoch 0 has streamed
+            them (:class:`~tfrecord_torch.data.firstepoch.FirstEpoch`); None: none.
     """
 
-    def __init__(self, listing: lister.Listing, index: Any, lengths: list[int] | None) -> None:
+    def __init__(self, listing: lister.Listing, index: Any, lengths: list[int] | None,
+                 first: FirstEpoch | None = None) -> None:
         self.listing, self.index, self.lengths = listing, index, lengths
+        self.first = first
         self.built: list | None = None
         self._lock = threading.Lock()
 
@@ -157,21 +162,51 @@ class LazyIndexes:
         """``Source(index=False)``: every shard is streamed."""
         return self.index is False
 
-    def get(self, build: Callable[[lister.Listing, list | None, SaveIndex], list]) -> list:
-        """Each shard's index (None: streamed); the first call has them built
-        by ``build(listing, index paths, save)`` (see :func:`shard_indexes`)."""
+    def get(self, build: Callable[[lister.Listing, list | None, SaveIndex], list], epoch: int = 0) -> list:
+        """Each shard's index in ``epoch`` (None: streamed); the first call has
+        them built by ``build(listing, index paths, save)`` (see
+        :func:`shard_indexes`). Shards :attr:`first` defers are None in epoch
+        0, and from epoch 1 on indexed from the cache epoch 0 filled (or by
+        ``build``, for those it lacks)."""
         if self.built is None:
             with self._lock:
                 if self.built is None:
                     self.built = self._build(build)
-        return self.built
+        if self.first is None or not self.first.deferred:
+            return self.built
+        with self._lock:
+            return self.first.indexes_for(epoch, self.built, lambda listing: build(listing, None, "cache"))
+
+    def counts(self, build: Callable[[lister.Listing, list | None, SaveIndex], list], epoch: int) -> list[int] | None:
+        """Records per shard in ``epoch`` (None if some shard is streamed
+        then); from ``lengths=`` while the shards are not yet indexed."""
+        if self.lengths is not None and self.built is None:
+            return list(self.lengths)
+        indexes = self.get(build, epoch)
+        return None if any(i is None for i in indexes) else [len(i) for i in indexes]
+
+    def unknown_length(self, build: Callable[[lister.Listing, list | None, SaveIndex], list], epoch: int) -> str:
+        """Why ``len()`` is unknown in ``epoch`` (some shards are streamed)."""
+        from tfrecord_torch.data.usage import unknown_length  # the CLI's light commands import this module
+
+        if self.first is not None and self.first.streams(epoch):
+            return self.first.unknown_length()
+        return unknown_length(self.listing.files, self.get(build, epoch), self.off)
+
+    def indexing(self, shard: int, records: Iterator) -> Iterator:
+        """Shard ``shard``'s records as streamed, passed on (and indexed as
+        they go by, for a shard :attr:`first` defers)."""
+        return records if self.first is None else self.first.indexing(shard, records)
 
     def _build(self, build: Callable[[lister.Listing, list | None, SaveIndex], list]) -> list:
         paths = self.listing.files
         if self.index is False:
             return [None] * len(paths)
         index, save = index_argument(self.index, len(paths))
-        built = build(self.listing, index, save)
+        if self.first is None:
+            built = build(self.listing, index, save)
+        else:
+            built = self.first.open(self.listing, lambda listing: build(listing, index, save))
         check_lengths_found(paths, built, self.lengths)
         return built
 

@@ -11,11 +11,14 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from tfrecord_torch.data.iteration import ShardReads
+from tfrecord_torch.data import plan
+from tfrecord_torch.data.describe import Shown
+from tfrecord_torch.data.iteration import Reader, ShardReads
 from tfrecord_torch.data.reading import Located, interleave, stream_shard
 from tfrecord_torch.data.session import ReadSession
 
-__all__ = ["Streamed", "check_streamed", "closing", "decoded", "idle_ranks", "no_shards", "open_streamed"]
+__all__ = ["Streamed", "check_streamed", "closing", "dealt_shards", "decoded", "idle_ranks", "no_shards",
+           "open_streamed"]
 
 STREAMED_REMEDY = ("compressed shards cannot be indexed: decompress them (`tfrecord-torch decompress`) so "
                    "their records are split over every rank and worker, or write more shards than "
@@ -33,14 +36,18 @@ class Streamed(NamedTuple):
 
 
 def open_streamed(reads: ShardReads, shards: list[int], *, report: Callable | None, compression: Any,
-                  cycle_length: int) -> Streamed:
+                  cycle_length: int, indexing: Callable[[int, Iterator[Located]], Iterator[Located]] | None = None
+                  ) -> Streamed:
     """The records of ``shards`` (numbers, in the order dealt), ``cycle_length``
-    of them interleaved, each shard opened through the session when its turn comes."""
+    of them interleaved, each shard opened through the session when its turn
+    comes; ``indexing(shard, records)`` passes a shard's records on (epoch 0
+    indexes remote shards as it reads them: :mod:`~tfrecord_torch.data.firstepoch`)."""
     session = ReadSession(reads.remote, reads.paths, verify=reads.verify, report=report, order=list(shards))
 
     def opened(shard: int):
         session.began([shard])
-        return stream_shard(reads.paths[shard], session.context, compression=compression)
+        records = stream_shard(reads.paths[shard], session.context, compression=compression)
+        return records if indexing is None else indexing(shard, records)
 
     return Streamed(session, interleave([functools.partial(opened, s) for s in shards], cycle_length))
 
@@ -67,6 +74,18 @@ def check_streamed(shards: int, world_size: int, even: str | None, indexed_off: 
                          "(cannot be indexed); decompress them or use even=None")
     if shards < world_size:
         raise ValueError(idle_ranks(shards, world_size, None, indexed_off))
+
+
+def dealt_shards(shown: Shown, shards: int, reader: Reader, indexed_off: bool) -> list[int]:
+    """The numbers of the ``shards`` streamed shards this reader reads whole,
+    dealt over ranks and workers (shuffled per epoch); none is an error or a
+    warning (:func:`no_shards`)."""
+    dealt = plan.plan_shards(shards, rank=shown.rank, world_size=shown.world_size, worker=reader.worker,
+                             num_workers=reader.workers, shuffle=shown.shuffle, seed=shown.seed, epoch=shown.epoch)
+    if not dealt:
+        no_shards(shown.name, shards=shards, rank=shown.rank, world_size=shown.world_size, worker=reader.worker,
+                  workers=reader.workers, indexed_off=indexed_off)
+    return dealt
 
 
 def no_shards(name: str, *, shards: int, rank: int, world_size: int, worker: int, workers: int,

@@ -50,8 +50,8 @@ from tfrecord_torch.records.stamp import local_identity, stamp_matches, write_st
 if TYPE_CHECKING:
     from tfrecord_torch.io.copies import ShardCopies
 
-__all__ = ["SaveIndex", "cache_limit", "cache_usage", "clear_index_cache", "index_cache_dir",
-           "index_candidates", "remote_shard_index", "shard_index"]
+__all__ = ["SaveIndex", "cache_limit", "cache_remote_index", "cache_usage", "cached_remote_index",
+           "clear_index_cache", "index_cache_dir", "index_candidates", "remote_shard_index", "shard_index"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,23 @@ def _cache_put(cached: str, index: np.ndarray) -> None:
         log.debug("cannot cache index %s: %s", cached, e)
         return
     LruFolder(os.path.dirname(cached), ".index").prune(cache_limit(), keep=cached)
+
+
+def cached_remote_index(path: str, stat: tuple[int, str]) -> np.ndarray | None:
+    """The index the local cache holds for the remote object ``path`` as listed
+    (``stat``: its size and version), or None; asks the store nothing."""
+    return _cache_get(_cache_path(path, f"{stat[0]}\0{stat[1]}"), path, stat[0])
+
+
+def cache_remote_index(path: str, stat: tuple[int, str], index: np.ndarray) -> bool:
+    """Keep ``index``, built from the remote object ``path`` as listed
+    (``stat``), in the local index cache (never beside the shard); False,
+    keeping nothing, unless its records tile the object exactly."""
+    if not len(index) or index[0, 0] != 0 or int(index[-1].sum()) != stat[0] \
+            or np.any(index[1:, 0] != index[:-1].sum(axis=1)):
+        return False
+    _cache_put(_cache_path(path, f"{stat[0]}\0{stat[1]}"), index)
+    return True
 
 
 def cache_usage() -> tuple[int, int]:
