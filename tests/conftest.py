@@ -24,6 +24,16 @@ def _own_folder(var: str, prefix: str) -> None:
     atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): two test processes per core. Much
+    of the suite waits rather than computes -- on DataLoader workers starting
+    and exiting, subprocesses (TensorFlow, spawn, the CLI), local S3 and HTTP
+    servers -- so a second process per core fills that time; measured in
+    tests/README.md."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 2 * cores
+
+
 _own_folder("TFRECORD_TORCH_CACHE", "tfrecord-torch-test-cache-")  # index files
 _own_folder("TFRECORD_TORCH_SHARD_CACHE", "tfrecord-torch-test-shards-")  # remote shards are copied by default
 sys.path.insert(0, os.path.dirname(__file__))  # tests/helpers.py
