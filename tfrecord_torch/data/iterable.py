@@ -177,7 +177,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         Call it before ``iter(loader)``; it reaches persistent workers too.
         """
         self._resume.set_epoch(epoch)
-        self.indexes  # noqa: B018 -- indexed here, once, not in each worker: shards epoch 0 streamed
+        self._indexes.enter(self._build_indexes, epoch)  # here, once, not in each DataLoader worker
 
     def state_dict(self) -> dict:
         """Where iteration stands: the epoch, this reader's position in it, and

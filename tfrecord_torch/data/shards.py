@@ -193,6 +193,13 @@ class LazyIndexes:
             return self.first.unknown_length()
         return unknown_length(self.listing.files, self.get(build, epoch), self.off)
 
+    def enter(self, build: Callable[[lister.Listing, list | None, SaveIndex], list], epoch: int) -> None:
+        """Ready ``epoch``'s indexes now if :attr:`first` deferred shards (a
+        later epoch indexes those epoch 0 streamed); otherwise nothing, so
+        indexes stay built when first needed (``lengths=``)."""
+        if self.first is not None and self.first.deferred:
+            self.get(build, epoch)
+
     def indexing(self, shard: int, records: Iterator) -> Iterator:
         """Shard ``shard``'s records as streamed, passed on (and indexed as
         they go by, for a shard :attr:`first` defers)."""

@@ -444,8 +444,8 @@ class RawTensor(Feature):
             self._check_raw_steps(steps)
         first = self._step(steps, 0)
         if not self.zlib and len(set(map(len, values))) == 1:
-            array = np.frombuffer(b"".join(values), self.dtype)
-            return torch.from_numpy(array.astype(array.dtype.newbyteorder("="))
+            array = np.frombuffer(bytearray().join(values), self.dtype)  # one copy, writable
+            return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=False)
                                     .reshape((len(steps), *first.shape)))
         tensors = [first] + [self._step(steps, t) for t in range(1, len(steps))]
         for t, tensor in enumerate(tensors):
