@@ -41,3 +41,41 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/helpers.py
 # torchvision (and the triton it imports with CUDA builds of torch) must load
 # before TensorFlow: loading triton after TensorFlow segfaults.
 import torchvision  # noqa: E402,F401
+
+
+def _stop_loader_workers_after_each_test():
+    """Every DataLoader iterator a test made stops its workers when the test ends.
+
+    torch stops an iterator's workers in its ``__del__``. When a test keeps the
+    exception an iteration raised (``pytest.raises``), the iterator sits in a
+    reference cycle, and the cyclic GC that frees it, at some later moment in
+    some later test, first runs the finalizers of its index queues (their feeder
+    threads stop), so the ``None`` that tells each worker to stop is never sent
+    and torch waits 5 s per worker before it kills them (seen: 10-60 s stalls in
+    unrelated tests). Stopping the workers here, while the queues still work,
+    takes milliseconds; the test's own assertions have run."""
+    import weakref
+
+    import pytest
+    from torch.utils.data import dataloader
+
+    live = weakref.WeakSet()
+    made = dataloader._MultiProcessingDataLoaderIter.__init__
+
+    def __init__(self, *args, **kwargs):
+        live.add(self)
+        made(self, *args, **kwargs)
+
+    dataloader._MultiProcessingDataLoaderIter.__init__ = __init__
+
+    @pytest.fixture(autouse=True)
+    def _loader_workers_stopped():
+        yield
+        for iterator in list(live):
+            iterator._shutdown_workers()
+        live.clear()
+
+    return _loader_workers_stopped
+
+
+_loader_workers_stopped = _stop_loader_workers_after_each_test()
