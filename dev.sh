@@ -51,6 +51,9 @@ case "$cmd" in
         ;;
     test)
         ensure_env test
+        # Each test process rewrites every test module's asserts and compiles the package unless
+        # it may keep the result in __pycache__ (gitignored): 10 s of CPU per process each run.
+        unset PYTHONDONTWRITEBYTECODE
         if [ "${1:-}" = "--all" ]; then
             shift
             exec "$VENV/bin/python" -m pytest "$@"

@@ -241,10 +241,10 @@ def _printed(code: str) -> list[str]:
 
 def slow_block(block: Block) -> bool:
     """A block whose interpreters import torch again, beside the test's: a python script (its
-    spawned DataLoader workers import torch too, about 20 s of CPU) and the `tfrecord` package's
-    blocks (their peer process, about 10 s). These are slow tests: `bash dev.sh test --all` (and
-    CI) runs them; the other blocks run in the fast set."""
-    return peer_group(block) == "tfrecord" or (block.language == "python" and runs_as_a_script(block))
+    spawned DataLoader workers import torch too, about 20 s of CPU) and the peers' blocks (one
+    process per peer: TensorFlow's about 30 s, the `tfrecord` package's about 10 s). These are
+    slow tests: `bash dev.sh test --all` (and CI) runs them; the other blocks run in the fast set."""
+    return peer_group(block) is not None or (block.language == "python" and runs_as_a_script(block))
 
 
 @pytest.mark.parametrize("block", [pytest.param(b, id=_block_id(b), marks=pytest.mark.slow) if slow_block(b)
@@ -300,6 +300,7 @@ def test_the_pages_have_their_blocks():
     assert len(NOT_RUN) == markers, "a `<!-- not run: ... -->` comment must sit just above a ```python or ```bash block"
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_the_conversion_block_runs_with_fakedata_for_cifar10(data_sources, tmp_path):
     """The conversion block of docs/guide/writing.md, with FakeData of CIFAR10's shape for the download."""
     download = 'torchvision.datasets.CIFAR10("data", train=True, download=True)'

@@ -126,6 +126,7 @@ def test_missing_key_lists_the_record_keys_and_the_closest(photos):
     assert "did you mean 'image'?" in message and "default=" in message
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_importing_tensorflow_first_warns_at_import():
     """``import tensorflow`` then ``import tfrecord_torch`` (in a fresh
     interpreter: this order cannot be undone) warns with the import order."""
@@ -305,6 +306,7 @@ def test_a_lambda_under_spawn_names_the_argument_and_the_fix(photos, dataset, ar
     assert "functools.partial(function, ...)" in message
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 @pytest.mark.parametrize("dataset", [TFRecordDataset, IndexedTFRecordDataset])
 def test_top_level_functions_and_partials_run_under_spawn(photos, dataset):
     """The fix the error names: top-level functions, bound with

@@ -73,6 +73,7 @@ def crop():
     return v2.RandomResizedCrop(16, antialias=True)
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_tf_teams_bucket_read_shuffled_in_order_and_at_random_leaves_the_prefix_as_it_was(s3, labels, tmp_path,
                                                                                             monkeypatch):
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", str(tmp_path / "shards"))  # the default cache's folder

@@ -55,6 +55,7 @@ def test_fewer_streamed_shards_than_ranks_is_an_error_on_every_rank(tmp_path, so
                             sharding=Sharding(rank=rank, world_size=2))
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_rank_left_without_a_shard_by_its_workers_raises(tmp_path):
     """2 shards, 2 ranks x 2 DataLoader workers: rank 0's workers take both shards."""
     paths = write_gzip_shards(tmp_path, 2)

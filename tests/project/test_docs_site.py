@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_the_docs_site_builds_strict(tmp_path):
     """A warning of MkDocs, mkdocstrings or griffe fails the build, and so this test."""
     site = tmp_path / "site"

@@ -117,6 +117,7 @@ def local_order(shards, epoch: int) -> list[int]:
     return loader_ids(TFRecordDataset(shards[1], features=FEATURES, shuffle=True, seed=3), epoch)
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_shuffled_loader_copies_each_shard_once_and_reads_the_next_epoch_from_disk(s3, shards, folder, tmp_path,
                                                                                     monkeypatch):
     # an index cache of its own: the test process's is shared by the xdist workers, which write

@@ -356,6 +356,7 @@ os._exit(0)
 '''
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_reader_closed_on_the_event_loop_thread_does_not_wait_for_it(tmp_path):
     out = subprocess.run([sys.executable, "-c", _CLOSED_ON_THE_LOOP, str(tmp_path / "a.tfrecord")],
                          capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})

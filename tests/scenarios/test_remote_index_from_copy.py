@@ -59,7 +59,7 @@ def bytes_fetched(s3, urls) -> Counter:
     return out
 
 
-@pytest.mark.parametrize("make", ["iterable", "map-style"])
+@pytest.mark.parametrize("make", [pytest.param("iterable", marks=pytest.mark.slow), "map-style"])
 def test_an_unindexed_shard_is_downloaded_once_for_its_index_and_its_records(s3, shards, make):
     so = s3.options
     if make == "iterable":

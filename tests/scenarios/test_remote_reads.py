@@ -280,6 +280,7 @@ def copy_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "tfrecord_torch-copy-ahead"]
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_cold_cache_gives_the_first_batch_before_the_shards_are_copied(s3, many, far, tmp_path, fills):
     cache = ShardCache(str(tmp_path / "shards"))
     ds = TFRecordDataset(many, features={"id": Int64()}, shuffle=True, storage_options=far, source=Source(cache=cache))

@@ -799,7 +799,8 @@ def _tf_shard(folder, records: int) -> tuple[str, list[int]]:
     return path, read
 
 
-@pytest.mark.parametrize("options", [{}, {"shuffle": True}], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("options", [{}, pytest.param({"shuffle": True}, marks=pytest.mark.slow)],
+                         ids=["in-order", "shuffled"])
 def test_a_reader_following_a_fill_given_up_mid_read_reads_every_record(s3, tmp_path, monkeypatch, options):
     """A reader follows another process's fill of a shard (the fill file's
     part written) and that fill is given up -- its file cut to 0 bytes --

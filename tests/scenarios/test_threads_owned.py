@@ -114,13 +114,13 @@ def threads() -> list[str]:
 
 
 def _main_process_grid():
-    """Every mode and ending; the fast set keeps each ending by range reads
-    (the most threads) and each mode's exhausted and raised endings, the
-    slow set (CI) the rest of the grid."""
+    """Every mode and ending; the fast set keeps each ending of per-sample
+    range reads (the most threads) and each other mode's exhausted and
+    raised endings by range reads, the slow set (CI) the rest of the grid."""
     for kind in ["per sample", "batch mode", "map-style"]:
         for where in ["local", "cache", "ranges"]:
             for ending in ENDINGS:
-                fast = where == "ranges" or ending in ("exhausted", "exception")
+                fast = where == "ranges" and (kind == "per sample" or ending in ("exhausted", "exception"))
                 yield pytest.param(kind, where, ending, id=f"{kind}-{where}-{ending}",
                                    marks=() if fast else pytest.mark.slow)
 
@@ -149,9 +149,18 @@ class ThreadsAtStart(IterableDataset):
         yield from self.ds
 
 
-@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("where", ["local", "cache", "ranges"])
-@pytest.mark.parametrize("kind", ["per sample", "batch mode"])
+def _persistent_grid():
+    """The fast set keeps per sample from the cache and batch mode by range
+    reads, forked; the slow set (CI) every mode, place and start method."""
+    for kind in ["per sample", "batch mode"]:
+        for where in ["local", "cache", "ranges"]:
+            for context in ["fork", "spawn"]:
+                fast = context == "fork" and (kind, where) in {("per sample", "cache"), ("batch mode", "ranges")}
+                yield pytest.param(kind, where, context, id=f"{kind}-{where}-{context}",
+                                   marks=() if fast else pytest.mark.slow)
+
+
+@pytest.mark.parametrize(("kind", "where", "context"), list(_persistent_grid()))
 def test_a_persistent_worker_starts_each_epoch_with_no_thread_of_the_last(places, s3, tmp_path, kind, where,
                                                                           context):
     ds = make(kind, where, places, s3, tmp_path)

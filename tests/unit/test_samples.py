@@ -22,6 +22,7 @@ def test_each_sample_writes_what_its_path_names(tmp_path):
     assert len(tfds_dataset(tmp_path / str(len(SAMPLES) - 1) / "records" / "photos", "train")) == 12
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_the_command_writes_the_samples_it_is_asked_for(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tfrecord_torch.samples", str(tmp_path), "--only",
                            "data/train-*.tfrecord", "seq.tfrecord"], capture_output=True, text=True, timeout=120)

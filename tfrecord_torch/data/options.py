@@ -38,7 +38,8 @@ class Shuffling:
             256 runs at a time.
         buffer: size of a buffer that further mixes the record stream. None:
             0 for indexed shards (already a true permutation), 10,000 for
-            streamed (compressed) shards.
+            streamed (compressed) shards. Unlike tf.data's it does not wait
+            to fill: it yields from its 128th record on, growing to its size.
         cycle_length: streamed shards a reader interleaves at once (as
             tf.data's ``interleave``).
     """

@@ -184,6 +184,7 @@ def _shared_mappings() -> int:
         return sum("/torch_" in line for line in f)
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_breaking_early_leaves_no_segment_behind(tmp_path):
     """Epochs left after a few batches: the segments the main process keeps
     mapped are those of the last workers only, however many epochs broke."""
@@ -308,6 +309,7 @@ _THREADS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the threads in /proc")
 def test_main_process_batches_start_no_openmp_team(tmp_path):
     """Per sample with num_workers=0 and two torch threads, the batches are

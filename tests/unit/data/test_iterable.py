@@ -1,5 +1,7 @@
+import itertools
 import os
 
+import numpy as np
 import pytest
 import torch
 from helpers import ids_of, write_shards
@@ -14,7 +16,9 @@ from tfrecord_torch import (
     Shuffling,
     Source,
     TFRecordDataset,
+    read_records,
 )
+from tfrecord_torch.data.buffers import RAMP_FIRST, shuffle_buffer
 
 SHARDS = {"several": [5, 0, 9, 3], "single": [17], "with_empty": [0, 4, 0], "all_empty": [0, 0]}
 
@@ -123,6 +127,49 @@ def test_shuffle_buffer_mixes_across_shards(tmp_path):
     got = ids_of(ds)
     assert sorted(got) == list(range(40))
     assert {g < 20 for g in got[:10]} == {True, False}
+
+
+def test_a_shuffled_stream_gives_its_first_items_before_its_buffer_is_full(tmp_path):
+    """Streamed shards shuffled with the default 10,000-record buffer: the first
+    items come after a few hundred records, not after 10,000 (tf.data's wait).
+    The record at 2,000 is corrupt, so a read that first filled the buffer
+    raises at the first item; the epoch still raises there, as it must."""
+    [path] = write_shards(tmp_path, [3000])
+    data = bytearray(path.read_bytes())
+    offset = sum(12 + len(r) + 4 for r in itertools.islice(read_records(str(path)), 2000))
+    data[offset + 12] ^= 0xFF  # the record's first payload byte: its CRC fails
+    path.write_bytes(bytes(data))
+    ds = TFRecordDataset(tmp_path, features={"id": Int64()}, shuffle=True, source=Source(index=False))
+    assert ds.streamed and ds.shuffle_buffer == 10_000
+    items = iter(ds)
+    first = [int(next(items)["id"]) for _ in range(64)]
+    assert len(set(first)) == 64 and max(first) < 300
+    with pytest.raises(CorruptRecordError):
+        list(items)
+
+
+def test_the_shuffle_buffer_grows_to_its_size_and_then_is_tf_datas():
+    seen = []
+
+    def items(n):
+        for i in range(n):
+            seen.append(i)
+            yield i
+
+    out = shuffle_buffer(items(5000), 1000, np.random.default_rng(0))
+    first = next(out)
+    assert len(seen) == RAMP_FIRST + 2 and first < len(seen)
+    rest = [first, *out]
+    assert sorted(rest) == list(range(5000))
+    assert list(shuffle_buffer(range(5000), 1000, np.random.default_rng(0))) == rest  # the seed fixes the order
+    seen.clear()
+    taken = shuffle_buffer(items(5000), 1000, np.random.default_rng(1))
+    held = []
+    for _ in range(3000):
+        next(taken)
+        held.append(len(seen) - len(held) - 1)  # items in the buffer after this one left
+    assert held[0] == RAMP_FIRST + 1 and held == sorted(held)  # it grows ...
+    assert held.index(1000) == 1000 - RAMP_FIRST - 1 and set(held[1000 - RAMP_FIRST - 1:]) == {1000}  # ... to its size
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -178,6 +178,7 @@ def _fresh(tmp_path, rank=0, world=1):
                weights=[1, 1], seed=2)
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 @pytest.mark.parametrize("saved, now", [(2, 3), (2, 1), (1, 2)])
 def test_a_mix_resumed_with_another_num_workers_says_how_to_resume(tmp_path, saved, now):
     """Each reader mixes its own shares: a worker's state cannot continue
@@ -193,6 +194,7 @@ def test_a_mix_resumed_with_another_num_workers_says_how_to_resume(tmp_path, sav
         next(iter(loader))
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_whole_loader_state_given_to_the_mix_says_to_give_it_to_the_loader(tmp_path, workers):
     state = _saved_under(tmp_path, workers)
@@ -230,6 +232,7 @@ def test_a_mix_state_loaded_without_workers_is_refused_when_workers_read_it(tmp_
         next(iter(loader))
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 @pytest.mark.parametrize("saved, now", [(0, 1), (1, 0)])
 def test_no_workers_and_one_worker_are_one_layout(tmp_path, saved, now):
     """One reader per rank either way: a mix's own state moves between them

@@ -4,6 +4,7 @@ collected as before."""
 
 import gc
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -62,6 +63,7 @@ def test_a_process_that_only_looks_like_a_worker_freezes_nothing(tmp_path, monke
     assert gc.get_freeze_count() == frozen
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_the_switch_leaves_a_worker_as_torch_made_it(tmp_path, monkeypatch):
     """``TFRECORD_TORCH_WORKER_TUNING=off`` (seen by the forked workers): the
     worker's collector still sees what it inherited."""

@@ -93,6 +93,7 @@ def probes(tmp_path_factory):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 @pytest.mark.parametrize("kind", ["iterable", "map-style"])
 def test_a_worker_serves_large_buffers_from_its_heap_and_keeps_them(probes, kind):
     got = probes[f"tuned {kind}"]
@@ -183,6 +184,7 @@ def _probe_batches(folder: str) -> list[int]:
     return [int(b["kept"].max()) for b in loader]
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_worker_keeps_the_heap_of_a_batch_of_samples_for_the_next(tmp_path):
     """The samples of a per-sample batch are freed together after the
     collate; glibc would give the part above the 64 MiB trim threshold

@@ -108,6 +108,7 @@ def _flat(row: dict) -> dict:
     return out
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_every_feature_reads_as_tfds_as_numpy_gives_it(tiny):
     folder, oracle = tiny
     for split in ("train", "test"):

@@ -375,6 +375,7 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_sigkill_mid_conversion_then_rerun(tmp_path):
     script = tmp_path / "convert.py"
     script.write_text(KILL_SCRIPT)

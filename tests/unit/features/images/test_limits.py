@@ -109,6 +109,7 @@ def test_gif_bomb_first_frame_in_bounded_memory_all_frames_refused(gif_bomb_chil
     assert gif_bomb_child[decoder] == "ok", gif_bomb_child[decoder][-2000:]
 
 
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_jpeg_frame_behind_a_restart_marker_is_refused_before_any_decoder_allocates():
     """restart_bomb(16500, 16500): 66 KB that libjpeg decodes to 16500x16500 (817 MB as RGB, about
     2.1 GB at torchvision's peak) while a walk reading a length after its RST0 sees 1x1. In a child
