@@ -14,9 +14,9 @@ take no disk; first byte ``--latency`` s after the request, ``--bandwidth``
 bytes/s per connection. ``GET /__stats`` gives the GETs and body bytes sent.
 
 Rows: ``TFRecordDataset(...)`` in order and shuffled (epoch 0's buffer:
-``--buffer`` records, 10,000 by default, which a shuffled first batch waits
-to fill, as tf.data's) in batch mode through a DataLoader of 2 workers
-(batches of 64), index cache empty, shard cache off: the first batch (time,
+``--buffer`` records, 10,000 by default, which yields from its 128th record
+on and grows to its size; tf.data's waits to fill) in batch mode through a
+DataLoader of 2 workers (batches of 64), index cache empty, shard cache off: the first batch (time,
 shard bytes fetched by then); beside them, in the same run, the limit: one
 ranged GET of the first batch's bytes of one shard. ``--epoch-shards N``
 then reads a whole epoch 0 over the first N shards (bandwidth unshaped) and

@@ -240,11 +240,12 @@ def _printed(code: str) -> list[str]:
 
 
 def slow_block(block: Block) -> bool:
-    """A block whose interpreters import torch again, beside the test's: a python script (its
-    spawned DataLoader workers import torch too, about 20 s of CPU) and the peers' blocks (one
+    """A block that starts interpreters beside the test's: a python script (its spawned
+    DataLoader workers import torch too, about 20 s of CPU), a bash block (its commands: the
+    quickstart's `python -m tfrecord_torch.samples .` about 10 s) and the peers' blocks (one
     process per peer: TensorFlow's about 30 s, the `tfrecord` package's about 10 s). These are
     slow tests: `bash dev.sh test --all` (and CI) runs them; the other blocks run in the fast set."""
-    return peer_group(block) is not None or (block.language == "python" and runs_as_a_script(block))
+    return peer_group(block) is not None or runs_as_a_script(block)
 
 
 @pytest.mark.parametrize("block", [pytest.param(b, id=_block_id(b), marks=pytest.mark.slow) if slow_block(b)
