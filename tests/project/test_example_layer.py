@@ -77,15 +77,21 @@ def _named(node: ast.AST) -> list[str]:
     return [node.id] if isinstance(node, ast.Name) else []
 
 
-def _type_checks(function: ast.AST) -> set[str]:
-    """The classes a function's own body asks an object about (nested functions not included)."""
-    names: set[str] = set()
+def _own_nodes(function: ast.AST):
+    """The nodes of a function's own body (nested functions and classes not included)."""
     todo = list(ast.iter_child_nodes(function))
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
         todo.extend(ast.iter_child_nodes(node))
+        yield node
+
+
+def _type_checks(function: ast.AST) -> set[str]:
+    """The classes a function's own body asks an object about (nested functions not included)."""
+    names: set[str] = set()
+    for node in _own_nodes(function):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass") \
                 and len(node.args) == 2:
             names.update(_named(node.args[1]))
@@ -114,3 +120,75 @@ def test_no_decoder_dispatches_on_the_spec_kind():
                     wrong.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} asks "
                                  f"{sorted(asked)}")
     assert not wrong, wrong
+
+
+RECORD_KINDS = {"Payload", "SequenceSpec"}  # what features= may be besides a dict (or None)
+SPEC_NAMED = re.compile(r"(^|\.)[a-z_]*spec$")  # spec, self.spec, planned.spec, ...
+
+
+def _record_kinds() -> set[str]:
+    """The record-spec kinds: the user's (a dict, a SequenceSpec, a Payload,
+    None) and every RecordSpec subclass in data/, found by reading the source."""
+    kinds = set(RECORD_KINDS)
+    for _, tree in _trees(PACKAGE / "data"):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and "RecordSpec" in {getattr(b, "id", "") for b in node.bases}:
+                kinds.add(node.name)
+    return kinds
+
+
+def _spec_kind_checks(function: ast.AST, kinds: set[str]) -> list[str]:
+    """The questions a function's own body asks a spec about its kind:
+    a type check naming a record kind, ``isinstance(<spec>, dict)``, and
+    ``<spec> is None`` (no features=: Examples parsed, not decoded)."""
+    asked = sorted(_type_checks(function) & kinds)
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2 \
+                and SPEC_NAMED.search(ast.unparse(node.args[0])) and "dict" in _named(node.args[1]):
+            asked.append(f"isinstance({ast.unparse(node.args[0])}, dict)")
+        elif isinstance(node, ast.Compare) and SPEC_NAMED.search(ast.unparse(node.left)) and any(
+                isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None
+                for op, right in zip(node.ops, node.comparators)):
+            asked.append(ast.unparse(node))
+    return asked
+
+
+def test_no_reader_dispatches_on_the_record_kind():
+    """What ``features=`` says a record is (a dict: a tf.train.Example; a
+    SequenceSpec: a SequenceExample; a Payload: bytes as they are; None:
+    parsed, not decoded) is asked once, by ``record_spec`` in
+    ``data/recordspec.py``; every other module of ``data/`` calls the
+    kind's methods (``decode``, ``begin_batch``, ``read_compiled``,
+    ``shown``, ...), so a new kind of record is one class, not a branch in
+    each reader. Even one such question outside ``record_spec`` fails:
+    with a dict and None beside it, it is a chain."""
+    kinds = _record_kinds()
+    assert {"ExampleRecords", "SequenceRecords", "PayloadRecords", "ParsedRecords"} <= kinds, sorted(kinds)
+    wrong = []
+    for path, tree in _trees(PACKAGE / "data"):
+        where = path.relative_to(PACKAGE.parent)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    (str(where), node.name) != ("tfrecord_torch/data/recordspec.py", "record_spec"):
+                asked = _spec_kind_checks(node, kinds)
+                if asked:
+                    wrong.append(f"{where}:{node.lineno} {node.name} asks {asked}")
+    assert not wrong, wrong
+
+
+def test_the_record_kind_check_sees_a_dispatch():
+    """The check above finds each way a reader asked the record kind before
+    the kinds answered for themselves."""
+    source = '''
+def decode_payload(payload, spec):
+    if isinstance(spec, Payload):
+        return payload
+    if spec is None:
+        return parse(payload)
+    return decode(payload, spec)
+
+def plan(self):
+    return isinstance(self.spec, dict) and reads_once(self.spec)
+'''
+    found = [c for node in ast.parse(source).body for c in _spec_kind_checks(node, RECORD_KINDS)]
+    assert found == ["Payload", "spec is None", "isinstance(self.spec, dict)"], found

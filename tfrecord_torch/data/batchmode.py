@@ -7,32 +7,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from tfrecord_torch._pending import Done, Failed, Later, Pending
+from tfrecord_torch._pending import Pending
 from tfrecord_torch.data import plan as sharding
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.imagebatch import DecodedBatch, ImageBatches, SizeMismatch, drop_rows
+from tfrecord_torch.data.imagebatch import ImageBatches
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share
 from tfrecord_torch.data.prefetch import Started, ahead
-from tfrecord_torch.data.reading import (
-    SKIPPED,
-    Located,
-    ReadContext,
-    decode_or_skip,
-    fetch_runs,
-    fetch_scattered,
-    serialized_tensor,
-)
+from tfrecord_torch.data.reading import Located, ReadContext, fetch_runs, fetch_scattered
+from tfrecord_torch.data.recordspec import BatchRun, RecordBatch, RecordSpec
 from tfrecord_torch.data.session import ReadSession, Scatter
-from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
-from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
-from tfrecord_torch.features.collate import sequence_collate
 from tfrecord_torch.features.images.engine import ImageBatching
-from tfrecord_torch.features.payload import Payload
-from tfrecord_torch.features.sequence import SequenceSpec
 
-__all__ = ["BatchDecoding", "BatchPipeline", "mixed_sizes"]
+__all__ = ["BatchDecoding", "BatchPipeline"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +28,8 @@ class BatchDecoding:
     """How batch mode decodes one iteration's batches.
 
     Attributes:
-        spec: the dataset's feature spec (None, a dict or a SequenceSpec).
+        record: the kind of record the dataset's spec reads (its
+            :class:`~tfrecord_torch.data.recordspec.RecordSpec`).
         transform: the dataset's transform.
         images: the image fast path's options; None when it is off.
         seed_key: the ints that seed the fused crops of this iteration
@@ -49,7 +38,7 @@ class BatchDecoding:
             started ahead on the consumer's thread).
     """
 
-    spec: Any
+    record: RecordSpec
     transform: Callable | None
     images: ImageBatching | None
     seed_key: tuple[int, ...]
@@ -76,7 +65,7 @@ class BatchPipeline:
     def __init__(self, reads: ShardReads, decoding: BatchDecoding, policy: SharedErrorPolicy) -> None:
         self.paths, self.indexes, self.shuffle = reads.paths, reads.indexes, reads.shuffle
         self.verify, self.remote = reads.verify, reads.remote
-        self.spec, self.transform, self.images = decoding.spec, decoding.transform, decoding.images
+        self.record, self.transform, self.images = decoding.record, decoding.transform, decoding.images
         self.seed_key, self.prefetch, self.policy = decoding.seed_key, decoding.prefetch, policy
 
     def batches(self, share: Share, size: int, count: int, reader: Reader) -> Iterator[tuple[int, Any]]:
@@ -149,126 +138,16 @@ class BatchPipeline:
 
     def image_batches(self, where: tuple[int, ...]) -> ImageBatches:
         """The batch decoder of one iterator; ``where`` adds to the crop seed."""
-        return ImageBatches(self.spec if isinstance(self.spec, dict) else {}, self.transform, self.images,
+        return ImageBatches(self.record.example_features(), self.transform, self.images,
                             (*self.seed_key, *where), self.prefetch)
-
-    def decode_streamed_batch(self, items: list[Located], batches: ImageBatches, number: int):
-        """One decoded batch of streamed records ``items`` (``number``: its
-        position, for the crop seed)."""
-        return self._decode_batch([i.payload for i in items], lambda: items, batches, number)
-
-    def _decode_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
-                      batches: ImageBatches, number: int):
-        """One decoded batch of ``payloads``; a bad record is found (among
-        ``items()``, the same records with their locations) and named, and when
-        the policy skips, left out of the batch."""
-        return self._begin_batch(payloads, items, batches, number).result()
 
     def _begin_batch(self, payloads: list[bytes], items: Callable[[], list[Located]],
                      batches: ImageBatches, number: int) -> Pending[Any]:
-        """:meth:`_decode_batch`, started: its images decode on the engine's
-        threads meanwhile; the result is the batch. Errors (and their
-        reports) come from the result, so they follow the batches before."""
-        if isinstance(self.spec, SequenceSpec):  # per record, then T padded (pad_collate)
-            return Later(self._sequence_batch, items)
-        if isinstance(self.spec, Payload):
-            return Later(self._payload_batch, self.spec, payloads, items)
-        try:
-            if not payloads:
-                return Done(SKIPPED)
-            if self.spec is None:  # a SequenceExample's feature lists too, not its context alone
-                batch = parse_record_batch(payloads)
-                if not batch:  # no features at all: empty Examples, or serialized tensors
-                    return Later(self._featureless_batch, batch, items)
-                self.policy.delivered(len(payloads))
-                return Later(self.transform, batch) if self.transform is not None else Done(batch)
-            columns = parse_example_batch(payloads)
-            pending = batches.begin(columns, len(payloads), number)
-        except (ExampleDecodeError, FeatureError):
-            return Later(self._fallback_batch, items, batches, number)
-        except SizeMismatch as e:
-            return Failed(mixed_sizes(e, items()))
-        return Later(self._end_batch, pending, items, batches, len(payloads))
-
-    def _end_batch(self, pending: Pending[DecodedBatch], items: Callable[[], list[Located]],
-                   batches: ImageBatches, size: int) -> Any:
-        """The batch of :meth:`_begin_batch` once its images are decoded: the
-        records whose image failed reported (or raised) and dropped."""
-        try:
-            batch, failures = pending.result()
-        except SizeMismatch as e:
-            raise mixed_sizes(e, items()) from None
-        if failures:
-            located = items()
-            for i, error in sorted(failures.items()):
-                self.policy.report(error.at(located[i].path, located[i].offset, located[i].record))
-            if len(failures) == size:
-                return SKIPPED
-            batch = drop_rows(batch, set(failures), size)
-        self.policy.delivered(size - len(failures))
-        return batches.finish(batch)
-
-    def _featureless_batch(self, batch: dict, items: Callable[[], list[Located]]):
-        """A batch read without a spec that holds no feature: its records that
-        are serialized tensors, not Examples, reported (or raised); SKIPPED if
-        all are."""
-        located = items()
-        tensors = [e for e in (serialized_tensor(*i) for i in located) if e is not None]
-        for error in tensors:
-            self.policy.report(error)
-        if len(tensors) == len(located):
-            return SKIPPED
-        self.policy.delivered(len(located) - len(tensors))
-        return self.transform(batch) if self.transform is not None else batch
-
-    def _fallback_batch(self, items: Callable[[], list[Located]], batches: ImageBatches, number: int):
-        """A batch that did not parse or decode as a whole: record by record."""
-        good = [i for i in items() if decode_or_skip(i, self.spec, None, self.policy.reporter())
-                is not SKIPPED]  # raises under "raise", naming the record
-        return self.decode_streamed_batch(good, batches, number)
-
-    def _payload_batch(self, spec: Payload, payloads: list[bytes], items: Callable[[], list[Located]]):
-        """A batch of records read as payloads: the list of their items (a
-        payload the hook fails on reported, or raised, and left out)."""
-        if spec.decode is None:
-            batch = list(payloads)
-        else:
-            batch, located = [], None
-            for k, payload in enumerate(payloads):
-                try:
-                    batch.append(spec.decode(payload))
-                except Exception as e:  # a bad record: located, then under on_error
-                    located = located or items()
-                    at = located[k]
-                    error = spec.failed(e, at.path, at.offset, at.record)
-                    error.__cause__ = e
-                    self.policy.report(error)
-        if not batch:
-            return SKIPPED
-        self.policy.delivered(len(batch))
-        return self.transform(batch) if self.transform is not None else batch
-
-    def _sequence_batch(self, items: Callable[[], list[Located]]):
-        decoded = [r for r in (decode_or_skip(i, self.spec, None, self.policy.reporter()) for i in items())
-                   if r is not SKIPPED]
-        if not decoded:
-            return SKIPPED
-        self.policy.delivered(len(decoded))
-        batch = sequence_collate(decoded, tuple(cast(SequenceSpec, self.spec).sequence))
-        return self.transform(batch) if self.transform is not None else batch
-
-
-def mixed_sizes(e: SizeMismatch, located: list[Located]) -> MixedSizesError:
-    """The error naming the first record whose value's shape differs from the
-    batch's first (positions of ``e.shapes`` are those of ``located``)."""
-    first = e.shapes[0]
-    other = next(i for i, s in enumerate(e.shapes) if s != first)
-
-    def where(i: int) -> str:
-        shape = e.shapes[i]
-        size = "no value" if shape is None else "x".join(map(str, shape))
-        return f"{located[i].path}: record {located[i].record} at byte offset {located[i].offset} ({size})"
-
-    return MixedSizesError(
-        f"feature {e.key!r} ('{e.name}') differs in size within one batch -- {where(0)}, but {where(other)} -- "
-        f"and in batch mode images and masks come as one tensor [B, ...]: {e.hint}")
+        """One batch of ``payloads``, started by its kind of record (images
+        decode on the engine's threads meanwhile); the result is the batch. A
+        bad record is found (among ``items()``, the same records with their
+        locations) and named, and when the policy skips, left out. Errors
+        (and their reports) come from the result, so they follow the batches
+        before."""
+        return self.record.begin_batch(RecordBatch(payloads, items, number),
+                                       BatchRun(self.policy, self.transform, batches))

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 import torch.utils.data
 
 from tfrecord_torch.data.shards import describe_shards
-from tfrecord_torch.features.payload import Payload
 
 __all__ = ["Shown", "dataset_repr", "reader_where"]
 
@@ -26,11 +25,12 @@ class Shown(NamedTuple):
     batch_size: int | None
 
 
-def dataset_repr(shown: Shown, paths: list[str], counts: list[int] | None, spec: Any) -> str:
+def dataset_repr(shown: Shown, paths: list[str], counts: list[int] | None, features: Any) -> str:
     """``Name(shards, records, features=..., ...)``; ``counts`` None: the
-    shards are streamed. Settings at their defaults are left out."""
+    shards are streamed; ``features``: what the spec shows
+    (:meth:`~tfrecord_torch.data.recordspec.RecordSpec.shown`). Settings at
+    their defaults are left out."""
     records = "streamed" if counts is None else f"{sum(counts):,} records"
-    features = spec if isinstance(spec, Payload) else sorted(spec) if spec is not None else None
     parts = [describe_shards(paths), records, f"features={features}"]
     if shown.shuffle:
         parts.append(f"shuffle=True, seed={shown.seed}, epoch={shown.epoch}")

@@ -21,17 +21,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-import torch
 
 from tfrecord_torch.data.counts import SharedErrorPolicy
-from tfrecord_torch.data.imagebatch import is_v2_transform, laid_out_for
-from tfrecord_torch.data.reading import decode_payload
+from tfrecord_torch.data.reading import Located
+from tfrecord_torch.data.recordspec import RecordSpec, record_spec
 from tfrecord_torch.data.session import Ranges, ReadSession, RemoteShards
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
-from tfrecord_torch.example.codec import compiled_reader, read_example, read_item
-from tfrecord_torch.features.payload import Payload
-from tfrecord_torch.features.sequence import SequenceSpec
-from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
+from tfrecord_torch.example.codec import compiled_reader
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.records.framing import parse_frame
@@ -43,18 +39,15 @@ class SpecPlan(NamedTuple):
     """What reading an item needs to know of a spec and a transform, worked
     out once per pair."""
 
-    spec: Any
+    spec: Any  # the dataset's spec as given (replaced: planned afresh)
     transform: Any
-    decoding: Any  # the spec records decode with: its images laid out for the transform (laid_out_for)
-    plan: Any  # the compiled reader's plan (numbers only), or None
-    owned: bool  # decoding may keep the parsed arrays
+    record: RecordSpec  # the kind records decode as (RecordSpec.for_items)
     compiled: bool  # the compiled reader reads records for this spec
 
     @classmethod
     def of(cls, spec: Any, transform: Any = None) -> SpecPlan:
-        decoding = laid_out_for(spec, transform) if isinstance(spec, dict) and is_v2_transform(transform) else spec
-        return cls(spec, transform, decoding, item_plan(spec), isinstance(spec, dict) and reads_once(spec),
-                   compiled_reader() and not isinstance(spec, (SequenceSpec, Payload)))
+        record = record_spec(spec).for_items(transform)
+        return cls(spec, transform, record, compiled_reader() and record.compiled)
 
 
 class Frame(NamedTuple):
@@ -72,8 +65,9 @@ class ItemFetcher:
     Args:
         paths: the shards (uncompressed).
         indexes: each shard's index (``[n, 2]`` offsets and sizes).
-        spec: the feature spec (None, a dict or a SequenceSpec); may be
-            reassigned (it is planned afresh).
+        spec: the dataset's bound spec (None, a dict, a SequenceSpec or a
+            Payload: :func:`~tfrecord_torch.data.recordspec.record_spec`);
+            may be reassigned (it is planned afresh).
         transform: a callable applied to each item; may be reassigned.
         verify: check record CRCs.
         policy: what a bad record does (see :meth:`item`).
@@ -248,23 +242,11 @@ class ItemFetcher:
         local file and a record of the usual shape; None otherwise (then the
         usual path reads it, and raises the error that names it)."""
         fd = self.session.descriptor(path)
-        if fd is None:
-            return None
-        if planned.plan is not None:  # numbers only: the wanted features straight to tensors
-            return read_item(fd, index, r, self.verify, planned.plan, torch.from_numpy)
-        parsed = read_example(fd, index.item(r, 0), index.item(r, 1), self.verify)
-        if parsed is None or planned.spec is None:
-            return parsed or None  # no features: the usual path tells an empty Example from a serialized tensor
-        spec = planned.decoding
-        try:
-            return decode_owned(parsed, spec) if planned.owned else decode(parsed, spec)
-        except FeatureError:
-            return None
+        return None if fd is None else planned.record.read_compiled(fd, index, r, self.verify)
 
     def _decode(self, frame: bytes, path: str, offset: int, r: int):
         payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
-        planned = self._plan()
-        return decode_payload(payload, path, offset, r, planned.decoding, self.transform, planned.owned)
+        return self._plan().record.decode(Located(payload, path, offset, r), self.transform)
 
     def _read_frames(self, unique: np.ndarray) -> list[Frame]:
         """The frames of the sorted global indices ``unique``, read by the

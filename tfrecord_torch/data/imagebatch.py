@@ -37,8 +37,8 @@ from tfrecord_torch.features.images.objects import transform_objects
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.specs import decode_batch
 
-__all__ = ["DecodedBatch", "FusedPerSample", "ImageBatches", "PerSample", "SizeMismatch", "decoders_for", "drop_rows",
-           "fuse_per_sample", "is_v2_transform", "laid_out_for"]
+__all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "decoders_for", "drop_rows", "fuse_per_sample",
+           "is_v2_transform", "laid_out_for", "refuse_decoder"]
 
 _RESIZE_HINT = ("a transform that gives one size (v2.Resize((h, w)), v2.RandomResizedCrop(s), "
                 "v2.CenterCrop(s))")
@@ -85,14 +85,13 @@ def _refuse_unused(spec: dict, options: ImageBatching) -> None:
                      f"to pad, batch per sample with collate_fn=pad_collate")
 
 
-def decoders_for(spec: Any, options: ImageBatching | None, *, fast: str | None = None) -> Any:
-    """``spec`` with the JPEG decoder of each :class:`Image` settled: its own
-    ``decoder`` if given, else ``options.decoder`` if given, else "fast" for
-    the image named ``fast`` (the one batch mode's fast path decodes: its
-    default since that path exists) and "accurate" for the others (the
-    per-sample path's default, which batch mode's per-record decode keeps,
-    so that it gives the per-sample pixels). Specs that are not a dict (a
-    Payload, a SequenceSpec) are returned as they are.
+def decoders_for(spec: dict, options: ImageBatching | None, *, fast: str | None = None) -> dict:
+    """``spec`` (a features= dict) with the JPEG decoder of each :class:`Image`
+    settled: its own ``decoder`` if given, else ``options.decoder`` if given,
+    else "fast" for the image named ``fast`` (the one batch mode's fast path
+    decodes: its default since that path exists) and "accurate" for the
+    others (the per-sample path's default, which batch mode's per-record
+    decode keeps, so that it gives the per-sample pixels).
 
     Raises:
         ValueError: ``options.decoder`` disagrees with an Image's own (one
@@ -102,13 +101,8 @@ def decoders_for(spec: Any, options: ImageBatching | None, *, fast: str | None =
             :func:`~tfrecord_torch.features.images.jpeg.check_decoder`).
     """
     chosen = options.decoder if options is not None else None
-    if chosen is not None and not (isinstance(spec, dict) and any(isinstance(f, Image) for f in spec.values())):
-        held = "a dict with no Image" if isinstance(spec, dict) else type(spec).__name__
-        raise ValueError(f"images=ImageBatching(decoder={chosen!r}) sets the JPEG decoder of the Image features of a "
-                         f"features= dict, and this dataset's features is {held}: give Image(..., "
-                         f"decoder={chosen!r}) where the spec holds an image, and leave decoder= out of ImageBatching")
-    if not isinstance(spec, dict):
-        return spec
+    if not any(isinstance(f, Image) for f in spec.values()):
+        refuse_decoder(options, "a dict with no Image")
     out = {}
     for name, feature in spec.items():
         if isinstance(feature, Image):
@@ -118,6 +112,20 @@ def decoders_for(spec: Any, options: ImageBatching | None, *, fast: str | None =
             feature = feature.decoding_with(feature.decoder or chosen or ("fast" if name == fast else "accurate"))
         out[name] = feature
     return out
+
+
+def refuse_decoder(options: ImageBatching | None, held: str) -> None:
+    """Refuse ``options.decoder`` for a dataset whose features (``held``
+    says what they are) hold no Image: nothing would honour it.
+
+    Raises:
+        ValueError: ``options.decoder`` is given.
+    """
+    chosen = options.decoder if options is not None else None
+    if chosen is not None:
+        raise ValueError(f"images=ImageBatching(decoder={chosen!r}) sets the JPEG decoder of the Image features of a "
+                         f"features= dict, and this dataset's features is {held}: give Image(..., "
+                         f"decoder={chosen!r}) where the spec holds an image, and leave decoder= out of ImageBatching")
 
 
 def _shapes(values: list) -> list[tuple[int, ...] | None]:
@@ -161,8 +169,8 @@ def _fast_image(spec: dict) -> str | None:
     return fast[0] if len(fast) == 1 and not spatial else None
 
 
-def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatching | None
-                    ) -> tuple[Any, Callable | None]:
+def fuse_per_sample(spec: dict, transform: Callable | None, options: ImageBatching | None
+                    ) -> tuple[dict, Callable | None]:
     """The (spec, transform) the per-sample path decodes with: when a v2
     ``transform`` starts with a fusable head (RandomResizedCrop or Resize((h, w)),
     + flip) and the spec holds one RGB Image and no other spatial feature,
@@ -171,7 +179,7 @@ def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatchin
     ``images=False`` or ``ImageBatching(fused=False)`` keep the transform
     whole; the images are then laid out for it (:func:`laid_out_for`)."""
     spec = decoders_for(spec, options)
-    if not isinstance(spec, dict) or not is_v2_transform(transform):
+    if not is_v2_transform(transform):
         return spec, transform
     name = _fast_image(spec) if options is not None and options.fused else None
     plan, rest = plan_transform(transform) if name is not None else (None, [])
@@ -181,37 +189,6 @@ def fuse_per_sample(spec: Any, transform: Callable | None, options: ImageBatchin
 
     fused = {n: CroppedImage(f, plan) if n == name else f for n, f in spec.items()}
     return fused, (v2.Compose(rest) if rest else None)
-
-
-class PerSample(NamedTuple):
-    """What the per-sample path decodes with: the spec (with a fused crop) and
-    the rest of the transform."""
-
-    spec: Any
-    transform: Callable | None
-
-
-class _Settings(NamedTuple):
-    """The dataset's settings the per-sample path's decoding is worked out from."""
-
-    spec: Any
-    transform: Callable | None
-    images: ImageBatching | None
-
-
-class FusedPerSample:
-    """:func:`fuse_per_sample` of a dataset's settings, worked out again only
-    when ``spec``, ``transform`` or ``images`` is reassigned."""
-
-    def __init__(self) -> None:
-        self._fused: tuple[_Settings, PerSample] | None = None
-
-    def of(self, spec: Any, transform: Callable | None, images: ImageBatching | None) -> PerSample:
-        """The :class:`PerSample` of these settings."""
-        given = _Settings(spec, transform, images)
-        if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
-            self._fused = (given, PerSample(*fuse_per_sample(*given)))
-        return self._fused[1]
 
 
 def laid_out_for(spec: dict, transform: Any) -> dict:

@@ -16,11 +16,11 @@ from tfrecord_torch.data.buffers import chunked, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
 from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
-from tfrecord_torch.data.imagebatch import FusedPerSample, PerSample
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share, batch_count, this_reader
 from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source, dataset_options
 from tfrecord_torch.data.reading import Located, decode_or_skip
 from tfrecord_torch.data.recordmode import indexed_records, record_groups
+from tfrecord_torch.data.recordspec import FusedPerSample, PerSample, record_spec
 from tfrecord_torch.data.session import RemoteShards
 from tfrecord_torch.data.shards import LazyIndexes, check_lengths, find_shards, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
@@ -107,7 +107,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         shuffling, sharding, source, batching = dataset_options(batch_size=batch_size, shuffle=shuffle,
                                                                 sharding=sharding, source=source, batching=batching)
         self.spec = make_spec(features, sequence_features)
-        batching.check_spec(self.spec)
+        record_spec(self.spec).check_images(batching.images)
         self.storage_options = storage_options
         listing = find_shards(paths, storage_options)
         self.paths = listing.files
@@ -132,7 +132,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def __getstate__(self) -> dict:  # spawned DataLoader workers: say which callable does not pickle
         return with_check(type(self).__name__, self.__dict__,
-                          user_callables(self.transform, self.spec, self.policy.on_error))
+                          user_callables(self.transform, record_spec(self.spec).hooks(), self.policy.on_error))
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(without_check(state))
@@ -241,7 +241,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         return self.policy.summary()
 
     def __repr__(self) -> str:
-        return dataset_repr(self._shown(), self.paths, None if self.streamed else self.counts, self.spec)
+        return dataset_repr(self._shown(), self.paths, None if self.streamed else self.counts,
+                            record_spec(self.spec).shown())
 
     def _shown(self) -> Shown:
         return Shown(type(self).__name__, self.epoch, self.rank, self.world_size, self.shuffle, self.seed,
@@ -281,8 +282,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _pipeline(self) -> BatchPipeline:
         """Batch mode's pipeline for one iteration, from the settings as they stand."""
-        decoding = BatchDecoding(self.spec, self.transform, self.images, (self.seed, self.epoch, self.rank),
-                                 self.prefetch)
+        decoding = BatchDecoding(record_spec(self.spec), self.transform, self.images,
+                                 (self.seed, self.epoch, self.rank), self.prefetch)
         return BatchPipeline(self._reads(), decoding, self.policy)
 
     def _sequence(self, worker: int, workers: int) -> Share:
@@ -340,11 +341,10 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     def _decode(self, item: Located):
         fused = self._per_sample()
-        return decode_or_skip(item, fused.spec, fused.transform, self.policy.reporter())
+        return decode_or_skip(item, fused.record, fused.transform, self.policy.reporter())
 
     def _per_sample(self) -> PerSample:
-        """The spec and transform the per-sample path decodes with: a fusable
-        head of the transform done while decoding (:func:`fuse_per_sample`),
-        worked out again if ``spec``, ``transform`` or ``images`` is reassigned."""
+        """The record kind and transform the per-sample path decodes with (a fusable head of
+        the transform done while decoding), worked out again if a setting is reassigned."""
         return self._fused.of(self.spec, self.transform, self.images)
 

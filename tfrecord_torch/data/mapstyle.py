@@ -21,6 +21,7 @@ from tfrecord_torch.data import collating  # noqa: F401 - registers the items' c
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.fetch import ItemFetcher
 from tfrecord_torch.data.options import Source
+from tfrecord_torch.data.recordspec import record_spec
 from tfrecord_torch.data.session import CacheArg, RemoteShards
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
@@ -148,7 +149,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
 
     def __getstate__(self) -> dict:  # spawned DataLoader workers: say which callable does not pickle
         return with_check(type(self).__name__, self.__dict__,
-                          user_callables(self.transform, self.spec, self.policy.on_error))
+                          user_callables(self.transform, record_spec(self.spec).hooks(), self.policy.on_error))
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(without_check(state))
@@ -157,8 +158,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         return self._fetcher.length
 
     def __repr__(self) -> str:
-        spec = self.spec
-        features = spec if isinstance(spec, Payload) else sorted(spec) if spec is not None else None
+        features = record_spec(self.spec).shown()
         return f"{type(self).__name__}({describe_shards(self.paths)}, {len(self):,} records, features={features})"
 
     def locate(self, i: int) -> tuple[int, int]:

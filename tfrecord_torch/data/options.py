@@ -19,7 +19,6 @@ from tfrecord_torch._args import check_choice, check_flag, check_instance, check
 from tfrecord_torch._types import CompressionArg, PathLike
 from tfrecord_torch.data.plan import EVEN_MODES
 from tfrecord_torch.features.images.engine import ImageBatching
-from tfrecord_torch.features.payload import Payload
 from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.shardcache import ShardCache
 
@@ -196,13 +195,6 @@ class Batching:
     def image_options(self) -> ImageBatching | None:
         """The image fast path's options; None when it is off."""
         return ImageBatching() if self.images is True else self.images or None
-
-    def check_spec(self, spec: Any) -> None:
-        """Refuse image options for a spec with no images to decode (payloads)."""
-        if isinstance(spec, Payload) and isinstance(self.images, ImageBatching):
-            raise ValueError(f"batching=Batching(images=ImageBatching(...)) sets how Image features decode, "
-                             f"but features={spec!r} reads each record's payload as it is, with no "
-                             "images to decode; leave images= out (or decode the images in the hook)")
 
 
 class DatasetOptions(NamedTuple):

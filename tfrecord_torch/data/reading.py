@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call: here, forked DataLoader workers inherit it
@@ -20,12 +20,8 @@ from tfrecord_torch.errors import (
     RemoteError,
     StaleIndexError,
 )
-from tfrecord_torch.example.codec import parse_example, parse_record
+from tfrecord_torch.example.codec import parse_example
 from tfrecord_torch.example.tensorproto import DTYPES, TensorProto, looks_like_tensorproto
-from tfrecord_torch.features.payload import Payload
-from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
-from tfrecord_torch.features.specs import decode, decode_owned
-from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.copies import ShardCopies
@@ -37,8 +33,11 @@ from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_item", "decode_or_skip", "decode_payload",
-           "fetch", "fetch_runs", "fetch_scattered", "interleave", "locate", "parse_located", "stream_shard"]
+if TYPE_CHECKING:  # the record kinds decode with this module's helpers
+    from tfrecord_torch.data.recordspec import RecordSpec
+
+__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_or_skip", "fetch", "fetch_runs", "fetch_scattered",
+           "interleave", "locate", "parse_located", "stream_shard"]
 
 
 
@@ -427,56 +426,17 @@ def parse_located(item: Located) -> dict:
         raise locate(e, item) from e
 
 
-def decode_item(item: Located, spec: dict | SequenceSpec | Payload | None, transform,
-                owned: bool = False) -> object:
-    """Parse a record, decode it with ``spec`` (if any; a :class:`Payload`
-    keeps the payload or applies its hook), apply ``transform`` (if any);
-    errors name the record's location. ``owned``: the spec is a
-    dict that reads each key once (:func:`~tfrecord_torch.features.specs.reads_once`),
-    so the tensors may take over the freshly parsed arrays instead of copying them."""
-    return decode_payload(item.payload, item.path, item.offset, item.record, spec, transform, owned)
-
-
-def decode_payload(payload: bytes, path: str, offset: int, record: int,
-                   spec: dict | SequenceSpec | Payload | None, transform, owned: bool = False) -> object:
-    """:func:`decode_item` of a payload and its location, given apart."""
-    if isinstance(spec, Payload):  # not an Example: the payload, or what the hook makes of it
-        return apply_transform(transform, spec.read(payload, path, offset, record), path, offset, record)
-    try:
-        if isinstance(spec, SequenceSpec):
-            parsed = spec.decode_payload(payload)
-        elif spec is None:  # a SequenceExample's feature lists too, not its context alone
-            parsed = parse_record(payload)
-            if not parsed:
-                tensor = serialized_tensor(payload, path, offset, record)
-                if tensor is not None:
-                    raise tensor
-        else:
-            parsed = parse_example(payload)
-            try:
-                parsed = decode_owned(parsed, spec) if owned else decode(parsed, spec)
-            except FeatureError as e:
-                hinted = hint_sequence_example(e, payload)
-                if hinted is e:
-                    raise
-                raise hinted from e
-    except (ExampleDecodeError, FeatureError) as e:
-        tensor = serialized_tensor(payload, path, offset, record) if isinstance(e, FeatureError) else None
-        if tensor is not None:
-            raise tensor from tensor.__cause__
-        raise locate(e, Located(payload, path, offset, record)) from e
-    return apply_transform(transform, parsed, path, offset, record)
-
-
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped
 
 
-def decode_or_skip(item: Located, spec: dict | SequenceSpec | Payload | None, transform, report) -> object:
-    """decode_item, but with ``report`` a bad record is reported and SKIPPED."""
+def decode_or_skip(item: Located, record: RecordSpec, transform, report) -> object:
+    """``record.decode(item, transform)`` (the record's kind decodes it, errors
+    naming its location), but with ``report`` a bad record is reported and
+    SKIPPED."""
     if report is None:
-        return decode_item(item, spec, transform)
+        return record.decode(item, transform)
     try:
-        return decode_item(item, spec, transform)
+        return record.decode(item, transform)
     except (CorruptRecordError, FeatureError) as e:
         report(e)
         return SKIPPED

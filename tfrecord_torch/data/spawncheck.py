@@ -23,8 +23,6 @@ import pickle
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from tfrecord_torch.features.payload import Payload
-
 __all__ = ["PickleCheck", "user_callables", "with_check", "without_check"]
 
 _KEY = "_pickle_check"
@@ -91,11 +89,10 @@ def _explain(dataset: str, argument: str, value: Any, error: Exception) -> str:
             f"works too")
 
 
-def user_callables(transform: Any, spec: Any, on_error: Any) -> dict[str, Any]:
-    """The callables a dataset was given, by the spelling of their argument."""
-    return {"transform=": transform,
-            "features=Payload(decode=...)": spec.decode if isinstance(spec, Payload) else None,
-            "on_error=": on_error if callable(on_error) else None}
+def user_callables(transform: Any, hooks: dict[str, Any], on_error: Any) -> dict[str, Any]:
+    """The callables a dataset was given, by the spelling of their argument
+    (``hooks``: the spec's own, :meth:`~tfrecord_torch.data.recordspec.RecordSpec.hooks`)."""
+    return {"transform=": transform, **hooks, "on_error=": on_error if callable(on_error) else None}
 
 
 def with_check(dataset: str, state: dict, arguments: dict[str, Any]) -> dict:

@@ -28,7 +28,7 @@ from tfrecord_torch import (
     make_example,
     parse_example,
 )
-from tfrecord_torch.data import fetch
+from tfrecord_torch.data import fetch, recordspec
 from tfrecord_torch.example import codec
 from tfrecord_torch.features.specs import bind, decode, item_plan
 from tfrecord_torch.records import frames
@@ -233,8 +233,8 @@ def test_dataset_items_equal_the_usual_path(shard, spec, on_error, monkeypatch):
         return out, ds.__getitems__(order[:64]) if on_error == "skip" else None, ds.errors()
 
     answered = []
-    real = fetch.read_item if spec is SPECS[0] else fetch.read_example
-    monkeypatch.setattr(fetch, real.__name__, lambda *a: answered.append(real(*a)) or answered[-1])
+    real = recordspec.read_item if spec is SPECS[0] else recordspec.read_example
+    monkeypatch.setattr(recordspec, real.__name__, lambda *a: answered.append(real(*a)) or answered[-1])
     fast = run()
     assert sum(x is not None for x in answered) >= 196  # the compiled reader read the good records
     monkeypatch.setattr(fetch, "compiled_reader", lambda: False)
