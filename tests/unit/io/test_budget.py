@@ -102,3 +102,66 @@ def test_the_one_ramp_doubles_up_to_its_bound():
     assert list(islice(ReadBudget(first=3).ramp(), 5)) == [3, 6, 12, 24, 48]
     assert list(islice(ReadBudget(first=3).ramp(20), 5)) == [3, 6, 12, 20, 20]
     assert list(islice(ReadBudget(first=30).ramp(20), 2)) == [20, 20]
+
+
+def test_an_in_order_reads_groups_are_cut_at_16_mib():
+    from tfrecord_torch.data import recordmode
+    index = np.stack([np.arange(40) * (3 * MiB), np.full(40, 3 * MiB)], axis=1).astype(np.int64)
+    pieces = recordmode._pieces(index, np.arange(40))
+    assert [len(p) for p in pieces] == [5, 5, 5, 6, 5, 5, 6, 3]  # each ends where a 16 MiB multiple is passed
+
+
+def test_a_shuffled_readers_windows_are_4_mib_slices_of_at_most_64_mib_of_shards():
+    from tfrecord_torch.data.windows import ShardWindows, shard_windows
+    quarter = [np.stack([np.arange(16) * MiB, np.full(16, MiB)], axis=1).astype(np.int64)] * 4  # 4 x 16 MiB
+    urls = [f"s3://b/s{i}" for i in range(4)]
+    assert shard_windows(urls, quarter, 64, [False] * 4) is not None  # 64 MiB: windows
+    over = [*quarter[:3], np.concatenate([quarter[3], [[16 * MiB, 1]]])]
+    assert shard_windows(urls, over, 65, [False] * 4) is None  # a byte more: each record by its own range
+    windows, starts, sizes = ShardWindows(urls).missing(urls[0], quarter[0], np.array([0, 3, 4, 9, 15]))
+    assert (windows, starts, sizes) == ([0, 1, 2, 3], [0, 4 * MiB, 8 * MiB, 12 * MiB], [4 * MiB] * 4)
+
+
+class _Submitted:
+    """A request pool that runs each request when it is submitted, counting them."""
+
+    def __init__(self, *args) -> None:
+        self.count = 0
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+        self.count += 1
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def close(self, wait=True) -> None:
+        pass
+
+
+def test_a_urls_requests_join_across_256_kib_up_to_4_mib_with_64_mib_in_flight(monkeypatch, tmp_path):
+    import fsspec
+
+    from tfrecord_torch.io import pool, ranges
+    url = f"memory://budget/{tmp_path.name}/blob"
+    fsspec.filesystem("memory").pipe_file(url, b"x")
+    asked = []
+    read = pool.Reader.read
+
+    def counted(self, offset, size, *args):
+        asked.append((offset, size))
+        return read(self, offset, size, *args)
+
+    monkeypatch.setattr(pool.Reader, "read", counted)
+    kib = 1 << 10
+    # 100 KiB ranges 256 KiB apart join, 256 KiB + 1 apart do not; 1 MiB ranges end to end join up to 4 MiB
+    offsets = [0, 356 * kib, 712 * kib + 1, *range(2 * MiB, 8 * MiB, MiB)]
+    sizes = [100 * kib] * 3 + [MiB] * 6
+    ranges.read_ranges(pool.Reader(url), offsets, sizes)
+    assert sorted(asked) == [(0, 456 * kib), (712 * kib + 1, 100 * kib), (2 * MiB, 4 * MiB), (6 * MiB, 2 * MiB)]
+    held = _Submitted()
+    monkeypatch.setattr(ranges, "OwnedPool", lambda *args: held)
+    fetched = ranges.iter_ranges(pool.Reader(url), [i * 4 * MiB for i in range(40)], [4 * MiB] * 40, join=False)
+    next(fetched)
+    assert held.count == 16  # 64 MiB of 4 MiB requests asked before the first is taken
+    fetched.close()
