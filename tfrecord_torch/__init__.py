@@ -39,6 +39,7 @@ _EXPORTS = {
     "Execution": "tfrecord_torch.write.options",
     "Feature": "tfrecord_torch.features.specs",
     "FeatureError": "tfrecord_torch.errors",
+    "FillBudget": "tfrecord_torch.io.budget",
     "Float": "tfrecord_torch.features.specs",
     "Image": "tfrecord_torch.features.images.specs",
     "ImageBatching": "tfrecord_torch.features.images.engine",
@@ -59,6 +60,7 @@ _EXPORTS = {
     "RecordTail": "tfrecord_torch.records.tail",
     "RecordWriter": "tfrecord_torch.records.writer",
     "RemoteError": "tfrecord_torch.errors",
+    "RequestBudget": "tfrecord_torch.io.budget",
     "ShardCache": "tfrecord_torch.io.shardcache",
     "ShardLayout": "tfrecord_torch.write.options",
     "SerializedTensor": "tfrecord_torch.features.tensors",
@@ -133,7 +135,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from tfrecord_torch.features.payload import Payload
     from tfrecord_torch.features.specs import Bytes, Feature, Float, Int64, RawTensor, Text
     from tfrecord_torch.features.tensors import SerializedTensor, parse_tensor, serialize_tensor
-    from tfrecord_torch.io.budget import ReadBudget
+    from tfrecord_torch.io.budget import FillBudget, ReadBudget, RequestBudget
     from tfrecord_torch.io.pool import ReaderPool
     from tfrecord_torch.io.shardcache import ShardCache
     from tfrecord_torch.policy import ErrorPolicy, OnError

@@ -6,6 +6,7 @@ local disk, nothing is written to the bucket, and ``cache=None``,
 ``TFRECORD_TORCH_SHARD_CACHE=off``, a dataset too large for the disk and an
 unwritable cache folder read by range requests instead, with the same records."""
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -20,14 +21,14 @@ from torch.utils.data import DataLoader, RandomSampler
 from tfrecord_torch import (
     IndexedTFRecordDataset,
     Int64,
+    ReadBudget,
     RecordWriter,
     ShardCache,
     Source,
     TFRecordDataset,
     make_example,
 )
-from tfrecord_torch.data import windows
-from tfrecord_torch.io import ranges
+from tfrecord_torch.io.budget import RequestBudget
 from tfrecord_torch.io.shardcache import shard_cache_usage
 
 from .test_remote import S3, with_bucket
@@ -60,13 +61,10 @@ def shards(s3, tmp_path_factory):
     return urls, str(local / "train-*.tfrecord")
 
 
-@pytest.fixture(autouse=True)
-def image_sized(monkeypatch):
-    """Range reads as of records the size of images: no two records are joined
-    into one request nor fetched in windows of a shard, so an uncached
-    shuffled read costs one GET per record."""
-    monkeypatch.setattr(ranges, "MERGE_GAP", 0)
-    monkeypatch.setattr(windows, "WINDOW_BYTES", 0)
+IMAGE_SIZED = ReadBudget(windowed=0, requests=RequestBudget(gap=0))
+"""Range reads as of records the size of images, the budget of every remote
+dataset here: no two records are joined into one request nor fetched in
+windows of a shard, so an uncached shuffled read costs one GET per record."""
 
 
 @pytest.fixture
@@ -108,8 +106,10 @@ def loader_ids(ds, epoch: int, **kwargs) -> list[int]:
     return ids_of(DataLoader(ds, batch_size=None, num_workers=2, **kwargs))
 
 
-def shuffled(pattern, s3, **kwargs):
-    return TFRecordDataset(pattern, features=FEATURES, shuffle=True, seed=3, storage_options=s3.options, **kwargs)
+def shuffled(pattern, s3, source: Source | None = None):
+    """A shuffled dataset of ``pattern`` read with ``source`` and the budget :data:`IMAGE_SIZED`."""
+    source = dataclasses.replace(source or Source(), read_budget=IMAGE_SIZED)
+    return TFRecordDataset(pattern, features=FEATURES, shuffle=True, seed=3, storage_options=s3.options, source=source)
 
 
 def local_order(shards, epoch: int) -> list[int]:
@@ -165,7 +165,8 @@ def test_workers_use_the_folder_decided_when_the_dataset_was_made(s3, shards, fo
 
 def test_map_style_with_a_random_sampler_reads_from_the_copies(s3, shards, folder):
     urls = shards[0]
-    ds = IndexedTFRecordDataset(PATTERN, features=FEATURES, storage_options=s3.options)
+    ds = IndexedTFRecordDataset(PATTERN, features=FEATURES, storage_options=s3.options,
+                                source=Source(read_budget=IMAGE_SIZED))
     local = IndexedTFRecordDataset(shards[1], features=FEATURES)
     order = list(RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
     s3.requests.clear()
@@ -198,7 +199,8 @@ def test_the_environment_turns_the_default_cache_off(s3, shards, folder, tmp_pat
     monkeypatch.setenv("TFRECORD_TORCH_SHARD_CACHE", "off")
     range_reads(s3, shards, shuffled(PATTERN, s3))
     assert not folder.parent.exists() and not (tmp_path / "home").exists()
-    ds = IndexedTFRecordDataset(PATTERN, features=FEATURES, storage_options=s3.options)
+    ds = IndexedTFRecordDataset(PATTERN, features=FEATURES, storage_options=s3.options,
+                                source=Source(read_budget=IMAGE_SIZED))
     s3.requests.clear()
     assert [int(ds[i]["id"]) for i in (5, 400, 799)] == [5, 400, 799]
     assert sum(shard_requests(s3, shards[0]).values()) == 3
@@ -298,7 +300,7 @@ def test_a_shard_indexed_again_after_another_writer_rewrote_it_gets_the_new_shar
     url = "s3://bucket/reindexed/train-0.tfrecord"
     write_shard(url, range(100), s3.options)
     ds = TFRecordDataset("s3://bucket/reindexed/*.tfrecord", features=FEATURES, storage_options=s3.options,
-                         source=Source(cache=None))
+                         source=Source(cache=None, read_budget=IMAGE_SIZED))
     assert sorted(int(r["id"]) for r in ds) == list(range(100))  # the folder listed, and kept by s3fs
     assert len(shard_index(url, storage_options=s3.options)) == 100
     write_shard(url, range(150), {**s3.options, "skip_instance_cache": True})  # another process's writer

@@ -14,9 +14,17 @@ from pathlib import Path
 import pytest
 from helpers import ids_of
 
-from tfrecord_torch import RecordWriter, ShardCache, Source, TFRecordDataset, make_example, read_records
+from tfrecord_torch import (
+    ReadBudget,
+    RecordWriter,
+    ShardCache,
+    Source,
+    TFRecordDataset,
+    make_example,
+    read_records,
+)
 from tfrecord_torch.errors import RemoteError
-from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.budget import FillBudget
 from tfrecord_torch.io.shardcache import shard_cache_usage
 from tfrecord_torch.records.writer import frame
 
@@ -244,14 +252,14 @@ def test_the_default_cache_does_not_copy_objects_without_a_version(web, tmp_path
     assert not (tmp_path / "shards").exists()
 
 
-def test_http_without_ranges_is_copied_to_the_shard_cache_by_one_streamed_get(web, tmp_path, monkeypatch):
-    monkeypatch.setattr(shardcache, "CHUNK", 1000)  # many range requests a shard, on a server that honoured them
+def test_http_without_ranges_is_copied_to_the_shard_cache_by_one_streamed_get(web, tmp_path):
+    budget = ReadBudget(fill=FillBudget(chunk=1000))  # many range requests a shard, on a server that honoured them
     data = shard_bytes(300, 100)
     Handler.files["/d/c.tfrecord"] = data
     Handler.ranges = False
     url = f"{web}/d/c.tfrecord"
     # this server sends no ETag, so the default ("auto") would not copy: the cache is asked for
-    ds = TFRecordDataset(url, source=Source(index=False, cache=ShardCache(str(tmp_path / "shards"))))
+    ds = TFRecordDataset(url, source=Source(index=False, cache=ShardCache(str(tmp_path / "shards")), read_budget=budget))
     Handler.log.clear()
     assert ids_of(ds) == list(range(300))
     streams = [r for r in Handler.log if r[0] == "GET" and r[2] is None]

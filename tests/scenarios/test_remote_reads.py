@@ -2,6 +2,7 @@
 logged): how many range requests a record costs in each mode, with
 DataLoader workers and ranks, and that every record still comes exactly once."""
 
+import dataclasses
 import gc
 import os
 import threading
@@ -24,8 +25,7 @@ from tfrecord_torch import (
     TFRecordDataset,
     make_example,
 )
-from tfrecord_torch.data import windows
-from tfrecord_torch.io import ranges
+from tfrecord_torch.io.budget import RequestBudget
 from tfrecord_torch.io.copies import FILLS
 from tfrecord_torch.io.shardcache import shard_cache_usage
 from tfrecord_torch.records.frames import compiled_frames
@@ -104,14 +104,17 @@ def shards(s3):
     return w.paths
 
 
+UNMERGED = ReadBudget(windowed=0, requests=RequestBudget(gap=0))  # see the fixture unmerged
+
+
 @pytest.fixture
 def unmerged(monkeypatch, tmp_path):
-    """Ranges fetched as asked: near records are not joined into one request,
+    """The source of ranges fetched as asked (:data:`RANGES` read with the
+    budget :data:`UNMERGED`): near records are not joined into one request,
     nor fetched in windows of the shard, so the count shows how the plan
     groups records."""
-    monkeypatch.setattr(ranges, "MERGE_GAP", 0)
-    monkeypatch.setattr(windows, "WINDOW_BYTES", 0)
     monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "cache"))
+    return Source(cache=None, read_budget=UNMERGED)
 
 
 @pytest.fixture
@@ -143,7 +146,7 @@ def test_block_shuffle_reads_a_block_per_request_with_workers_and_ranks(s3, shar
     for rank in range(world_size):
         ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=5,
                              storage_options=s3.options, sharding=Sharding(rank=rank, world_size=world_size),
-                             source=RANGES)
+                             source=unmerged)
         ids += [int(i) for batch in DataLoader(ds, batch_size=32, num_workers=workers) for i in batch["id"]]
     assert sorted(ids) == list(range(RECORDS))  # exactly once over ranks and workers
     assert ids != sorted(ids)
@@ -154,7 +157,7 @@ def test_block_shuffle_reads_a_block_per_request_with_workers_and_ranks(s3, shar
 
 def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, shards, unmerged):
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=5,
-                         storage_options=s3.options, source=RANGES)
+                         storage_options=s3.options, source=unmerged)
     batches = [b["id"].tolist() for b in DataLoader(ds, batch_size=64, num_workers=2)]
     first = batches[0]
     assert len({i // BLOCK for i in first}) > 16  # records of many blocks in one batch, not one block
@@ -164,10 +167,10 @@ def test_block_shuffle_mixes_blocks_from_the_whole_dataset_in_each_worker(s3, sh
 @pytest.mark.slow  # 1,024 range requests held 0.1 s: about 20 s of CPU
 def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmerged):
     s3.delay = 0.1  # long enough that requests sent together overlap on a busy machine
-    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
+    ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=unmerged)
     got = [int(i) for batch in DataLoader(ds, batch_size=64) for i in batch["id"]]
     s3.delay = 0.0
-    expected = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=RANGES)
+    expected = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=unmerged)
     expected.set_epoch(0)
     assert got == [int(b["id"]) for b in expected]  # the planned order, the same as a second reading
     assert sorted(got) == list(range(RECORDS))
@@ -177,7 +180,7 @@ def test_shuffled_records_are_requested_together_in_order(s3, shards, far, unmer
 @pytest.mark.slow  # about 12 s of CPU
 def test_map_style_batches_are_requested_together(s3, shards, far, unmerged):
     s3.delay = 0.1
-    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, cache=None)
+    ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, source=unmerged)
     sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
     order = list(sampler)
     got = [int(i) for batch in DataLoader(ds, batch_size=64, sampler=order) for i in batch["id"]]
@@ -197,9 +200,8 @@ def gated(s3):
 
 @pytest.mark.slow  # about 20 s of CPU a case
 @pytest.mark.parametrize("workers", [0, 2])
-def test_the_first_items_wait_for_a_small_first_read_not_a_whole_group(s3, shards, far, unmerged, gated,
-                                                                        monkeypatch, workers):
-    source = Source(cache=None, read_budget=ReadBudget(first=512))  # about five of these 109-byte records
+def test_the_first_items_wait_for_a_small_first_read_not_a_whole_group(s3, shards, far, unmerged, gated, workers):
+    source = Source(cache=None, read_budget=dataclasses.replace(UNMERGED, first=512))  # about five 109-byte records
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1, storage_options=far, source=source)
     plain = [int(b["id"]) for b in TFRecordDataset(shards, features={"id": Int64()}, shuffle=True, seed=1,
                                                    storage_options=far, source=source)]
@@ -235,15 +237,15 @@ def test_the_first_read_begins_at_iter_before_an_item_is_asked_for(s3, shards, f
 def test_faults_in_flight_are_retried_without_losing_or_repeating_a_record(s3, shards, far, unmerged, fault):
     setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
     ds = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=2,
-                         storage_options=far, source=RANGES)
+                         storage_options=far, source=unmerged)
     got = [int(i) for batch in DataLoader(ds, batch_size=64, num_workers=2) for i in batch["id"]]
     assert getattr(s3, fault) == 0
     setattr(s3, fault, 0)
     clean = TFRecordDataset(shards, features={"id": Int64()}, shuffle=Shuffling(block=BLOCK), seed=2,
-                            storage_options=far, source=RANGES)
+                            storage_options=far, source=unmerged)
     assert got == [int(i) for batch in DataLoader(clean, batch_size=64, num_workers=2) for i in batch["id"]]
     assert sorted(got) == list(range(RECORDS))
-    mapped = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, cache=None)
+    mapped = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=far, source=unmerged)
     setattr(s3, fault, 3)  # fewer than the attempts one range gets, wherever they land
     order = torch.randperm(RECORDS, generator=torch.Generator().manual_seed(3)).tolist()
     assert [int(i) for b in DataLoader(mapped, batch_size=100, sampler=order) for i in b["id"]] == order

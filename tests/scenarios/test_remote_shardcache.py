@@ -30,6 +30,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import files, shardcache
+from tfrecord_torch.io.budget import FillBudget
 
 from .test_remote import S3, with_bucket
 
@@ -204,10 +205,10 @@ def _read_until_killed(ds, started):
     next(iter(ds))
 
 
-def test_a_worker_killed_mid_copy_leaves_no_half_file_in_use(s3, shards, tmp_path, monkeypatch):
-    monkeypatch.setattr(shardcache, "CHUNK", 1000)  # several ranges per shard: the kill comes between them
+def test_a_worker_killed_mid_copy_leaves_no_half_file_in_use(s3, shards, tmp_path):
+    budget = ReadBudget(fill=FillBudget(chunk=1000))  # several ranges per shard: the kill comes between them
     folder = tmp_path / "shards"
-    ds = dataset(s3, shards, ShardCache(str(folder), ahead=0))
+    ds = dataset(s3, shards, ShardCache(str(folder), ahead=0), budget)
     ctx = multiprocessing.get_context("fork")
     started = ctx.Event()
     child = ctx.Process(target=_read_until_killed, args=(ds, started))
@@ -365,7 +366,7 @@ def test_in_order_reads_of_copies_being_filled_are_made_in_the_consumers_thread(
                                                                              slow_fills, thread_starts):
     cache = ShardCache(str(tmp_path / "shards"))
     s3.requests.clear()
-    assert ids(dataset(s3, shards, cache)) == list(range(RECORDS))
+    assert ids(dataset(s3, shards, cache, slow_fills)) == list(range(RECORDS))
     assert "tfrecord_torch-readahead" not in thread_starts  # the fills' threads fetch; the reads wait for them
     assert fills == dict.fromkeys(shards, 1)
     sizes = {p: files.size_and_version(p, s3.options)[0] for p in shards}
@@ -390,9 +391,9 @@ def fetched_bytes(s3, paths, sizes: dict[str, int]) -> int:
 
 @pytest.fixture
 def slow_fills(monkeypatch):
-    """The shard cache's copies fetch several ranges per shard, slowly (the
-    readers open their shards while the copies are being filled)."""
-    monkeypatch.setattr(shardcache, "CHUNK", 2000)
+    """The read budget under which the shard cache's copies fetch several
+    ranges per shard; they fetch them slowly (the readers open their shards
+    while the copies are being filled)."""
     real = files.stream_range
 
     def slow(*args, **kwargs):
@@ -400,6 +401,7 @@ def slow_fills(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(files, "stream_range", slow)
+    return ReadBudget(fill=FillBudget(chunk=2000))
 
 
 COLD = {"in-order": ({}, 2), "shuffled": ({"shuffle": True}, 2), "shuffled-batches": ({"shuffle": True, "batch_size": 7}, 0),
@@ -415,7 +417,8 @@ def test_a_cold_epoch_fetches_each_shard_once(s3, shards, tmp_path, slow_fills, 
     cache = ShardCache(str(tmp_path / "shards"))
     if options.get("map_style"):
         plain = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, cache=None)
-        ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, cache=cache)
+        ds = IndexedTFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
+                                    source=Source(cache=cache, read_budget=slow_fills))
         order = np.random.default_rng(2).permutation(RECORDS).tolist()
         s3.requests.clear()
         got = [x["id"].item() for x in ds.__getitems__(order)]
@@ -427,7 +430,7 @@ def test_a_cold_epoch_fetches_each_shard_once(s3, shards, tmp_path, slow_fills, 
         plain = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
                                 source=Source(cache=None, **source), **options)
         ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options,
-                             source=Source(cache=cache, **source), **options)
+                             source=Source(cache=cache, read_budget=slow_fills, **source), **options)
         def loaded(d):
             return ids(DataLoader(d, batch_size=None, num_workers=workers) if workers else d)
 
@@ -460,8 +463,7 @@ def gate_fill_ranges(monkeypatch, held) -> tuple[threading.Event, list]:
 
 
 def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shards, tmp_path, monkeypatch):
-    monkeypatch.setattr(shardcache, "CHUNK", 2_000)
-    budget = ReadBudget(first=500)  # a few of these records
+    budget = ReadBudget(first=500, fill=FillBudget(chunk=2_000))  # a first read of a few of these records
     opened, overdue = gate_fill_ranges(monkeypatch, lambda start, end: end > 500)
     plain = ids(dataset(s3, shards, None))
     items = iter(dataset(s3, shards, ShardCache(str(tmp_path / "shards")), budget))
@@ -473,9 +475,8 @@ def test_the_first_records_of_a_cold_shard_wait_for_a_small_first_range(s3, shar
 
 @pytest.mark.parametrize("options", [{}, {"batch_size": 7}, {"map_style": True}], ids=["records", "batches", "map-style"])
 def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, tmp_path, monkeypatch, options):
-    monkeypatch.setattr(shardcache, "CHUNK", 300)
     # a first read of a few records, from all over the shards; early ones: the reads of 300, 600 and 1200 bytes
-    budget = ReadBudget(first=300, early=900)
+    budget = ReadBudget(first=300, early=900, fill=FillBudget(chunk=300))
     opened, overdue = gate_fill_ranges(monkeypatch, lambda start, end: start > 0)
     if options.pop("map_style", False):  # a sampler's batch of records from all over the shards
         order = np.random.default_rng(2).permutation(RECORDS).tolist()
@@ -499,7 +500,7 @@ def test_the_first_shuffled_records_wait_for_no_fills_later_ranges(s3, shards, t
 
 def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3, shards, tmp_path, slow_fills,
                                                                              monkeypatch):
-    budget = ReadBudget(first=300, early=900)
+    budget = ReadBudget(first=300, early=900, fill=slow_fills.fill)
     stream_range = files.stream_range
 
     def later(url, start, *args):  # a fill's first range lands well before its next ones
@@ -518,7 +519,7 @@ def test_the_early_reads_in_order_wait_for_the_fill_and_fetch_each_byte_once(s3,
 def test_an_s3_copy_is_written_piece_by_piece_as_its_ranges_arrive(s3, shards, tmp_path, monkeypatch):
     from tfrecord_torch.io import streamed
 
-    monkeypatch.setattr(shardcache, "CHUNK", 1000)  # no range below it: the first one 1000 bytes too
+    budget = ReadBudget(fill=FillBudget(chunk=1000))  # no range below the chunk: the first one 1000 bytes too
     monkeypatch.setattr(streamed, "PIECE", 100)
     written = []
     put = shardcache._InOrder.put
@@ -530,7 +531,7 @@ def test_an_s3_copy_is_written_piece_by_piece_as_its_ranges_arrive(s3, shards, t
     monkeypatch.setattr(shardcache._InOrder, "put", noted)
     size, version = files.size_and_version(shards[0], s3.options)
     fd = shardcache.open_shard(shards[0], ShardCache(str(tmp_path / "shards")), size=size, version=version,
-                               storage_options=s3.options)
+                               storage_options=s3.options, budget=budget)
     with os.fdopen(fd, "rb") as f:
         assert f.read() == files.read_range(shards[0], 0, size, s3.options)
     assert max(n for _, n in written) <= 100  # pieces as they came, not whole ranges
@@ -553,18 +554,20 @@ def test_a_shuffled_cold_epoch_copies_its_shards_at_once_rather_than_reading_the
     plain = ids(dataset(s3, paths, None, shuffle=True))
     cache = ShardCache(str(tmp_path / "shards"), ahead=0)
     s3.requests.clear()
-    assert ids(dataset(s3, paths, cache, shuffle=True)) == plain
+    assert ids(dataset(s3, paths, cache, slow_fills, shuffle=True)) == plain
     assert fetched_bytes(s3, paths, sizes) == sum(sizes.values())
     assert shardcache.shard_cache_usage(cache)[0] == len(paths)
 
 
-def test_a_cold_copy_asks_s3_nothing_but_its_ranges(s3, tmp_path, monkeypatch):
+SHORT_RANGES = ReadBudget(fill=FillBudget(chunk=300, longest=300))
+"""Several ranges per shard (of 1,520 bytes), all of 300 bytes (none below the chunk: the first one too)."""
+
+
+def test_a_cold_copy_asks_s3_nothing_but_its_ranges(s3, tmp_path):
     """Each range's answer names the object's ETag and size, checked against
     the listing before its bytes are written: no HEAD before or after."""
-    monkeypatch.setattr(shardcache, "CHUNK", 300)  # several ranges per shard (of 1,520 bytes)
-    monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
     paths = write(s3, f"sc{next(_prefixes)}")
-    ds = dataset(s3, paths, ShardCache(str(tmp_path / "shards"), ahead=0))
+    ds = dataset(s3, paths, ShardCache(str(tmp_path / "shards"), ahead=0), SHORT_RANGES)
     s3.requests.clear()
     assert ids(ds) == list(range(RECORDS))
     keys = {"/" + p.split("://", 1)[1] for p in paths}
@@ -585,13 +588,11 @@ def _answers_without_etag(monkeypatch) -> None:
 def test_range_answers_without_an_etag_are_no_change_and_the_copy_is_asked_after(s3, tmp_path, monkeypatch):
     """A server that leaves the ETag out of its GET answers: the copy is
     made, and its object is asked once after the download (a HEAD each)."""
-    monkeypatch.setattr(shardcache, "CHUNK", 300)
-    monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
     _answers_without_etag(monkeypatch)
     paths = write(s3, f"sc{next(_prefixes)}")
     cache = ShardCache(str(tmp_path / "shards"), ahead=0)
     s3.requests.clear()
-    assert ids(dataset(s3, paths, cache)) == list(range(RECORDS))
+    assert ids(dataset(s3, paths, cache, SHORT_RANGES)) == list(range(RECORDS))
     keys = {"/" + p.split("://", 1)[1] for p in paths}
     heads = [path for method, path, _ in s3.requests if path in keys and method == "HEAD"]
     assert sorted(heads) == sorted(keys)
@@ -602,8 +603,6 @@ def test_range_answers_without_an_etag_are_no_change_and_the_copy_is_asked_after
 def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_path, monkeypatch, etag):
     if not etag:
         _answers_without_etag(monkeypatch)
-    monkeypatch.setattr(shardcache, "CHUNK", 300)  # no range below it: the first one 300 bytes too
-    monkeypatch.setattr(shardcache, "LONG_CHUNK", 300, raising=False)
     monkeypatch.setattr(shardcache, "PARALLEL", 1)  # one range after the other
     prefix = f"sc{next(_prefixes)}"
     paths = write(s3, prefix)
@@ -621,7 +620,7 @@ def test_an_object_rewritten_while_it_is_copied_is_an_error_and_no_copy(s3, tmp_
     folder = tmp_path / "shards"
     with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00000-of-00003.*changed"):
         shardcache.open_shard(paths[0], ShardCache(str(folder)), size=size, version=version,
-                              storage_options=s3.options)
+                              storage_options=s3.options, budget=SHORT_RANGES)
     assert rewritten and os.listdir(folder) == []  # no copy, no half file
 
 

@@ -120,6 +120,9 @@ class Source:
             None: its defaults, a first read of 1 MiB, each next twice the
             one before). A bucket far away may want a larger first read
             (fewer round trips); one near, a smaller one (the first batch sooner).
+            The same value holds the reads' other byte budgets: what a reader
+            holds in memory, how a URL's ranges are requested
+            (``requests``) and how a shard copy is filled (``fill``).
     """
 
     index: Sequence[PathLike] | str | bool | None = None

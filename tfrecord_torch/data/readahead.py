@@ -20,9 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from tfrecord_torch._threads import Producer
 
-__all__ = ["READ_AHEAD_BYTES", "FetchAhead", "ReadAhead", "fetch_ahead"]
-
-READ_AHEAD_BYTES = 64 << 20  # bytes of fetched items waiting for the consumer of one iterator
+__all__ = ["FetchAhead", "ReadAhead", "fetch_ahead"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -38,15 +36,16 @@ class ReadAhead(Generic[T]):
         source: the items, in order (an iterator whose ``next()`` does the fetching).
         weight: an item's size in bytes, for the bound.
         limit: bytes of items fetched ahead, the consumer's current one
-            included (see the module docstring).
+            included (see the module docstring): its owner's (a read
+            budget's ``read_ahead``, or a stream's read-ahead).
 
     Example:
-        >>> ahead = ReadAhead(iter([b"ab", b"c"]), weight=len)
+        >>> ahead = ReadAhead(iter([b"ab", b"c"]), weight=len, limit=1 << 20)
         >>> list(ahead)
         [b'ab', b'c']
     """
 
-    def __init__(self, source: Iterator[T], *, weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> None:
+    def __init__(self, source: Iterator[T], *, weight: Callable[[T], int], limit: int) -> None:
         self._producer: Producer[T] = Producer(source, name="tfrecord_torch-readahead", limit=limit, weight=weight)
 
     def __iter__(self) -> ReadAhead[T]:
@@ -78,7 +77,8 @@ class FetchAhead(Generic[T]):
     is fetched in the consumer's thread when its turn comes, as are the ones
     after it until a remote one (a local read on a thread would only fight
     the consumer for the GIL). Errors come out in place; the thread stops
-    when the iterator is closed or dropped.
+    when the iterator is closed or dropped. ``limit``: the thread's bound,
+    as :class:`ReadAhead`'s.
 
     The first unit is fetched from the first ``next()``, or from
     :meth:`begin` if that comes first (a reader that can start its first
@@ -86,12 +86,13 @@ class FetchAhead(Generic[T]):
     start and its first index).
 
     Example:
-        >>> list(FetchAhead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1))
+        >>> list(FetchAhead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1,
+        ...                 limit=1 << 20))
         [10, 20, 30]
     """
 
     def __init__(self, units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable[[U], bool],
-                 weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> None:
+                 weight: Callable[[T], int], limit: int) -> None:
         self._units, self._fetch, self._remote = units, fetch, remote
         self._weight, self._limit = weight, limit
         self._ahead: ReadAhead | None = None
@@ -154,11 +155,12 @@ class FetchAhead(Generic[T]):
 
 
 def fetch_ahead(units: Iterator[U], fetch: Callable[[U], T], *, remote: Callable[[U], bool],
-                weight: Callable[[T], int], limit: int = READ_AHEAD_BYTES) -> FetchAhead[T]:
+                weight: Callable[[T], int], limit: int) -> FetchAhead[T]:
     """A :class:`FetchAhead` of ``units``.
 
     Example:
-        >>> list(fetch_ahead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1))
+        >>> list(fetch_ahead(iter([1, 2, 3]), lambda u: u * 10, remote=lambda u: u == 2, weight=lambda x: 1,
+        ...                  limit=1 << 20))
         [10, 20, 30]
     """
     return FetchAhead(units, fetch, remote=remote, weight=weight, limit=limit)

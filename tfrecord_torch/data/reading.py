@@ -77,12 +77,13 @@ class ReadContext:
             against their listing (once per iteration; the copies' own when
             there are copies); None: no check.
         far: bytes past what a shard's fill has written beyond which a
-            scattered read goes to the bucket instead of waiting (None:
-            :data:`~tfrecord_torch.io.pool.FAR_BYTES`).
+            scattered read goes to the bucket instead of waiting (None: the
+            budget's ``far``).
         windows: remote shards fetched a window at a time and kept (for
             scattered reads); None: each record by its own range.
         budget: the sizes of an in-order read's windows (they start at its
-            ``first`` bytes and double, as a fill's first ranges do).
+            ``first`` bytes and double, as a fill's first ranges do); the
+            budget of a reader pool made for a call without ``readers``.
     """
 
     storage_options: dict | None = None
@@ -112,8 +113,8 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
 
     An ascending run of consecutive records is read in windows (as
     ``context.budget`` ramps: the first of 1 MiB, each next one twice as
-    long, up to 16 MiB each of a local file; for a URL, up to :data:`~tfrecord_torch.io.ranges.MAX_REQUEST`
-    each, several requests in flight while a window is cut), each cut and
+    long, up to its ``window`` (16 MiB) each of a local file; for a URL, up to its ``requests.longest``
+    (4 MiB) each, several requests in flight while a window is cut), each cut and
     checked by one compiled call (:func:`~tfrecord_torch.records.frames.cut_frames`),
     or scanned where that does not vouch for its frames; other records are read
     together by :func:`~tfrecord_torch.io.ranges.read_ranges` (near ones in
@@ -201,7 +202,7 @@ def _readers(context: ReadContext, limit: int) -> Iterator[pool.ReaderPool]:
     if context.readers is not None:
         yield context.readers
         return
-    own = pool.ReaderPool(context.storage_options, limit=limit)
+    own = pool.ReaderPool(context.storage_options, limit=limit, budget=context.budget)
     try:
         yield own
     finally:
@@ -274,7 +275,7 @@ def _plan_windows(index: np.ndarray, first: int, last: int, longest: int, budget
 
 def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
              context: ReadContext) -> Iterator[Run]:
-    longest = context.budget.window if reader.descriptor() is not None else ranges.MAX_REQUEST
+    longest = context.budget.window if reader.descriptor() is not None else context.budget.requests.longest
     windows = _plan_windows(index, first, last, longest, context.budget)
     fetched = ranges.iter_ranges(reader, [w.start for w in windows], [w.size for w in windows], join=False)
     try:

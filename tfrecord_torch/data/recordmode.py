@@ -18,21 +18,21 @@ from tfrecord_torch.data.readahead import fetch_ahead
 from tfrecord_torch.data.reading import SKIPPED, Located, fetch_scattered
 from tfrecord_torch.data.session import ReadSession, Scatter
 
-__all__ = ["GROUP_BYTES", "indexed_records", "record_groups"]
-
-GROUP_BYTES = 16 << 20  # records of a shard read in order as one group (one window)
+__all__ = ["indexed_records", "record_groups"]
 
 
 def record_groups(reads: ShardReads, share: Share, block: int, mix: Callable[[Iterator], Iterator] | None
                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The (shards, records) groups ``share`` is read in: in order, runs of
-    one shard of up to :data:`GROUP_BYTES`; shuffled, windows of ``block`` x
+    one shard of up to the read budget's ``group`` bytes (one window each);
+    shuffled, windows of ``block`` x
     :data:`~tfrecord_torch.data.plan.SHUFFLE_WINDOW` positions, their
     references mixed by ``mix`` (the shuffle buffer) when given."""
     planner, lo, hi = share
-    if not reads.shuffle:  # in order: runs of one shard, up to GROUP_BYTES each
+    if not reads.shuffle:  # in order: runs of one shard, up to the budget's group bytes each
+        group = reads.remote.budget.group
         return ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
-                for piece in _pieces(reads.indexes[s.shard], s.records))
+                for piece in _pieces(reads.indexes[s.shard], s.records, group))
     size = block * plan.SHUFFLE_WINDOW
     groups = (planner.pairs(a, b) for a, b in plan.read_groups(lo, hi, size))
     if mix is None:
@@ -69,7 +69,8 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
         return session.from_bucket(unit.shards)
 
     with session:  # closed after the read-ahead; ended when the records ran out
-        source = fetch_ahead(_reads_of(groups, skip, reads, session), fetch, remote=remote, weight=_group_bytes)
+        source = fetch_ahead(_reads_of(groups, skip, reads, session), fetch, remote=remote, weight=_group_bytes,
+                             limit=session.budget.read_ahead)
         try:
             source.begin()
             yield None  # begun: the caller takes this before it asks for the first record
@@ -110,11 +111,11 @@ def _reads_of(groups: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, reads:
         done += len(shards)
 
 
-def _pieces(index: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
+def _pieces(index: np.ndarray, records: np.ndarray, group: int) -> list[np.ndarray]:
     """``records`` (ascending, consecutive) cut into groups of up to
-    GROUP_BYTES (at least one record each)."""
+    ``group`` bytes (at least one record each)."""
     ends = np.cumsum(index[records, 1])
-    cuts = np.flatnonzero(np.diff(ends // GROUP_BYTES)) + 1
+    cuts = np.flatnonzero(np.diff(ends // group)) + 1
     return np.split(records, cuts)
 
 

@@ -46,7 +46,9 @@ class RemoteShards:
         listed: without copies, the check of the remote shards against the
             dataset's listing, or None (the copies check their own objects).
         budget: the byte budgets of the reads (``Source(read_budget=)``):
-            each session hands it to its readers and the copies to their fills.
+            each session hands it to its reader pool (and so to the readers'
+            range requests), its read contexts and its windows, and the
+            copies to their fills.
     """
 
     storage_options: dict | None = None
@@ -142,12 +144,12 @@ class ReadSession:
             self.context = ReadContext(storage_options=so, verify=verify, report=report, copies=self.copies,
                                        listing=listing, budget=self.budget)
         else:
-            self.readers = pool.ReaderPool(so, copies=self.copies, listing=listing)
+            self.readers = pool.ReaderPool(so, copies=self.copies, listing=listing, budget=self.budget)
             windows = None
             if scatter is not None:  # scattered reads: small remote shards are fetched a window at a time, once
                 copies = self.copies
                 windows = shard_windows(paths, indexes, scatter.reads,
-                                        [copies is not None and copies.covers(p) for p in paths])
+                                        [copies is not None and copies.covers(p) for p in paths], self.budget)
             self.context = ReadContext(storage_options=so, verify=verify, report=report, readers=self.readers,
                                        windows=windows, budget=self.budget)
         self._ahead = None if order is None else copy_ahead(self.copies, (paths[s] for s in order))

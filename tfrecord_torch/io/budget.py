@@ -1,4 +1,5 @@
-"""How many bytes a read asks for first, and how its reads grow after: one value.
+"""How many bytes a read asks for first, how its reads grow after, and how
+many bytes its parts may hold: one value.
 
 Three reads start small and double: an iteration's first reads (the first
 group's records cut into reads of 1, 2, 4 MiB ...), an in-order read's
@@ -9,8 +10,13 @@ that goes to the bucket instead of waiting. So the number, and the rule,
 live here once (:class:`ReadBudget`, :meth:`ReadBudget.ramp`), and each
 reader is handed the value rather than reading a module constant.
 
-A dataset takes its budget from ``Source(read_budget=...)``; its read
-session hands it to the readers, the windows and the copies' fills.
+The other byte budgets of a read travel with it: how a URL's ranges are
+joined into requests and how many are in flight (:class:`RequestBudget`),
+how a shard-cache fill asks for and writes its copy (:class:`FillBudget`),
+and what a reader holds in memory (groups fetched ahead, windows of small
+remote shards). A dataset takes its budget from ``Source(read_budget=...)``;
+its read session hands it to the reader pool, the readers' range requests,
+the windows, the read-ahead and the copies' fills.
 """
 
 from __future__ import annotations
@@ -18,9 +24,73 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-__all__ = ["DEFAULT", "ReadBudget"]
+from tfrecord_torch._args import check_instance, check_int
 
+__all__ = ["DEFAULT", "FillBudget", "ReadBudget", "RequestBudget"]
+
+KiB = 1 << 10
 MiB = 1 << 20
+
+
+def _check_bytes(owner: object, name: str, least: int = 1) -> None:
+    """The shared check (a ``ValueError`` naming the value and field) that
+    ``owner.name`` is a number of bytes >= ``least``."""
+    check_int(f"{type(owner).__name__}.{name} (bytes)", getattr(owner, name), minimum=least)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestBudget:
+    """How the byte ranges of a URL are requested (:mod:`tfrecord_torch.io.ranges`).
+
+    Attributes:
+        gap: bytes between two ranges read and dropped rather than requested
+            apart (256 KiB: about 3 ms at 100 MB/s, less than a round trip);
+            0: only ranges end to end are joined.
+        longest: the longest joined request (4 MiB); longer runs become
+            several requests in flight. Also the slice of a shard a shuffled
+            reader fetches as one window (:mod:`tfrecord_torch.data.windows`),
+            and the longest window of an in-order read from the bucket.
+        in_flight: bytes of one iterator's requests in flight or waiting to
+            be taken (64 MiB; at least one request).
+    """
+
+    gap: int = 256 * KiB
+    longest: int = 4 * MiB
+    in_flight: int = 64 * MiB
+
+    def __post_init__(self) -> None:
+        _check_bytes(self, "gap", 0)
+        _check_bytes(self, "longest")
+        _check_bytes(self, "in_flight")
+
+
+@dataclasses.dataclass(frozen=True)
+class FillBudget:
+    """How a shard-cache fill asks for and writes a copy
+    (:func:`~tfrecord_torch.io.shardcache.open_shard`).
+
+    Attributes:
+        chunk: a fill's first ranges ramp (:meth:`ReadBudget.ramp`) while
+            below this; the ranges after are this long at least (unless the
+            rest is shorter), and a server that ignores ``Range`` is read
+            this many bytes at a time (4 MiB).
+        longest: the longest range request of a fill (8 MiB; each request
+            costs about 1-2 ms of CPU, whatever its length).
+        ahead: bytes of a fill asked for past what it has written (32 MiB;
+            held in memory until their turn to be written).
+        write_batch: bytes of a fill that arrived in order before its
+            thread wakes to write them (1 MiB: one wake-up per batch, the
+            bytes still in the CPU's cache).
+    """
+
+    chunk: int = 4 * MiB
+    longest: int = 8 * MiB
+    ahead: int = 32 * MiB
+    write_batch: int = 1 * MiB
+
+    def __post_init__(self) -> None:
+        for name in ("chunk", "longest", "ahead", "write_batch"):
+            _check_bytes(self, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,18 +108,39 @@ class ReadBudget:
             read this many bytes are its early ones (they wait for no fill's
             later ranges).
         window: the longest window of an in-order read of a local file or a
-            complete copy (a URL's windows are at most one request long).
+            complete copy (a URL's windows are at most one request long:
+            ``requests.longest``).
+        far: bytes past what a fill has written beyond which a later read
+            that need not wait goes to the bucket (16 MiB: about what a fill
+            has in flight).
+        group: the most bytes of one shard an in-order read of indexed
+            shards reads as one group (16 MiB; at least one record).
+        read_ahead: bytes of fetched groups one reader holds ahead of its
+            decoding, the one decoding included (64 MiB).
+        windowed: the most bytes of remote shards a shuffled reader holds in
+            memory as windows (64 MiB); shards holding more are read a
+            record's range at a time. 0: never windows.
+        requests: how a URL's ranges are requested (:class:`RequestBudget`).
+        fill: how a shard-cache fill asks for and writes its copy
+            (:class:`FillBudget`).
     """
 
     first: int = 1 * MiB
     early: int = 4 * MiB
     window: int = 16 * MiB
+    far: int = 16 * MiB
+    group: int = 16 * MiB
+    read_ahead: int = 64 * MiB
+    windowed: int = 64 * MiB
+    requests: RequestBudget = RequestBudget()
+    fill: FillBudget = FillBudget()
 
     def __post_init__(self) -> None:
-        for name in ("first", "early", "window"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ReadBudget({name}={value!r}): a number of bytes >= 1 is needed")
+        for name in ("first", "early", "window", "far", "group", "read_ahead"):
+            _check_bytes(self, name)
+        _check_bytes(self, "windowed", 0)
+        check_instance("ReadBudget.requests", self.requests, RequestBudget, "a RequestBudget")
+        check_instance("ReadBudget.fill", self.fill, FillBudget, "a FillBudget")
 
     def ramp(self, longest: int | None = None) -> Iterator[int]:
         """The sizes of reads that start small and double: :attr:`first`,
@@ -62,4 +153,4 @@ class ReadBudget:
 
 
 DEFAULT = ReadBudget()
-"""The budget of a dataset given none (the value, not a knob: pass another)."""
+"""The budget of a reader given none (the value, not a knob: pass another)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import http
+from tfrecord_torch.io.budget import DEFAULT, ReadBudget
 from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 
 if TYPE_CHECKING:
@@ -19,16 +20,12 @@ if TYPE_CHECKING:
     from tfrecord_torch.io.filling import FillView
     from tfrecord_torch.io.listing import ListingCheck
 
-__all__ = ["FAR_BYTES", "REQUEST_THREADS", "Reader", "ReaderPool", "read_at"]
+__all__ = ["REQUEST_THREADS", "Reader", "ReaderPool", "read_at"]
 
 REQUEST_THREADS = 32
 """The most range requests of one :class:`ReaderPool` in flight at once: its
 request threads (:attr:`ReaderPool.requests`), started at its first remote
 reads and joined by :meth:`ReaderPool.close`."""
-
-FAR_BYTES = 16 << 20
-"""Bytes past a fill's written part beyond which a read that need not wait
-goes to the bucket: about what a fill has in flight (4 ranges of 4 MiB)."""
 
 # Bumped in a forked child: readers and pools compare it to notice a fork
 # (and reopen) without an os.getpid() system call on every read.
@@ -59,12 +56,16 @@ class Reader:
 
     ``requests``: the threads that read its ranges in flight together
     (:func:`~tfrecord_torch.io.ranges.iter_ranges`), its pool's; None: each
-    such read starts threads of its own and joins them when it ends."""
+    such read starts threads of its own and joins them when it ends.
+
+    ``budget``: how far past a fill's written part a read that need not wait
+    goes to the bucket (its ``far``), and how its ranges are requested
+    (its ``requests``, :mod:`~tfrecord_torch.io.ranges`); its pool's."""
 
     def __init__(self, path: str, storage_options: dict | None = None,
                  copies: ShardCopies | None = None, listing: ListingCheck | None = None,
-                 requests: OwnedPool | None = None) -> None:
-        self.path, self._storage_options, self.requests = path, storage_options, requests
+                 requests: OwnedPool | None = None, budget: ReadBudget = DEFAULT) -> None:
+        self.path, self._storage_options, self.requests, self.budget = path, storage_options, requests, budget
         self._url = is_url(path)
         self._copies = copies if copies is not None and copies.covers(path) else None
         self._listing = copies.listing if copies is not None else listing
@@ -130,7 +131,7 @@ class Reader:
         A URL whose copy is being filled is read from the fill: the read
         waits for the fill to reach the bytes, or, without ``wait``, reads
         them from the bucket when they lie more than ``far`` bytes (default
-        :data:`FAR_BYTES`) past what the fill has written (a random read far
+        the budget's ``far``) past what the fill has written (a random read far
         ahead of a fill just begun: one range request costs less than the wait).
         """
         self._open()
@@ -141,7 +142,7 @@ class Reader:
             return data
         view = self._view
         if view is not None:
-            filled = view.read(offset, size, far=None if wait else FAR_BYTES if far is None else far)
+            filled = view.read(offset, size, far=None if wait else self.budget.far if far is None else far)
             if isinstance(filled, bytes):
                 return filled
             if filled is None:  # no fill will bring these bytes: the bucket, from now on
@@ -211,8 +212,8 @@ class ReaderPool:
     wrong bytes). At most ``limit`` idle readers stay open, least recently
     returned closed first, so reading thousands of shards never runs out of
     file descriptors. After a fork the child starts with an empty pool (the
-    parent's descriptors and connections are not shared). ``copies`` and
-    ``listing`` are given to its readers (see :class:`Reader`).
+    parent's descriptors and connections are not shared). ``copies``,
+    ``listing`` and ``budget`` are given to its readers (see :class:`Reader`).
 
     The pool owns the threads its readers' range requests run on
     (:attr:`requests`, at most :data:`REQUEST_THREADS`, started at the first
@@ -225,8 +226,10 @@ class ReaderPool:
     """
 
     def __init__(self, storage_options: dict | None = None, limit: int = 16,
-                 copies: ShardCopies | None = None, listing: ListingCheck | None = None) -> None:
+                 copies: ShardCopies | None = None, listing: ListingCheck | None = None,
+                 budget: ReadBudget = DEFAULT) -> None:
         self.storage_options, self.limit, self.copies, self.listing = storage_options, limit, copies, listing
+        self.budget = budget
         self.requests = OwnedPool(REQUEST_THREADS, "tfrecord_torch-read")
         self._reset()
 
@@ -256,7 +259,7 @@ class ReaderPool:
                 if not free:
                     del self._free[path]
         if reader is None:
-            return Reader(path, self.storage_options, self.copies, self.listing, self.requests)
+            return Reader(path, self.storage_options, self.copies, self.listing, self.requests, self.budget)
         reader.refresh()  # a copy completed since: read it from now on
         return reader
 
@@ -351,7 +354,7 @@ class ReaderPool:
 
     def __getstate__(self) -> dict:
         return {"storage_options": self.storage_options, "limit": self.limit, "copies": self.copies,
-                "listing": self.listing}
+                "listing": self.listing, "budget": self.budget}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

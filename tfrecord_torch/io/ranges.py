@@ -1,12 +1,16 @@
 """Many byte ranges of one file, read together.
 
-Near ranges are joined into one request (for a URL, up to :data:`MERGE_GAP`
-bytes between them are read and dropped rather than paying a second round
-trip, as long as a request reads at most :data:`MERGE_RATIO` times the bytes
-of the ranges it covers); the requests of a URL are then in flight together on the request threads
-of the reader's pool (:attr:`~tfrecord_torch.io.pool.ReaderPool.requests`,
-joined when that pool closes), at most :data:`IN_FLIGHT` requests and
-:data:`IN_FLIGHT_BYTES` bytes ahead of the one the caller waits for. Each
+Near ranges are joined into one request (for a URL, up to the reader's
+budget's ``requests.gap`` bytes between them are read and dropped rather
+than paying a second round trip, as long as a request reads at most
+:data:`MERGE_RATIO` times the bytes of the ranges it covers, and is at most
+``requests.longest`` bytes); the requests of a URL are then in flight
+together on the request threads of the reader's pool
+(:attr:`~tfrecord_torch.io.pool.ReaderPool.requests`, joined when that pool
+closes), at most :data:`IN_FLIGHT` requests and ``requests.in_flight``
+bytes ahead of the one the caller waits for. The budget is the reader's
+(:attr:`~tfrecord_torch.io.pool.Reader.budget`: its pool's, handed down by
+the read session from ``Source(read_budget=)``). Each
 request is retried on its own (5xx, throttling, dropped connections: see
 :mod:`tfrecord_torch.io.retry`), and the bytes come back in the order asked,
 so a retry never reorders or repeats a range. Local files are read in
@@ -26,15 +30,11 @@ from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.io.files import on_fsspec_loop
 from tfrecord_torch.io.pool import REQUEST_THREADS, Reader
 
-__all__ = ["IN_FLIGHT", "IN_FLIGHT_BYTES", "MAX_REQUEST", "MERGE_GAP", "MERGE_RATIO", "Request", "iter_ranges", "plan_requests",
-           "read_many", "read_ranges"]
+__all__ = ["IN_FLIGHT", "MERGE_RATIO", "Request", "iter_ranges", "plan_requests", "read_many", "read_ranges"]
 
-MERGE_GAP = 256 << 10  # bytes between two ranges of a URL read rather than requested apart (~3 ms at 100 MB/s)
 # small records far apart would otherwise be joined across gaps hundreds of times their size
 MERGE_RATIO = 4  # the most bytes a joined request of a URL reads per byte of the ranges it covers
-MAX_REQUEST = 4 << 20  # the longest joined request of a URL: longer runs become several requests in flight
 IN_FLIGHT = 32  # requests of one iterator in flight at once
-IN_FLIGHT_BYTES = 64 << 20  # bytes of one iterator's requests in flight or waiting to be taken
 _LOCAL_REQUEST = 16 << 20  # the longest joined read of a local file
 
 
@@ -79,16 +79,17 @@ def iter_ranges(reader: Reader, offsets: Sequence[int], sizes: Sequence[int], *,
     in the order given (fewer at the end of the file).
 
     For a URL, the following requests are in flight while the caller handles
-    a range (at most :data:`IN_FLIGHT` requests and :data:`IN_FLIGHT_BYTES`
-    bytes, at least one request); closing the iterator early drops the
+    a range (at most :data:`IN_FLIGHT` requests and the reader's budget's
+    ``requests.in_flight`` bytes, at least one request); closing the iterator early drops the
     requests not started. ``join``: near ranges are read by one request
     (False: each range is a read of its own, the first bytes come after the
     first range). An error is raised where its range comes, after
     the ranges before it.
     """
     url = reader.remote(wait)
-    requests = plan_requests(offsets, sizes, gap=-1 if not join else MERGE_GAP if url else 0,
-                             longest=MAX_REQUEST if url else _LOCAL_REQUEST, ratio=MERGE_RATIO if url else None)
+    budget = reader.budget.requests
+    requests = plan_requests(offsets, sizes, gap=-1 if not join else budget.gap if url else 0,
+                             longest=budget.longest if url else _LOCAL_REQUEST, ratio=MERGE_RATIO if url else None)
     if not url or len(requests) == 1:
         for request in requests:
             yield from _split(reader.read(request.start, request.end - request.start, wait), request, offsets, sizes)
@@ -118,7 +119,8 @@ def read_many(reads: Sequence[tuple[Reader, Sequence[int], Sequence[int]]], *, f
             continue
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
         ordered = ([offsets[i] for i in order], [sizes[i] for i in order])
-        requests = plan_requests(*ordered, gap=MERGE_GAP, longest=MAX_REQUEST, ratio=_ratio(reader, far))
+        budget = reader.budget.requests
+        requests = plan_requests(*ordered, gap=budget.gap, longest=budget.longest, ratio=_ratio(reader, far))
         jobs += [(reader, r) for r in requests]
         out.append([b""] * len(offsets))
         planned.append((order, ordered, requests))
@@ -146,8 +148,10 @@ def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | 
           ) -> Generator[bytes, None, None]:
     """The bytes of each request, in order, the following ones in flight
     (``wait``, ``far``: see :meth:`Reader.read`), on the first reader's
-    request threads (or threads of this flow's own, joined at its end)."""
+    request threads (or threads of this flow's own, joined at its end),
+    within the first reader's budget of bytes in flight."""
     owned = jobs[0][0].requests if jobs else None
+    in_flight = jobs[0][0].budget.requests.in_flight if jobs else 0
     executor = owned if owned is not None else OwnedPool(min(REQUEST_THREADS, len(jobs)), "tfrecord_torch-read")
     flying: collections.deque[tuple[Request, Future]] = collections.deque()
     held = 0  # bytes of the requests in ``flying``
@@ -156,7 +160,7 @@ def _flow(jobs: Sequence[tuple[Reader, Request]], wait: bool = True, far: int | 
     try:
         while following is not None or flying:
             while following is not None and (not flying or (len(flying) < IN_FLIGHT and held + _size(following[1])
-                                                            <= IN_FLIGHT_BYTES)):
+                                                            <= in_flight)):
                 reader, request = following
                 flying.append((request, executor.submit(reader.read, request.start, _size(request), wait, far)))
                 held += _size(request)

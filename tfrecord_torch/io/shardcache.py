@@ -61,11 +61,7 @@ __all__ = ["LIMIT", "ShardCache", "auto_shard_cache", "clear_shard_cache", "fill
 log = logging.getLogger(__name__)
 
 SUFFIX = ".shard"
-CHUNK = 4 << 20  # bytes of a download's ranges past its first ones, at least (written as they arrive where the file system streams)
-LONG_CHUNK = 8 << 20  # the most bytes of one range request of a download (each request costs ~1-2 ms of CPU)
-PARALLEL = 4  # range requests in flight per download
-AHEAD_BYTES = 32 << 20  # the most bytes of a download asked for past what it has written (held until written)
-WRITE_BATCH = 1 << 20  # bytes of a download that arrived in order before its thread wakes to write them
+PARALLEL = 4  # range requests in flight per download (its byte budgets: ReadBudget.fill)
 LIMIT = 32 << 30  # ShardCache()'s bound, and the most cache="auto" takes
 ENV = "TFRECORD_TORCH_SHARD_CACHE"
 OFF = frozenset({"off", "0", "false", "no", "none"})  # values of $TFRECORD_TORCH_SHARD_CACHE that turn "auto" off
@@ -210,8 +206,9 @@ def open_shard(url: str, cache: ShardCache, *, size: int, version: str,
         cancel: set to give up a fill between its range requests (None is returned).
         fill: False: None when no complete copy is there (nothing is copied).
         budget: a fill's first range is ``budget.first`` bytes, each next
-            twice the one before while below :data:`CHUNK` (a reader
-            following the fill starts on it).
+            twice the one before while below ``budget.fill.chunk`` (a reader
+            following the fill starts on it); ``budget.fill``: how the fill
+            asks for the rest and writes it.
 
     Raises:
         RemoteError: the object changed since it was listed, or could not be read.
@@ -421,16 +418,17 @@ def _download(url: str, fd: int, size: int, storage_options: dict | None,
     try:
         _download_ranges(url, fd, size, storage_options, cancel, checked, check, budget)
     except http.RangesIgnored:  # every range request would bring the whole object (HTTP: never listed)
-        _download_stream(url, fd, size, storage_options, cancel, checked)
+        _download_stream(url, fd, size, storage_options, cancel, checked, budget.fill.chunk)
 
 
 def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
-                     cancel: threading.Event | None, checked: Pending[None] | None = None) -> None:
+                     cancel: threading.Event | None, checked: Pending[None] | None, chunk: int) -> None:
+    """Write ``url``'s ``size`` bytes into ``fd`` from one streamed GET, ``chunk`` bytes at a time."""
     f = fs.RemoteFile(url, storage_options, 0, size)  # a dropped connection resumes where it stood
     try:
         at = 0
         while at < size and not (cancel is not None and cancel.is_set()):
-            data = f.read(min(CHUNK, size - at))
+            data = f.read(min(chunk, size - at))
             if not data:
                 raise RemoteError(url, f"the object ended after {at} bytes, not the {size} bytes listed "
                                        "(changed or truncated); list the dataset again")
@@ -445,22 +443,23 @@ def _download_stream(url: str, fd: int, size: int, storage_options: dict | None,
 def _ranges_of(size: int, budget: ReadBudget = DEFAULT) -> list[tuple[int, int]]:
     """The [start, end) ranges a download of ``size`` bytes requests, in order:
     as ``budget`` ramps (its first bytes, each next twice the one before) while
-    below :data:`CHUNK` (a reader following the fill has the first records
-    after a small range, not after a long one), then the rest in ranges of
-    :data:`LONG_CHUNK` bytes, or, where that would leave fewer than
-    :data:`PARALLEL` requests in flight, in that many equal ranges (of
-    :data:`CHUNK` bytes at least, unless the rest is shorter): each request
-    costs about as much CPU whatever its length."""
+    below ``budget.fill.chunk`` (a reader following the fill has the first
+    records after a small range, not after a long one), then the rest in
+    ranges of ``budget.fill.longest`` bytes, or, where that would leave fewer
+    than :data:`PARALLEL` requests in flight, in that many equal ranges (of
+    ``budget.fill.chunk`` bytes at least, unless the rest is shorter): each
+    request costs about as much CPU whatever its length."""
+    chunk = budget.fill.chunk
     ranges, start = [], 0
-    for step in budget.ramp(CHUNK):
-        if start >= size or step >= CHUNK:
+    for step in budget.ramp(chunk):
+        if start >= size or step >= chunk:
             break
         end = min(start + step, size)
         ranges.append((start, end))
         start = end
     rest = size - start
-    longest = max(LONG_CHUNK, CHUNK)
-    step = longest if rest >= PARALLEL * longest else -(-rest // min(PARALLEL, max(rest // CHUNK, 1)))
+    longest = max(budget.fill.longest, chunk)
+    step = longest if rest >= PARALLEL * longest else -(-rest // min(PARALLEL, max(rest // chunk, 1)))
     while start < size:
         end = min(start + step, size)
         ranges.append((start, end))
@@ -474,7 +473,7 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     """The ranges (:func:`_ranges_of`) are fetched :data:`PARALLEL` at
     once, their bytes written in order by this thread as they arrive
     (:class:`_InOrder`: the file's size is then how far it is written), at
-    most ``2 * PARALLEL`` ranges and :data:`AHEAD_BYTES` bytes (or the one
+    most ``2 * PARALLEL`` ranges and ``budget.fill.ahead`` bytes (or the one
     range) asked for from the first one not yet complete on: the pieces held
     in memory, waiting for their turn to be written, are fewer bytes.
 
@@ -485,7 +484,8 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
     pool is joined here (``with``) before the fill returns."""
     ends = dict(_ranges_of(size, budget))
     starts = list(ends)
-    writer = _InOrder(fd, checked, cancel)
+    ahead = budget.fill.ahead
+    writer = _InOrder(fd, checked, cancel, budget.fill.write_batch)
 
     def fetch(start: int) -> None:
         if cancel is not None and cancel.is_set():
@@ -509,7 +509,7 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
         try:
             while pending or flying:
                 while pending and (not flying or (len(flying) < 2 * PARALLEL and
-                                                  asked + ends[pending[0]] - pending[0] <= AHEAD_BYTES)):
+                                                  asked + ends[pending[0]] - pending[0] <= ahead)):
                     start = pending.popleft()
                     flying.append((start, writer.watch(pool.submit(fetch, start))))
                     asked += ends[start] - start
@@ -536,10 +536,12 @@ class _InOrder:
     that streams it) only keeps the piece; :meth:`write`, on the thread
     that runs the download, writes them: a disk that holds up writes never
     holds up the event loop, and the pieces are written soon after they
-    arrive (a :data:`WRITE_BATCH` at a time), while still in the CPU's cache."""
+    arrive (``batch`` bytes at a time: the fill budget's ``write_batch``),
+    while still in the CPU's cache."""
 
-    def __init__(self, fd: int, checked: Pending[None] | None, cancel: threading.Event | None = None) -> None:
-        self.fd, self.checked, self.cancel = fd, checked, cancel
+    def __init__(self, fd: int, checked: Pending[None] | None, cancel: threading.Event | None = None,
+                 batch: int = DEFAULT.fill.write_batch) -> None:
+        self.fd, self.checked, self.cancel, self.batch = fd, checked, cancel, batch
         self.written = 0
         self._early: dict[int, bytes] = {}  # offset -> a piece not written yet
         self._edge = 0  # where the bytes there to write in order (written or not) end
@@ -551,7 +553,7 @@ class _InOrder:
             if offset == self._edge:
                 while self._edge in self._early:
                     self._edge += len(self._early[self._edge])
-                if self._edge - self.written >= WRITE_BATCH:  # one wake-up per batch, not per piece
+                if self._edge - self.written >= self.batch:  # one wake-up per batch, not per piece
                     self._cond.notify()
 
     def watch(self, future: Future) -> Future:
@@ -569,7 +571,7 @@ class _InOrder:
             self.checked.result()
         while True:
             with self._cond:
-                while self._edge - self.written < WRITE_BATCH and until is not None and not until.done():
+                while self._edge - self.written < self.batch and until is not None and not until.done():
                     self._cond.wait()
                 if self.cancel is not None and self.cancel.is_set():  # given up: nothing more is written
                     return

@@ -55,7 +55,7 @@ def test_an_item_over_the_limit_is_not_fetched_while_another_is_held():
 
 
 def test_an_error_comes_after_the_items_before_it():
-    ahead = ReadAhead(iter(Source(10, fail_at=4)), weight=lambda _: 1)
+    ahead = ReadAhead(iter(Source(10, fail_at=4)), weight=lambda _: 1, limit=64 << 20)
     assert [next(ahead) for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="item 4 failed"):
         next(ahead)
@@ -91,7 +91,7 @@ def test_fetch_ahead_fetches_local_units_in_the_consumers_thread_and_remote_ones
     remote = {2, 3, 6}.__contains__
     got = []
     with pytest.raises(OSError, match="unit 8"):
-        for item in fetch_ahead(iter(units), fetch, remote=remote, weight=lambda x: 1):
+        for item in fetch_ahead(iter(units), fetch, remote=remote, weight=lambda x: 1, limit=64 << 20):
             got.append(item)
     assert got == [u * 10 for u in units[:-1]]  # in order, the error in its place
     me = threading.current_thread().name

@@ -10,7 +10,8 @@ import tfrecord_torch as tt
 from tfrecord_torch.data import windows
 from tfrecord_torch.data.windows import shard_windows
 from tfrecord_torch.errors import CorruptRecordError
-from tfrecord_torch.io import pool, ranges
+from tfrecord_torch.io import pool
+from tfrecord_torch.io.budget import ReadBudget, RequestBudget
 
 
 def index_of(sizes: list[int]) -> np.ndarray:
@@ -21,12 +22,13 @@ def index_of(sizes: list[int]) -> np.ndarray:
 def test_windows_are_used_for_small_remote_shards_a_reader_reads_a_fair_share_of():
     small = [index_of([100] * 1000)] * 4  # 4 shards of 100 KB
     urls = [f"s3://b/s{i}" for i in range(4)]
-    assert shard_windows(urls, small, 2000, [False] * 4).paths == frozenset(urls)
-    assert shard_windows([f"/data/s{i}" for i in range(4)], small, 2000, [False] * 4) is None  # local shards
-    assert shard_windows(urls, small, 2000, [True] * 4) is None  # read from their copies
-    assert shard_windows(urls, small, 4000 // windows.WINDOW_SHARE - 1, [False] * 4) is None  # a small share
+    budget = ReadBudget()
+    assert shard_windows(urls, small, 2000, [False] * 4, budget).paths == frozenset(urls)
+    assert shard_windows([f"/data/s{i}" for i in range(4)], small, 2000, [False] * 4, budget) is None  # local shards
+    assert shard_windows(urls, small, 2000, [True] * 4, budget) is None  # read from their copies
+    assert shard_windows(urls, small, 4000 // windows.WINDOW_SHARE - 1, [False] * 4, budget) is None  # a small share
     large = [index_of([1 << 20] * 20)] * 4  # 80 MiB
-    assert shard_windows(urls, large, 80, [False] * 4) is None
+    assert shard_windows(urls, large, 80, [False] * 4, budget) is None
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def small_shards(tmp_path):
 
 def test_a_shuffled_read_through_windows_gives_the_planned_order_and_fetches_each_window_once(
         small_shards, monkeypatch):
-    monkeypatch.setattr(ranges, "MAX_REQUEST", 16 << 10)  # several windows per shard
+    requests = RequestBudget(longest=16 << 10)  # several windows per shard
     reads: list[tuple[str, int, int]] = []
     read = pool.Reader.read
 
@@ -50,13 +52,15 @@ def test_a_shuffled_read_through_windows_gives_the_planned_order_and_fetches_eac
 
     monkeypatch.setattr(pool.Reader, "read", counted)
     ds = tt.TFRecordDataset(small_shards, features={"id": tt.Int64()}, shuffle=True, seed=7,
-                            source=tt.Source(cache=None))
+                            source=tt.Source(cache=None, read_budget=ReadBudget(requests=requests)))
     ds.set_epoch(0)
     got = [int(item["id"]) for item in ds]
     fetched = list(reads)
-    monkeypatch.setattr(windows, "WINDOW_BYTES", 0)  # each record by its own range: the reference
-    ds.set_epoch(0)
-    assert got == [int(item["id"]) for item in ds]
+    reference = tt.TFRecordDataset(  # each record by its own range: the reference
+        small_shards, features={"id": tt.Int64()}, shuffle=True, seed=7,
+        source=tt.Source(cache=None, read_budget=ReadBudget(windowed=0, requests=requests)))
+    reference.set_epoch(0)
+    assert got == [int(item["id"]) for item in reference]
     assert sorted(got) == list(range(12_000))
     assert len(fetched) == len(set(fetched))  # no window fetched twice
     sizes = {path: len(ds.indexes[k]) for k, path in enumerate(small_shards)}

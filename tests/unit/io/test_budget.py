@@ -12,7 +12,7 @@ from tfrecord_torch.data import reading
 from tfrecord_torch.data.plan import ramp_cuts
 from tfrecord_torch.data.reading import ReadContext
 from tfrecord_torch.io import shardcache
-from tfrecord_torch.io.budget import ReadBudget
+from tfrecord_torch.io.budget import DEFAULT, FillBudget, ReadBudget, RequestBudget
 
 MiB = 1 << 20
 
@@ -78,16 +78,16 @@ def test_an_in_order_reads_windows_start_at_1_mib_and_double(monkeypatch, local,
 
 
 def test_the_byte_budgets():
-    from tfrecord_torch.data import readahead, windows
     from tfrecord_torch.data.session import ReadSession, RemoteShards
-    from tfrecord_torch.io import pool, ranges
     budget = ReadBudget()
     assert budget.first == ReadSession(RemoteShards(), []).first_far == MiB
     assert budget.early == 4 * MiB
-    assert budget.window == pool.FAR_BYTES == 16 * MiB
-    assert ranges.MAX_REQUEST == shardcache.CHUNK == 4 * MiB
-    assert shardcache.LONG_CHUNK == 8 * MiB and shardcache.AHEAD_BYTES == 32 * MiB
-    assert windows.WINDOW_BYTES == readahead.READ_AHEAD_BYTES == ranges.IN_FLIGHT_BYTES == 64 * MiB
+    assert budget.window == budget.far == budget.group == 16 * MiB
+    assert budget.requests.longest == budget.fill.chunk == 4 * MiB
+    assert budget.fill.longest == 8 * MiB and budget.fill.ahead == 32 * MiB
+    assert budget.windowed == budget.read_ahead == budget.requests.in_flight == 64 * MiB
+    assert budget.requests.gap == 256 << 10 and budget.fill.write_batch == MiB
+    assert DEFAULT == budget  # what a reader, pool or fill given no budget uses
 
 
 def test_a_budget_is_bytes():
@@ -95,6 +95,17 @@ def test_a_budget_is_bytes():
         ReadBudget(first=0)
     with pytest.raises(ValueError, match="early"):
         ReadBudget(early=1.5)
+    with pytest.raises(ValueError, match="ReadBudget.windowed .* >= 0"):
+        ReadBudget(windowed=-1)
+    with pytest.raises(ValueError, match="RequestBudget.gap .* >= 0"):
+        RequestBudget(gap=-1)
+    with pytest.raises(ValueError, match="RequestBudget.longest"):
+        RequestBudget(longest=0)
+    with pytest.raises(ValueError, match="FillBudget.write_batch"):
+        FillBudget(write_batch=True)
+    with pytest.raises(TypeError, match="ReadBudget.fill must be a FillBudget"):
+        ReadBudget(fill=RequestBudget())
+    assert ReadBudget(windowed=0, requests=RequestBudget(gap=0)).windowed == 0  # 0: no windows, no gap joined
 
 
 def test_the_one_ramp_doubles_up_to_its_bound():
@@ -102,3 +113,119 @@ def test_the_one_ramp_doubles_up_to_its_bound():
     assert list(islice(ReadBudget(first=3).ramp(), 5)) == [3, 6, 12, 24, 48]
     assert list(islice(ReadBudget(first=3).ramp(20), 5)) == [3, 6, 12, 20, 20]
     assert list(islice(ReadBudget(first=30).ramp(20), 2)) == [20, 20]
+
+
+def test_an_in_order_reads_groups_are_cut_at_16_mib():
+    from tfrecord_torch.data import recordmode
+    index = np.stack([np.arange(40) * (3 * MiB), np.full(40, 3 * MiB)], axis=1).astype(np.int64)
+    pieces = recordmode._pieces(index, np.arange(40), ReadBudget().group)
+    assert [len(p) for p in pieces] == [5, 5, 5, 6, 5, 5, 6, 3]  # each ends where a 16 MiB multiple is passed
+
+
+def test_a_shuffled_readers_windows_are_4_mib_slices_of_at_most_64_mib_of_shards():
+    from tfrecord_torch.data.windows import shard_windows
+    quarter = [np.stack([np.arange(16) * MiB, np.full(16, MiB)], axis=1).astype(np.int64)] * 4  # 4 x 16 MiB
+    urls = [f"s3://b/s{i}" for i in range(4)]
+    assert shard_windows(urls, quarter, 64, [False] * 4, ReadBudget()) is not None  # 64 MiB: windows
+    over = [*quarter[:3], np.concatenate([quarter[3], [[16 * MiB, 1]]])]
+    assert shard_windows(urls, over, 65, [False] * 4, ReadBudget()) is None  # a byte more: each record by its own range
+    windows, starts, sizes = shard_windows(urls, quarter, 64, [False] * 4, ReadBudget()).missing(
+        urls[0], quarter[0], np.array([0, 3, 4, 9, 15]))
+    assert (windows, starts, sizes) == ([0, 1, 2, 3], [0, 4 * MiB, 8 * MiB, 12 * MiB], [4 * MiB] * 4)
+
+
+class _Submitted:
+    """A request pool that runs each request when it is submitted, counting them."""
+
+    def __init__(self, *args) -> None:
+        self.count = 0
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+        self.count += 1
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def close(self, wait=True) -> None:
+        pass
+
+
+def test_a_urls_requests_join_across_256_kib_up_to_4_mib_with_64_mib_in_flight(monkeypatch, tmp_path):
+    import fsspec
+
+    from tfrecord_torch.io import pool, ranges
+    url = f"memory://budget/{tmp_path.name}/blob"
+    fsspec.filesystem("memory").pipe_file(url, b"x")
+    asked = []
+    read = pool.Reader.read
+
+    def counted(self, offset, size, *args):
+        asked.append((offset, size))
+        return read(self, offset, size, *args)
+
+    monkeypatch.setattr(pool.Reader, "read", counted)
+    kib = 1 << 10
+    # 100 KiB ranges 256 KiB apart join, 256 KiB + 1 apart do not; 1 MiB ranges end to end join up to 4 MiB
+    offsets = [0, 356 * kib, 712 * kib + 1, *range(2 * MiB, 8 * MiB, MiB)]
+    sizes = [100 * kib] * 3 + [MiB] * 6
+    ranges.read_ranges(pool.Reader(url), offsets, sizes)
+    assert sorted(asked) == [(0, 456 * kib), (712 * kib + 1, 100 * kib), (2 * MiB, 4 * MiB), (6 * MiB, 2 * MiB)]
+    held = _Submitted()
+    monkeypatch.setattr(ranges, "OwnedPool", lambda *args: held)
+    fetched = ranges.iter_ranges(pool.Reader(url), [i * 4 * MiB for i in range(40)], [4 * MiB] * 40, join=False)
+    next(fetched)
+    assert held.count == 16  # 64 MiB of 4 MiB requests asked before the first is taken
+    fetched.close()
+
+
+def test_a_sources_budget_reaches_the_sessions_pool_readers_contexts_and_windows():
+    from tfrecord_torch.data.session import ReadSession, RemoteShards, Scatter
+    budget = ReadBudget(far=5000, requests=RequestBudget(gap=0, longest=3000), fill=FillBudget(chunk=2000))
+    urls = ["s3://b/s0", "s3://b/s1"]
+    indexes = [np.stack([np.arange(100) * 100, np.full(100, 100)], axis=1).astype(np.int64)] * 2
+    with ReadSession(RemoteShards(budget=budget), urls, indexes=indexes, scatter=Scatter(200, 1)) as session:
+        assert session.readers.budget is budget
+        with session.readers.borrow(urls[0]) as reader:
+            assert reader.budget is budget  # its far and its requests
+        assert session.context.budget is session.first_context.budget is budget
+        assert session.context.windows.size == 3000  # each window one request of the budget's longest
+
+
+def test_a_datasets_budget_is_its_sources(tmp_path):
+    import tfrecord_torch as tt
+    budget = ReadBudget(group=1000, read_ahead=2000, windowed=0)
+    path = str(tmp_path / "a.tfrecord")
+    with tt.RecordWriter(path) as w:
+        w.write(tt.make_example({"id": 0}))
+    ds = tt.TFRecordDataset(path, features={"id": tt.Int64()}, source=tt.Source(read_budget=budget))
+    assert ds.remote.budget is budget  # handed to each iteration's read session
+    assert tt.TFRecordDataset(path, features={"id": tt.Int64()}).remote.budget == DEFAULT
+
+
+def test_an_in_order_reads_groups_and_read_ahead_are_its_budgets(tmp_path, monkeypatch):
+    import tfrecord_torch as tt
+    from tfrecord_torch.data import recordmode
+    seen: dict = {"limits": [], "pieces": []}
+    fetch_ahead, pieces = recordmode.fetch_ahead, recordmode._pieces
+
+    def noted_fetch_ahead(*args, limit, **kwargs):
+        seen["limits"].append(limit)
+        return fetch_ahead(*args, limit=limit, **kwargs)
+
+    def noted_pieces(index, records, group):
+        got = pieces(index, records, group)
+        seen["pieces"] += [int(index[p, 1].sum()) for p in got]
+        return got
+
+    monkeypatch.setattr(recordmode, "fetch_ahead", noted_fetch_ahead)
+    monkeypatch.setattr(recordmode, "_pieces", noted_pieces)
+    path = str(tmp_path / "a.tfrecord")
+    with tt.RecordWriter(path) as w:
+        for i in range(100):
+            w.write(tt.make_example({"id": i}))
+    source = tt.Source(read_budget=ReadBudget(group=500, read_ahead=2000))
+    ds = tt.TFRecordDataset(path, features={"id": tt.Int64()}, source=source)
+    assert [int(x["id"]) for x in ds] == list(range(100))
+    assert seen["limits"] == [2000]
+    assert len(seen["pieces"]) > 3 and max(seen["pieces"]) <= 500  # groups of at most 500 bytes

@@ -12,14 +12,17 @@ import pytest
 from tfrecord_torch.io import copies as copies_module
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.budget import FillBudget, ReadBudget
 from tfrecord_torch.io.copies import CopyAhead, ShardCopies
 from tfrecord_torch.io.shardcache import ShardCache, shard_cache_usage
+
+FOUR_RANGES = ReadBudget(fill=FillBudget(chunk=1000))  # a fill of the held bucket's object asks for 4 ranges
 
 
 @pytest.fixture
 def held_bucket(monkeypatch):
-    """A 4-range object in memory whose first range request waits for ``go``."""
-    monkeypatch.setattr(shardcache, "CHUNK", 1000)
+    """A 4-range object in memory (filled with :data:`FOUR_RANGES`) whose
+    first range request waits for ``go``."""
     url = "memory://copyahead/a.tfrecord"
     data = os.urandom(4000)
     fsspec.filesystem("memory").pipe_file(url, data)
@@ -38,7 +41,7 @@ def held_bucket(monkeypatch):
 
 def _close_while_copying(url, tmp_path, began, go, finish):
     cache = ShardCache(str(tmp_path / "shards"))
-    copies = ShardCopies(cache, {url: fs.size_and_version(url)})
+    copies = ShardCopies(cache, {url: fs.size_and_version(url)}, budget=FOUR_RANGES)
     ahead = CopyAhead(copies, [url], ahead=1)
     assert began.wait(30)  # the copy is under way
     closing = threading.Thread(target=ahead.close, kwargs={"finish": finish})

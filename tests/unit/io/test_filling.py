@@ -13,6 +13,7 @@ import pytest
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import shardcache
+from tfrecord_torch.io.budget import FillBudget, ReadBudget
 from tfrecord_torch.io.filling import FillView
 from tfrecord_torch.io.shardcache import ShardCache, fill_path, open_shard
 
@@ -28,7 +29,7 @@ def _source(tmp_path, data: bytes) -> tuple[str, int, str]:
 
 
 def _slow_fill(folder, url, size, version) -> None:
-    shardcache.CHUNK = shardcache.LONG_CHUNK = 10_000  # this child only: several ranges, written one after another
+    budget = ReadBudget(fill=FillBudget(chunk=10_000, longest=10_000))  # several ranges, written one after another
     real = fs.read_range
 
     def slow(*args):
@@ -36,7 +37,7 @@ def _slow_fill(folder, url, size, version) -> None:
         return real(*args)
 
     fs.read_range = slow
-    fd = open_shard(url, ShardCache(folder), size=size, version=version)
+    fd = open_shard(url, ShardCache(folder), size=size, version=version, budget=budget)
     os._exit(0 if fd is not None else 1)
 
 
@@ -128,7 +129,7 @@ def test_a_fill_given_up_is_cut_before_it_is_let_go(tmp_path, monkeypatch):
     assert os.listdir(cache.folder) == []
 
 
-def test_a_random_read_far_past_the_fill_goes_to_the_bucket(monkeypatch, tmp_path):
+def test_a_random_read_far_past_the_fill_goes_to_the_bucket(tmp_path):
     import fsspec
 
     from tfrecord_torch.io import atomic, pool
@@ -144,9 +145,8 @@ def test_a_random_read_far_past_the_fill_goes_to_the_bucket(monkeypatch, tmp_pat
     lock = atomic.lock_file(entry + ".lock", wait=True)  # a fill of ours: the reader's own fill waits for it
     fill = shardcache._create_fill(fill_path(entry))
     os.write(fill, b"F" * 10_000)  # bytes the bucket does not hold: where a read came from shows
-    monkeypatch.setattr(pool, "FAR_BYTES", 1_000)
     copies = ShardCopies(cache, {url: (size, version)})
-    reader = pool.Reader(url, copies=copies)
+    reader = pool.Reader(url, copies=copies, budget=ReadBudget(far=1_000))
     try:
         assert reader.read(0, 5_000) == b"F" * 5_000  # the fill's
         assert reader.read(30_000, 1_000, wait=False) == data[30_000:31_000]  # far past it: the bucket's

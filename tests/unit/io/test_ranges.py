@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tfrecord_torch.io import ranges
+from tfrecord_torch.io.budget import ReadBudget, RequestBudget
 from tfrecord_torch.io.filling import FillView
 from tfrecord_torch.io.pool import Reader
 from tfrecord_torch.io.ranges import Request, iter_ranges, plan_requests, read_many, read_ranges
@@ -52,29 +53,28 @@ def stored(request, tmp_path):
 @pytest.mark.parametrize("gap", [0, 1000])
 def test_bytes_come_back_in_the_order_asked(stored, monkeypatch, gap):
     path, data = stored
-    monkeypatch.setattr(ranges, "MERGE_GAP", gap)
-    monkeypatch.setattr(ranges, "MAX_REQUEST", 64 << 10)
+    budget = ReadBudget(requests=RequestBudget(gap=gap, longest=64 << 10))
     monkeypatch.setattr(ranges, "IN_FLIGHT", 3)
     rng = np.random.default_rng(1)
     offsets = sorted(rng.choice(len(data) - 5000, 300, replace=False).tolist())
     sizes = rng.integers(0, 4000, 300).tolist()
     sizes[-1] = 10_000  # past the end of the file for the last one
     offsets[-1] = len(data) - 100
-    reader = Reader(path)
+    reader = Reader(path, budget=budget)
     expected = [data[o:o + s] for o, s in zip(offsets, sizes)]
     assert list(iter_ranges(reader, offsets, sizes)) == expected
     shuffled = rng.permutation(300).tolist()
     asked = ([offsets[i] for i in shuffled], [sizes[i] for i in shuffled])
     assert read_ranges(reader, *asked) == [expected[i] for i in shuffled]
-    assert read_many([(reader, *asked), (Reader(path), offsets[:5], sizes[:5])]) == \
+    assert read_many([(reader, *asked), (Reader(path, budget=budget), offsets[:5], sizes[:5])]) == \
         [[expected[i] for i in shuffled], expected[:5]]
 
 
-def test_an_iterator_closed_early_stops_reading(stored, monkeypatch):
+def test_an_iterator_closed_early_stops_reading(stored):
     path, data = stored
-    monkeypatch.setattr(ranges, "MAX_REQUEST", 1000)
     offsets = list(range(0, 100_000, 1000))
-    got = iter_ranges(Reader(path), offsets, [1000] * len(offsets))
+    got = iter_ranges(Reader(path, budget=ReadBudget(requests=RequestBudget(longest=1000))), offsets,
+                      [1000] * len(offsets))
     assert next(got) == data[:1000]
     got.close()
 

@@ -17,7 +17,7 @@ import pytest
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import atomic, shardcache
 from tfrecord_torch.io import files as fs
-from tfrecord_torch.io.budget import ReadBudget
+from tfrecord_torch.io.budget import FillBudget, ReadBudget
 from tfrecord_torch.io.shardcache import ShardCache, auto_shard_cache, open_shard, shard_cache_usage
 
 
@@ -71,14 +71,13 @@ def test_a_shard_is_copied_once_and_read_locally(bucket, tmp_path):
     assert not [n for n in os.listdir(cache.folder) if n.endswith((".partial", ".lock"))]
 
 
-def test_large_shards_download_in_concurrent_ranges(bucket, tmp_path, monkeypatch):
+def test_large_shards_download_in_concurrent_ranges(bucket, tmp_path):
     put, reads = bucket
-    monkeypatch.setattr(shardcache, "CHUNK", 10_000)
-    monkeypatch.setattr(shardcache, "LONG_CHUNK", 10_000)
+    budget = ReadBudget(fill=FillBudget(chunk=10_000, longest=10_000))
     data = os.urandom(95_000)
     url = put("big.tfrecord", data)
     size, version = _listed(url)
-    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version)) == data
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version, budget=budget)) == data
     assert sorted(start for _, start, _ in reads) == list(range(0, 95_000, 10_000))
 
 
@@ -345,7 +344,7 @@ def test_auto_gives_up_on_a_folder_under_a_file(tmp_path, monkeypatch, caplog):
 def test_the_first_ranges_are_fetched_while_the_object_is_checked_and_written_after(bucket, tmp_path,
                                                                                    monkeypatch):
     put, reads = bucket
-    monkeypatch.setattr(shardcache, "CHUNK", 10_000)
+    budget = ReadBudget(fill=FillBudget(chunk=10_000))
     data = os.urandom(50_000)
     url = put("g.tfrecord", data)
     size, version = _listed(url)
@@ -369,19 +368,18 @@ def test_the_first_ranges_are_fetched_while_the_object_is_checked_and_written_af
 
     monkeypatch.setattr(fs, "read_range", noted)
     monkeypatch.setattr(fs, "size_and_version", held)
-    assert _read(open_shard(url, cache, size=size, version=version)) == data
+    assert _read(open_shard(url, cache, size=size, version=version, budget=budget)) == data
     assert checks == [(True, 0)]  # a range came back before the check answered, and nothing was written
 
 
-def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_path, monkeypatch):
+def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_path):
     put, reads = bucket
-    monkeypatch.setattr(shardcache, "CHUNK", 8_000)
     data = os.urandom(30_000)
     url = put("h.tfrecord", data)
     size, version = _listed(url)
     assert _read(open_shard(url, ShardCache(str(tmp_path)), size=size, version=version,
-                            budget=ReadBudget(first=1_000))) == data
-    # past the ranges below CHUNK, the rest in PARALLEL ranges, or fewer of CHUNK bytes at least
+                            budget=ReadBudget(first=1_000, fill=FillBudget(chunk=8_000)))) == data
+    # past the ranges below the chunk, the rest in PARALLEL ranges, or fewer of a chunk's bytes at least
     assert sorted((start, end) for _, start, end in reads) == [(0, 1_000), (1_000, 3_000), (3_000, 7_000),
                                                                (7_000, 18_500), (18_500, 30_000)]
 
@@ -389,17 +387,16 @@ def test_a_download_asks_for_a_small_first_range_then_larger_ones(bucket, tmp_pa
 @pytest.mark.parametrize("size, count", [(100_000, 2 + 10), (20_000, 2 + 4)])
 def test_a_download_past_its_first_ranges_asks_for_few_long_ranges(bucket, tmp_path, monkeypatch, size, count):
     """Each range request costs CPU whatever its length: past the small first
-    ranges, a download asks for ranges of LONG_CHUNK bytes, or splits a
-    shorter rest into PARALLEL ranges so that as many requests stay in flight."""
+    ranges, a download asks for ranges of the fill budget's ``longest`` bytes,
+    or splits a shorter rest into PARALLEL ranges so that as many requests
+    stay in flight."""
     put, reads = bucket
-    monkeypatch.setattr(shardcache, "CHUNK", 1_000)
-    monkeypatch.setattr(shardcache, "LONG_CHUNK", 10_000, raising=False)
     monkeypatch.setattr(shardcache, "PARALLEL", 4)
     data = os.urandom(size)
     url = put("long.tfrecord", data)
     listed, version = _listed(url)
     assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version,
-                            budget=ReadBudget(first=250))) == data
+                            budget=ReadBudget(first=250, fill=FillBudget(chunk=1_000, longest=10_000)))) == data
     got = sorted((start, end) for _, start, end in reads)
     assert got[:2] == [(0, 250), (250, 750)]  # the small first ranges a reader following the fill starts on
     assert len(got) == count
@@ -408,11 +405,11 @@ def test_a_download_past_its_first_ranges_asks_for_few_long_ranges(bucket, tmp_p
 
 def test_a_download_asks_for_no_more_than_ahead_bytes_past_what_it_has_written(bucket, tmp_path, monkeypatch):
     """Ranges that arrive before the one written next are held in memory: a
-    download asks for at most AHEAD_BYTES from the first range not yet complete."""
+    download asks for at most the fill budget's ``ahead`` bytes from the
+    first range not yet complete."""
     put, _ = bucket
-    monkeypatch.setattr(shardcache, "CHUNK", 1_000)  # no range below it: the first one 1_000 bytes too
-    monkeypatch.setattr(shardcache, "LONG_CHUNK", 1_000, raising=False)
-    monkeypatch.setattr(shardcache, "AHEAD_BYTES", 3_000, raising=False)
+    # no range below the chunk: the first one 1_000 bytes too
+    budget = ReadBudget(fill=FillBudget(chunk=1_000, longest=1_000, ahead=3_000))
     data = os.urandom(20_000)
     url = put("ahead.tfrecord", data)
     listed, version = _listed(url)
@@ -431,7 +428,7 @@ def test_a_download_asks_for_no_more_than_ahead_bytes_past_what_it_has_written(b
         return read_range(url, start, end, storage_options)
 
     monkeypatch.setattr(fs, "read_range", held)
-    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version)) == data
+    assert _read(open_shard(url, ShardCache(str(tmp_path)), size=listed, version=version, budget=budget)) == data
     assert sorted(started) == list(range(0, 20_000, 1_000))
     assert sorted(ahead) == [1_000, 2_000]  # the first range's 1,000 bytes and two more: 3,000 bytes
 
