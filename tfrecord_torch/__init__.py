@@ -74,7 +74,7 @@ _EXPORTS = {
     "TensorDecodeError": "tfrecord_torch.errors",
     "Text": "tfrecord_torch.features.specs",
     "build_index": "tfrecord_torch.records.index",
-    "detection_collate": "tfrecord_torch.features.collate",
+    "detection_collate": "tfrecord_torch.data.collating",
     "check_index": "tfrecord_torch.records.index",
     "load_index": "tfrecord_torch.records.index",
     "make_example": "tfrecord_torch.example.codec",
@@ -101,6 +101,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MODULES)
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from tfrecord_torch.data.collating import detection_collate
     from tfrecord_torch.data.iterable import TFRecordDataset
     from tfrecord_torch.data.mapstyle import IndexedTFRecordDataset
     from tfrecord_torch.data.mix import mix
@@ -118,7 +119,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from tfrecord_torch.example.codec import make_example, make_sequence_example
     from tfrecord_torch.features import presets, tfspec
-    from tfrecord_torch.features.collate import detection_collate, pad_collate
+    from tfrecord_torch.features.collate import pad_collate
     from tfrecord_torch.features.images.boxes import Boxes
     from tfrecord_torch.features.images.engine import ImageBatching
     from tfrecord_torch.features.images.instances import InstanceMasks

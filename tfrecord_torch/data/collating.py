@@ -11,6 +11,10 @@ same plain tensors either way. Registered in torch's
 ``default_collate_fn_map`` for :class:`~tfrecord_torch.features.items.Item`
 when the datasets are imported; a ``collate_fn`` of one's own is not
 affected unless it calls default_collate itself.
+
+:func:`detection_collate`, a ``collate_fn`` that keeps a list per batch,
+sends each sample's tensors inside the worker's message
+(:mod:`~tfrecord_torch.data.transport.byvalue`).
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import numpy as np
 import torch.utils.data
 from torch.utils.data._utils.collate import default_collate_fn_map
 
+from tfrecord_torch.data.transport.byvalue import by_value_in_worker
 from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype
 from tfrecord_torch.data.workerheap import keep_for_batches
+from tfrecord_torch.features.collate import detection_lists
 from tfrecord_torch.features.items import Item, collate_items
 
-__all__ = ["collate_worker_items", "stack_on_this_thread"]
+__all__ = ["collate_worker_items", "detection_collate", "stack_on_this_thread"]
 
 _STACKER = Stacker()
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: torch copies fewer elements than this on the calling thread
@@ -48,6 +54,25 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
     keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
     return out
+
+
+def detection_collate(batch: list, *, image: str = "image") -> tuple[list, list[dict]]:
+    """Collate detection samples into what torchvision's detection models take:
+    a list of images and a list of per-image target dicts (``boxes``,
+    ``labels`` and every other key), each image keeping its own box count.
+
+    In a DataLoader worker, each tensor of the batch (up to 4 MB) travels
+    inside the worker's message and arrives as the same type with the same
+    attributes: not a shared-memory segment per tensor, whose file descriptor
+    the main process fetches in a socket round trip with the worker.
+
+    Returns:
+        (images, targets): B tensors [C, H, W] and B dicts.
+    """
+    images, targets = detection_lists(batch, image=image)
+    if torch.utils.data.get_worker_info() is None:
+        return images, targets
+    return by_value_in_worker(images), [by_value_in_worker(target) for target in targets]
 
 
 def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["detection_collate", "pad_collate", "sequence_collate"]
+__all__ = ["detection_lists", "pad_collate", "sequence_collate"]
 
 
 def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: int = 0,
@@ -70,10 +70,12 @@ def sequence_collate(batch: list, sequences: Sequence[str]) -> dict:
     return out
 
 
-def detection_collate(batch: list, *, image: str = "image") -> tuple[list, list[dict]]:
-    """Collate detection samples into what torchvision's detection models take:
+def detection_lists(batch: list, *, image: str = "image") -> tuple[list, list[dict]]:
+    """Detection samples as what torchvision's detection models take:
     a list of images and a list of per-image target dicts (``boxes``,
-    ``labels`` and every other key), each image keeping its own box count.
+    ``labels`` and every other key), each image keeping its own box count
+    (:func:`~tfrecord_torch.data.collating.detection_collate` runs it and
+    sends its tensors cheaply from a DataLoader worker).
 
     Returns:
         (images, targets): B tensors [C, H, W] and B dicts.
