@@ -44,7 +44,7 @@ class RequestBudget:
 
     Attributes:
         gap: bytes between two ranges read and dropped rather than requested
-            apart (256 KiB: about 3 ms at 100 MB/s, less than a round trip);
+            apart (256 KiB: about 3 ms at 100 MB/s);
             0: only ranges end to end are joined.
         longest: the longest joined request (4 MiB); longer runs become
             several requests in flight. Also the slice of a shard a shuffled
