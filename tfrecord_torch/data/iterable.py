@@ -18,9 +18,9 @@ from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
 from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share, batch_count, this_reader
 from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source, dataset_options
-from tfrecord_torch.data.reading import Located, decode_or_skip
+from tfrecord_torch.data.reading import Located
 from tfrecord_torch.data.recordmode import indexed_records, record_groups
-from tfrecord_torch.data.recordspec import FusedPerSample, PerSample, record_spec
+from tfrecord_torch.data.recordspec import FusedPerSample, PerSample, decode_or_skip, record_spec
 from tfrecord_torch.data.session import RemoteShards
 from tfrecord_torch.data.shards import LazyIndexes, check_lengths, find_shards, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call: here, forked DataLoader workers inherit it
@@ -33,10 +33,7 @@ from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-if TYPE_CHECKING:  # the record kinds decode with this module's helpers
-    from tfrecord_torch.data.recordspec import RecordSpec
-
-__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "decode_or_skip", "fetch", "fetch_runs", "fetch_scattered",
+__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "fetch", "fetch_runs", "fetch_scattered",
            "interleave", "locate", "parse_located", "stream_shard"]
 
 
@@ -428,17 +425,3 @@ def parse_located(item: Located) -> dict:
 
 
 SKIPPED = object()  # what decode_or_skip returns for a record the policy skipped
-
-
-def decode_or_skip(item: Located, record: RecordSpec, transform, report) -> object:
-    """``record.decode(item, transform)`` (the record's kind decodes it, errors
-    naming its location), but with ``report`` a bad record is reported and
-    SKIPPED."""
-    if report is None:
-        return record.decode(item, transform)
-    try:
-        return record.decode(item, transform)
-    except (CorruptRecordError, FeatureError) as e:
-        report(e)
-        return SKIPPED
-

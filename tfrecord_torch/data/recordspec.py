@@ -35,8 +35,8 @@ from tfrecord_torch.data.imagebatch import (
     laid_out_for,
     refuse_decoder,
 )
-from tfrecord_torch.data.reading import SKIPPED, Located, decode_or_skip, locate, serialized_tensor
-from tfrecord_torch.errors import ExampleDecodeError, FeatureError, MixedSizesError
+from tfrecord_torch.data.reading import SKIPPED, Located, locate, serialized_tensor
+from tfrecord_torch.errors import CorruptRecordError, ExampleDecodeError, FeatureError, MixedSizesError
 from tfrecord_torch.example.batch import parse_example_batch, parse_record_batch
 from tfrecord_torch.example.codec import parse_example, parse_record, read_example, read_item
 from tfrecord_torch.features.collate import sequence_collate
@@ -46,7 +46,8 @@ from tfrecord_torch.features.sequence import SequenceSpec, hint_sequence_example
 from tfrecord_torch.features.specs import decode, decode_owned, item_plan, reads_once
 from tfrecord_torch.features.undecoded import apply_transform
 
-__all__ = ["BatchRun", "FusedPerSample", "PerSample", "RecordBatch", "RecordSpec", "mixed_sizes", "record_spec"]
+__all__ = ["BatchRun", "FusedPerSample", "PerSample", "RecordBatch", "RecordSpec", "decode_or_skip", "mixed_sizes",
+           "record_spec"]
 
 
 class RecordBatch(NamedTuple):
@@ -147,6 +148,20 @@ def _raise_located(error: ExampleDecodeError | FeatureError, item: Located) -> N
     if tensor is not None:
         raise tensor from tensor.__cause__
     raise locate(error, item) from error
+
+
+def decode_or_skip(item: Located, record: RecordSpec, transform: Callable | None,
+                   report: Callable | None) -> object:
+    """``record.decode(item, transform)`` (the record's kind decodes it, errors
+    naming its location), but with ``report`` a bad record is reported and
+    SKIPPED."""
+    if report is None:
+        return record.decode(item, transform)
+    try:
+        return record.decode(item, transform)
+    except (CorruptRecordError, FeatureError) as e:
+        report(e)
+        return SKIPPED
 
 
 def _without_bad_records(kind: RecordSpec, batch: RecordBatch, run: BatchRun) -> Any:
