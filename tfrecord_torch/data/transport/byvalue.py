@@ -54,7 +54,7 @@ def by_value(value: Any) -> Any:
     if not isinstance(value, torch.Tensor) or not _sendable(value):
         return value
     carrier = _carrier(type(value))
-    out = value.as_subclass(carrier)
+    out: torch.Tensor = value.as_subclass(carrier)
     out.__dict__.update(value.__dict__)  # tv_tensors' attributes: a BoundingBoxes' format, canvas_size
     return out
 
