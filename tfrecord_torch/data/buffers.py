@@ -29,9 +29,8 @@ def shuffle_buffer(items: Iterable, size: int, rng: np.random.Generator) -> Iter
         yield from items
         return
     buffer: list = []
-    grow = False  # while the buffer is under size: every other item stays without one leaving
-    for item in items:
-        if len(buffer) < min(size, RAMP_FIRST) or (len(buffer) < size and (grow := not grow)):
+    for n, item in enumerate(items):  # while under size past RAMP_FIRST, every other item stays
+        if len(buffer) < min(size, RAMP_FIRST) or (len(buffer) < size and (n - RAMP_FIRST) % 2 == 0):
             buffer.append(item)
             continue
         i = int(rng.integers(len(buffer)))
