@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -439,8 +438,11 @@ class RawTensor(Feature):
             steps = self.missing_steps(has_lists)
         if not steps:
             return torch.zeros((0, *(0 if d == -1 else d for d in self.shape)), dtype=self._torch_dtype())
-        values = list(itertools.chain.from_iterable(steps))  # the checks below run in C: frames are many
-        if set(map(len, steps)) != {1} or set(map(type, values)) != {bytes}:
+        try:  # every step one value (the checks run in C: frames are many)
+            values = [value for (value,) in steps]
+        except (TypeError, ValueError):  # a step of numbers, or of 0 or 2+ values: the check names it
+            values = None
+        if values is None or set(map(type, values)) != {bytes}:
             self._check_raw_steps(steps)
         first = self._step(steps, 0)
         if not self.zlib and len(set(map(len, values))) == 1:

@@ -378,3 +378,20 @@ def test_raw_tensor_steps_errors_name_the_step(tmp_path):
         list(TFRecordDataset(path, sequence_features=FRAMES | {"audio": RawTensor(shape=(2,), default=None)}))
     with pytest.raises(FeatureError, match=r"'rgb'.*step 1 holds shape \(6,\), step 0 \(8,\)"):
         list(TFRecordDataset(path, sequence_features={"rgb": RawTensor()}))
+
+
+@pytest.mark.parametrize(("step", "message"), [
+    ([bytes(8), bytes(8)], "step 1 holds 2 values, expected 1"),
+    (np.array([], dtype="S1"), "step 1 holds 0 values, expected 1"),
+    (np.zeros(0, np.int64), "step 1 holds numbers, expected bytes"),
+    ([7], "step 1 holds numbers, expected bytes"),
+    ([1.5], "step 1 holds numbers, expected bytes"),
+])
+def test_raw_tensor_steps_of_other_kinds_are_named(tmp_path, step, message):
+    """A RawTensor feature list whose step is not one bytes value names that
+    step, whatever the other steps hold."""
+    path = tmp_path / "bad.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_sequence_example({}, {"rgb": [[bytes(8)], step, [bytes(8)]]}))
+    with pytest.raises(FeatureError, match=rf"record 0.*'rgb'.*{message}"):
+        list(TFRecordDataset(path, sequence_features={"rgb": RawTensor(shape=(8,))}))
