@@ -165,16 +165,17 @@ def images_tfrecord_pil(path):
     return lambda: _image_tally(torch.utils.data.DataLoader(Split(), batch_size=IMAGE_BATCH, num_workers=2))
 
 
-def tf_image_batches(path, batch: int = IMAGE_BATCH):
+def tf_image_batches(path, batch: int = IMAGE_BATCH, dct_method: str = ""):
     """tf.data's image pipeline over ``path``: parse_single_example and
-    decode_jpeg(channels=3) mapped with AUTOTUNE, batched, prefetched."""
+    decode_jpeg(channels=3) mapped with AUTOTUNE, batched, prefetched
+    (``dct_method``: decode_jpeg's; "" is TF's default, the fast IDCT)."""
     import tensorflow as tf
 
     desc = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(record):
         ex = tf.io.parse_single_example(record, desc)
-        return {"image": tf.io.decode_jpeg(ex["image"], channels=3), "label": ex["label"]}
+        return {"image": tf.io.decode_jpeg(ex["image"], channels=3, dct_method=dct_method), "label": ex["label"]}
 
     return (tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
             .batch(batch).prefetch(tf.data.AUTOTUNE))
