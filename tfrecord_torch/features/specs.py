@@ -441,8 +441,8 @@ class RawTensor(Feature):
         try:  # every step one value (the checks run in C: frames are many)
             values = [value for (value,) in steps]
         except (TypeError, ValueError):  # a step of numbers, or of 0 or 2+ values: the check names it
-            values = None
-        if values is None or set(map(type, values)) != {bytes}:
+            values = []
+        if len(values) != len(steps) or set(map(type, values)) != {bytes}:
             self._check_raw_steps(steps)
         first = self._step(steps, 0)
         if not self.zlib and len(set(map(len, values))) == 1:
