@@ -256,7 +256,7 @@ def test_the_loop_table_marks_the_target_and_the_ceiling():
     loop = _loop_module()
     row = {"capacity": 6000.0, "alone_cpu_ms": 20.0, "alone_cores": 1.9, "alone_batches": 118, "s_ms": 11.3,
            "demand": 4800.0, "batches": 59, "images_per_s": 4700.0, "wait_ms": 0.3, "wait_p50_ms": 0.2,
-           "wait_p90_ms": 0.4, "wait_max_ms": 2.0, "stall": 0.02, "loop_cpu_ms": 21.0, "loop_cores": 1.6,
+           "wait_p90_ms": 0.4, "wait_p10_ms": 0.1, "wait_max_ms": 2.0, "stall": 0.02, "loop_cpu_ms": 21.0, "loop_cores": 1.6,
            "capacity_after": 6100.0}
     ceiling = {"capacity": 50000.0, "alone_cpu_ms": 1.0, "alone_cores": 1.0, "alone_batches": 118,
                "ceiling": str(loop.Ceiling(40000.0, 64, 0.002))}
