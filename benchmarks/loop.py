@@ -43,8 +43,10 @@ batch while the step runs is slowed by it; one keeping every core busy in the
 loop shares the cores with the step's own Python, and the cores are the
 ceiling; a hand-off near 5% of the step leaves no room for anything else; a
 capacity that changed from before to after, or fewer cores busy alone than the
-loader uses, says the machine's load changed under the run. Prints a Markdown
-table and writes DIR/loop.md and DIR/loop.json (DIR: bench-output).
+loader uses, says the machine's load changed under the run. A path that misses
+the target gets these named, with their values, in the table's last column
+(:func:`miss`). Prints a Markdown table and writes DIR/loop.md and
+DIR/loop.json (DIR: bench-output).
 """
 
 from __future__ import annotations
@@ -303,16 +305,43 @@ def main() -> None:
                   f, indent=1)
 
 
-def summarise(runs: dict[str, list[dict]]) -> list[str]:
-    """The Markdown table: per path, medians over rounds, and the stall against the target."""
+MEASURES = ("capacity", "capacity_after", "s_ms", "wait_p10_ms", "wait_p90_ms", "alone_cpu_ms", "loop_cpu_ms",
+            "alone_cores", "loop_cores")
+
+
+def miss(row: dict, cores: int) -> str:
+    """What a loop that missed the target comes with, from its own figures (``MEASURES``)."""
+    step = row["s_ms"] + G_MS
+    found = []
+    if row["wait_p10_ms"] >= STALL / 2 * step:
+        found.append(f"a floor: even the 10th percentile waits {row['wait_p10_ms']:.2f} ms, "
+                     f"{100 * row['wait_p10_ms'] / step:.1f}% of the step")
+    if row["loop_cores"] >= 0.9 * cores:
+        found.append(f"the cores: {row['loop_cores']:.2f} of {cores} busy in the loop")
+    if row["loop_cpu_ms"] >= 1.1 * row["alone_cpu_ms"]:
+        found.append(f"dearer work: {100 * (row['loop_cpu_ms'] / row['alone_cpu_ms'] - 1):.0f}% more CPU per batch "
+                     "in the loop")
+    if abs(row["capacity_after"] / row["capacity"] - 1) > 0.2:
+        found.append(f"a changing machine: the capacity went from {row['capacity']:,.0f} to "
+                     f"{row['capacity_after']:,.0f} images/s over the run")
+    if row["alone_cores"] < 0.6 * cores:
+        found.append(f"only {row['alone_cores']:.2f} of {cores} cores busy alone")
+    return "; ".join(found) or f"bursts: the 90th percentile waits {row['wait_p90_ms']:.2f} ms"
+
+
+def summarise(runs: dict[str, list[dict]], cores: int | None = None) -> list[str]:
+    """The Markdown table: per path, medians over rounds, the stall against the target and, for
+    a miss, what it comes with (:func:`miss`; ``cores``: the machine's, by default this one's)."""
+    cores = cores or len(os.sched_getaffinity(0))
     head = ("| path | capacity img/s | S ms | demand img/s | loop img/s | wait ms: p10, p50, p90 | stall | "
-            f"<= {100 * STALL:g}% | capacity after | CPU ms/batch: alone, loop | cores busy: alone, loop |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+            f"<= {100 * STALL:g}% | capacity after | CPU ms/batch: alone, loop | cores busy: alone, loop | "
+            "what the miss comes with |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
     for name, rounds in runs.items():
         capacity = statistics.median(r["capacity"] for r in rounds)
         ran = [r for r in rounds if "ceiling" not in r]
         if not ran:  # every round: G alone is longer than the step the demand allows
-            lines.append(f"| {name} | {capacity:,.0f} | - | - | - | - | - | not met: {rounds[0]['ceiling']} | - | - | - |")
+            lines.append(f"| {name} | {capacity:,.0f} | - | - | - | - | - | not met | - | - | - | {rounds[0]['ceiling']} |")
             continue
 
         def med(key: str) -> float:
@@ -326,7 +355,8 @@ def summarise(runs: dict[str, list[dict]]) -> list[str]:
                      f"{med('images_per_s'):,.0f} | {med('wait_p10_ms'):.2f}, {med('wait_p50_ms'):.2f}, "
                      f"{med('wait_p90_ms'):.2f} | {100 * stall:.1f}% | {verdict} | {med('capacity_after'):,.0f} | "
                      f"{med('alone_cpu_ms'):.1f}, {med('loop_cpu_ms'):.1f} | "
-                     f"{med('alone_cores'):.2f}, {med('loop_cores'):.2f} |")
+                     f"{med('alone_cores'):.2f}, {med('loop_cores'):.2f} | "
+                     f"{'' if stall <= STALL else miss({k: med(k) for k in MEASURES}, cores)} |")
     return lines
 
 

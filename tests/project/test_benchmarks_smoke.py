@@ -261,12 +261,31 @@ def test_the_loop_table_marks_the_target_and_the_ceiling():
     ceiling = {"capacity": 50000.0, "alone_cpu_ms": 1.0, "alone_cores": 1.0, "alone_batches": 118,
                "ceiling": str(loop.Ceiling(40000.0, 64, 0.002))}
     lines = loop.summarise({"fast": [row, {**row, "stall": 0.04}, {**row, "stall": 0.2}],
-                            "slow": [{**row, "stall": 0.06}], "G-bound": [ceiling]})
+                            "slow": [{**row, "stall": 0.06}], "G-bound": [ceiling]}, cores=2)
     cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines[2:]}
-    assert cells["fast"][5:7] == ["4.0%", "met"]  # the median of the rounds
-    assert cells["slow"][5:7] == ["6.0%", "not met"]
-    assert cells["G-bound"][0] == "50,000" and cells["G-bound"][6].startswith("not met: a demand of 40,000")
+    assert cells["fast"][5:7] == ["4.0%", "met"] and cells["fast"][-1] == ""  # the median of the rounds
+    assert cells["slow"][5:7] == ["6.0%", "not met"] and cells["slow"][-1] == "bursts: the 90th percentile waits 0.40 ms"
+    assert cells["G-bound"][0] == "50,000" and cells["G-bound"][6] == "not met"
+    assert cells["G-bound"][-1].startswith("a demand of 40,000")
     assert all(len(c) == len(cells["fast"]) for c in cells.values())
+
+
+def test_a_missed_loop_says_what_it_comes_with():
+    """Each figure that explains a miss is named with its value: a floor under the wait, the cores,
+    dearer work in the loop, a machine whose load changed, a loader short of cores alone."""
+    loop = _loop_module()
+    row = {"capacity": 6000.0, "capacity_after": 6100.0, "s_ms": 10.0, "wait_p10_ms": 0.1, "wait_p90_ms": 3.0,
+           "alone_cpu_ms": 20.0, "loop_cpu_ms": 21.0, "alone_cores": 1.9, "loop_cores": 1.6}
+    assert loop.miss(row, 2) == "bursts: the 90th percentile waits 3.00 ms"
+    assert loop.miss({**row, "wait_p10_ms": 0.4}, 2) == \
+        "a floor: even the 10th percentile waits 0.40 ms, 3.3% of the step"
+    assert loop.miss({**row, "loop_cores": 1.85}, 2) == "the cores: 1.85 of 2 busy in the loop"
+    assert loop.miss({**row, "loop_cpu_ms": 25.0}, 2) == "dearer work: 25% more CPU per batch in the loop"
+    assert loop.miss({**row, "capacity_after": 4000.0}, 2) == \
+        "a changing machine: the capacity went from 6,000 to 4,000 images/s over the run"
+    assert loop.miss({**row, "alone_cores": 0.5}, 2) == "only 0.50 of 2 cores busy alone"
+    assert loop.miss({**row, "alone_cores": 0.5, "loop_cores": 1.9}, 2) == \
+        "the cores: 1.90 of 2 busy in the loop; only 0.50 of 2 cores busy alone"
 
 
 @pytest.mark.slow
