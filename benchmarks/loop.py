@@ -263,7 +263,10 @@ def main() -> None:
         print("@@LOOP@@ " + json.dumps(result))
         return
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    step_for(1.0, demand=args.demand)  # the demand's check, before the data set is built
+    try:  # the demand's check, before the data set is built
+        step_for(1.0, demand=args.demand)
+    except ValueError as e:
+        parser.error(f"--demand: {e}")
     os.makedirs(args.out, exist_ok=True)
     names = [n for n in PATHS if not args.only or n in args.only.split(",")]
     unknown = set(filter(None, args.only.split(","))) - set(PATHS)
