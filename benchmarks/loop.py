@@ -1,30 +1,52 @@
 #!/usr/bin/env python
-"""Images under a training loop: how long each spelling makes the loop wait.
+"""Images under a training loop: how long each spelling makes the loop wait at 80% of its capacity.
 
-    .venv/bin/python benchmarks/loop.py [--quick] [--out DIR] [--rounds N] [--only NAME,...]
+    .venv/bin/python benchmarks/loop.py [--quick] [--out DIR] [--rounds N] [--only NAME,...] [--demand F]
 
 A loader timed alone says how fast it can go; a training loop asks something
 else: while the accelerator computes a step, the loader must make the next
-batch, and whatever it leaves for ``next()`` stalls the step. Each path here
-runs a simulated training loop over case A (the ``images_jpeg`` data set of
-``benchmarks/run.py``: 256x256 JPEGs with a label, batches of 64): per batch,
-``next(it)`` (timed: the *wait*), then a step of ``time.sleep(S)`` (GIL-free,
-standing for accelerator compute) and G = 2 ms of GIL-holding Python
-(standing for the framework), for S in 5, 10, 20, 40, 80 ms.
+batch, and whatever it leaves for ``next()`` stalls the step. A step of fixed
+length says little across loaders (a step shorter than a loader's own time
+per batch stalls any loader), so the step here is chosen from each loader's
+own capacity. Over case A (the ``images_jpeg`` data set of
+``benchmarks/run.py``: 256x256 JPEGs with a label, batches of 64), each path,
+in one process:
+
+1. measures its *capacity*: the images/s of ``--alone`` epochs iterated with
+   no step (the first 3 batches of each epoch, worker start-up, not counted);
+2. chooses the step: ``time.sleep(S)`` (GIL-free, standing for accelerator
+   compute) then G = 2 ms of GIL-holding Python (standing for the framework),
+   with S such that the loop asks for ``--demand`` (0.8) of the capacity:
+   ``batch / (S + G) = demand x capacity`` (:func:`step_for`). When G alone
+   asks for less than that (S would be negative), the loop is not run: the
+   ceiling is the framework's Python, not the loader;
+3. runs one epoch of the loop: per batch, ``next(it)`` (timed: the *wait*),
+   then the step.
 
 Paths: batch mode (``TFRecordDataset(path, features=presets.tfds(), batch_size=64)``
 through ``DataLoader(batch_size=None)``) with 0 and 2 workers, each also with
 ``Batching(prefetch=0)``; the per-sample spelling ``DataLoader(ds, batch_size=64,
 num_workers=2)``; and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
 .prefetch(AUTOTUNE)``, each batch turned into torch tensors), each in a fresh
-process per round, interleaved over ``--rounds`` rounds (the S order reversed
-every other round). The first 3 batches of each epoch (worker start-up) are
-not counted.
+process per round, interleaved over ``--rounds`` rounds (the order reversed
+every other round).
 
-Reported per (path, S), medians over rounds: images/s over the loop, the
-wait per batch, the stall (wait / step time), and per path the largest step
-rate of the S grid it sustains at <= 5% stall. Prints a Markdown table and
-writes DIR/loop.md and DIR/loop.json (DIR: bench-output).
+Reported per path, medians over rounds: the capacity, S, the loop's demand and
+its images/s, the wait per batch (10th percentile: what ``next()`` costs when
+the batch is ready, the hand-off; median; 90th percentile), the stall (wait /
+step time) against the 5% target, the capacity measured again after the loop,
+and the loader's CPU time per batch (the process's and its DataLoader
+workers', less the step's G) alone and in the loop, and the cores busy (the
+CPU time of the loader and the step over the epoch's wall time), alone and in
+the loop. They say what a miss comes from: a loader that costs more CPU per
+batch while the step runs is slowed by it; one keeping every core busy in the
+loop shares the cores with the step's own Python, and the cores are the
+ceiling; a hand-off near 5% of the step leaves no room for anything else; a
+capacity that changed from before to after, or fewer cores busy alone than the
+loader uses, says the machine's load changed under the run. A path that misses
+the target gets these named, with their values, in the table's last column
+(:func:`miss`). Prints a Markdown table and writes DIR/loop.md and
+DIR/loop.json (DIR: bench-output).
 """
 
 from __future__ import annotations
@@ -33,19 +55,22 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 BATCH = 64
 G_MS = 2.0
-STEPS_MS = (5, 10, 20, 40, 80)
+DEMAND = 0.8  # the loop asks for this share of the loader's capacity
 WARM = 3  # batches not counted at the start of each epoch
-STALL = 0.05
+STALL = 0.05  # the target: wait <= 5% of the step time
+ALONE_EPOCHS = 2
 
 PATHS = {
     "batch mode, workers=0": {"kind": "batch", "workers": 0, "prefetch": 2},
@@ -55,6 +80,37 @@ PATHS = {
     "per sample, workers=2": {"kind": "sample", "workers": 2},
     "tf.data": {"kind": "tf"},
 }
+
+
+class Ceiling(ValueError):
+    """The step's GIL-holding Python alone asks for less than the demand: no sleep reaches it."""
+
+    def __init__(self, demand: float, batch: int, g_s: float) -> None:
+        self.demand, self.limit = demand, batch / g_s
+        super().__init__(f"a demand of {demand:,.0f} images/s needs a step under {1e3 * batch / demand:.2f} ms, "
+                         f"but its Python alone takes {1e3 * g_s:g} ms: the loop cannot ask for more than "
+                         f"{self.limit:,.0f} images/s")
+
+
+def step_for(rate: float, *, batch: int = BATCH, g_s: float = G_MS / 1e3, demand: float = DEMAND) -> float:
+    """The sleep S (seconds) of a step ``sleep(S) + g_s`` that asks for ``demand`` of ``rate``.
+
+    A loop taking ``batch`` images per step of ``S + g_s`` seconds asks for
+    ``batch / (S + g_s)`` images/s; this is ``demand * rate`` when
+    ``S = batch / (demand * rate) - g_s``.
+
+    Raises:
+        ValueError: ``rate`` not positive and finite, or ``demand`` not in (0, 1].
+        Ceiling: S would be negative: ``g_s`` alone is longer than the step the demand allows.
+    """
+    if not (rate > 0 and rate != float("inf")):
+        raise ValueError(f"rate must be a positive, finite images/s, got {rate!r}")
+    if not 0 < demand <= 1:
+        raise ValueError(f"demand must be in (0, 1], got {demand!r}")
+    s = batch / (demand * rate) - g_s
+    if s < 0:
+        raise Ceiling(demand * rate, batch, g_s)
+    return s
 
 
 def _loader(path: str, spec: dict):
@@ -82,47 +138,98 @@ def _loader(path: str, spec: dict):
     return lambda: torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=spec["workers"])
 
 
-def _step(sleep_s: float, python_s: float) -> None:
+def _step(sleep_s: float, python_s: float) -> float:
+    """The step; returns the CPU time its GIL-holding part took (to take off the loader's)."""
     time.sleep(sleep_s)  # the accelerator's compute: the GIL is free
+    c0 = time.thread_time()
     end = time.perf_counter() + python_s
     while time.perf_counter() < end:  # the framework's Python: the GIL is held
         pass
+    return time.thread_time() - c0
 
 
-def child(name: str, path: str, steps_ms: list[float]) -> dict:
-    """One path's loop at each S of ``steps_ms``, one epoch each."""
+def _cpu() -> float:
+    """CPU time of this process and its ended children (DataLoader workers, once joined)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+class Epoch(NamedTuple):
+    """One epoch's figures. The rate, waits and stall leave out the first WARM
+    batches; the CPU figures count the whole epoch (workers' CPU is known only
+    once they are joined)."""
+
+    batches: int
+    images: int
+    seconds: float
+    waits_ms: list[float]
+    stall: float
+    cpu_ms: float  # the loader's CPU time per batch: process + workers, less the step's Python
+    cores: float  # CPU time of everything (loader and step) over the epoch's wall time
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.seconds
+
+
+def run_epoch(epoch, sleep_s: float | None) -> Epoch:
+    """Iterate one epoch; with ``sleep_s`` (not None) each batch is followed by the step."""
+    cpu0, w0 = _cpu(), time.perf_counter()
+    it = iter(epoch())
+    waits, steps, images, k, step_cpu = [], [], 0, 0, 0.0
+    t_start = None
+    while True:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        if sleep_s is not None:
+            step_cpu += _step(sleep_s, G_MS / 1e3)
+        t2 = time.perf_counter()
+        k += 1
+        if k == WARM:
+            t_start = t2
+        elif k > WARM:
+            waits.append(t1 - t0)
+            steps.append(t2 - t1)
+            images += len(batch["label"])
+        del batch
+    t_end = time.perf_counter()
+    del it  # the workers are joined here, so their CPU time is counted
+    cpu, wall = _cpu() - cpu0, time.perf_counter() - w0
+    step = sum(steps)
+    return Epoch(len(waits), images, t_end - t_start if t_start is not None else float("nan"),
+                 [1e3 * w for w in waits], sum(waits) / step if step else float("nan"),
+                 1e3 * (cpu - step_cpu) / max(k, 1), cpu / wall)
+
+
+def child(name: str, path: str, alone_epochs: int, demand: float) -> dict:
+    """One path: its capacity alone, one epoch of the loop asking ``demand`` of
+    it, then one more epoch alone (the capacity after: a change says the
+    machine's load changed under the run)."""
     epoch = _loader(path, PATHS[name])
-    out = {}
-    for s_ms in steps_ms:
-        it = iter(epoch())
-        waits, steps, images = [], [], 0
-        k = 0
-        t_start = None
-        while True:
-            t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
-            _step(s_ms / 1e3, G_MS / 1e3)
-            t2 = time.perf_counter()
-            k += 1
-            if k == WARM:
-                t_start = t2
-            elif k > WARM:
-                waits.append(t1 - t0)
-                steps.append(t2 - t1)
-                images += len(batch["label"])
-            del batch
-        del it
-        wall = (t_start and time.perf_counter() - t_start) or float("nan")
-        wait, step = sum(waits), sum(steps)
-        out[str(s_ms)] = {"batches": len(waits), "images_per_s": images / wall,
-                          "wait_ms": 1e3 * wait / max(len(waits), 1),
-                          "wait_p90_ms": 1e3 * sorted(waits)[int(0.9 * (len(waits) - 1))] if waits else 0.0,
-                          "stall": wait / step if step else float("nan")}
-    return out
+    alone = [run_epoch(epoch, None) for _ in range(alone_epochs)]
+    capacity = sum(e.images for e in alone) / sum(e.seconds for e in alone)
+    out = {"capacity": capacity, "alone_cpu_ms": alone[-1].cpu_ms, "alone_cores": alone[-1].cores,
+           "alone_batches": sum(e.batches for e in alone)}
+    try:
+        s = step_for(capacity, demand=demand)
+    except Ceiling as e:
+        return {**out, "ceiling": str(e)}
+    loop = run_epoch(epoch, s)
+    after = run_epoch(epoch, None)
+    waits = sorted(loop.waits_ms)
+    return {**out, "s_ms": 1e3 * s, "demand": demand * capacity, "batches": loop.batches,
+            "images_per_s": loop.images_per_s, "wait_ms": statistics.fmean(waits),
+            "wait_p10_ms": _quantile(waits, 0.1), "wait_p50_ms": _quantile(waits, 0.5), "wait_p90_ms": _quantile(waits, 0.9),
+            "wait_max_ms": waits[-1], "stall": loop.stall, "loop_cpu_ms": loop.cpu_ms,
+            "loop_cores": loop.cores, "capacity_after": after.images_per_s}
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return xs[int(q * (len(xs) - 1))] if xs else 0.0
 
 
 def _dataset(out: str, quick: bool, log) -> str:
@@ -141,75 +248,118 @@ def _dataset(out: str, quick: bool, log) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke test: 512 records, S in 5 and 20 ms, one round")
+    parser.add_argument("--quick", action="store_true", help="a smoke test: 512 records, one epoch alone, one round")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench-output"))
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", default="", help="comma-separated path names (see PATHS)")
+    parser.add_argument("--demand", type=float, default=DEMAND, help="the share of each path's capacity the loop asks for")
+    parser.add_argument("--alone", type=int, default=None, help=f"epochs timed alone (default {ALONE_EPOCHS}; 1 with --quick)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--steps", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    alone = args.alone or (1 if args.quick else ALONE_EPOCHS)
     if args.child:
-        result = child(args.child, args.data, [float(s) for s in args.steps.split(",")])
+        result = child(args.child, args.data, alone, args.demand)
         print("@@LOOP@@ " + json.dumps(result))
         return
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    try:  # the demand's check, before the data set is built
+        step_for(1.0, demand=args.demand)
+    except ValueError as e:
+        parser.error(f"--demand: {e}")
     os.makedirs(args.out, exist_ok=True)
-    path = _dataset(args.out, args.quick, log)
     names = [n for n in PATHS if not args.only or n in args.only.split(",")]
     unknown = set(filter(None, args.only.split(","))) - set(PATHS)
     if unknown:
         raise SystemExit(f"--only: unknown paths {sorted(unknown)}; choose from {list(PATHS)}")
-    steps = [5, 20] if args.quick else list(STEPS_MS)
+    path = _dataset(args.out, args.quick, log)
     rounds = args.rounds or (1 if args.quick else 3)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     load = os.getloadavg()
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(rounds):
-        order = steps if r % 2 == 0 else steps[::-1]
         for name in (names if r % 2 == 0 else names[::-1]):
             log(f"round {r + 1}/{rounds}: {name} ...")
             cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--data", path,
-                   "--steps", ",".join(map(str, order))]
+                   "--alone", str(alone), "--demand", repr(args.demand)]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=1800)
             line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("@@LOOP@@ ")), None)
             if line is None:
                 raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
             runs[name].append(json.loads(line[len("@@LOOP@@ "):]))
-    table = summarise(runs, steps)
     load_after = os.getloadavg()
-    command = f"nice -n 10 .venv/bin/python benchmarks/loop.py{' --quick' if args.quick else ''}"
+    flags = "".join(f for f, on in ((" --quick", args.quick), (f" --demand {args.demand:g}", args.demand != DEMAND)) if on)
     lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores "
              f"(affinity {len(os.sched_getaffinity(0))}); Python {platform.python_version()}; "
              f"load average before {load[0]:.2f}, after {load_after[0]:.2f}",
-             f"Command: `{command}`; {rounds} round(s), medians over rounds; step = sleep(S) + {G_MS:g} ms of "
-             f"GIL-holding Python; batches of {BATCH}; stall = wait in next() / step time", "",
-             *table]
+             f"Command: `nice -n 10 .venv/bin/python benchmarks/loop.py{flags}`; {rounds} round(s), medians over "
+             f"rounds; capacity = images/s with no step over {alone} epoch(s); step = sleep(S) + {G_MS:g} ms of "
+             f"GIL-holding Python, S chosen so the loop asks for {100 * args.demand:g}% of the capacity; batches of "
+             f"{BATCH}; stall = wait in next() / step time; CPU = the loader's CPU time per batch "
+             f"(process and workers, less the step's Python)", "",
+             *summarise(runs)]
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(args.out, "loop.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "loop.json"), "w") as f:
-        json.dump({"steps_ms": steps, "g_ms": G_MS, "runs": runs}, f, indent=1)
+        json.dump({"demand": args.demand, "g_ms": G_MS, "batch": BATCH, "alone_epochs": alone, "runs": runs},
+                  f, indent=1)
 
 
-def summarise(runs: dict[str, list[dict]], steps: list[float]) -> list[str]:
-    """The Markdown table: per path and S, medians over rounds; then each path's best sustained rate."""
-    head = "| path | " + " | ".join(f"S={s:g} ms: img/s, wait ms, stall" for s in steps) + \
-        " | fastest step at <= 5% stall |"
-    lines = [head, "|---|" + "---:|" * (len(steps) + 1)]
+MEASURES = ("capacity", "capacity_after", "s_ms", "wait_p10_ms", "wait_p90_ms", "alone_cpu_ms", "loop_cpu_ms",
+            "alone_cores", "loop_cores")
+
+
+def miss(row: dict, cores: int) -> str:
+    """What a loop that missed the target comes with, from its own figures (``MEASURES``)."""
+    step = row["s_ms"] + G_MS
+    found = []
+    if row["wait_p10_ms"] >= STALL / 2 * step:
+        found.append(f"a floor: even the 10th percentile waits {row['wait_p10_ms']:.2f} ms, "
+                     f"{100 * row['wait_p10_ms'] / step:.1f}% of the step")
+    if row["loop_cores"] >= 0.9 * cores:
+        found.append(f"the cores: {row['loop_cores']:.2f} of {cores} busy in the loop")
+    if row["loop_cpu_ms"] >= 1.1 * row["alone_cpu_ms"]:
+        found.append(f"dearer work: {100 * (row['loop_cpu_ms'] / row['alone_cpu_ms'] - 1):.0f}% more CPU per batch "
+                     "in the loop")
+    if abs(row["capacity_after"] / row["capacity"] - 1) > 0.2:
+        found.append(f"a changing machine: the capacity went from {row['capacity']:,.0f} to "
+                     f"{row['capacity_after']:,.0f} images/s over the run")
+    if row["alone_cores"] < 0.6 * cores:
+        found.append(f"only {row['alone_cores']:.2f} of {cores} cores busy alone")
+    return "; ".join(found) or f"bursts: the 90th percentile waits {row['wait_p90_ms']:.2f} ms"
+
+
+def summarise(runs: dict[str, list[dict]], cores: int | None = None) -> list[str]:
+    """The Markdown table: per path, medians over rounds, the stall against the target and, for
+    a miss, what it comes with (:func:`miss`; ``cores``: the machine's, by default this one's)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    head = ("| path | capacity img/s | S ms | demand img/s | loop img/s | wait ms: p10, p50, p90 | stall | "
+            f"<= {100 * STALL:g}% | capacity after | CPU ms/batch: alone, loop | cores busy: alone, loop | "
+            "what the miss comes with |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
     for name, rounds in runs.items():
-        cells, best = [], "none of the grid"
-        for s in steps:
-            rows = [r[str(float(s))] for r in rounds]
-            ips = statistics.median(r["images_per_s"] for r in rows)
-            wait = statistics.median(r["wait_ms"] for r in rows)
-            stall = statistics.median(r["stall"] for r in rows)
-            cells.append(f"{ips:,.0f}, {wait:.2f}, {100 * stall:.1f}%")
-            if stall <= STALL and best == "none of the grid":
-                best = f"S={s:g} ms ({1e3 / (s + G_MS):.0f} steps/s)"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {best} |")
+        capacity = statistics.median(r["capacity"] for r in rounds)
+        ran = [r for r in rounds if "ceiling" not in r]
+        if not ran:  # every round: G alone is longer than the step the demand allows
+            lines.append(f"| {name} | {capacity:,.0f} | - | - | - | - | - | not met | - | - | - | {rounds[0]['ceiling']} |")
+            continue
+
+        def med(key: str) -> float:
+            return statistics.median(r[key] for r in ran)
+
+        stall = med("stall")
+        verdict = "met" if stall <= STALL else "not met"
+        if len(ran) < len(rounds):
+            verdict += f" ({len(rounds) - len(ran)} round(s) at the G ceiling)"
+        lines.append(f"| {name} | {capacity:,.0f} | {med('s_ms'):.1f} | {med('demand'):,.0f} | "
+                     f"{med('images_per_s'):,.0f} | {med('wait_p10_ms'):.2f}, {med('wait_p50_ms'):.2f}, "
+                     f"{med('wait_p90_ms'):.2f} | {100 * stall:.1f}% | {verdict} | {med('capacity_after'):,.0f} | "
+                     f"{med('alone_cpu_ms'):.1f}, {med('loop_cpu_ms'):.1f} | "
+                     f"{med('alone_cores'):.2f}, {med('loop_cores'):.2f} | "
+                     f"{'' if stall <= STALL else miss({k: med(k) for k in MEASURES}, cores)} |")
     return lines
 
 

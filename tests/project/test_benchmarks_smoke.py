@@ -215,19 +215,96 @@ def test_the_per_case_runs_cover_the_promised_cases():
     assert {case for case, _ in REQUIRED} <= set(_case_names())
 
 
+def _loop_module():
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks import loop
+    finally:
+        sys.path.remove(ROOT)
+    return loop
+
+
+def test_the_loop_step_asks_for_its_share_of_the_capacity():
+    """benchmarks/loop.py: the sleep S makes a step of S + G that takes ``batch`` images at
+    ``demand`` x the loader's rate."""
+    loop = _loop_module()
+    s = loop.step_for(6400.0, batch=64, g_s=0.002, demand=0.8)
+    assert s == pytest.approx(0.0105)
+    assert 64 / (s + 0.002) == pytest.approx(0.8 * 6400.0)
+    assert loop.step_for(1000.0) == pytest.approx(loop.BATCH / (loop.DEMAND * 1000.0) - loop.G_MS / 1e3)
+    assert loop.step_for(32000.0, batch=64, g_s=0.002, demand=1.0) == 0.0  # G alone is the step: no sleep
+
+
+def test_the_loop_step_refuses_a_demand_its_python_alone_exceeds():
+    """A rate whose demand needs a step shorter than G is the ceiling of G, not a negative sleep."""
+    loop = _loop_module()
+    with pytest.raises(loop.Ceiling, match=r"Python alone takes 2 ms.*32,000 images/s") as e:
+        loop.step_for(50000.0, batch=64, g_s=0.002, demand=0.8)
+    assert e.value.limit == pytest.approx(32000.0) and e.value.demand == pytest.approx(40000.0)
+    assert isinstance(e.value, ValueError)
+    for rate in (0.0, -5.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="rate must be"):
+            loop.step_for(rate)
+    for demand in (0.0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="demand must be"):
+            loop.step_for(1000.0, demand=demand)
+
+
+def test_the_loop_table_marks_the_target_and_the_ceiling():
+    """The table gives each path's stall against the 5% target, and a path whose demand G alone
+    exceeds its ceiling instead of a stall."""
+    loop = _loop_module()
+    row = {"capacity": 6000.0, "alone_cpu_ms": 20.0, "alone_cores": 1.9, "alone_batches": 118, "s_ms": 11.3,
+           "demand": 4800.0, "batches": 59, "images_per_s": 4700.0, "wait_ms": 0.3, "wait_p50_ms": 0.2,
+           "wait_p90_ms": 0.4, "wait_p10_ms": 0.1, "wait_max_ms": 2.0, "stall": 0.02, "loop_cpu_ms": 21.0, "loop_cores": 1.6,
+           "capacity_after": 6100.0}
+    ceiling = {"capacity": 50000.0, "alone_cpu_ms": 1.0, "alone_cores": 1.0, "alone_batches": 118,
+               "ceiling": str(loop.Ceiling(40000.0, 64, 0.002))}
+    lines = loop.summarise({"fast": [row, {**row, "stall": 0.04}, {**row, "stall": 0.2}],
+                            "slow": [{**row, "stall": 0.06}], "G-bound": [ceiling]}, cores=2)
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines[2:]}
+    assert cells["fast"][5:7] == ["4.0%", "met"] and cells["fast"][-1] == ""  # the median of the rounds
+    assert cells["slow"][5:7] == ["6.0%", "not met"] and cells["slow"][-1] == "bursts: the 90th percentile waits 0.40 ms"
+    assert cells["G-bound"][0] == "50,000" and cells["G-bound"][6] == "not met"
+    assert cells["G-bound"][-1].startswith("a demand of 40,000")
+    assert all(len(c) == len(cells["fast"]) for c in cells.values())
+
+
+def test_a_missed_loop_says_what_it_comes_with():
+    """Each figure that explains a miss is named with its value: a floor under the wait, the cores,
+    dearer work in the loop, a machine whose load changed, a loader short of cores alone."""
+    loop = _loop_module()
+    row = {"capacity": 6000.0, "capacity_after": 6100.0, "s_ms": 10.0, "wait_p10_ms": 0.1, "wait_p90_ms": 3.0,
+           "alone_cpu_ms": 20.0, "loop_cpu_ms": 21.0, "alone_cores": 1.9, "loop_cores": 1.6}
+    assert loop.miss(row, 2) == "bursts: the 90th percentile waits 3.00 ms"
+    assert loop.miss({**row, "wait_p10_ms": 0.4}, 2) == \
+        "a floor: even the 10th percentile waits 0.40 ms, 3.3% of the step"
+    assert loop.miss({**row, "loop_cores": 1.85}, 2) == "the cores: 1.85 of 2 busy in the loop"
+    assert loop.miss({**row, "loop_cpu_ms": 25.0}, 2) == "dearer work: 25% more CPU per batch in the loop"
+    assert loop.miss({**row, "capacity_after": 4000.0}, 2) == \
+        "a changing machine: the capacity went from 6,000 to 4,000 images/s over the run"
+    assert loop.miss({**row, "alone_cores": 0.5}, 2) == "only 0.50 of 2 cores busy alone"
+    assert loop.miss({**row, "alone_cores": 0.5, "loop_cores": 1.9}, 2) == \
+        "the cores: 1.90 of 2 busy in the loop; only 0.50 of 2 cores busy alone"
+
+
 @pytest.mark.slow
 def test_quick_run_of_the_training_loop_benchmark(tmp_path):
-    """benchmarks/loop.py --quick: every path runs the simulated loop and lands in the table."""
+    """benchmarks/loop.py --quick: every path measures its capacity, runs the simulated loop at 80%
+    of it and lands in the table."""
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "loop.py"), "--quick", "--out",
                            str(tmp_path)], cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (tmp_path / "loop.md").read_text()
     assert table in proc.stdout
     report = json.loads((tmp_path / "loop.json").read_text())
+    assert report["demand"] == 0.8
     for name in ("batch mode, workers=0", "batch mode, workers=2", "per sample, workers=2", "tf.data"):
         assert f"| {name} |" in table
-        for row in report["runs"][name][0].values():
-            assert row["batches"] > 0 and row["images_per_s"] > 0 and row["wait_ms"] >= 0
+        (row,) = report["runs"][name]
+        assert row["capacity"] > 0 and row["alone_batches"] > 0 and row["alone_cpu_ms"] > 0
+        assert row["batches"] > 0 and row["images_per_s"] > 0 and row["wait_ms"] >= 0 and row["s_ms"] >= 0
+        assert row["demand"] == pytest.approx(0.8 * row["capacity"])
 
 
 @pytest.mark.slow
