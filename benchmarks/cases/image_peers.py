@@ -120,7 +120,7 @@ def ffcv_batches(path, crop: int | None):
     else:
         image = [RandomResizedCropRGBImageDecoder((crop, crop)), RandomHorizontalFlip()]
     loader = Loader(beton, batch_size=IMAGE_BATCH, num_workers=2, order=OrderOption.SEQUENTIAL, drop_last=False,
-                    pipelines={"image": [*image, ToTensor(), ToTorchImage()], "label": [IntDecoder(), ToTensor()]})
+                    os_cache=True, pipelines={"image": [*image, ToTensor(), ToTorchImage()], "label": [IntDecoder(), ToTensor()]})
     return lambda: _image_tally({"image": im, "label": lab} for im, lab in loader)
 
 
