@@ -164,15 +164,17 @@ def _peer_rows() -> dict[tuple[str, str], object]:
 
 def test_the_image_cases_have_ffcv_and_litdata_rows_in_their_own_venvs():
     """Each promised image case has an FFCV and a litdata row, each run by its peer's venv and
-    beside tf.data and ours batch mode, with a target of ours against each."""
+    beside tf.data and ours batch mode, with targets of ours (batch mode, with and without
+    workers) against each."""
     rows = _peer_rows()
     assert all(rows.values()), [key for key, impl in rows.items() if impl is None]
     for (case, peer), impl in rows.items():
         assert impl.python == PEER_VENVS[peer] and not impl.yardstick, (case, peer)
-        assert {(case, "tf.data"), (case, "ours batch mode")} <= _registry(), case
+        assert {(case, "tf.data"), (case, "ours batch mode"), (case, "ours batch mode (workers=0)")} <= _registry()
     targets = _case_targets()
     for case in PEER_CASES:
-        assert {f"ours batch mode >= 1.0x {peer}" for peer in PEER_VENVS} <= targets[case], case
+        assert {f"{ours} >= 1.0x {peer}" for peer in PEER_VENVS
+                for ours in ("ours batch mode", "ours batch mode (workers=0)")} <= targets[case], case
 
 
 def test_a_peer_row_without_its_venv_is_skipped_with_a_note(tmp_path, monkeypatch):
