@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.cases.image_peers import add_image_peers
 from benchmarks.cases.synth import synth_jpegs
 from benchmarks.harness.registry import case, dataset, target, worker
 
@@ -192,6 +193,8 @@ def images_tf(path):
         return _image_tally(tf_image_batches(path).as_numpy_iterator())
     return run
 
+
+add_image_peers("images")
 
 _JPEGS: list = []  # decode-only limit: the JPEGs as uint8 tensors, inherited by the forked pool
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.cases.image_peers import add_image_peers
 from benchmarks.cases.images import IMAGE_BATCH, _image_tally, jpegs_in_memory, on_threads
 from benchmarks.harness.registry import case, dataset, target, worker
 
@@ -158,6 +159,9 @@ def crop_tf(path):
         note="the same with decode_jpeg then crop_to_bounding_box (no crop-window decoding)")
 def crop_tf_full(path):
     return _tf_pipeline(path, fused=False)
+
+
+add_image_peers("images_crop", crop=CROP)
 
 
 @worker("images_crop", "decode-only limit (simplejpeg threads)", yardstick=True,

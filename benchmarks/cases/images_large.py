@@ -10,6 +10,7 @@ decoded on a thread per core into one buffer) as the limit no spelling passes.
 
 from __future__ import annotations
 
+from benchmarks.cases.image_peers import add_image_peers
 from benchmarks.cases.images import (
     IMAGE_BATCH,
     _batched,
@@ -147,6 +148,7 @@ for _name, (_h, _w, _sub, _what) in SHAPES.items():
          short=f"{_name}: {_what} -> uint8 [64, 3, {_h}, {_w}]")
     for _row, (_make, _note) in ROWS.items():
         worker(_name, _row, note=_note)(_make)
+    add_image_peers(_name)
     for _row, (_make, _note) in LIMITS.items():
         worker(_name, _row, note=_note, yardstick=True)(_make)
     for _row, _peer in SAME_PIXELS.items():

@@ -4,6 +4,7 @@ images_crop's 61 KB ones."""
 
 from __future__ import annotations
 
+from benchmarks.cases.image_peers import peer_targets
 from benchmarks.cases.images_crop import CROP
 from benchmarks.harness.registry import CASES, case, dataset, target, worker
 
@@ -44,3 +45,4 @@ for _impl in CASES["images_crop"].impls.values():  # case B's rows, each as imag
 target("images_photo", "ours batch mode (workers=0) >= 1.3x tf.data", "ours batch mode (workers=0)", "tf.data",
        at_least=1.3)
 target("images_photo", "ours batch mode >= 1.3x tf.data", "ours batch mode", "tf.data", at_least=1.3)
+peer_targets("images_photo")

@@ -61,6 +61,9 @@ REQUIRED = {
     ("convert_scale", "dask 2 workers"),
     ("remote_open", "ours, index files"),
 }
+# The image cases with FFCV and litdata rows, each under its own venv (benchmarks/venvs/ffcv, .../litdata).
+PEER_CASES = ["images", "images_crop", "images_photo", "images_500", "images_1024"]
+PEER_VENVS = {"FFCV": "ffcv", "litdata": "litdata"}
 THROUGHPUT_UNITS = ("GB/s", "MB/s", "records/s", "images/s")
 # Rows that import neither TensorFlow nor torch: a fresh process each costs well under a second.
 LIGHT = ["framing_1mib/ours", "framing_1mib/baseline: readinto", "parse_small/ours",
@@ -146,6 +149,59 @@ def _check_report(out, proc, expected: set[tuple[str, str]], skipped=frozenset()
 
 def test_registry_holds_the_promised_rows():
     assert REQUIRED <= _registry()
+
+
+def _peer_rows() -> dict[tuple[str, str], object]:
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness import registry
+
+        registry.load_cases()
+        return {(case, peer): registry.CASES[case].impls.get(peer) for case in PEER_CASES for peer in PEER_VENVS}
+    finally:
+        sys.path.remove(ROOT)
+
+
+def test_the_image_cases_have_ffcv_and_litdata_rows_in_their_own_venvs():
+    """Each promised image case has an FFCV and a litdata row, each run by its peer's venv and
+    beside tf.data and ours batch mode, with targets of ours (batch mode, with and without
+    workers) against each."""
+    rows = _peer_rows()
+    assert all(rows.values()), [key for key, impl in rows.items() if impl is None]
+    for (case, peer), impl in rows.items():
+        assert impl.python == PEER_VENVS[peer] and not impl.yardstick, (case, peer)
+        assert {(case, "tf.data"), (case, "ours batch mode"), (case, "ours batch mode (workers=0)")} <= _registry()
+    targets = _case_targets()
+    for case in PEER_CASES:
+        assert {f"{ours} >= 1.0x {peer}" for peer in PEER_VENVS
+                for ours in ("ours batch mode", "ours batch mode (workers=0)")} <= targets[case], case
+
+
+def test_a_peer_row_without_its_venv_is_skipped_with_a_note(tmp_path, monkeypatch):
+    """Where benchmarks/venvs/ffcv or .../litdata is not installed (as in CI), the row is skipped
+    with the note naming the missing interpreter, and no process is started."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness import registry, runner
+
+        registry.load_cases()
+        monkeypatch.setattr(registry, "VENVS", str(tmp_path))
+        monkeypatch.setattr(runner, "run_subprocess", lambda *a, **k: pytest.fail("a process was started"))
+        logged: list[str] = []
+        for case in PEER_CASES:
+            c = registry.CASES[case]
+            plan = runner.Plan(files={c.dataset: ("unused.tfrecord", {"records": 1})}, size="tiny",
+                               corrupt="unused", scratch=str(tmp_path), log_dir=str(tmp_path), repeats=None,
+                               timeout=1, log=logged.append, datasets=registry.DATASETS)
+            for peer, venv in PEER_VENVS.items():
+                row = runner.run_row(c, c.impls[peer], plan)
+                missing = os.path.join(str(tmp_path), venv, "bin", "python")
+                assert row["skipped"] == (f"skipped: its interpreter {missing} is missing "
+                                          "(see benchmarks/venvs/README.md)"), (case, peer)
+                assert "throughput" not in row and "error" not in row, (case, peer)
+        assert len(logged) == len(PEER_CASES) * len(PEER_VENVS)
+    finally:
+        sys.path.remove(ROOT)
 
 
 @pytest.mark.slow  # a subprocess per row: about 9 s of CPU
