@@ -149,3 +149,20 @@ def kill_a_worker_mid_epoch(it):
         os.kill(it._workers[1].pid, signal.SIGKILL)
         for _ in it:
             pass
+
+
+def count_fd_receipts(monkeypatch):
+    """Storages this process receives as file descriptors from now on (a
+    socket round trip with the sender each). Workers forked before keep the
+    plain function to name in what they send."""
+    import torch.multiprocessing.reductions as reductions
+
+    calls = []
+    rebuild = reductions.rebuild_storage_fd
+
+    def counting(*args):
+        calls.append(args)
+        return rebuild(*args)
+
+    monkeypatch.setattr(reductions, "rebuild_storage_fd", counting)
+    return calls

@@ -63,7 +63,7 @@ def _frames_dataset(path, **options):
                                               "audio": RawTensor(dtype="uint8", shape=(128,))}, **options)
 
 
-def _frames_loader(path, threads: int | None):
+def _frames_loader(path, threads: int | None, workers: int = 0, persistent: bool = False):
     import functools
 
     import torch
@@ -74,7 +74,11 @@ def _frames_loader(path, threads: int | None):
     if threads is not None:
         torch.set_num_threads(threads)
     collate = functools.partial(pad_collate, sequences=["rgb", "audio", "labels"])
-    return lambda: _frames_tally(DataLoader(_frames_dataset(path), batch_size=YT_BATCH, collate_fn=collate))
+    ds = _frames_dataset(path)
+    if persistent:
+        loader = DataLoader(ds, batch_size=YT_BATCH, collate_fn=collate, num_workers=workers, persistent_workers=True)
+        return lambda: _frames_tally(loader)
+    return lambda: _frames_tally(DataLoader(ds, batch_size=YT_BATCH, collate_fn=collate, num_workers=workers))
 
 
 @worker("yt8m_padded", "ours",
@@ -89,6 +93,19 @@ def frames_ours(path):
         note="the same after torch.set_num_threads(1)")
 def frames_ours_one_thread(path):
     return _frames_loader(path, 1)
+
+
+@worker("yt8m_padded", "ours, 2 workers",
+        note="the same with num_workers=2 (workers forked each pass): each padded batch made in shared memory "
+             "the worker uses again")
+def frames_ours_workers(path):
+    return _frames_loader(path, None, 2)
+
+
+@worker("yt8m_padded", "ours, 2 persistent workers",
+        note="the same DataLoader made once with persistent_workers=True, iterated each pass")
+def frames_ours_persistent(path):
+    return _frames_loader(path, None, 2, persistent=True)
 
 
 @worker("yt8m_padded", "ours batch mode",
@@ -127,6 +144,8 @@ def frames_tf(path):
 
 target("yt8m_padded", "ours >= 1.0x tf.data padded_batch", "ours", "tf.data padded_batch", at_least=1.0)
 target("yt8m_padded", "ours torch threads=1 >= 1.0x tf.data padded_batch", "ours torch threads=1",
+       "tf.data padded_batch", at_least=1.0)
+target("yt8m_padded", "ours, 2 persistent workers >= 1.0x tf.data padded_batch", "ours, 2 persistent workers",
        "tf.data padded_batch", at_least=1.0)
 
 

@@ -29,10 +29,10 @@ from tfrecord_torch.data.transport.byvalue import by_value_in_worker
 from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype
 from tfrecord_torch.data.workerheap import keep_for_batches
-from tfrecord_torch.features.collate import detection_lists
+from tfrecord_torch.features.collate import BatchMemory, detection_lists, use_batch_memory
 from tfrecord_torch.features.items import Item, collate_items
 
-__all__ = ["collate_worker_items", "detection_collate", "stack_on_this_thread"]
+__all__ = ["WorkerBatchMemory", "collate_worker_items", "detection_collate", "stack_on_this_thread"]
 
 _STACKER = Stacker()
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: torch copies fewer elements than this on the calling thread
@@ -117,4 +117,25 @@ def _stacks_contiguously(shape: tuple[int, ...], strides: tuple[int, ...], dtype
     return pair.stride() == torch.empty((2, *shape), dtype=dtype, device="meta").stride()
 
 
+class WorkerBatchMemory(BatchMemory):
+    """:func:`~tfrecord_torch.pad_collate`'s batches in a DataLoader worker:
+    each padded batch made over a reused shared-memory segment of its key's
+    own (:meth:`Stacker.empty`: a padded batch's shape differs from batch to
+    batch, so a segment may be longer than the batch) and its small tensors
+    (lengths, sizes) sent by value, where torch would make a new segment for
+    each tensor of each batch and pass its file descriptor in a socket round
+    trip. In the main process, plain tensors."""
+
+    def empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if torch.utils.data.get_worker_info() is not None:
+            out = _STACKER.empty(("padded", key), shape, dtype)
+            if out is not None:
+                return out
+        return torch.empty(shape, dtype=dtype)
+
+    def finish(self, batch: dict) -> dict:
+        return inline_small(batch)
+
+
 default_collate_fn_map[Item] = collate_worker_items
+use_batch_memory(WorkerBatchMemory())

@@ -8,7 +8,32 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["detection_lists", "pad_collate", "sequence_collate"]
+__all__ = ["BatchMemory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
+
+
+class BatchMemory:
+    """Where :func:`pad_collate` makes its padded batches, and what it does
+    with a batch before returning it: plain tensors here. The datasets'
+    layer installs one that, in a DataLoader worker, pads into shared
+    memory the worker uses again and sends small tensors by value
+    (:func:`use_batch_memory`)."""
+
+    def empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialized tensor of ``shape`` and ``dtype`` for ``key``'s padded batch."""
+        return torch.empty(shape, dtype=dtype)
+
+    def finish(self, batch: dict) -> dict:
+        """The batch ``pad_collate`` returns."""
+        return batch
+
+
+_MEMORY = BatchMemory()
+
+
+def use_batch_memory(memory: BatchMemory) -> None:
+    """Make :func:`pad_collate`'s batches with ``memory`` from now on, in this process."""
+    global _MEMORY
+    _MEMORY = memory
 
 
 def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: int = 0,
@@ -35,9 +60,20 @@ def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: 
     under ``keys``) and lists of them pass through as lists, one per record.
 
     Use with ``functools.partial(pad_collate, keys=(...), mask_value=...)``.
+
+    In a DataLoader worker (this package's datasets imported), each padded
+    sequence batch is made in shared memory the worker uses again once the
+    main process lets go of the batch, and the small tensors (lengths, labels)
+    travel inside the worker's message: torch would otherwise copy each tensor
+    of each batch into a new shared-memory segment. The main process gets
+    the same plain tensors.
     """
     if not batch:
         return {}
+    return _MEMORY.finish(_padded(batch, keys, value, mask_value, sequences))
+
+
+def _padded(batch: list, keys: Sequence[str], value: int, mask_value: int, sequences: Sequence[str] | None) -> dict:
     out: dict[str, Any] = {}
     for key in batch[0]:
         values = [item[key] for item in batch]
@@ -124,7 +160,7 @@ def _pad_sequences(key: str, values: list, value: int) -> dict:
     if len({v.shape[1:] for v in values}) != 1:
         raise ValueError(f"pad_collate: the steps of {key!r} differ in shape: {sorted({tuple(v.shape) for v in values})}")
     longest = int(lengths.max()) if len(values) else 0
-    padded = _pad_rows(values, longest, value)
+    padded = _pad_rows(key, values, longest, value)
     if padded is None:  # values NumPy cannot view: torch copies row by row
         padded = values[0].new_full((len(values), longest, *values[0].shape[1:]), value)
         for i, v in enumerate(values):
@@ -132,10 +168,11 @@ def _pad_sequences(key: str, values: list, value: int) -> dict:
     return {key: padded, f"{key}_length": lengths}
 
 
-def _pad_rows(values: list, longest: int, value: int) -> torch.Tensor | None:
+def _pad_rows(key: str, values: list, longest: int, value: int) -> torch.Tensor | None:
     """[B, longest, ...]: each value's steps, then ``value``, copied by NumPy
-    on the calling thread; None where a value has no NumPy view (a dtype
-    NumPy lacks, a tensor that needs grad, not on the CPU, a subclass).
+    on the calling thread into the batch memory's tensor for ``key``; None
+    where a value has no NumPy view (a dtype NumPy lacks, a tensor that needs
+    grad, not on the CPU, a subclass).
 
     torch copies and fills tensors of more than 32,768 elements on its
     OpenMP team, and an indexed scatter fans out even on small ones: a fork
@@ -151,7 +188,7 @@ def _pad_rows(values: list, longest: int, value: int) -> torch.Tensor | None:
         arrays = [v.numpy() for v in values]
     except (TypeError, RuntimeError):  # bfloat16 and others; conj / neg bits
         return None
-    out = torch.empty((len(values), longest, *first.shape[1:]), dtype=first.dtype)
+    out = _MEMORY.empty(key, (len(values), longest, *first.shape[1:]), first.dtype)
     rows = out.numpy()
     for row, array in zip(rows, arrays):
         row[:len(array)] = array

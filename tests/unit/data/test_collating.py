@@ -13,17 +13,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import kill_a_worker_mid_epoch, png_bytes
+from helpers import count_fd_receipts, kill_a_worker_mid_epoch, png_bytes
 from torch.utils.data import DataLoader, default_collate
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from tfrecord_torch import Image, Int64, RecordWriter, TFRecordDataset, make_example, presets
+from tfrecord_torch import (
+    Float,
+    Image,
+    Int64,
+    RawTensor,
+    RecordWriter,
+    TFRecordDataset,
+    make_example,
+    make_sequence_example,
+    pad_collate,
+    presets,
+)
 from tfrecord_torch.data.collating import stack_on_this_thread
 from tfrecord_torch.data.transport.shipped import _MAPPED, SLOTS
 from tfrecord_torch.data.transport.stacking import Stacker
-
-from .transport.test_shipped import count_fd_receipts
 
 
 def _write(path, n, size=(24, 32), bad=()):
@@ -324,3 +333,48 @@ def test_main_process_batches_start_no_openmp_team(tmp_path):
     if control == 0:
         pytest.skip("torch.stack starts no thread of its own here (torch without OpenMP threads)")
     assert (batches, ours, threads) == (3, 0, 2)
+
+
+def _sequences(path, n=64):
+    rng = np.random.default_rng(1)
+    with RecordWriter(path) as w:
+        for i in range(n):
+            t = int(rng.integers(3, 41))
+            rgb = rng.integers(0, 256, (t, 16), dtype=np.uint8)
+            w.write(make_sequence_example({"label": i}, {"rgb": [f.tobytes() for f in rgb],
+                                                        "audio": rng.random((t, 2), dtype=np.float32)}))
+    return TFRecordDataset(path, features={"label": Int64()},
+                           sequence_features={"rgb": RawTensor(dtype="uint8", shape=(16,)), "audio": Float(shape=(2,))})
+
+
+def test_pad_collate_in_workers_pads_into_reused_segments(tmp_path, monkeypatch):
+    """pad_collate in a DataLoader worker pads each batch into a shared-memory
+    segment the worker uses again (a batch's length differs from the last
+    one's) and sends the lengths by value: the batches equal the main
+    process's, plain tensors, and the main process receives a file descriptor
+    per segment, not one per tensor per batch."""
+    import functools
+
+    ds = _sequences(tmp_path / "s.tfrecord")
+    collate = functools.partial(pad_collate, sequences=["rgb", "audio"])
+    alone = list(DataLoader(ds, batch_size=4, collate_fn=collate))
+    assert len(alone) == 16 and len({b["rgb"].shape[1] for b in alone}) > 5
+    loader = DataLoader(ds, batch_size=4, collate_fn=collate, num_workers=2, persistent_workers=True)
+    it = iter(loader)  # the workers start
+    receipts = count_fd_receipts(monkeypatch)
+    received: list[int] = []
+    for epoch in range(3):
+        wanted = {int(b["label"][0]): b for b in alone}  # the workers' batches interleave
+        firsts = []
+        for batch in it if epoch == 0 else loader:  # each compared, then let go
+            firsts.append(int(batch["label"][0]))
+            want = wanted[firsts[-1]]
+            assert want.keys() == batch.keys()
+            for key, value in want.items():
+                assert type(batch[key]) is torch.Tensor, key
+                assert (batch[key].dtype, batch[key].shape) == (value.dtype, value.shape), key
+                assert torch.equal(batch[key], value), key
+        assert sorted(firsts) == sorted(wanted)
+        received.append(len(receipts) - sum(received))
+    assert received[0] <= 2 * 2 * 2 * SLOTS  # 2 workers x 2 keys: the segments, each with its flags
+    assert received[1:] == [0, 0]  # then the same segments again

@@ -248,18 +248,35 @@ class SharedBuffers:
         self._lock = threading.Lock()
         self._flags: torch.Tensor | None = None
         self._segments: list[tuple[torch.Tensor, np.ndarray] | None] = []
+        self._longest: dict[np.dtype, int] = {}  # per dtype, the longest segment a grow take made
         self.reused = self.allocated = 0
 
-    def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool) -> tuple[torch.Tensor, Any]:
+    def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool, *, grow: bool = False
+             ) -> tuple[torch.Tensor, Any]:
         """A shared-memory tensor of ``shape`` no one refers to (zero-filled
-        if ``zero``), and what :meth:`ship` needs to send it again later."""
+        if ``zero``), and what :meth:`ship` needs to send it again later.
+
+        ``grow``: the tensor is the start of a flat segment of ``dtype`` at
+        least that long (a new one a quarter longer than asked, and no
+        shorter than the longest made before), so that batches whose shapes
+        differ (padded to each batch's longest) use the same segments again."""
         dtype = np.dtype(dtype)
+        numel = int(np.prod(shape))
+        if grow:
+            def fits(array: np.ndarray) -> bool:
+                return array.ndim == 1 and array.dtype == dtype and array.size >= numel
+            made: tuple[int, ...] = (numel + numel // 4,)
+        else:
+            def fits(array: np.ndarray) -> bool:
+                return array.shape == tuple(shape) and array.dtype == dtype
+            made = tuple(shape)
         with self._lock:
             if self._pid != os.getpid():
                 self._pid, self._segments = os.getpid(), [None] * self.slots
                 self._keys: list[tuple[int, int]] = []
                 weakref.finalize(self, _retire, self._keys)  # the receiver lets go of them too
                 self._flags = _shared(torch.zeros(self.slots, dtype=torch.int32))
+                self._longest = {}
                 self.reused = self.allocated = 0
             flags = self._flags
             assert flags is not None
@@ -268,12 +285,16 @@ class SharedBuffers:
             free = [k for k in range(self.slots) if self._unheld(k) and int(flags[k]) == 0]
             for k in free:
                 held = self._segments[k]
-                if held is not None and held[1].shape == tuple(shape) and held[1].dtype == dtype:
+                if held is not None and fits(held[1]):
                     self.reused += 1
+                    array = held[1][:numel].reshape(shape) if grow else held[1]
                     if zero:
-                        held[1].fill(0)
-                    return torch.from_numpy(held[1]), (held[0], flags, k)
-            segment = _shared(torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype), shape)
+                        array.fill(0)
+                    return torch.from_numpy(array), (held[0], flags, k)
+            if grow:  # no shorter than the longest before: the next batches fit it too
+                made = (max(made[0], self._longest.get(dtype, 0)),)
+                self._longest[dtype] = made[0]
+            segment = _shared(torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype), made)
             self.allocated += 1
             array = segment.numpy()
             if free:
@@ -284,8 +305,8 @@ class SharedBuffers:
                     _retire([old[0]._key])  # type: ignore[attr-defined]
                 self._keys.append(segment._key)  # type: ignore[attr-defined]
                 self._segments[free[0]] = (segment, array)
-                return torch.from_numpy(array), (segment, flags, free[0])
-            return torch.from_numpy(array), None
+                return torch.from_numpy(array[:numel].reshape(shape) if grow else array), (segment, flags, free[0])
+            return torch.from_numpy(array[:numel].reshape(shape) if grow else array), None
 
     def _unheld(self, k: int) -> bool:
         held = self._segments[k]

@@ -56,10 +56,7 @@ class Stacker:
         if len(values) * first.numel() * first.element_size() <= INLINE_BYTES:
             small = torch.stack(values, 0)
             return small.as_subclass(Inline) if type(small) is torch.Tensor else None
-        with self._lock:
-            pool = self._pools.get(key)
-            if pool is None:
-                pool = self._pools[key] = SharedBuffers(self.slots)
+        pool = self._pool(key)
         out, token = pool.take((len(values), *first.shape), dtype, zero=False)
         if token is None:  # every segment still held: default_collate's fresh one costs no extra copy
             return None
@@ -67,6 +64,27 @@ class Stacker:
         if type(stacked) is not torch.Tensor:  # a subclass torch.stack keeps (tv_tensors' return type setting)
             return None
         return pool.ship(out, token)
+
+
+    def empty(self, key: object, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        """An uninitialized tensor of ``shape`` to send to the main process,
+        over a reused segment of ``key``'s pool that may be longer (a padded
+        batch: its shape differs from batch to batch); None when every
+        segment is still held or ``dtype`` has no NumPy equivalent."""
+        try:
+            numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
+            return None
+        pool = self._pool(key)
+        out, token = pool.take(shape, numpy_dtype, zero=False, grow=True)
+        return None if token is None else pool.ship(out, token)
+
+    def _pool(self, key: object) -> SharedBuffers:
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = SharedBuffers(self.slots)
+            return pool
 
 
 def stackable_dtype(values: list) -> np.dtype | None:

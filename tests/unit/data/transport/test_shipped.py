@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's reductions with ForkingPickler
-from helpers import in_threads, kill_a_worker_mid_epoch, png_bytes
+from helpers import count_fd_receipts, in_threads, kill_a_worker_mid_epoch, png_bytes
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
@@ -112,6 +112,31 @@ def test_untracked_when_every_slot_is_held():
     assert token is None  # the slot's segment is still held: a fresh one, not kept
 
 
+def test_a_growing_pool_uses_a_longer_segment_again_for_a_shorter_batch():
+    """grow=True: a batch of another shape takes a free segment of its dtype
+    that is long enough; a longer one gets a new segment a quarter longer
+    than asked. Each arrives with its own shape and values."""
+    buffers = SharedBuffers(slots=2)
+    first, token = buffers.take((2, 10, 4), np.uint8, zero=False, grow=True)
+    assert first.shape == (2, 10, 4) and first.is_contiguous()
+    first.fill_(3)
+    got = send(buffers.ship(first, token))
+    assert got.shape == (2, 10, 4) and bool((got == 3).all())
+    del first, got
+    gc.collect()
+    shorter, token = buffers.take((2, 7, 4), np.uint8, zero=False, grow=True)
+    assert (buffers.reused, buffers.allocated) == (1, 1) and shorter.shape == (2, 7, 4)
+    shorter.fill_(5)
+    got = send(buffers.ship(shorter, token))
+    assert got.shape == (2, 7, 4) and bool((got == 5).all())
+    del shorter, got
+    gc.collect()
+    longer, _ = buffers.take((2, 13, 4), np.uint8, zero=False, grow=True)  # 104 > the 100 the first holds
+    assert (buffers.reused, buffers.allocated) == (1, 2) and longer.shape == (2, 13, 4)
+    other, _ = buffers.take((2, 7, 4), np.float32, zero=False, grow=True)  # another dtype: its own segment
+    assert other.dtype == torch.float32 and buffers.allocated == 3
+
+
 def test_zero_fill_on_a_reused_segment():
     buffers = SharedBuffers(slots=1)
     batch, _ = taken(buffers, 200)
@@ -197,23 +222,6 @@ def test_a_plain_view_sent_first_moves_the_batch_and_it_is_sent_as_a_copy():
     assert int(flags[slot]) == 0 and bool((got == 4).all())
     segment.fill_(8)
     assert bool((got == 4).all())
-
-
-def count_fd_receipts(monkeypatch):
-    """Storages this process receives as file descriptors from now on (a
-    socket round trip with the sender each). Workers forked before keep the
-    plain function to name in what they send."""
-    import torch.multiprocessing.reductions as reductions
-
-    calls = []
-    rebuild = reductions.rebuild_storage_fd
-
-    def counting(*args):
-        calls.append(args)
-        return rebuild(*args)
-
-    monkeypatch.setattr(reductions, "rebuild_storage_fd", counting)
-    return calls
 
 
 def test_a_reused_segment_is_passed_to_the_main_process_once(tmp_path, monkeypatch):
