@@ -5,7 +5,6 @@ in the log of a real S3 endpoint on 127.0.0.1, moto's server), and the same reco
 import gzip
 import logging
 import threading
-import urllib.parse
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.records.index import writer_index_path
 
-from .test_remote import S3, cache, s3  # noqa: F401 - the fixtures
+from .test_remote import S3, Overlap, cache, is_listing, s3  # noqa: F401 - the fixtures
 
 SHARDS = 12
 COUNTS = [5] * (SHARDS - 1) + [3]
@@ -56,39 +55,6 @@ def _opened(s3, make):  # noqa: F811
 def _shard_reads(requests):
     return [r for r in requests if r[0] == "GET" and "/open/data-train.tfrecord-" in r[1]
             and not r[1].endswith(".index")]
-
-
-class Overlap:
-    """Holds the answer to the first request ``held`` picks until one
-    ``awaited`` picks comes in (at most ``timeout`` s): :attr:`overlapped`
-    says whether it came while the first was unanswered (a serial client
-    sends it only after the first answer). Each pick gets ``(method, path,
-    query)``, the query parsed."""
-
-    def __init__(self, s3, monkeypatch, held, awaited, timeout: float = 5.0) -> None:  # noqa: F811
-        self.came = threading.Event()
-        self.overlapped: bool | None = None
-        self._lock = threading.Lock()
-        app = s3.app
-
-        def wrapped(environ, start_response):
-            request = (environ["REQUEST_METHOD"], environ["PATH_INFO"],
-                       urllib.parse.parse_qs(environ.get("QUERY_STRING", "")))
-            with self._lock:
-                hold = self.overlapped is None and held(*request)
-                if hold:
-                    self.overlapped = False
-                elif awaited(*request):
-                    self.came.set()
-            if hold:
-                self.overlapped = self.came.wait(timeout)
-            return app(environ, start_response)
-
-        monkeypatch.setattr(s3, "app", wrapped)
-
-
-def is_listing(method, path, query) -> bool:
-    return method == "GET" and path.strip("/") == "bucket" and "prefix" in query
 
 
 def test_the_index_folder_is_listed_beside_the_shards(s3, so, cache, remote, monkeypatch):  # noqa: F811
