@@ -39,6 +39,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -174,6 +175,7 @@ def main() -> None:
                         help="cache: ShardCache in a fresh folder per run; ranges: cache=None")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench-output"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # killed: the servers stop, the files go (finally)
     sys.path.insert(0, ROOT)
     from benchmarks.bucket import options, start_moto, start_proxy
 
