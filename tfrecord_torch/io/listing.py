@@ -122,8 +122,6 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
     """Files matching paths, globs and folders, local or remote, with what the listing
     learned about each remote object. A glob or a folder is one listing; explicit remote
     files in one folder are checked by one listing of that folder, not one request each."""
-    import glob as globlib
-
     items = _path_items(patterns)
     parents = _likely_parents(items)
     if not parents:
