@@ -88,8 +88,8 @@ def _child(case: dict) -> None:
         seen += len(batch["label"])
     t3 = time.time()
     del loader
-    if seen != RECORDS:
-        raise SystemExit(f"read {seen} records, expected {RECORDS}")
+    if seen != case["records"]:
+        raise SystemExit(f"read {seen} records, expected {case['records']}")
     phases: dict = {p: {} for p in PHASES}
     if remote:
         for at, kind in proxy("/__log"):
@@ -115,15 +115,15 @@ def _control(port: int, path: str):
         return json.loads(r.read())
 
 
-def _write(target: str, opts: dict | None, shards: int) -> None:
+def _write(target: str, opts: dict | None, shards: int, records: int) -> None:
     import numpy as np
 
     import tfrecord_torch as tt
 
     rng = np.random.default_rng(0)
     blobs = [rng.integers(0, 256, RECORD_BYTES, dtype=np.uint8).tobytes() for _ in range(16)]
-    with tt.ShardedWriter(target, name="s", max_records=RECORDS // shards, storage_options=opts) as w:
-        for i in range(RECORDS):
+    with tt.ShardedWriter(target, name="s", max_records=records // shards, storage_options=opts) as w:
+        for i in range(records):
             w.write(tt.make_example({"data": blobs[i % 16], "label": i}))
 
 
@@ -166,6 +166,7 @@ def main() -> None:
     parser.add_argument("--trees", default=f"this={ROOT}",
                         help="name=path,... : package trees whose runs alternate (each on PYTHONPATH)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--records", type=int, default=RECORDS, help="records in all (a multiple of each --shards)")
     parser.add_argument("--latencies", default="0.02")
     parser.add_argument("--shards", default="8,64")
     parser.add_argument("--workers", default="0,2")
@@ -200,8 +201,8 @@ def main() -> None:
         for n in map(int, args.shards.split(",")):
             local = os.path.join(work, f"local-{n}")
             os.makedirs(local)
-            _write(local, None, n)
-            _write(f"s3://bench/s{n}", direct, n)
+            _write(local, None, n, args.records)
+            _write(f"s3://bench/s{n}", direct, n, args.records)
             s3fs.S3FileSystem(**direct).get(f"bench/s{n}/", os.path.join(mirror, "bench", f"s{n}") + "/",
                                             recursive=True)
             names = sorted(f for f in os.listdir(local) if ".tfrecord-" in f)
@@ -228,7 +229,7 @@ def main() -> None:
                     local, remote = sets[n]
                     spec = {"paths": local if variant == "local" else remote, "so": so, "port": port,
                             "variant": variant, "workers": w, "shuffle": order == "shuffled", "kind": kind,
-                            "cache_dir": cache_dir}
+                            "cache_dir": cache_dir, "records": args.records}
                     env = {**os.environ, "PYTHONPATH": trees[name],
                            "TFRECORD_TORCH_CACHE": tempfile.mkdtemp(prefix="index-", dir=work)}
                     got = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
@@ -247,10 +248,10 @@ def main() -> None:
              f"{platform.python_version()}; load average at the start {load_start[0]:.1f}, {load_start[1]:.1f}, "
              f"{load_start[2]:.1f}; at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}",
              "Command: `nice -n 10 .venv/bin/python " + shlex.join(["benchmarks/startup.py", *sys.argv[1:]]) + "`",
-             f"Data: {RECORDS:,} records of {RECORD_BYTES // 1000} KB with index objects; batches of {BATCH}; "
+             f"Data: {args.records:,} records of {RECORD_BYTES // 1000} KB with index objects; batches of {BATCH}; "
              f"medians of {args.rounds} round(s); trees: " + ", ".join(f"{k} ({v})" for k, v in trees.items()),
              "", "| shards | workers | order | mode | storage | latency | tree | open s | first batch s | "
-                 "open + first | target | 1,600 records s | local / this | requests by phase |",
+                 "open + first | target | all records s | local / this | requests by phase |",
              "|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for (case, name), runs in results.items():
         n, w, order, kind, variant, lat = case
