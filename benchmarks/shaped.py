@@ -16,7 +16,10 @@ It prints the port it listens on. ``GET /__stats`` answers the GETs seen so
 far and the body bytes sent in answer to them as JSON (``{"gets": n,
 "shard_gets": n, "bytes": n, "shard_bytes": n}``; shard GETs: paths holding
 ``.tfrecord-`` and not ``.index``, whole objects and ranges alike) without
-reaching the server. The
+reaching the server, and ``kinds``: every request counted by kind
+(``LIST``, ``HEAD``, ``GET index``, ``GET data``, ``GET other``, ``PUT``,
+...; see :func:`kind_of`). ``GET /__log`` answers each request seen since
+the last ``/__log`` as ``[seconds since the epoch it came in, kind]``. The
 latency and bandwidth can be changed while it runs: ``GET /__shape?latency=
 0.05&bandwidth=1e8``.
 """
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import time
 import urllib.parse
 
 
@@ -35,11 +39,33 @@ class Shape:
         self.latency, self.bandwidth = latency, bandwidth
         self.gets = self.shard_gets = 0
         self.bytes = self.shard_bytes = 0  # body bytes sent in answer to GETs
+        self.kinds: dict[str, int] = {}  # requests by kind_of
+        self.log: list[tuple[float, str]] = []  # (time.time() it came in, kind) since the last /__log
+
+    def seen(self, method: str, target: str) -> None:
+        kind = kind_of(method, target)
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        self.log.append((time.time(), kind))
 
     def sent(self, shard: bool, count: int) -> None:
         self.bytes += count
         if shard:
             self.shard_bytes += count
+
+
+def kind_of(method: str, target: str) -> str:
+    """A request's kind: ``LIST`` (a GET of a bucket with a query: a
+    listing), ``GET index`` (an object whose name holds ``.index``), ``GET
+    data`` (any other object), ``HEAD``, or the method and ``other``."""
+    path, _, query = target.partition("?")
+    is_object = "/" in path.strip("/")
+    if method == "GET" and not is_object:
+        return "LIST" if query else "GET other"
+    if method == "GET":
+        return "GET index" if ".index" in path else "GET data"
+    if method == "HEAD":
+        return "HEAD"
+    return f"{method} other"
 
 
 def _control(line: bytes, shape: Shape) -> bytes | None:
@@ -52,9 +78,14 @@ def _control(line: bytes, shape: Shape) -> bytes | None:
         query = urllib.parse.parse_qs(url.query)
         shape.latency = float(query.get("latency", [shape.latency])[0])
         shape.bandwidth = float(query.get("bandwidth", [shape.bandwidth])[0])
+    if url.path == "/__log":
+        log, shape.log = shape.log, []
+        body = json.dumps(log).encode()
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     body = json.dumps({"gets": shape.gets, "shard_gets": shape.shard_gets, "bytes": shape.bytes,
                        "shard_bytes": shape.shard_bytes, "latency": shape.latency,
-                       "bandwidth": shape.bandwidth}).encode()
+                       "bandwidth": shape.bandwidth, "kinds": shape.kinds}).encode()
     return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
@@ -148,6 +179,7 @@ async def _serve(client_reader: asyncio.StreamReader, client_writer: asyncio.Str
                 client_writer.write(control)
                 await client_writer.drain()
                 return
+            shape.seen(method, target)
             shard = ".tfrecord-" in target and ".index" not in target
             if method == "GET":
                 shape.gets += 1

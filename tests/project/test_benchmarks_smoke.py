@@ -435,3 +435,17 @@ def test_small_run_of_the_first_epoch_benchmark():
                                              proc.stdout).groups())
     # epoch 1 reads by range requests (no shard cache): some ranges overlap, but no scan of the shards on top
     assert 1.0 <= zero <= 1.05 and one < 1.5, proc.stdout
+
+
+@pytest.mark.slow
+def test_small_run_of_the_startup_benchmark(tmp_path):
+    """benchmarks/startup.py on 128 records: each bucket row counts its
+    open's listing and index objects at the proxy, and reads every record."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "startup.py"), "--rounds", "1",
+                           "--records", "128", "--shards", "8", "--workers", "0", "--orders", "in order",
+                           "--kinds", "batch", "--variants", "ranges", "--out", str(tmp_path)],
+                          cwd=ROOT, check=False, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 8 | 0 | in order | batch | ranges |")]
+    assert len(rows) == 1 and "open: 2 LIST" in rows[0] and "8 GET index" in rows[0], proc.stdout

@@ -5,6 +5,7 @@ import http.server
 import json
 import os
 import threading
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,39 @@ class S3:
 
     def close(self) -> None:
         self.server.shutdown()
+
+
+class Overlap:
+    """Holds the answer to the first request ``held`` picks until one
+    ``awaited`` picks comes in (at most ``timeout`` s): :attr:`overlapped`
+    says whether it came while the first was unanswered (a serial client
+    sends it only after the first answer). Each pick gets ``(method, path,
+    query)``, the query parsed."""
+
+    def __init__(self, s3, monkeypatch, held, awaited, timeout: float = 5.0) -> None:  # noqa: F811
+        self.came = threading.Event()
+        self.overlapped: bool | None = None
+        self._lock = threading.Lock()
+        app = s3.app
+
+        def wrapped(environ, start_response):
+            request = (environ["REQUEST_METHOD"], environ["PATH_INFO"],
+                       urllib.parse.parse_qs(environ.get("QUERY_STRING", "")))
+            with self._lock:
+                hold = self.overlapped is None and held(*request)
+                if hold:
+                    self.overlapped = False
+                elif awaited(*request):
+                    self.came.set()
+            if hold:
+                self.overlapped = self.came.wait(timeout)
+            return app(environ, start_response)
+
+        monkeypatch.setattr(s3, "app", wrapped)
+
+
+def is_listing(method, path, query) -> bool:
+    return method == "GET" and path.strip("/") == "bucket" and "prefix" in query
 
 
 def _cut(body):

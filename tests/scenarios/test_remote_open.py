@@ -4,6 +4,7 @@ in the log of a real S3 endpoint on 127.0.0.1, moto's server), and the same reco
 
 import gzip
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from tfrecord_torch import (
 )
 from tfrecord_torch.records.index import writer_index_path
 
-from .test_remote import S3, cache, s3  # noqa: F401 - the fixtures
+from .test_remote import S3, Overlap, cache, is_listing, s3  # noqa: F401 - the fixtures
 
 SHARDS = 12
 COUNTS = [5] * (SHARDS - 1) + [3]
@@ -54,6 +55,55 @@ def _opened(s3, make):  # noqa: F811
 def _shard_reads(requests):
     return [r for r in requests if r[0] == "GET" and "/open/data-train.tfrecord-" in r[1]
             and not r[1].endswith(".index")]
+
+
+def test_the_index_folder_is_listed_beside_the_shards(s3, so, cache, remote, monkeypatch):  # noqa: F811
+    """Named shards and their index folder are listed at once: the second
+    listing leaves before the first is answered (one round trip, not two)."""
+    overlap = Overlap(s3, monkeypatch, is_listing, is_listing)
+    ds, requests = _opened(s3, lambda: TFRecordDataset(remote, storage_options=so))
+    listings = [r for r in requests if r[0] == "GET" and r[1].strip("/") == "bucket"]
+    assert len(listings) == 2 and overlap.overlapped
+    assert [len(i) for i in ds.indexes] == COUNTS  # each index from its object, none scanned
+    assert _shard_reads(requests) == []
+
+
+class InFlight:
+    """Holds each request ``picked`` picks until ``expected`` of them have
+    come in (at most ``timeout`` s in all): :attr:`most` is the largest
+    number in flight at once."""
+
+    def __init__(self, s3, monkeypatch, picked, expected: int, timeout: float = 5.0) -> None:  # noqa: F811
+        self.most = self._now = self._came = 0
+        self._cond = threading.Condition()
+        app = s3.app
+
+        def wrapped(environ, start_response):
+            if not picked(environ["REQUEST_METHOD"], environ["PATH_INFO"]):
+                return app(environ, start_response)
+            with self._cond:
+                self._came += 1
+                self._now += 1
+                self.most = max(self.most, self._now)
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._came >= expected, timeout)
+                self._now -= 1
+            return app(environ, start_response)
+
+        monkeypatch.setattr(s3, "app", wrapped)
+
+
+def test_index_objects_of_many_shards_are_asked_for_together(s3, so, cache, monkeypatch):  # noqa: F811
+    """40 shards' index objects: 32 requests in flight at once (an S3
+    filesystem's connections), so two round trips, not three."""
+    with ShardedWriter("s3://bucket/many", name="m", max_records=1, storage_options=so) as w:
+        for i in range(40):
+            w.write(make_example({"id": i}))
+    inflight = InFlight(s3, monkeypatch, lambda method, path: method == "GET" and path.endswith(".index"), 32)
+    ds = TFRecordDataset("s3://bucket/many/m-train.tfrecord-*", storage_options=so)
+    assert inflight.most == 32
+    assert [len(i) for i in ds.indexes] == [1] * 40
+    assert sorted(ids_of(ds)) == list(range(40))
 
 
 @pytest.mark.parametrize("how", ["glob", "folder", "list"])

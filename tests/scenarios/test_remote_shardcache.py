@@ -32,7 +32,7 @@ from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import files, shardcache
 from tfrecord_torch.io.budget import FillBudget
 
-from .test_remote import S3, with_bucket
+from .test_remote import S3, Overlap, is_listing, with_bucket
 
 RECORDS = 60
 SHARDS = 3
@@ -697,6 +697,20 @@ def test_a_map_style_read_of_an_object_rewritten_after_listing_is_an_error(s3, t
     with pytest.raises(RemoteError, match=r"data-train\.tfrecord-00001-of-00003.*changed since it was listed"):
         ds[RECORDS // SHARDS + 3]
 
+
+
+def test_a_read_by_ranges_asks_for_its_first_records_while_its_objects_are_checked(s3, tmp_path, monkeypatch):
+    """The check of the objects against their listing (a listing of their
+    folder) and the first range requests leave together: one round trip
+    before the first record, not two. The records wait for the check (the
+    tests above: a rewritten object's records are never returned)."""
+    monkeypatch.setenv("TFRECORD_TORCH_CACHE", str(tmp_path / "index"))
+    paths = write(s3, f"sc{next(_prefixes)}")
+    ds = dataset(s3, paths, None)
+    overlap = Overlap(s3, monkeypatch, is_listing, lambda method, path, query: method == "GET"
+                      and "/data-train.tfrecord-" in path and not path.endswith(".index"))
+    assert next(iter(ds))["id"].item() == 0
+    assert overlap.overlapped
 
 
 UNCACHED = {"in-order": {}, "shuffled": {"shuffle": True}, "batches": {"batch_size": 7},

@@ -98,7 +98,7 @@ def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
         strides = first.stride()
         if any(v.stride() != strides or v.is_conj() or v.is_neg() for v in values):  # conj, neg: no NumPy view
             return None
-        if not _stacks_contiguously(tuple(first.shape), strides, first.dtype):
+        if not _stacks_contiguously(tuple(first.shape), strides):
             return None
         arrays = [v.numpy() for v in values]
     # an empty view of the first value stacks to the type torch.stack gives these values, copying nothing
@@ -110,11 +110,47 @@ def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _stacks_contiguously(shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype) -> bool:
+def _stacks_contiguously(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether torch.stack of tensors of this shape and these strides gives
-    a contiguous tensor: worked out on the meta device (no data, no copy)."""
-    pair = torch.stack([torch.empty_strided(shape, strides, dtype=dtype, device="meta")] * 2)
-    return pair.stride() == torch.empty((2, *shape), dtype=dtype, device="meta").stride()
+    a contiguous tensor, worked out from the strides alone: values of 1 or
+    2 dimensions always stack contiguously; 3-d ones unless, given their
+    leading dimension of 1, they are laid out like channels-last images
+    (c10's ``is_channels_last_strides_2d``, which torch.stack's layout
+    follows); values of more dimensions count only when contiguous (torch
+    keeps other layouts of theirs). The unit tests compare it with
+    torch.stack over a grid of layouts. Not worked out by stacking on the
+    meta device (a Python reference that imports torch._dynamo: 1-3 s
+    before the first batch of a process that had not), nor by a trial stack
+    of real tensors (which would start the OpenMP team this copy avoids)."""
+    if len(shape) < 3:
+        return True
+    if len(shape) > 3:  # torch keeps more layouts of these than c10's rule says: only the plain one is known
+        return strides == _row_major(shape)
+    return not _strides_like_channels_last((1, *shape), (shape[0] * strides[0], *strides))
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _strides_like_channels_last(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """c10's ``is_channels_last_strides_2d_s4``: whether a 4-d tensor of
+    these sizes and strides is laid out like a channels-last one."""
+    least = 0
+    if strides[1] == 0:
+        return False
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < least:
+            return False
+        if d == 0 and least == strides[1]:
+            return False
+        least = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
 
 
 class WorkerBatchMemory(BatchMemory):

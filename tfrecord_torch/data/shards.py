@@ -22,6 +22,7 @@ import numpy as np
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import listing as lister
+from tfrecord_torch.io.files import S3_CONNECTIONS
 from tfrecord_torch.records.compression import is_compressed
 from tfrecord_torch.records.shardindex import SaveIndex, index_cache_dir, remote_shard_index, shard_index
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["OPEN_THREADS", "LazyIndexes", "check_lengths", "check_lengths_found", "describe_shards", "expand_paths", "find_shards",
            "index_argument", "index_cache_dir", "shard_index", "shard_indexes"]
 
-OPEN_THREADS = 16  # remote shards opened at once
+OPEN_THREADS = S3_CONNECTIONS  # remote shards opened at once: as many as an S3 filesystem's connections
 
 log = logging.getLogger(__name__)
 _SKIP_SUFFIXES = (".index", ".idx", ".json", ".txt", ".partial")

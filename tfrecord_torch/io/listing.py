@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from tfrecord_torch.errors import RemoteError
@@ -121,9 +122,22 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
     """Files matching paths, globs and folders, local or remote, with what the listing
     learned about each remote object. A glob or a folder is one listing; explicit remote
     files in one folder are checked by one listing of that folder, not one request each."""
+    items = _path_items(patterns)
+    parents = _likely_parents(items)
+    if not parents:
+        return _list_files(items, storage_options, skip, {})
+    # the index folders beside the shards are listed while the shards are (one round trip, not two)
+    with ThreadPoolExecutor(len(parents), thread_name_prefix="tfrecord_torch-list") as pool:
+        early = {parent: pool.submit(_index_entries, parent, storage_options) for parent in parents}
+        return _list_files(items, storage_options, skip, early)
+
+
+def _list_files(items: list[str], storage_options: dict | None, skip: tuple, early: dict[str, Future]) -> Listing:
+    """:func:`list_files` of ``items``, given the listings of index folders
+    begun beside them (``early``: the shards' likely folder -> its index
+    folder's entries)."""
     import glob as globlib
 
-    items = _path_items(patterns)
     stats: dict[str, tuple[int, str]] = {}
     folders: set[str] = set()
     globs = tuple(item for item in items if is_url(item) and globlib.has_magic(item))
@@ -163,7 +177,7 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
             if file in out:
                 raise ValueError(_named_twice(file, out[file], item))
             out[file] = item
-    _list_index_folders(list(out), storage_options, stats, folders)
+    _list_index_folders(list(out), storage_options, stats, folders, early)
     with _seen_lock:
         _seen.update(stats)
     return Listing(list(out), stats, frozenset(folders), globs)
@@ -317,28 +331,62 @@ def _named_twice(file: str, first: str, second: str) -> str:
             "and combine with tfrecord_torch.mix([...], weights=[...]))")
 
 
-def _list_index_folders(files: list[str], storage_options: dict | None, stats: dict, folders: set) -> None:
+def _list_index_folders(files: list[str], storage_options: dict | None, stats: dict, folders: set,
+                        early: dict[str, Future]) -> None:
     """List the ``index/`` folder beside remote shards (a few folders at most), so that
-    opening them asks for no index object that is not there."""
+    opening them asks for no index object that is not there; ``early``: listings of
+    such folders begun before the shards were known (used when the shards are there)."""
     parents = sorted({f.rsplit("/", 1)[0] for f in files if is_url(f)})
     if not parents or len(parents) > SIBLING_FOLDERS:
         return
     for parent in parents:
         url = f"{parent}/{INDEX_FOLDER}"
-        if url in folders:
+        if url in folders or parent.split("://", 1)[0] not in _LISTABLE:
             continue
-        fs, p = filesystem(url, storage_options)
-        protocol = url.split("://", 1)[0]
-        if protocol not in _LISTABLE:
-            continue
-        forget_listings(fs, p, parent=False)
-        try:
-            entries = retrying("list", url, lambda: fs.ls(p, detail=True))
-        except FileNotFoundError:
-            entries = []
-        stats.update((unstrip(fs, protocol, e["name"]), (int(e.get("size") or 0), version_of(e)))
-                     for e in entries if _is_file(e))
+        stats.update(early[parent].result() if parent in early else _index_entries(parent, storage_options))
         folders.add(url)
+
+
+def _index_entries(parent: str, storage_options: dict | None) -> dict[str, tuple[int, str]]:
+    """The (size, version) of each object in the ``index/`` folder of remote folder ``parent``."""
+    url = f"{parent}/{INDEX_FOLDER}"
+    fs, p = filesystem(url, storage_options)
+    protocol = url.split("://", 1)[0]
+    forget_listings(fs, p, parent=False)
+    try:
+        entries = retrying("list", url, lambda: fs.ls(p, detail=True))
+    except FileNotFoundError:
+        entries = []
+    return {unstrip(fs, protocol, e["name"]): (int(e.get("size") or 0), version_of(e)) for e in entries if _is_file(e)}
+
+
+def _likely_parents(items: list[str]) -> list[str]:
+    """The remote folders the shards of ``items`` lie in, known before any
+    listing, on a store whose folders are listings: the folder of several
+    files named in it, of a glob whose magic is in its last part, a folder
+    named with a trailing ``/``. (A path named alone may be a folder
+    itself.) None when there are more than :data:`SIBLING_FOLDERS`."""
+    import glob as globlib
+
+    named: dict[str, int] = {}
+    parents = set()
+    for item in items:
+        if not is_url(item) or item.split("://", 1)[0] not in _LISTABLE:
+            continue
+        if item.endswith("/"):
+            parents.add(item.rstrip("/"))
+            continue
+        if "/" not in item.split("://", 1)[1]:  # a bucket named alone
+            continue
+        folder, name = item.rsplit("/", 1)
+        if globlib.has_magic(folder):
+            continue
+        if globlib.has_magic(name):
+            parents.add(folder)
+        else:
+            named[folder] = named.get(folder, 0) + 1
+    parents.update(folder for folder, count in named.items() if count > 1)
+    return sorted(parents) if len(parents) <= SIBLING_FOLDERS else []
 
 
 def _empty_folder(folder: str, skip: tuple) -> str:

@@ -16,6 +16,8 @@ from tfrecord_torch.io.budget import DEFAULT, ReadBudget
 from tfrecord_torch.io.files import filesystem, is_url, local, ranged
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from tfrecord_torch.io.copies import ShardCopies
     from tfrecord_torch.io.filling import FillView
     from tfrecord_torch.io.listing import ListingCheck
@@ -48,11 +50,15 @@ class Reader:
     the fill to reach the bytes asked: one download serves both). Reopens in
     a forked child.
 
-    A URL read from the bucket is first checked against its listing
+    A URL read from the bucket is checked against its listing
     (``listing``, or the copies' own; once per iteration: a fill being
     followed checks the bytes it writes itself), so that an object
     rewritten since is a :class:`RemoteError`, not its new bytes read
-    through an index of its former self.
+    through an index of its former self. With ``requests``, the check (a
+    listing of the folder) runs on them while the first ranges are
+    fetched, and no bytes are returned before it has passed (one round
+    trip before the first record, not two); without, it is made before
+    the first read.
 
     ``requests``: the threads that read its ranges in flight together
     (:func:`~tfrecord_torch.io.ranges.iter_ranges`), its pool's; None: each
@@ -74,11 +80,13 @@ class Reader:
         self._view: FillView | None = None  # reads of the URL's copy being filled, before the bucket
         self._dropped: list[FillView] = []  # views of fills that ended, closed with the reader
         self._fork_generation = -1  # the fork generation that opened the handle
+        self._checked: Future[None] | None = None  # the listing check of a URL read from the bucket, under way
 
     def _open(self) -> None:
         if self._fork_generation != _fork_generation or self._handle is None:
             self._fork_generation = _fork_generation
             self._handle, self._local, self._view, self._dropped = None, not self._url, None, []
+            self._checked = None
             if not self._url:
                 self._handle = os.open(local(self.path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 return
@@ -86,7 +94,7 @@ class Reader:
             if fd is None and self._copies is not None:
                 self._view = self._copies.fill_view(self.path)
             if fd is None and self._view is None:
-                self._check_listed()
+                self._begin_check()
             self._handle, self._local = (fd, True) if fd is not None else \
                 (filesystem(self.path, self._storage_options), False)
 
@@ -95,6 +103,38 @@ class Reader:
         bucket, is not the object listed (asked once per iteration)."""
         if self._url and self._listing is not None:
             self._listing.check(self.path)
+
+    def _begin_check(self) -> None:
+        """Begin :meth:`_check_listed` on the request threads, to run while
+        the first ranges are fetched (:meth:`_passed` waits for it); without
+        them (or once checked), make it now. The check is queued before any
+        read that waits for it, so it never waits behind them."""
+        if not self._url or self._listing is None or self._listing.checked(self.path):
+            return
+        if self.requests is None or threading.current_thread().name.startswith(f"{self.requests.name}_"):
+            self._check_listed()  # on a request thread: queued behind reads, the check could wait on them
+        else:
+            self._checked = self.requests.submit(self._check_listed)
+
+    def _passed(self) -> None:
+        """Wait for the check begun by :meth:`_begin_check` (raising its
+        :class:`RemoteError`); the bytes fetched meanwhile are returned only then."""
+        checked = self._checked
+        if checked is not None:
+            checked.result()
+
+    def _fetch(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` from the bucket, returned once the
+        object is known to be the one listed. A read that fails while the
+        check is under way reports the check's error first (an object
+        rewritten shorter fails its ranges)."""
+        try:
+            data = self._request(offset, size)
+        except Exception:
+            self._passed()
+            raise
+        self._passed()
+        return data
 
     def refresh(self) -> None:
         """Read a URL from its copy from the next read on, if this reader reads
@@ -149,6 +189,10 @@ class Reader:
                 self._view = None  # closed by close() or refresh(): another thread may be reading it
                 self._dropped.append(view)
                 self._check_listed()
+        return self._fetch(offset, size)
+
+    def _request(self, offset: int, size: int) -> bytes:
+        """One range request of ``size`` bytes at ``offset`` of the URL."""
         fs, p = self._handle
         what = f"read of bytes {offset}-{offset + size}"
         if http.is_http(self.path):
@@ -195,7 +239,8 @@ class Reader:
         self._handle = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_handle": None, "_view": None, "_dropped": [], "_fork_generation": -1}
+        return {**self.__dict__, "_handle": None, "_view": None, "_dropped": [], "_fork_generation": -1,
+                "_checked": None}
 
     def __del__(self) -> None:
         try:

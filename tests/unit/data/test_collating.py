@@ -4,6 +4,7 @@ workers use again only once the main process let go of a batch; in the main
 process, torch.stack's batches, copied without torch's OpenMP team."""
 
 import gc
+import itertools
 import os
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from tfrecord_torch import (
     pad_collate,
     presets,
 )
-from tfrecord_torch.data.collating import stack_on_this_thread
+from tfrecord_torch.data.collating import _stacks_contiguously, stack_on_this_thread
 from tfrecord_torch.data.transport.shipped import _MAPPED, SLOTS
 from tfrecord_torch.data.transport.stacking import Stacker
 
@@ -292,6 +293,57 @@ def test_the_main_process_stack_leaves_what_torch_keeps_or_stacks_alone(two_torc
     assert type(stacked) is torch.Tensor and torch.equal(stacked, torch.stack([image, image + 1]))
     torch.set_num_threads(1)
     assert stack_on_this_thread("image", [image, image + 1]) is None
+
+
+def _layouts(shape):
+    """Tensors of ``shape`` in every order of their dimensions in memory, each
+    also as a crop of a larger one, and channels-last ones."""
+    for order in itertools.permutations(range(len(shape))):
+        back = [order.index(k) for k in range(len(shape))]
+        yield torch.empty([shape[k] for k in order]).permute(back)
+        bigger = torch.empty([shape[k] + 2 for k in order]).permute(back)
+        yield bigger[tuple(slice(1, 1 + n) for n in shape)]
+    if len(shape) == 4:
+        yield torch.empty(shape).contiguous(memory_format=torch.channels_last)
+    if len(shape) == 3:
+        yield torch.empty((1, *shape)).contiguous(memory_format=torch.channels_last)[0]
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 5), (3, 4, 5), (1, 4, 5), (3, 1, 5), (3, 4, 1), (1, 1, 5),
+                                   (2, 3, 4, 5), (2, 1, 4, 5), (2, 3, 1, 1), (2, 1, 3, 4, 5)])
+def test_the_main_process_stack_knows_which_layouts_stack_contiguously(shape):
+    """Where the main process's stack says a layout stacks contiguously,
+    torch.stack's result is contiguous (its own copy then has the same
+    strides); 1-3-d values are told exactly."""
+    for value in _layouts(shape):
+        stacked = torch.stack([value, value])
+        contiguous = stacked.stride() == torch.empty(stacked.shape).stride()
+        said = _stacks_contiguously(tuple(value.shape), value.stride())
+        assert said <= contiguous, (shape, value.stride())
+        if len(shape) <= 3:
+            assert said == contiguous, (shape, value.stride())
+
+
+def test_the_main_process_stack_imports_no_compiler():
+    """The first batch of a process collated on its own thread imports no
+    torch._dynamo (the meta device's torch.stack would: seconds of imports
+    before the first batch), and still equals torch.stack, strides included."""
+    script = textwrap.dedent("""
+        import sys
+        import torch
+        torch.set_num_threads(2)
+        from tfrecord_torch.data.collating import _stacks_contiguously, stack_on_this_thread
+        hwc = [torch.full((64, 80, 3), i, dtype=torch.uint8).permute(2, 0, 1) for i in range(4)]
+        chw = [torch.full((3, 64, 80), i, dtype=torch.float32) for i in range(4)]
+        last = [torch.full((2, 3, 64, 80), i).contiguous(memory_format=torch.channels_last) for i in range(4)]
+        assert stack_on_this_thread("last", last) is None  # torch.stack keeps their layout: left to it
+        for values in (hwc, chw):
+            got = stack_on_this_thread("values", values)
+            assert got.stride() == torch.stack(values).stride() and torch.equal(got, torch.stack(values))
+        print("torch._dynamo" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
 
 
 _THREADS = textwrap.dedent("""
