@@ -271,15 +271,7 @@ class SharedBuffers:
                 return array.shape == tuple(shape) and array.dtype == dtype
             made = tuple(shape)
         with self._lock:
-            if self._pid != os.getpid():
-                self._pid, self._segments = os.getpid(), [None] * self.slots
-                self._keys: list[tuple[int, int]] = []
-                weakref.finalize(self, _retire, self._keys)  # the receiver lets go of them too
-                self._flags = _shared(torch.zeros(self.slots, dtype=torch.int32))
-                self._longest = {}
-                self.reused = self.allocated = 0
-            flags = self._flags
-            assert flags is not None
+            flags = self._flags_here()
             # the sender's references first: it sets the flag (sending) before it lets go, so a flag
             # read before them may be one of a batch sent and let go in between
             free = [k for k in range(self.slots) if self._unheld(k) and int(flags[k]) == 0]
@@ -294,19 +286,38 @@ class SharedBuffers:
             if grow:  # no shorter than the longest before: the next batches fit it too
                 made = (max(made[0], self._longest.get(dtype, 0)),)
                 self._longest[dtype] = made[0]
-            segment = _shared(torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype), made)
-            self.allocated += 1
-            array = segment.numpy()
-            if free:
-                segment._key = (self._pid, next(_SERIALS))  # type: ignore[attr-defined]
-                segment._announced = False  # type: ignore[attr-defined]
-                old = self._segments[free[0]]
-                if old is not None:
-                    _retire([old[0]._key])  # type: ignore[attr-defined]
-                self._keys.append(segment._key)  # type: ignore[attr-defined]
-                self._segments[free[0]] = (segment, array)
-                return torch.from_numpy(array[:numel].reshape(shape) if grow else array), (segment, flags, free[0])
-            return torch.from_numpy(array[:numel].reshape(shape) if grow else array), None
+            segment, array = self._new_segment(made, dtype, free[0] if free else None)
+            token = (segment, flags, free[0]) if free else None
+            return torch.from_numpy(array[:numel].reshape(shape) if grow else array), token
+
+    def _flags_here(self) -> torch.Tensor:
+        """(under the lock) This process's flags; a fresh state after a fork."""
+        if self._pid != os.getpid():
+            self._pid, self._segments = os.getpid(), [None] * self.slots
+            self._keys: list[tuple[int, int]] = []
+            weakref.finalize(self, _retire, self._keys)  # the receiver lets go of them too
+            self._flags = _shared(torch.zeros(self.slots, dtype=torch.int32))
+            self._longest = {}
+            self.reused = self.allocated = 0
+        assert self._flags is not None
+        return self._flags
+
+    def _new_segment(self, shape: tuple[int, ...], dtype: np.dtype, slot: int | None
+                     ) -> tuple[torch.Tensor, np.ndarray]:
+        """(under the lock) A new segment, kept in ``slot`` (the segment there
+        retired) if given; untracked otherwise."""
+        segment = _shared(torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype), shape)
+        self.allocated += 1
+        array = segment.numpy()
+        if slot is not None:
+            segment._key = (self._pid, next(_SERIALS))  # type: ignore[attr-defined]
+            segment._announced = False  # type: ignore[attr-defined]
+            old = self._segments[slot]
+            if old is not None:
+                _retire([old[0]._key])  # type: ignore[attr-defined]
+            self._keys.append(segment._key)  # type: ignore[attr-defined]
+            self._segments[slot] = (segment, array)
+        return segment, array
 
     def _unheld(self, k: int) -> bool:
         held = self._segments[k]
