@@ -262,14 +262,15 @@ class SharedBuffers:
         differ (padded to each batch's longest) use the same segments again."""
         dtype = np.dtype(dtype)
         numel = int(np.prod(shape))
-        if grow:
-            def fits(array: np.ndarray) -> bool:
+
+        def fits(array: np.ndarray) -> bool:
+            if grow:
                 return array.ndim == 1 and array.dtype == dtype and array.size >= numel
-            made: tuple[int, ...] = (numel + numel // 4,)
-        else:
-            def fits(array: np.ndarray) -> bool:
-                return array.shape == tuple(shape) and array.dtype == dtype
-            made = tuple(shape)
+            return array.shape == tuple(shape) and array.dtype == dtype
+
+        def batch(array: np.ndarray) -> np.ndarray:  # the tensor's part of a segment
+            return array[:numel].reshape(shape) if grow else array
+
         with self._lock:
             flags = self._flags_here()
             # the sender's references first: it sets the flag (sending) before it lets go, so a flag
@@ -279,16 +280,16 @@ class SharedBuffers:
                 held = self._segments[k]
                 if held is not None and fits(held[1]):
                     self.reused += 1
-                    array = held[1][:numel].reshape(shape) if grow else held[1]
+                    array = batch(held[1])
                     if zero:
                         array.fill(0)
                     return torch.from_numpy(array), (held[0], flags, k)
-            if grow:  # no shorter than the longest before: the next batches fit it too
-                made = (max(made[0], self._longest.get(dtype, 0)),)
+            made = tuple(shape)
+            if grow:  # no shorter than the longest made before (retired ones too): later batches fit it
+                made = (max(numel + numel // 4, self._longest.get(dtype, 0)),)
                 self._longest[dtype] = made[0]
             segment, array = self._new_segment(made, dtype, free[0] if free else None)
-            token = (segment, flags, free[0]) if free else None
-            return torch.from_numpy(array[:numel].reshape(shape) if grow else array), token
+            return torch.from_numpy(batch(array)), (segment, flags, free[0]) if free else None
 
     def _flags_here(self) -> torch.Tensor:
         """(under the lock) This process's flags; a fresh state after a fork."""

@@ -65,7 +65,6 @@ class Stacker:
             return None
         return pool.ship(out, token)
 
-
     def empty(self, key: object, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
         """An uninitialized tensor of ``shape`` to send to the main process,
         over a reused segment of ``key``'s pool that may be longer (a padded
