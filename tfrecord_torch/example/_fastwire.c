@@ -12,13 +12,18 @@
  *
  * parse_sequence_example(payload) does the same for a tf.train.SequenceExample
  * (context = 1: Features; feature_lists = 2: map<string, FeatureList>, each a
- * repeated Feature): (context dict, {key: [step value, ...]}) or None.
+ * repeated Feature): (context dict, {key: [step value, ...]}) or None. With
+ * a set of keys as second argument, each of those feature lists whose steps
+ * each hold exactly one bytes value, all of one length n, comes back as one
+ * uint8 array [T, n] of the values joined (YouTube-8M's frames: one copy, not
+ * a bytes object per frame); any other list of those keys, as a list.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -274,7 +279,7 @@ static int compare(const void *a, const void *b) {
 /* A map<string, V> field (entries: key = 1, value = 2, each exactly once) as
  * a dict, keys sorted, each value made by decode. New reference; Py_None to
  * fall back; NULL on error. */
-static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor)) {
+static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor, cursor, PyObject *), PyObject *joined) {
     uint32_t number, wire;
     entry *entries = NULL;
     size_t n = 0, cap = 0, i;
@@ -294,7 +299,7 @@ static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor)) {
             entries = more;
         }
         entries[n].key = parts[0];
-        entries[n].value = decode(parts[1]);
+        entries[n].value = decode(parts[1], parts[0], joined);
         if (entries[n].value == NULL) {
             goto done;
         }
@@ -316,9 +321,15 @@ done:
     return out;
 }
 
+static PyObject *keyed_feature(cursor f, cursor key, PyObject *joined) {
+    (void)key;
+    (void)joined;
+    return feature(f);
+}
+
 /* A Features message (map<string, Feature> feature = 1) as a dict, keys sorted. */
 static PyObject *features_dict(cursor features) {
-    return map_dict(features, feature);
+    return map_dict(features, keyed_feature, NULL);
 }
 
 /* entries as a dict with UTF-8 keys, sorted; Py_None (new ref) for a repeated or non-UTF-8 key. */
@@ -412,16 +423,96 @@ static PyObject *steps(cursor list) {
     return out;
 }
 
-/* FeatureLists (map<string, FeatureList> feature_list = 1) as a dict, keys sorted. */
-static PyObject *lists_dict(cursor lists) {
-    return map_dict(lists, steps);
+/* The next step of a FeatureList when it is a Feature whose BytesList holds
+ * exactly one value: 0 and the value's span; -1 for anything else. */
+static int next_single_bytes(cursor *list, cursor *value) {
+    uint32_t number, wire;
+    cursor step, kind;
+    if (field(list, &number, &wire, &step) < 0 || number != 1 || wire != 2 || kind_of(step, &kind) != 1 ||
+        field(&kind, &number, &wire, value) < 0 || number != 1 || wire != 2 || kind.p != kind.end) {
+        return -1;
+    }
+    return 0;
 }
 
-static PyObject *parse_sequence_example(PyObject *self, PyObject *arg) {
+/* A FeatureList of T >= 1 steps, each one bytes value of n bytes, as a new
+ * uint8 array [T, n] of the values joined; Py_None when it is anything else
+ * (steps() then decodes it, or falls back); NULL out of memory. One pass: T
+ * is the list's length over the first step's, and each step must take as
+ * many bytes (a frame's tag then sits just before the frame being copied,
+ * not a cache miss of a counting pass). */
+static PyObject *joined_steps(cursor list) {
+    cursor scan = list, value;
+    npy_intp dims[2], t = 0;
+    ptrdiff_t step;
+    PyObject *array;
+    uint8_t *out;
+    if (next_single_bytes(&scan, &value) < 0) {
+        Py_RETURN_NONE;
+    }
+    step = scan.p - list.p; /* > 0: a tag and a length at least */
+    if ((list.end - list.p) % step) {
+        Py_RETURN_NONE;
+    }
+    dims[0] = (npy_intp)((list.end - list.p) / step);
+    dims[1] = (npy_intp)(value.end - value.p);
+    array = PyArray_SimpleNew(2, dims, NPY_UINT8);
+    if (array == NULL) {
+        return NULL;
+    }
+    out = PyArray_DATA((PyArrayObject *)array);
+    scan = list;
+    for (t = 0; t < dims[0]; t++) {
+        const uint8_t *at = scan.p;
+        if (next_single_bytes(&scan, &value) < 0 || scan.p - at != step || value.end - value.p != dims[1]) {
+            Py_DECREF(array);
+            Py_RETURN_NONE;
+        }
+        memcpy(out + t * dims[1], value.p, (size_t)dims[1]);
+    }
+    return array; /* T steps of step bytes each: exactly the list */
+}
+
+/* A FeatureList's steps: joined_steps() where joined (a set, or NULL) holds its key and it can, else steps(). */
+static PyObject *keyed_steps(cursor list, cursor key, PyObject *joined) {
+    if (joined != NULL) {
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)key.p, key.end - key.p, "strict");
+        int wanted = name == NULL ? 0 : PySet_Contains(joined, name);
+        Py_XDECREF(name);
+        if (wanted < 0) {
+            return NULL;
+        }
+        PyErr_Clear(); /* a key that is not UTF-8: sorted_dict falls back */
+        if (wanted) {
+            PyObject *array = joined_steps(list);
+            if (array != Py_None) {
+                return array;
+            }
+            Py_DECREF(array);
+        }
+    }
+    return steps(list);
+}
+
+/* FeatureLists (map<string, FeatureList> feature_list = 1) as a dict, keys sorted. */
+static PyObject *lists_dict(cursor lists, PyObject *joined) {
+    return map_dict(lists, keyed_steps, joined);
+}
+
+static PyObject *parse_sequence_example(PyObject *self, PyObject *args) {
     Py_buffer view;
     cursor c, parts[2];
-    PyObject *context = NULL, *lists = NULL, *out = NULL;
+    PyObject *arg, *joined = NULL, *context = NULL, *lists = NULL, *out = NULL;
 
+    if (!PyArg_ParseTuple(args, "O|O", &arg, &joined)) {
+        return NULL;
+    }
+    if (joined == Py_None) {
+        joined = NULL;
+    } else if (joined != NULL && !PyAnySet_Check(joined)) {
+        PyErr_SetString(PyExc_TypeError, "parse_sequence_example: joined must be a set of keys");
+        return NULL;
+    }
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
@@ -436,7 +527,7 @@ static PyObject *parse_sequence_example(PyObject *self, PyObject *arg) {
         context = NULL;
         goto done;
     }
-    lists = lists_dict(parts[1]);
+    lists = lists_dict(parts[1], joined);
     if (lists == NULL || lists == Py_None) {
         out = lists;
         lists = NULL;
@@ -744,9 +835,10 @@ static PyMethodDef methods[] = {
     {"parse_example", parse_example, METH_O,
      "parse_example(payload): {key: list of bytes | float32 array | int64 array}, keys sorted; "
      "None where protobuf must decide."},
-    {"parse_sequence_example", parse_sequence_example, METH_O,
-     "parse_sequence_example(payload): (context dict, {key: list of step values}), keys sorted; "
-     "None where protobuf must decide."},
+    {"parse_sequence_example", parse_sequence_example, METH_VARARGS,
+     "parse_sequence_example(payload, joined=None): (context dict, {key: list of step values}), keys sorted; "
+     "None where protobuf must decide. Keys in the set joined whose steps are each one bytes value of one "
+     "length: a uint8 array [T, n] instead."},
     {"read_example", read_example, METH_VARARGS,
      "read_example(fd, offset, size, verify): the framed record at offset, CRCs checked if verify, "
      "as parse_example decodes its payload; None where the caller must read it its own way."},

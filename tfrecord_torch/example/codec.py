@@ -129,18 +129,27 @@ def parse_example_protobuf(payload) -> dict[str, Value]:
     return features_to_dict(message.features)
 
 
-def parse_sequence_example(payload: Bytes) -> tuple[dict[str, Value], dict[str, list[Value]]]:
+def parse_sequence_example(payload: Bytes, joined: frozenset[str] | None = None
+                           ) -> tuple[dict[str, Value], dict[str, Any]]:
     """Decode a serialized tf.train.SequenceExample.
+
+    Args:
+        payload: the serialized message.
+        joined: keys whose feature lists may come back joined: where every
+            step holds exactly one bytes value and all have one length n, a
+            uint8 array [T, n] of the values in step order, made in one copy
+            (the compiled decoder only; other lists of these keys, and every
+            list without it, stay lists).
 
     Returns:
         ``(context, feature_lists)``: the context features as
         :func:`parse_example` gives them, and for each feature list the list of
-        its steps' values.
+        its steps' values (or, for a key in ``joined``, that array).
     """
     if not isinstance(payload, bytes):
         payload = bytes(payload)
     if _FAST is not None:
-        fast = _FAST.parse_sequence_example(payload)
+        fast = _FAST.parse_sequence_example(payload, joined) if joined else _FAST.parse_sequence_example(payload)
         if fast is not None:
             return fast
     return parse_sequence_example_protobuf(payload)

@@ -34,6 +34,7 @@ class SequenceSpec:
         clash = set(self.context) & set(self.sequence)
         if clash:
             raise ValueError(f"names in both features and sequence_features: {sorted(clash)}")
+        self._joined = _joined_keys(self.sequence.values())
 
     def __iter__(self):
         yield from self.context
@@ -44,12 +45,24 @@ class SequenceSpec:
 
     def decode_payload(self, payload: bytes) -> dict:
         """Decode a serialized SequenceExample with this spec."""
-        context, lists = parse_sequence_example(payload)
+        context, lists = parse_sequence_example(payload, self._joined)
         out = {name: feature.decode(context) for name, feature in self.context.items()}
         has_lists = bool(lists)
         for name, feature in self.sequence.items():
             out[name] = feature.decode_steps(lists, has_lists=has_lists)
         return out
+
+
+def _joined_keys(features) -> frozenset[str]:
+    """The feature lists the parser may join into one array [T, n]: each read
+    by one feature that takes them joined (:attr:`Feature.joins_steps`) and
+    by nothing else, not even as another feature's partition."""
+    features = list(features)
+    reads: dict[str, int] = {}
+    for feature in features:
+        for key in [feature.key, *(arg for _, arg in getattr(feature, "partitions", ()))]:
+            reads[key] = reads.get(key, 0) + 1
+    return frozenset(f.key for f in features if f.joins_steps and reads[f.key] == 1)
 
 
 def decode_steps(feature: Feature, lists: dict, *, has_lists: bool) -> Any:

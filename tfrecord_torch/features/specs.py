@@ -121,6 +121,10 @@ class Feature:
             raise ValueError(f"sequence_features[{name!r}]: {type(self).__name__} cannot be a "
                              "sequence feature (use Int64, Float, Bytes or Text)")
 
+    #: Whether :meth:`decode_steps` takes a feature list the parser joined:
+    #: a uint8 array [T, n] of T steps each holding one bytes value of n bytes.
+    joins_steps = False
+
     def missing_steps(self, has_lists: bool) -> list:
         """The steps of this feature's list when a SequenceExample lacks it
         (``has_lists``: the record holds any): none, with a default; else a
@@ -434,6 +438,8 @@ class RawTensor(Feature):
         it. Steps of one byte length (every frame of a YouTube-8M record) are
         joined and read in one copy, not one tensor per frame."""
         steps = lists.get(self.key)
+        if isinstance(steps, np.ndarray):  # joined by the parser: [T, n] bytes
+            return self._joined(steps)
         if steps is None:
             steps = self.missing_steps(has_lists)
         if not steps:
@@ -456,6 +462,18 @@ class RawTensor(Feature):
                                              f"{tuple(first.shape)}: the steps of a feature list stack "
                                              "into one tensor [T, ...]; give RawTensor(shape=...) without -1")
         return torch.stack(tensors)
+
+    @property
+    def joins_steps(self) -> bool:  # type: ignore[override]
+        return not self.zlib
+
+    def _joined(self, joined: np.ndarray) -> torch.Tensor:
+        """[T, *shape] from the parser's [T, n] uint8 array (fresh, owned):
+        step 0 checked as every step would be, all being of its length."""
+        first = self._step([[joined[0].tobytes()]], 0)
+        array = joined.reshape(-1).view(self.dtype)
+        return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=False)
+                                .reshape((len(joined), *first.shape)))
 
     def _check_raw_steps(self, steps: list) -> None:
         """Raise the error that names the first step not holding one bytes value."""

@@ -136,3 +136,69 @@ def test_sequence_example_shapes_left_to_protobuf():
         assert_same_sequence(parse_sequence_example(payload), parse_sequence_example_protobuf(payload))
     assert parse_sequence_example(twice)[1]["k"][0].tolist() == [7]
     assert codec._FAST.parse_sequence_example(b"") == ({}, {})
+
+
+def joined_or_steps(steps):
+    """What the parser gives for a joined key: [T, n] where every step is one
+    bytes value of one length n (T >= 1), else the steps as protobuf gives them."""
+    values = [s for s in steps if isinstance(s, list) and len(s) == 1]
+    if steps and len(values) == len(steps) and len({len(v[0]) for v in values}) == 1:
+        n = len(values[0][0])
+        return np.frombuffer(b"".join(v[0] for v in values), np.uint8).reshape(len(steps), n)
+    return steps
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.dictionaries(st.sampled_from(["a", "b", "c"]),
+                       st.lists(st.one_of(st.binary(max_size=3).map(lambda b: [b]),
+                                          st.lists(st.binary(max_size=2), min_size=2, max_size=2),
+                                          st.just(np.array([], dtype="S1")),
+                                          st.lists(st.integers(-2, 2), min_size=1, max_size=2)), max_size=5),
+                       max_size=3),
+       st.sets(st.sampled_from(["a", "b", "z"])), FLIPS)
+def test_joined_feature_lists_are_the_steps_joined(lists, joined, flips):
+    """With keys to join, a list of one bytes value per step, all of one length,
+    comes back as uint8 [T, n] in step order; every other list (numbers, two
+    values, two lengths, a key not asked for) as protobuf gives it. Truncated
+    and mutated payloads give protobuf's answer or None, never other bytes."""
+    payload = make_sequence_example({}, lists)
+    want = parse_sequence_example_protobuf(payload)
+    got = codec._FAST.parse_sequence_example(payload, joined)
+    assert got is not None and list(got[1]) == list(want[1])
+    for key, steps in want[1].items():
+        if key in joined and isinstance(joined_or_steps(steps), np.ndarray):
+            assert got[1][key].dtype == np.uint8 and got[1][key].flags.writeable and got[1][key].flags.owndata
+            np.testing.assert_array_equal(got[1][key], joined_or_steps(steps))
+        else:
+            assert_same_sequence((got[0], {key: got[1][key]}), (want[0], {key: steps}))
+    for mutated in [*mutations(payload, flips), *(payload[:cut] for cut in range(0, len(payload), 2))]:
+        have = codec._FAST.parse_sequence_example(mutated, joined)
+        if have is None:
+            continue
+        oracle = sequence_outcome(parse_sequence_example_protobuf, mutated)
+        assert not isinstance(oracle, str), "the compiled parser answered where protobuf raises"
+        for key, steps in oracle[1].items():
+            expected = joined_or_steps(steps) if key in joined else steps
+            if isinstance(expected, np.ndarray):
+                np.testing.assert_array_equal(have[1][key], expected)
+            else:
+                assert_same_sequence((have[0], {key: have[1][key]}), (oracle[0], {key: steps}))
+
+
+def test_joined_frames_need_one_encoding_per_step():
+    """A step whose length varint is padded (the same value, one byte longer)
+    is valid protobuf but breaks the equal stride: a list mixing the two
+    encodings comes back as steps; a list of one encoding, joined."""
+    step = ld(1, ld(1, ld(1, b"ab")))  # Feature{bytes_list{value: "ab"}}
+    padded = ld(1, ld(1, bytes([1 << 3 | 2, 0x82, 0x00]) + b"ab"))  # the value's length 2 as 0x82 0x00
+    for lists, joined in ((step * 3, True), (padded * 3, True), (step + padded, False), (padded + step * 2, False)):
+        payload = ld(2, ld(1, ld(1, b"k") + ld(2, lists)))
+        got = codec._FAST.parse_sequence_example(payload, {"k"})[1]["k"]
+        want = parse_sequence_example_protobuf(payload)[1]["k"]
+        assert [v for (v,) in want] == [b"ab"] * len(want)
+        if joined:
+            np.testing.assert_array_equal(got, np.frombuffer(b"ab" * len(want), np.uint8).reshape(-1, 2))
+        else:
+            assert got == want
+    with pytest.raises(TypeError, match="set of keys"):
+        codec._FAST.parse_sequence_example(ld(2, b""), ["k"])

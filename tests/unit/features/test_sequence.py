@@ -395,3 +395,37 @@ def test_raw_tensor_steps_of_other_kinds_are_named(tmp_path, step, message):
         w.write(make_sequence_example({}, {"rgb": [[bytes(8)], step, [bytes(8)]]}))
     with pytest.raises(FeatureError, match=rf"record 0.*'rgb'.*{message}"):
         list(TFRecordDataset(path, sequence_features={"rgb": RawTensor(shape=(8,))}))
+
+
+def test_raw_tensor_frames_are_joined_by_the_parser_once(frames_shard):
+    """The compiled parser hands RawTensor's frames over joined ([T, n], one
+    copy); a key another feature also reads (here as bytes per step) is left
+    as steps for both, each feature getting what TF gives it."""
+    from tfrecord_torch.example import codec
+    from tfrecord_torch.features.sequence import make_spec
+
+    spec = make_spec(None, FRAMES)
+    assert spec._joined == {"rgb", "audio"}
+    if codec._FAST is not None:
+        lists = codec.parse_sequence_example(frames_payload(1), spec._joined)[1]
+        assert isinstance(lists["rgb"], np.ndarray) and lists["rgb"].shape == (LENGTHS[1], 8)
+    both = FRAMES | {"rgb_bytes": Bytes("rgb")}
+    assert make_spec(None, both)._joined == {"audio"}
+    for i, item in enumerate(TFRecordDataset(frames_shard, sequence_features=both)):
+        want = tf_frames(i)
+        np.testing.assert_array_equal(item["rgb"].numpy(), want["rgb"])
+        np.testing.assert_array_equal(item["audio"].numpy(), want["audio"])
+        assert item["rgb_bytes"] == [row.tobytes() for row in want["rgb"]]
+
+
+def test_raw_tensor_joined_frames_of_the_wrong_size_name_step_0(tmp_path):
+    path = tmp_path / "bad.tfrecord"
+    with RecordWriter(path) as w:
+        w.write(make_sequence_example({}, {"rgb": [bytes(6), bytes(6)]}))
+        w.write(make_sequence_example({}, {"rgb": [bytes(7), bytes(7)]}))
+    with pytest.raises(FeatureError, match=r"record 0.*'rgb'.*step 0: 6 values do not fit shape \(8,\)"):
+        list(TFRecordDataset(path, sequence_features={"rgb": RawTensor(shape=(8,))}))
+    with pytest.raises(FeatureError, match=r"record 1.*'rgb'.*step 0: 7 bytes is not a whole number of int16"):
+        list(TFRecordDataset(path, sequence_features={"rgb": RawTensor(dtype="int16")}))
+    rows = [item["rgb"] for item in TFRecordDataset(path, sequence_features={"rgb": RawTensor()})]
+    assert [tuple(r.shape) for r in rows] == [(2, 6), (2, 7)] and rows[0].dtype == torch.uint8
