@@ -13,8 +13,8 @@ when the datasets are imported; a ``collate_fn`` of one's own is not
 affected unless it calls default_collate itself.
 
 :func:`detection_collate`, a ``collate_fn`` that keeps a list per batch,
-sends each sample's tensors inside the worker's message
-(:mod:`~tfrecord_torch.data.transport.byvalue`).
+sends all the tensors of a batch in one reused shared-memory segment
+(:mod:`~tfrecord_torch.data.transport.packed`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch.utils.data
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from tfrecord_torch.data.transport.byvalue import by_value_in_worker
+from tfrecord_torch.data.transport.packed import PackedLists
 from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype
 from tfrecord_torch.data.workerheap import keep_for_batches
@@ -61,10 +62,12 @@ def detection_collate(batch: list, *, image: str = "image") -> tuple[list, list[
     a list of images and a list of per-image target dicts (``boxes``,
     ``labels`` and every other key), each image keeping its own box count.
 
-    In a DataLoader worker, each tensor of the batch (up to 4 MB) travels
-    inside the worker's message and arrives as the same type with the same
-    attributes: not a shared-memory segment per tensor, whose file descriptor
-    the main process fetches in a socket round trip with the worker.
+    In a DataLoader worker, the tensors of the batch travel in one shared-memory
+    segment that the worker uses again once the main process let go of the
+    batch (:mod:`~tfrecord_torch.data.transport.packed`), copied in when the
+    batch is sent, and arrive as the same types with the same attributes:
+    not a shared-memory segment per tensor, whose file descriptor the main
+    process fetches in a socket round trip with the worker.
 
     Returns:
         (images, targets): B tensors [C, H, W] and B dicts.
@@ -72,7 +75,8 @@ def detection_collate(batch: list, *, image: str = "image") -> tuple[list, list[
     images, targets = detection_lists(batch, image=image)
     if torch.utils.data.get_worker_info() is None:
         return images, targets
-    return by_value_in_worker(images), [by_value_in_worker(target) for target in targets]
+    # marked by value too: what a collate_fn of the user's takes out of the tuple still travels cheaply
+    return PackedLists((by_value_in_worker(images), [by_value_in_worker(target) for target in targets]))
 
 
 def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-__all__ = ["BY_VALUE_BYTES", "by_value", "by_value_in_worker"]
+__all__ = ["BY_VALUE_BYTES", "arrived", "by_value", "by_value_in_worker", "own_type", "plain_bytes"]
 
 BY_VALUE_BYTES = 1 << 22  # 4 MB: a 1024x1024 RGB image; a few copies of it cost less than a descriptor's round trip
 
@@ -60,15 +60,31 @@ def by_value(value: Any) -> Any:
 
 
 def _sendable(value: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunctionSubclass():
+        return value.nbytes <= BY_VALUE_BYTES and plain_bytes(value)
+
+
+def plain_bytes(value: torch.Tensor) -> bool:
+    """Whether ``value`` is its bytes and nothing else: a contiguous CPU
+    tensor needing no gradient, of a dtype NumPy has, ``.numpy()`` viewing it."""
     with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, each a Python call otherwise
-        if value.nbytes > BY_VALUE_BYTES or value.requires_grad or value.device.type != "cpu" or \
-                value.layout != torch.strided or not value.is_contiguous() or value.is_conj() or value.is_neg():
+        if value.requires_grad or value.device.type != "cpu" or value.layout != torch.strided or \
+                not value.is_contiguous() or value.is_conj() or value.is_neg():
             return False
         try:
             value.numpy()
         except (TypeError, RuntimeError):  # a dtype NumPy lacks (bfloat16, complex32, ...)
             return False
     return True
+
+
+def own_type(value: torch.Tensor) -> type:
+    """The type ``value`` arrives as: its own, or for a tensor :func:`by_value`
+    marked, the type it was marked from."""
+    return _CARRIED.get(type(value), type(value))
+
+
+_CARRIED: dict[type, type] = {}  # carrier -> the type it carries
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,13 +95,15 @@ def _carrier(cls: type) -> type:
     def __reduce_ex__(self: torch.Tensor, protocol: Any) -> Any:
         with torch._C.DisableTorchFunctionSubclass():
             array = self.numpy()
-        return (_arrived, (array, cls, dict(self.__dict__)))
+        return (arrived, (array, cls, dict(self.__dict__)))
 
-    return type(cls.__name__, (cls,), {"__reduce_ex__": __reduce_ex__, "__module__": __name__,
-                                       "__qualname__": f"_carrier.<{cls.__qualname__}>"})
+    carrier = type(cls.__name__, (cls,), {"__reduce_ex__": __reduce_ex__, "__module__": __name__,
+                                          "__qualname__": f"_carrier.<{cls.__qualname__}>"})
+    _CARRIED[carrier] = cls
+    return carrier
 
 
-def _arrived(array: np.ndarray, cls: type, state: dict) -> torch.Tensor:
+def arrived(array: np.ndarray, cls: type, state: dict) -> torch.Tensor:
     """In the receiving process: the tensor as its own type, over the bytes
     the message brought (a writable array of their own)."""
     tensor = torch.from_numpy(array)

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-__all__ = ["Inline", "SharedBuffers", "Shipped", "inline_small"]
+__all__ = ["Inline", "Layout", "SharedBuffers", "Shipped", "inline_small", "sent_over"]
 
 _SENDING = threading.Lock()
 _SERIALS = itertools.count()  # a segment's key is (pid, serial)
@@ -91,17 +91,25 @@ class Shipped(torch.Tensor):
             first = segment is not None and not self._sent and _within(plain, segment)
             if first:
                 self._sent = True
-                self._flags[self._slot] = 1  # set before the receiver can see the batch; cleared there
-                announce = not getattr(segment, "_announced", True)
-                segment._announced = True  # type: ignore[union-attr]
-                retired = _take_retired() if announce else []
         if segment is None or not first:
             return (_copied, (plain.clone(memory_format=torch.preserve_format),))
         offset = (plain.data_ptr() - segment.data_ptr()) // plain.element_size()
-        layout = Layout(tuple(plain.shape), tuple(plain.stride()), offset)
-        if announce:  # the segment itself (a file descriptor, passed over a socket): once
-            return (_announced, (segment._key, segment, self._flags, self._slot, layout, retired))
-        return (_known, (segment._key, self._slot, layout))
+        return sent_over(segment, self._flags, self._slot, Layout(tuple(plain.shape), tuple(plain.stride()), offset))
+
+
+def sent_over(segment: torch.Tensor, flags: torch.Tensor, slot: int, layout: Layout) -> tuple:
+    """What pickles ``layout`` of a pool's ``segment`` (taken with ``slot``)
+    for the receiver: the segment itself the first time (a file descriptor,
+    passed over a socket), its key afterwards. Sets the slot's flag: the
+    segment is not written again until the receiver let go of what arrives."""
+    with _SENDING:
+        flags[slot] = 1  # set before the receiver can see the batch; cleared there
+        announce = not getattr(segment, "_announced", True)
+        segment._announced = True  # type: ignore[attr-defined]
+        retired = _take_retired() if announce else []
+    if announce:
+        return (_announced, (segment._key, segment, flags, slot, layout, retired))  # type: ignore[attr-defined]
+    return (_known, (segment._key, slot, layout))  # type: ignore[attr-defined]
 
 
 class Layout(NamedTuple):
