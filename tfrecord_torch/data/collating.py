@@ -171,7 +171,8 @@ class WorkerBatchMemory(BatchMemory):
             out = _STACKER.empty(("padded", key), shape, dtype)
             if out is not None:
                 return out
-        return torch.empty(shape, dtype=dtype)
+            return torch.empty(shape, dtype=dtype)
+        return super().empty(key, shape, dtype)
 
     def finish(self, batch: dict) -> dict:
         return inline_small(batch)

@@ -14,9 +14,10 @@
  * (context = 1: Features; feature_lists = 2: map<string, FeatureList>, each a
  * repeated Feature): (context dict, {key: [step value, ...]}) or None. With
  * a set of keys as second argument, each of those feature lists whose steps
- * each hold exactly one bytes value, all of one length n, comes back as one
- * uint8 array [T, n] of the values joined (YouTube-8M's frames: one copy, not
- * a bytes object per frame); any other list of those keys, as a list.
+ * each hold exactly one bytes value, all of one length n and one encoding,
+ * comes back as (start, stride, T, n): where the values lie in the payload
+ * (YouTube-8M's frames: no bytes object per frame; the caller copies them
+ * out with one strided copy); any other list of those keys, as a list.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -279,7 +280,7 @@ static int compare(const void *a, const void *b) {
 /* A map<string, V> field (entries: key = 1, value = 2, each exactly once) as
  * a dict, keys sorted, each value made by decode. New reference; Py_None to
  * fall back; NULL on error. */
-static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor, cursor, PyObject *), PyObject *joined) {
+static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor, cursor, void *), void *context) {
     uint32_t number, wire;
     entry *entries = NULL;
     size_t n = 0, cap = 0, i;
@@ -299,7 +300,7 @@ static PyObject *map_dict(cursor map, PyObject *(*decode)(cursor, cursor, PyObje
             entries = more;
         }
         entries[n].key = parts[0];
-        entries[n].value = decode(parts[1], parts[0], joined);
+        entries[n].value = decode(parts[1], parts[0], context);
         if (entries[n].value == NULL) {
             goto done;
         }
@@ -321,9 +322,9 @@ done:
     return out;
 }
 
-static PyObject *keyed_feature(cursor f, cursor key, PyObject *joined) {
+static PyObject *keyed_feature(cursor f, cursor key, void *context) {
     (void)key;
-    (void)joined;
+    (void)context;
     return feature(f);
 }
 
@@ -435,68 +436,66 @@ static int next_single_bytes(cursor *list, cursor *value) {
     return 0;
 }
 
-/* A FeatureList of T >= 1 steps, each one bytes value of n bytes, as a new
- * uint8 array [T, n] of the values joined; Py_None when it is anything else
- * (steps() then decodes it, or falls back); NULL out of memory. One pass: T
- * is the list's length over the first step's, and each step must take as
- * many bytes (a frame's tag then sits just before the frame being copied,
- * not a cache miss of a counting pass). */
-static PyObject *joined_steps(cursor list) {
-    cursor scan = list, value;
-    npy_intp dims[2], t = 0;
+/* A FeatureList of T >= 1 steps, each one bytes value of n bytes and each
+ * encoded in as many bytes, as a tuple (start, stride, T, n): value t lies
+ * at payload[start + t * stride : ... + n], base being the payload's first
+ * byte; Py_None when it is anything else (steps() then decodes it, or falls
+ * back). T is the list's length over the first step's, checked step by step. */
+static PyObject *joined_steps(cursor list, const uint8_t *base) {
+    cursor scan = list, value, first;
+    Py_ssize_t count, t;
     ptrdiff_t step;
-    PyObject *array;
-    uint8_t *out;
-    if (next_single_bytes(&scan, &value) < 0) {
+    if (next_single_bytes(&scan, &first) < 0) {
         Py_RETURN_NONE;
     }
     step = scan.p - list.p; /* > 0: a tag and a length at least */
     if ((list.end - list.p) % step) {
         Py_RETURN_NONE;
     }
-    dims[0] = (npy_intp)((list.end - list.p) / step);
-    dims[1] = (npy_intp)(value.end - value.p);
-    array = PyArray_SimpleNew(2, dims, NPY_UINT8);
-    if (array == NULL) {
-        return NULL;
-    }
-    out = PyArray_DATA((PyArrayObject *)array);
+    count = (Py_ssize_t)((list.end - list.p) / step);
     scan = list;
-    for (t = 0; t < dims[0]; t++) {
+    for (t = 0; t < count; t++) {
         const uint8_t *at = scan.p;
-        if (next_single_bytes(&scan, &value) < 0 || scan.p - at != step || value.end - value.p != dims[1]) {
-            Py_DECREF(array);
+        if (next_single_bytes(&scan, &value) < 0 || scan.p - at != step ||
+            value.end - value.p != first.end - first.p || value.p - at != first.p - list.p) {
             Py_RETURN_NONE;
         }
-        memcpy(out + t * dims[1], value.p, (size_t)dims[1]);
     }
-    return array; /* T steps of step bytes each: exactly the list */
+    return Py_BuildValue("(nnnn)", (Py_ssize_t)(first.p - base), (Py_ssize_t)step, count,
+                         (Py_ssize_t)(first.end - first.p));
 }
 
-/* A FeatureList's steps: joined_steps() where joined (a set, or NULL) holds its key and it can, else steps(). */
-static PyObject *keyed_steps(cursor list, cursor key, PyObject *joined) {
-    if (joined != NULL) {
+typedef struct {
+    PyObject *joined; /* a set of keys, or NULL */
+    const uint8_t *base;
+} lists_context;
+
+/* A FeatureList's steps: joined_steps() where the context's set holds its key and it can, else steps(). */
+static PyObject *keyed_steps(cursor list, cursor key, void *context) {
+    lists_context *c = context;
+    if (c->joined != NULL) {
         PyObject *name = PyUnicode_DecodeUTF8((const char *)key.p, key.end - key.p, "strict");
-        int wanted = name == NULL ? 0 : PySet_Contains(joined, name);
+        int wanted = name == NULL ? 0 : PySet_Contains(c->joined, name);
         Py_XDECREF(name);
         if (wanted < 0) {
             return NULL;
         }
         PyErr_Clear(); /* a key that is not UTF-8: sorted_dict falls back */
         if (wanted) {
-            PyObject *array = joined_steps(list);
-            if (array != Py_None) {
-                return array;
+            PyObject *frames = joined_steps(list, c->base);
+            if (frames != Py_None) {
+                return frames;
             }
-            Py_DECREF(array);
+            Py_DECREF(frames);
         }
     }
     return steps(list);
 }
 
 /* FeatureLists (map<string, FeatureList> feature_list = 1) as a dict, keys sorted. */
-static PyObject *lists_dict(cursor lists, PyObject *joined) {
-    return map_dict(lists, keyed_steps, joined);
+static PyObject *lists_dict(cursor lists, PyObject *joined, const uint8_t *base) {
+    lists_context context = {joined, base};
+    return map_dict(lists, keyed_steps, &context);
 }
 
 static PyObject *parse_sequence_example(PyObject *self, PyObject *args) {
@@ -527,7 +526,7 @@ static PyObject *parse_sequence_example(PyObject *self, PyObject *args) {
         context = NULL;
         goto done;
     }
-    lists = lists_dict(parts[1], joined);
+    lists = lists_dict(parts[1], joined, c.p);
     if (lists == NULL || lists == Py_None) {
         out = lists;
         lists = NULL;
@@ -838,7 +837,7 @@ static PyMethodDef methods[] = {
     {"parse_sequence_example", parse_sequence_example, METH_VARARGS,
      "parse_sequence_example(payload, joined=None): (context dict, {key: list of step values}), keys sorted; "
      "None where protobuf must decide. Keys in the set joined whose steps are each one bytes value of one "
-     "length: a uint8 array [T, n] instead."},
+     "length and encoding: (start, stride, T, n), value t at payload[start + t * stride:][:n]."},
     {"read_example", read_example, METH_VARARGS,
      "read_example(fd, offset, size, verify): the framed record at offset, CRCs checked if verify, "
      "as parse_example decodes its payload; None where the caller must read it its own way."},

@@ -136,23 +136,52 @@ def parse_sequence_example(payload: Bytes, joined: frozenset[str] | None = None
     Args:
         payload: the serialized message.
         joined: keys whose feature lists may come back joined: where every
-            step holds exactly one bytes value and all have one length n, a
-            uint8 array [T, n] of the values in step order, made in one copy
-            (the compiled decoder only; other lists of these keys, and every
-            list without it, stay lists).
+            step holds exactly one bytes value and all have one length n (and
+            one encoding), a :class:`JoinedSteps`, where the values lie in the
+            payload, instead of a bytes object per step (the compiled decoder
+            only; other lists of these keys, and every list without it, stay lists).
 
     Returns:
         ``(context, feature_lists)``: the context features as
         :func:`parse_example` gives them, and for each feature list the list of
-        its steps' values (or, for a key in ``joined``, that array).
+        its steps' values (or, for a key in ``joined``, a :class:`JoinedSteps`).
     """
     if not isinstance(payload, bytes):
         payload = bytes(payload)
     if _FAST is not None:
-        fast = _FAST.parse_sequence_example(payload, joined) if joined else _FAST.parse_sequence_example(payload)
-        if fast is not None:
-            return fast
+        if not joined:
+            fast = _FAST.parse_sequence_example(payload)
+            if fast is not None:
+                return fast
+        else:
+            fast = _FAST.parse_sequence_example(payload, joined)
+            if fast is not None:
+                lists = fast[1]
+                for key in joined & lists.keys():
+                    if type(lists[key]) is tuple:
+                        lists[key] = JoinedSteps(payload, *lists[key])
+                return fast
     return parse_sequence_example_protobuf(payload)
+
+
+class JoinedSteps(NamedTuple):
+    """A feature list of ``steps`` steps, each one bytes value of ``size``
+    bytes, as they lie in ``payload``: value t at ``start + t * stride``."""
+
+    payload: bytes
+    start: int
+    stride: int
+    steps: int
+    size: int
+
+    def view(self) -> np.ndarray:
+        """The values as a read-only uint8 array [steps, size] over the payload (no copy)."""
+        if not (0 <= self.start and 0 <= self.size <= self.stride and self.steps >= 1 and
+                self.start + (self.steps - 1) * self.stride + self.size <= len(self.payload)):
+            raise ValueError(f"{self} lies outside its payload of {len(self.payload)} bytes")
+        flat = np.frombuffer(self.payload, np.uint8)
+        return np.lib.stride_tricks.as_strided(flat[self.start:], (self.steps, self.size), (self.stride, 1),
+                                               writeable=False)
 
 
 def parse_sequence_example_protobuf(payload) -> tuple[dict[str, Value], dict[str, list[Value]]]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import default_collate
+
+from tfrecord_torch.features.reused import Reused
 
 __all__ = ["BatchMemory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
 
@@ -19,14 +22,22 @@ class BatchMemory:
     (:func:`use_batch_memory`)."""
 
     def empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialized tensor of ``shape`` and ``dtype`` for ``key``'s padded batch."""
-        return torch.empty(shape, dtype=dtype)
+        """An uninitialized tensor of ``shape`` and ``dtype`` for ``key``'s padded
+        batch: over memory used again once the batches made in it are gone
+        (:mod:`~tfrecord_torch.features.reused`), for dtypes NumPy has."""
+        try:
+            numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
+            return torch.empty(shape, dtype=dtype)
+        count = math.prod(shape)
+        return torch.from_numpy(_BATCHES.take(count * numpy_dtype.itemsize).view(numpy_dtype).reshape(shape))
 
     def finish(self, batch: dict) -> dict:
         """The batch ``pad_collate`` returns."""
         return batch
 
 
+_BATCHES = Reused(keep=3)  # padded batches: the one held, the one being made, and one more
 _MEMORY = BatchMemory()
 
 

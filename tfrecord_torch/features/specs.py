@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.example.codec import PlannedKey
+from tfrecord_torch.example.codec import JoinedSteps, PlannedKey
 from tfrecord_torch.features.images.decode import (  # noqa: F401
     FRAMES,
     IMAGE_MODES,
@@ -31,11 +31,13 @@ from tfrecord_torch.features.images.decode import (  # noqa: F401
     image_size,
     preload,
 )
+from tfrecord_torch.features.reused import Reused
 
 __all__ = ["Bytes", "Feature", "Float", "Int64", "RawTensor", "Text", "decode", "decode_batch", "decode_owned",
            "item_plan", "reads_once", "record_dim"]
 
 _REQUIRED = object()
+_FRAMES = Reused()  # RawTensor's frames of a record, reused once the record's tensors are gone
 
 
 class Feature:
@@ -122,7 +124,8 @@ class Feature:
                              "sequence feature (use Int64, Float, Bytes or Text)")
 
     #: Whether :meth:`decode_steps` takes a feature list the parser joined:
-    #: a uint8 array [T, n] of T steps each holding one bytes value of n bytes.
+    #: a :class:`~tfrecord_torch.example.codec.JoinedSteps` of T steps each
+    #: holding one bytes value of n bytes.
     joins_steps = False
 
     def missing_steps(self, has_lists: bool) -> list:
@@ -438,7 +441,7 @@ class RawTensor(Feature):
         it. Steps of one byte length (every frame of a YouTube-8M record) are
         joined and read in one copy, not one tensor per frame."""
         steps = lists.get(self.key)
-        if isinstance(steps, np.ndarray):  # joined by the parser: [T, n] bytes
+        if isinstance(steps, JoinedSteps):  # where the frames lie in the payload
             return self._joined(steps)
         if steps is None:
             steps = self.missing_steps(has_lists)
@@ -467,13 +470,17 @@ class RawTensor(Feature):
     def joins_steps(self) -> bool:  # type: ignore[override]
         return not self.zlib
 
-    def _joined(self, joined: np.ndarray) -> torch.Tensor:
-        """[T, *shape] from the parser's [T, n] uint8 array (fresh, owned):
+    def _joined(self, joined: JoinedSteps) -> torch.Tensor:
+        """[T, *shape] from frames where they lie in the payload, copied in
+        one strided copy into reused memory (:mod:`~tfrecord_torch.features.reused`):
         step 0 checked as every step would be, all being of its length."""
-        first = self._step([[joined[0].tobytes()]], 0)
-        array = joined.reshape(-1).view(self.dtype)
+        frames = joined.view()
+        first = self._step([[frames[0].tobytes()]], 0)
+        out = _FRAMES.take(frames.size)
+        out.reshape(frames.shape)[...] = frames
+        array = out.view(self.dtype)
         return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=False)
-                                .reshape((len(joined), *first.shape)))
+                                .reshape((len(frames), *first.shape)))
 
     def _check_raw_steps(self, steps: list) -> None:
         """Raise the error that names the first step not holding one bytes value."""

@@ -163,12 +163,12 @@ def test_joined_feature_lists_are_the_steps_joined(lists, joined, flips):
     and mutated payloads give protobuf's answer or None, never other bytes."""
     payload = make_sequence_example({}, lists)
     want = parse_sequence_example_protobuf(payload)
-    got = codec._FAST.parse_sequence_example(payload, joined)
+    got = codec.parse_sequence_example(payload, frozenset(joined))
     assert got is not None and list(got[1]) == list(want[1])
     for key, steps in want[1].items():
         if key in joined and isinstance(joined_or_steps(steps), np.ndarray):
-            assert got[1][key].dtype == np.uint8 and got[1][key].flags.writeable and got[1][key].flags.owndata
-            np.testing.assert_array_equal(got[1][key], joined_or_steps(steps))
+            assert isinstance(got[1][key], codec.JoinedSteps)
+            np.testing.assert_array_equal(got[1][key].view(), joined_or_steps(steps))
         else:
             assert_same_sequence((got[0], {key: got[1][key]}), (want[0], {key: steps}))
     for mutated in [*mutations(payload, flips), *(payload[:cut] for cut in range(0, len(payload), 2))]:
@@ -179,8 +179,8 @@ def test_joined_feature_lists_are_the_steps_joined(lists, joined, flips):
         assert not isinstance(oracle, str), "the compiled parser answered where protobuf raises"
         for key, steps in oracle[1].items():
             expected = joined_or_steps(steps) if key in joined else steps
-            if isinstance(expected, np.ndarray):
-                np.testing.assert_array_equal(have[1][key], expected)
+            if isinstance(expected, np.ndarray):  # where the values lie: inside the payload, as protobuf read them
+                np.testing.assert_array_equal(codec.JoinedSteps(mutated, *have[1][key]).view(), expected)
             else:
                 assert_same_sequence((have[0], {key: have[1][key]}), (oracle[0], {key: steps}))
 
@@ -193,12 +193,21 @@ def test_joined_frames_need_one_encoding_per_step():
     padded = ld(1, ld(1, bytes([1 << 3 | 2, 0x82, 0x00]) + b"ab"))  # the value's length 2 as 0x82 0x00
     for lists, joined in ((step * 3, True), (padded * 3, True), (step + padded, False), (padded + step * 2, False)):
         payload = ld(2, ld(1, ld(1, b"k") + ld(2, lists)))
-        got = codec._FAST.parse_sequence_example(payload, {"k"})[1]["k"]
+        got = codec.parse_sequence_example(payload, frozenset({"k"}))[1]["k"]
         want = parse_sequence_example_protobuf(payload)[1]["k"]
         assert [v for (v,) in want] == [b"ab"] * len(want)
         if joined:
-            np.testing.assert_array_equal(got, np.frombuffer(b"ab" * len(want), np.uint8).reshape(-1, 2))
+            np.testing.assert_array_equal(got.view(), np.frombuffer(b"ab" * len(want), np.uint8).reshape(-1, 2))
         else:
             assert got == want
     with pytest.raises(TypeError, match="set of keys"):
         codec._FAST.parse_sequence_example(ld(2, b""), ["k"])
+
+
+@pytest.mark.parametrize("where", [(-1, 4, 2, 2), (0, 1, 2, 2), (0, 4, 0, 2), (8, 4, 2, 2), (0, 4, 3, 3)])
+def test_joined_steps_outside_the_payload_are_refused(where):
+    """JoinedSteps.view() reads through NumPy's as_strided, which checks
+    nothing: a description that is not inside the payload is refused."""
+    with pytest.raises(ValueError, match="outside its payload"):
+        codec.JoinedSteps(bytes(10), *where).view()
+    assert codec.JoinedSteps(bytes(10), 0, 4, 3, 2).view().shape == (3, 2)

@@ -398,9 +398,10 @@ def test_raw_tensor_steps_of_other_kinds_are_named(tmp_path, step, message):
 
 
 def test_raw_tensor_frames_are_joined_by_the_parser_once(frames_shard):
-    """The compiled parser hands RawTensor's frames over joined ([T, n], one
-    copy); a key another feature also reads (here as bytes per step) is left
-    as steps for both, each feature getting what TF gives it."""
+    """The compiled parser hands RawTensor's frames over as where they lie in
+    the payload (no bytes object per frame); a key another feature also reads
+    (here as bytes per step) is left as steps for both, each feature getting
+    what TF gives it."""
     from tfrecord_torch.example import codec
     from tfrecord_torch.features.sequence import make_spec
 
@@ -408,7 +409,7 @@ def test_raw_tensor_frames_are_joined_by_the_parser_once(frames_shard):
     assert spec._joined == {"rgb", "audio"}
     if codec._FAST is not None:
         lists = codec.parse_sequence_example(frames_payload(1), spec._joined)[1]
-        assert isinstance(lists["rgb"], np.ndarray) and lists["rgb"].shape == (LENGTHS[1], 8)
+        assert isinstance(lists["rgb"], codec.JoinedSteps) and lists["rgb"].view().shape == (LENGTHS[1], 8)
     both = FRAMES | {"rgb_bytes": Bytes("rgb")}
     assert make_spec(None, both)._joined == {"audio"}
     for i, item in enumerate(TFRecordDataset(frames_shard, sequence_features=both)):

@@ -84,7 +84,6 @@ class Shipped(torch.Tensor):
     def __reduce_ex__(self, protocol: Any) -> Any:
         plain = self.as_subclass(torch.Tensor)
         segment = getattr(self, "_segment", None)
-        announce = False
         with _SENDING:
             # still over the segment: torch moves a storage into new shared memory when a plain
             # view of it is sent first, and then this tensor no longer lies in the segment
