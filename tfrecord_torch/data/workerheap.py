@@ -47,6 +47,8 @@ import os
 
 import torch.utils.data
 
+from tfrecord_torch.features.reused import malloc_keeps_memory
+
 __all__ = ["BATCH_TRIM_CAP", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_for_batches", "tune_heap"]
 
 MMAP_THRESHOLD = 32 << 20  # glibc's own upper bound for its adapted mmap threshold (64-bit)
@@ -81,6 +83,7 @@ def tune_heap() -> bool:
         return False
     global _owned_in, _trim
     _owned_in, _trim = pid, TRIM_THRESHOLD
+    malloc_keeps_memory()
     return True
 
 

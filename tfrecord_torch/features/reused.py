@@ -18,6 +18,12 @@ buffer's reference count says when every one of them is gone. Memory a caller
 still holds is never handed out again. What it keeps: at most ``keep``
 slabs and ``keep`` buffers of their own, none over ``largest`` bytes (larger
 arrays are plain ``np.empty`` ones); a forked child starts with none.
+
+In a DataLoader worker whose heap :mod:`~tfrecord_torch.data.workerheap`
+tuned (:func:`malloc_keeps_memory`), malloc keeps freed memory itself and
+the pools step aside: a worker forked for one epoch would otherwise fault a
+few fresh slabs in before its first one is free again (10% slower per
+epoch with 2 such workers on YouTube-8M frames, measured).
 """
 
 from __future__ import annotations
@@ -29,9 +35,17 @@ import weakref
 
 import numpy as np
 
-__all__ = ["Reused"]
+__all__ = ["Reused", "malloc_keeps_memory"]
 
 ALIGN = 64  # each array starts on a cache line
+_MALLOC_KEEPS = -1  # the pid whose malloc keeps its freed memory
+
+
+def malloc_keeps_memory() -> None:
+    """Say that this process's malloc keeps the memory it frees (its trim and
+    mmap thresholds raised): every pool hands out plain arrays here."""
+    global _MALLOC_KEEPS
+    _MALLOC_KEEPS = os.getpid()
 
 
 class Reused:
@@ -62,7 +76,7 @@ class Reused:
 
     def take(self, nbytes: int) -> np.ndarray:
         """A writable uint8 array of ``nbytes``, uninitialised, that nothing else refers to."""
-        if nbytes > self.largest:
+        if nbytes > self.largest or _MALLOC_KEEPS == os.getpid():
             return np.empty(nbytes, np.uint8)
         if nbytes > self.slab // 4:
             return self._take_large(nbytes)

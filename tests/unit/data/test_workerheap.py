@@ -55,7 +55,10 @@ def _heap_probe(batch):
     during = libc.mallinfo2()
     libc.free(buffer)
     after = libc.mallinfo2()
-    return {"mapped": during.hblkhd - before.hblkhd, "given back": during.arena - after.arena, "n": len(batch)}
+    from tfrecord_torch.features import reused
+
+    return {"mapped": during.hblkhd - before.hblkhd, "given back": during.arena - after.arena, "n": len(batch),
+            "pools step aside": reused._MALLOC_KEEPS == os.getpid()}
 
 
 def _probe_workers(folder: str) -> dict:
@@ -99,6 +102,7 @@ def test_a_worker_serves_large_buffers_from_its_heap_and_keeps_them(probes, kind
     got = probes[f"tuned {kind}"]
     assert [p["n"] for p in got] == [2, 2]
     assert all(p["mapped"] == 0 and p["given back"] == 0 for p in got), got
+    assert all(p["pools step aside"] for p in got)  # features/reused.py: malloc keeps memory here itself
 
 
 @pytest.mark.parametrize("case", ["off", "GLIBC_TUNABLES", "MALLOC_"])
@@ -107,6 +111,7 @@ def test_a_worker_whose_malloc_the_user_tuned_or_turned_off_is_left_alone(probes
     got = probes[f"{case} {kind}"]
     assert [p["n"] for p in got] == [2, 2]
     assert all(p["mapped"] >= PROBE for p in got), got
+    assert not any(p["pools step aside"] for p in got)
 
 
 def test_the_main_process_and_one_that_only_looks_like_a_worker_are_left_alone(monkeypatch):

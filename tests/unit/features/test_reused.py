@@ -127,3 +127,23 @@ def test_a_held_padded_batch_is_not_written_over(tmp_path):
             assert (batch["rgb"][row, :n] == 2 * k + row).all() and not batch["rgb"][row, n:].any()
     for i, item in enumerate(items):
         assert (item["rgb"] == i).all()
+
+
+def _plain_arrays(queue):
+    from tfrecord_torch.features import reused
+
+    pool = Reused()
+    reused.malloc_keeps_memory()
+    arrays = [pool.take(1000), pool.take(3 << 20)]
+    queue.put((not pool._slabs and not pool._large, [a.base is None for a in arrays]))
+
+
+def test_where_malloc_keeps_its_memory_the_pools_step_aside():
+    """A DataLoader worker whose heap workerheap.py tuned: plain arrays, no slabs kept."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_plain_arrays, args=(queue,))
+    child.start()
+    assert queue.get(timeout=30) == (True, [True, True])
+    child.join(30)
+    assert Reused().take(1000).base is not None  # here, the parent: carved from a slab
