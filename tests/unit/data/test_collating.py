@@ -128,6 +128,30 @@ def test_segments_are_reused_and_passed_to_the_main_process_once(tmp_path, monke
     assert len(receipts) < 60  # 3 epochs x 20 batches: not one a batch
 
 
+def test_an_epochs_short_last_batch_uses_a_full_batchs_segment(tmp_path, monkeypatch):
+    """Each worker's last batch of an epoch is shorter (90 records in batches
+    of 16; 10 images are still sent over a segment): it goes into the start
+    of a free full-size segment, and the next
+    epoch's batches use the same segments again, the main process receiving
+    no new one after the first epoch. A segment made for the short batch
+    replaced a full one, and each epoch brought new segments to fault in."""
+    path = _write(tmp_path / "a.tfrecord", 180, size=(64, 64))
+    ds = TFRecordDataset(path, features=presets.tfds())
+    expected = Expected(ds)
+    loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True)
+    it = iter(loader)
+    receipts = count_fd_receipts(monkeypatch)
+    received = []
+    for epoch in range(4):
+        sizes = []
+        for b in it if epoch == 0 else loader:
+            expected.check(b)
+            sizes.append(len(b["label"]))
+        assert sorted(sizes) == [10, 10] + [16] * 10
+        received.append(len(receipts) - sum(received))
+    assert received[0] > 0 and received[1:] == [0, 0, 0], received
+
+
 def test_map_style_batches_from_workers(tmp_path):
     from tfrecord_torch import IndexedTFRecordDataset
 
