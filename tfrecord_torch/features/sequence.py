@@ -54,9 +54,10 @@ class SequenceSpec:
 
 
 def _joined_keys(features) -> frozenset[str]:
-    """The feature lists the parser may join into one array [T, n]: each read
-    by one feature that takes them joined (:attr:`Feature.joins_steps`) and
-    by nothing else, not even as another feature's partition."""
+    """The feature lists the parser may hand over as where their frames lie
+    (:class:`~tfrecord_torch.example.codec.JoinedSteps`): each read by one
+    feature that takes them so (:attr:`Feature.joins_steps`) and by nothing
+    else, not even as another feature's partition."""
     features = list(features)
     reads: dict[str, int] = {}
     for feature in features:

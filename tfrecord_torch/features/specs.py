@@ -439,7 +439,8 @@ class RawTensor(Feature):
         ``tf.io.decode_raw`` of a ``FixedLenSequenceFeature([], tf.string)``
         gives [T, n]: a tensor, so that :func:`~tfrecord_torch.pad_collate` pads
         it. Steps of one byte length (every frame of a YouTube-8M record) are
-        joined and read in one copy, not one tensor per frame."""
+        read in one copy from where they lie in the record, not one tensor
+        per frame."""
         steps = lists.get(self.key)
         if isinstance(steps, JoinedSteps):  # where the frames lie in the payload
             return self._joined(steps)
