@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from tfrecord_torch.features.reused import Reused
+from tfrecord_torch.features.reused import Reused, numpy_dtype
 
 __all__ = ["BatchMemory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
 
@@ -25,12 +25,10 @@ class BatchMemory:
         """An uninitialized tensor of ``shape`` and ``dtype`` for ``key``'s padded
         batch: over memory used again once the batches made in it are gone
         (:mod:`~tfrecord_torch.features.reused`), for dtypes NumPy has."""
-        try:
-            numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
+        as_numpy = numpy_dtype(dtype)
+        if as_numpy is None:
             return torch.empty(shape, dtype=dtype)
-        count = math.prod(shape)
-        return torch.from_numpy(_BATCHES.take(count * numpy_dtype.itemsize).view(numpy_dtype).reshape(shape))
+        return torch.from_numpy(_BATCHES.take(math.prod(shape) * as_numpy.itemsize).view(as_numpy).reshape(shape))
 
     def finish(self, batch: dict) -> dict:
         """The batch ``pad_collate`` returns."""

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-__all__ = ["BY_VALUE_BYTES", "arrived", "by_value", "by_value_in_worker", "own_type", "plain_bytes"]
+__all__ = ["BY_VALUE_BYTES", "arrived", "by_value", "by_value_in_worker", "bytes_view", "own_type"]
 
 BY_VALUE_BYTES = 1 << 22  # 4 MB: a 1024x1024 RGB image; a few copies of it cost less than a descriptor's round trip
 
@@ -61,21 +61,20 @@ def by_value(value: Any) -> Any:
 
 def _sendable(value: torch.Tensor) -> bool:
     with torch._C.DisableTorchFunctionSubclass():
-        return value.nbytes <= BY_VALUE_BYTES and plain_bytes(value)
+        return value.nbytes <= BY_VALUE_BYTES and bytes_view(value) is not None
 
 
-def plain_bytes(value: torch.Tensor) -> bool:
-    """Whether ``value`` is its bytes and nothing else: a contiguous CPU
-    tensor needing no gradient, of a dtype NumPy has, ``.numpy()`` viewing it."""
+def bytes_view(value: torch.Tensor) -> np.ndarray | None:
+    """``value``'s NumPy view where the tensor is its bytes and nothing else (a
+    contiguous CPU tensor needing no gradient, of a dtype NumPy has); else None."""
     with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, each a Python call otherwise
         if value.requires_grad or value.device.type != "cpu" or value.layout != torch.strided or \
                 not value.is_contiguous() or value.is_conj() or value.is_neg():
-            return False
+            return None
         try:
-            value.numpy()
+            return value.numpy()
         except (TypeError, RuntimeError):  # a dtype NumPy lacks (bfloat16, complex32, ...)
-            return False
-    return True
+            return None
 
 
 def own_type(value: torch.Tensor) -> type:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfrecord_torch.data.transport.byvalue import arrived, own_type, plain_bytes
+from tfrecord_torch.data.transport.byvalue import arrived, bytes_view, own_type
 from tfrecord_torch.data.transport.shipped import Layout, SharedBuffers, sent_over
 
 __all__ = ["PackedLists"]
@@ -72,9 +72,8 @@ class _Segment:
 class _Part:
     """One tensor of the batch: where its bytes lie in the segment, and what it is."""
 
-    def __init__(self, segment: _Segment, tensor: torch.Tensor, offset: int) -> None:
-        with torch._C.DisableTorchFunctionSubclass():
-            self.dtype, self.shape = tensor.numpy().dtype, tuple(tensor.shape)
+    def __init__(self, segment: _Segment, tensor: torch.Tensor, array: np.ndarray, offset: int) -> None:
+        self.dtype, self.shape = array.dtype, array.shape
         self.segment, self.offset = segment, offset
         self.cls, self.state = own_type(tensor), dict(tensor.__dict__)
 
@@ -94,17 +93,18 @@ def _pack(value: tuple) -> tuple | None:
     """The pickling of ``value`` over a segment, its tensors' bytes copied in;
     None where it goes by value instead (no free segment, nothing to pack)."""
     segment = _Segment()
-    tensors: list[tuple[torch.Tensor, _Part]] = []
+    arrays: list[tuple[np.ndarray, int]] = []  # each tensor's NumPy view, and its offset in the segment
     end = 0
 
     def swap(item: Any, depth: int) -> Any:
         nonlocal end
         if isinstance(item, torch.Tensor):
-            if not plain_bytes(item):
+            array = bytes_view(item)
+            if array is None:
                 return item
-            part = _Part(segment, item, end)
-            tensors.append((item, part))
-            end += -(-_nbytes(item) // ALIGN) * ALIGN
+            arrays.append((array, end))
+            part = _Part(segment, item, array, end)
+            end += -(-array.nbytes // ALIGN) * ALIGN
             return part
         if depth and type(item) in (list, tuple):
             return type(item)(swap(v, depth - 1) for v in item)
@@ -113,23 +113,17 @@ def _pack(value: tuple) -> tuple | None:
         return item
 
     structure = swap(value, DEPTH)
-    if not tensors:
+    if not arrays:
         return None
     out, token = _POOL.take((max(end, 1),), np.uint8, zero=False, grow=True)
     if token is None:  # every segment still held: by value
         return None
     flat = out.numpy()
-    for tensor, part in tensors:
-        with torch._C.DisableTorchFunctionSubclass():
-            data = tensor.numpy().reshape(-1).view(np.uint8)
-        flat[part.offset:part.offset + data.size] = data
+    for array, offset in arrays:
+        flat[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
     held, flags, slot = token
     # the flag set while ``out`` still holds the array: no other thread can take the slot in between
     segment.reduced = sent_over(held, flags, slot, Layout((max(end, 1),), (1,), 0))
     del out, flat  # the pool's array is written again once the receiver let go and the flag is clear
     return (tuple, (structure,))
 
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    with torch._C.DisableTorchFunctionSubclass():
-        return tensor.numel() * tensor.element_size()

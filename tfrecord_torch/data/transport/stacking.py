@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.data.transport.shipped import INLINE_BYTES, SLOTS, Inline, SharedBuffers
+from tfrecord_torch.features.reused import numpy_dtype
 
 __all__ = ["Stacker", "stackable_dtype"]
 
@@ -70,12 +71,11 @@ class Stacker:
         over a reused segment of ``key``'s pool that may be longer (a padded
         batch: its shape differs from batch to batch); None when every
         segment is still held or ``dtype`` has no NumPy equivalent."""
-        try:
-            numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
+        as_numpy = numpy_dtype(dtype)
+        if as_numpy is None:
             return None
         pool = self._pool(key)
-        out, token = pool.take(shape, numpy_dtype, zero=False, grow=True)
+        out, token = pool.take(shape, as_numpy, zero=False, grow=True)
         return None if token is None else pool.ship(out, token)
 
     def _pool(self, key: object) -> SharedBuffers:
@@ -98,7 +98,4 @@ def stackable_dtype(values: list) -> np.dtype | None:
         if not isinstance(v, torch.Tensor) or v.is_nested or v.layout != torch.strided or v.shape != shape or \
                 v.dtype != dtype or v.requires_grad or v.device.type != "cpu":
             return None
-    try:
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
-        return None
+    return numpy_dtype(dtype)
