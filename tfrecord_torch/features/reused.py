@@ -115,10 +115,11 @@ class Reused:
             buffer = np.empty(min(nbytes + nbytes // 4, self.largest), np.uint8)
             if len(self._large) < self.keep:
                 self._large.append(buffer)
-            elif self._large:  # the smallest free one makes way for it: later batches fit this one
-                free = [b for b in self._large if sys.getrefcount(b) == 3]
+            else:  # the shortest free one makes way for it: later batches fit this one
+                # by index: list.remove would compare the arrays element by element
+                free = [k for k in range(len(self._large)) if sys.getrefcount(self._large[k]) == 2]
                 if free:
-                    self._large.remove(min(free, key=len))
+                    del self._large[min(free, key=lambda k: self._large[k].size)]
                     self._large.append(buffer)
             return buffer[:nbytes]
 

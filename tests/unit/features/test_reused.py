@@ -147,3 +147,16 @@ def test_where_malloc_keeps_its_memory_the_pools_step_aside():
     assert queue.get(timeout=30) == (True, [True, True])
     child.join(30)
     assert Reused().take(1000).base is not None  # here, the parent: carved from a slab
+
+
+def test_a_longer_buffer_takes_the_place_of_the_shortest_free_one():
+    """With ``keep`` buffers kept and none long enough, a new, longer one
+    replaces the shortest free one (not the first in the list)."""
+    pool = Reused(slab=1 << 16, keep=2)
+    first = pool.take(400_000)
+    second = pool.take(300_000)  # the first still held: a second buffer, shorter
+    del first, second
+    gc.collect()
+    longer = pool.take(600_000)
+    assert sorted(b.size for b in pool._large) == [500_000, 750_000]
+    assert address(pool.take(400_000)) != address(longer)  # the 500 KB one, free
