@@ -5,6 +5,7 @@ again only once the receiver let go of the whole batch."""
 
 import gc
 
+import pytest
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's reductions with ForkingPickler
 import torch.utils.data
@@ -14,10 +15,21 @@ from torchvision import tv_tensors
 
 from tfrecord_torch import TFRecordDataset, detection_collate, presets
 from tfrecord_torch.data.transport.packed import PackedLists
-from tfrecord_torch.data.transport.shipped import SLOTS
+from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
 from tfrecord_torch.features.collate import detection_lists
 
 from .test_byvalue import sample, send, write_od
+
+
+@pytest.fixture(autouse=True)
+def own_pool_and_mappings(monkeypatch):
+    """This module's segments in a pool and a receiver's table of their own:
+    the in-process sends here are this process's own segments, which no
+    worker's exit would let go, and other tests count the table's entries."""
+    from tfrecord_torch.data.transport import packed, shipped
+
+    monkeypatch.setattr(packed, "_POOL", SharedBuffers())
+    monkeypatch.setattr(shipped, "_MAPPED", shipped._Mapped())
 
 
 def storages(images, targets):
