@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from tfrecord_torch.data.transport.shipped import INLINE_BYTES, SLOTS, Inline, SharedBuffers
-from tfrecord_torch.features.reused import numpy_dtype
 
 __all__ = ["Stacker", "stackable_dtype"]
 
@@ -99,3 +98,12 @@ def stackable_dtype(values: list) -> np.dtype | None:
                 v.dtype != dtype or v.requires_grad or v.device.type != "cpu":
             return None
     return numpy_dtype(dtype)
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """The NumPy dtype of a torch dtype; None for one NumPy lacks (bfloat16,
+    complex32, ...). (features/reused.py has its own: transport imports no features.)"""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:
+        return None
