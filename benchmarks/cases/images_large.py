@@ -109,7 +109,8 @@ ROWS = {  # row -> (make(path), note)
              "uint8 [64, 3, H, W] (libjpeg-turbo, accurate IDCT); CRCs verified"),
     "ours (persistent workers)": (lambda p: _per_sample(p, 2, persistent=True),
                                   "the same DataLoader made once with persistent_workers=True, iterated each pass"),
-    "ours (workers=0)": (lambda p: _per_sample(p, 0), f"per sample in the main process: {DL}, num_workers=0)"),
+    "ours (workers=0)": (lambda p: _per_sample(p, 0), f"per sample in the main process: {DL}, num_workers=0): "
+                         "the records decode on a decode thread per core, the main process collates"),
     "ours, decoder='fast'": (lambda p: _per_sample(p, 2, decoder="fast"),
                              f"per sample with TF's default IDCT, tf.data's pixels bit for bit: {DL}, num_workers=2) "
                              "over presets.tfds(decoder='fast')"),

@@ -14,13 +14,13 @@ from tfrecord_torch.data import collating, elastic, plan  # noqa: F401 - collati
 from tfrecord_torch.data.batchmode import BatchDecoding, BatchPipeline
 from tfrecord_torch.data.buffers import chunked, shuffle_buffer
 from tfrecord_torch.data.counts import SharedErrorPolicy
+from tfrecord_torch.data.decodeahead import RecordDecoder
 from tfrecord_torch.data.describe import Shown, dataset_repr, reader_where
 from tfrecord_torch.data.firstepoch import FirstEpoch, saved_epoch
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share, batch_count, this_reader
 from tfrecord_torch.data.options import Batching, Sharding, Shuffling, Source, dataset_options
-from tfrecord_torch.data.reading import Located
 from tfrecord_torch.data.recordmode import indexed_records, record_groups
-from tfrecord_torch.data.recordspec import FusedPerSample, PerSample, decode_or_skip, record_spec
+from tfrecord_torch.data.recordspec import FusedPerSample, PerSample, record_spec
 from tfrecord_torch.data.session import RemoteShards
 from tfrecord_torch.data.shards import LazyIndexes, check_lengths, find_shards, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
@@ -321,7 +321,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
         shuffled = self.shuffle and self.shuffle_buffer > 1
         mix = functools.partial(self._mixed, worker=worker, workers=workers) if shuffled else None
         groups = record_groups(self._reads(), share, self.shuffle_block, mix)
-        return indexed_records(self._reads(), share, Reader(worker, workers, skip), groups, self._decode,
+        return indexed_records(self._reads(), share, Reader(worker, workers, skip), groups, self._decoder(),
                                self.policy.reporter())
 
     def _streamed(self, worker: int, workers: int, skip: int):
@@ -336,12 +336,12 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
             out = self._pipeline().streamed_batches(chunked(units, self.batch_size, self.drop_last), skip,
                                                     (worker,))
         else:
-            out = decoded(units, skip, self._decode)
+            out = decoded(units, skip, self._decoder())
         return closing(out, opened.session)
 
-    def _decode(self, item: Located):
-        fused = self._per_sample()
-        return decode_or_skip(item, fused.record, fused.transform, self.policy.reporter())
+    def _decoder(self) -> RecordDecoder:
+        """How this iteration decodes its records (on decode threads, where worth it)."""
+        return RecordDecoder(self._per_sample, self.policy.reporter(), self.images.threads if self.images else None)
 
     def _per_sample(self) -> PerSample:
         """The record kind and transform the per-sample path decodes with (a fusable head of

@@ -7,15 +7,16 @@ the decoding (:func:`~tfrecord_torch.data.readahead.fetch_ahead`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from tfrecord_torch.data import plan
 from tfrecord_torch.data.buffers import chunked, columns
+from tfrecord_torch.data.decodeahead import RecordDecoder
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share
 from tfrecord_torch.data.readahead import fetch_ahead
-from tfrecord_torch.data.reading import SKIPPED, Located, fetch_scattered
+from tfrecord_torch.data.reading import Located, fetch_scattered
 from tfrecord_torch.data.session import ReadSession, Scatter
 
 __all__ = ["indexed_records", "record_groups"]
@@ -42,11 +43,12 @@ def record_groups(reads: ShardReads, share: Share, block: int, mix: Callable[[It
 
 
 def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Iterator[tuple[np.ndarray, np.ndarray]],
-                    decode: Callable[[Located], Any], report: Callable | None) -> Iterator:
+                    decoder: RecordDecoder, report: Callable | None) -> Iterator:
     """Record mode over indexed shards: this reader's range of the epoch's
-    sequence, read a group at a time (shard by shard, ascending offsets).
-    The first value is None, once the first read has begun; then the
-    (position, record) pairs."""
+    sequence, read a group at a time (shard by shard, ascending offsets),
+    decoded by ``decoder`` (on its threads, where it has them). The first
+    value is None, once the first read has begun; then the (position,
+    record) pairs."""
     planner, lo, hi = share
     workers, skip = reader.workers, reader.skip
     session = ReadSession(reads.remote, reads.paths, verify=reads.verify, report=report,
@@ -74,12 +76,16 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
         try:
             source.begin()
             yield None  # begun: the caller takes this before it asks for the first record
-            for done, items in source:
-                for item in items:
-                    done += 1
-                    yield done, SKIPPED if item is None else decode(item)
+            yield from decoder.each(_numbered(source))
         finally:
             source.close()
+
+
+def _numbered(groups: Iterator[tuple[int, list]]) -> Iterator[tuple[int, Located | None]]:
+    """The items of fetched groups, each with its position (units finished once it is delivered)."""
+    for done, items in groups:
+        for k, item in enumerate(items, start=done + 1):
+            yield k, item
 
 
 def _reads_of(groups: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, reads: ShardReads,

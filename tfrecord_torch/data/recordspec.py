@@ -117,6 +117,13 @@ class RecordSpec(ABC):
         :class:`ExampleRecords`); other kinds are as they are."""
         return self
 
+    def ahead(self) -> Callable[[Located], Any] | None:
+        """What a decode thread of the per-sample path may run: a record to
+        its value before the transform (errors located, as :meth:`decode`
+        raises them), or None when its records decode on the iterating thread
+        (cheap to decode, or a hook or draw that must keep their order)."""
+        return None
+
     def per_sample(self, transform: Callable | None, options: ImageBatching | None) -> PerSample:
         """What the per-sample path decodes with. Only Example features hold
         images to fuse a crop into; ``options.decoder`` is refused elsewhere."""
@@ -190,11 +197,21 @@ class ExampleRecords(RecordSpec):
         self.plan = item_plan(spec)  # numbers only: the compiled reader makes the tensors itself
 
     def decode(self, item: Located, transform: Callable | None) -> Any:
+        return apply_transform(transform, self.decoded(item), item.path, item.offset, item.record)
+
+    def decoded(self, item: Located) -> dict:
+        """The record's features, before any transform; errors name the record."""
         try:
-            parsed = self._decoded(parse_example(item.payload), item.payload)
+            return self._decoded(parse_example(item.payload), item.payload)
         except (ExampleDecodeError, FeatureError) as e:
             _raise_located(e, item)
-        return apply_transform(transform, parsed, item.path, item.offset, item.record)
+
+    def ahead(self) -> Callable[[Located], Any] | None:
+        """:meth:`decoded` when a feature is costly (an image) and each is one
+        of this package's kinds that draws nothing."""
+        features = list(self.spec.values())
+        ours = all(type(f).__module__.startswith("tfrecord_torch.") and not f.draws for f in features)
+        return self.decoded if ours and any(f.costly for f in features) else None
 
     def _decoded(self, parsed: dict, payload: bytes) -> dict:
         try:

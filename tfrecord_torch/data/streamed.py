@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from tfrecord_torch.data import plan
+from tfrecord_torch.data.decodeahead import RecordDecoder
 from tfrecord_torch.data.describe import Shown
 from tfrecord_torch.data.iteration import Reader, ShardReads
 from tfrecord_torch.data.reading import Located, interleave, stream_shard
@@ -52,11 +53,9 @@ def open_streamed(reads: ShardReads, shards: list[int], *, report: Callable | No
     return Streamed(session, interleave([functools.partial(opened, s) for s in shards], cycle_length))
 
 
-def decoded(units: Iterable[Located], skip: int, decode: Callable[[Located], Any]) -> Iterator[tuple[int, Any]]:
+def decoded(units: Iterable[Located], skip: int, decoder: RecordDecoder) -> Iterator[tuple[int, Any]]:
     """(position, decoded record) of ``units``; the first ``skip`` are read again but not decoded."""
-    for position, unit in enumerate(units, start=1):
-        if position > skip:
-            yield position, decode(unit)
+    yield from decoder.each((position, unit) for position, unit in enumerate(units, start=1) if position > skip)
 
 
 def closing(items: Iterator, session: ReadSession) -> Iterator:

@@ -60,6 +60,11 @@ class Feature:
     * :meth:`read_plan` if the compiled reader can read it whole (only the
       plain numeric kinds do).
 
+    The per-sample path decodes records on threads only when a feature is
+    ``costly`` and every feature is one of this package's kinds and
+    ``draws`` nothing (:meth:`~tfrecord_torch.data.recordspec.RecordSpec.ahead`):
+    a kind defined elsewhere is always decoded on the iterating thread.
+
     Decoders call these once per feature and record, or once per column;
     anything a kind must work out once is worked out in its constructor.
 
@@ -71,6 +76,8 @@ class Feature:
     kind = ""  # "int64", "float" or "bytes": the list kind the record must hold
     stacks = False  # batch mode stacks same-sized values (images, masks) into one tensor
     spatial = False  # a v2 transform moves it with the image (images, masks, boxes)
+    costly = False  # a value takes long to decode (an image): worth a decode thread of the per-sample path
+    draws = False  # decoding draws from torch's global generator, so it must run in the records' order
 
     def __init__(self, key: str | None = None, *, default: Any = _REQUIRED) -> None:
         self.key = key

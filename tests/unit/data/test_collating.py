@@ -149,7 +149,9 @@ def test_an_epochs_short_last_batch_uses_a_full_batchs_segment(tmp_path, monkeyp
             sizes.append(len(b["label"]))
         assert sorted(sizes) == [10, 10] + [16] * 10
         received.append(len(receipts) - sum(received))
-    assert received[0] > 0 and received[1:] == [0, 0, 0], received
+    # before: [16, 8, 8, 4]. Under load a worker may still find every segment held by the main
+    # process when it starts a batch, and make one more (its descriptor: 2 receipts) in a later epoch
+    assert received[0] > 0 and sum(received[1:]) <= 2, received
 
 
 def test_map_style_batches_from_workers(tmp_path):

@@ -375,6 +375,8 @@ class CroppedImage(Image):
     as ``Image`` decodes it, then cropped: the same pixels.
     """
 
+    draws = True  # the crop and flip, from torch's global generator
+
     def __init__(self, image: Image, plan: CropPlan) -> None:
         super().__init__(image.key, mode="RGB", frames="first", decoder=image.decoder, default=image.default)
         self.plan = plan

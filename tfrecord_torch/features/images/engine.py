@@ -61,6 +61,9 @@ class ImageBatching:
     Attributes:
         threads: decode threads per process; None: the cores this process may
             use (``os.sched_getaffinity``) divided by the DataLoader's workers.
+            The per-sample path (no ``batch_size``) uses as many for records
+            holding images (:mod:`~tfrecord_torch.data.decodeahead`); 1
+            decodes every record on the iterating thread.
         layout: "NCHW" (uint8 [B, 3, H, W] in channels_last memory) or "NHWC"
             ([B, H, W, 3], contiguous).
         decoder: JPEG IDCT of every :class:`Image` the batch decodes, on the

@@ -57,6 +57,7 @@ class InstanceMasks(Feature):
 
     spatial = True
     kind = "bytes"
+    costly = True
 
     def __init__(self, key: str = "image/object/mask", *, height: str = "image/height",
                  width: str = "image/width", image: str = "image/encoded",

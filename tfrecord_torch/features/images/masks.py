@@ -45,6 +45,7 @@ class Mask(Feature):
 
     kind = "bytes"
     stacks = True
+    costly = True
 
     def __init__(self, key: str | None = None, *, height: str | None = None, width: str | None = None,
                  shape: tuple[int, int] | None = None, dtype: str = "uint8", default: Any = _REQUIRED) -> None:

@@ -43,6 +43,7 @@ class Image(Feature):
 
     kind = "bytes"
     stacks = True
+    costly = True
     spatial = True
     # C-contiguous planes, which a batch stacks with plain copies; False: the channels-last view of
     # the decoded buffer, which torch's antialiased resize reads without repacking (see laid_out)

@@ -1,0 +1,238 @@
+"""The per-sample path decodes image records on the iteration's decode
+threads (data/decodeahead.py): the same items, transform draws, errors and
+positions as decoding each record on the iterating thread, the threads joined
+however the iteration ends."""
+
+import re
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from helpers import in_threads, png_bytes
+from torch.utils.data import DataLoader
+from torchvision.transforms import v2
+
+from tfrecord_torch import (
+    Batching,
+    Image,
+    ImageBatching,
+    Int64,
+    RecordWriter,
+    Source,
+    TFRecordDataset,
+    make_example,
+)
+from tfrecord_torch.errors import FeatureError
+
+N = 96
+BAD = (7, 30)
+
+
+def _write(path, bad=(), compression=None):
+    rng = np.random.default_rng(0)
+    with RecordWriter(path, compression=compression) as w:
+        for i in range(N):
+            data = b"not a jpeg" if i in bad else png_bytes(
+                rng.integers(0, 255, (48, 56, 3), dtype=np.uint8), "JPEG", quality=90)
+            w.write(make_example({"image": data, "label": i}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("ahead") / "good.tfrecord")
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("ahead") / "bad.tfrecord", bad=BAD)
+
+
+def _dataset(path, threads, **kwargs):
+    return TFRecordDataset(path, features={"image": Image(), "label": Int64()},
+                           batching=Batching(images=ImageBatching(threads=threads)), **kwargs)
+
+
+def _decode_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("tfrecord-decode")]
+
+
+def _same_items(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert list(x) == list(y)
+        for key in x:
+            if isinstance(x[key], torch.Tensor):
+                assert (type(x[key]), x[key].dtype, x[key].shape, x[key].stride()) == \
+                    (type(y[key]), y[key].dtype, y[key].shape, y[key].stride()), key
+                assert torch.equal(x[key], y[key]), key
+            else:
+                assert x[key] == y[key], key
+
+
+def _text(value):
+    """``value``'s text without object addresses (Pillow names its BytesIO)."""
+    return re.sub(r"0x[0-9a-f]+", "0x", str(value))
+
+
+class Seen:
+    """A transform that notes the decode threads alive and the thread it runs on."""
+
+    def __init__(self):
+        self.decode_threads, self.on = set(), set()
+
+    def __call__(self, item):
+        self.decode_threads.update(_decode_threads())
+        self.on.add(threading.current_thread().name)
+        return item
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_images_decode_on_threads_into_the_same_items(good, shuffle):
+    seen = Seen()
+    threaded = _dataset(good, 2, shuffle=shuffle, seed=3, transform=seen)
+    one = _dataset(good, 1, shuffle=shuffle, seed=3)
+    got = list(threaded)
+    assert seen.decode_threads and seen.on == {threading.current_thread().name}
+    assert not _decode_threads()  # joined at the end of the iteration
+    _same_items(got, list(one))
+    assert sorted(int(x["label"]) for x in got) == list(range(N))
+
+
+def test_the_transform_draws_in_order_on_the_iterating_thread(good):
+    def draw(item):
+        return {**item, "draw": torch.rand(()).item(), "on": threading.current_thread().name}
+
+    torch.manual_seed(0)
+    threaded = list(_dataset(good, 2, shuffle=True, seed=1, transform=draw))
+    torch.manual_seed(0)
+    one = list(_dataset(good, 1, shuffle=True, seed=1, transform=draw))
+    _same_items(threaded, one)
+    assert {x["on"] for x in threaded} == {threading.current_thread().name}
+
+
+def test_a_bad_record_raises_where_it_stands(bad):
+    got = []
+    with pytest.raises(FeatureError) as threaded:
+        for item in _dataset(bad, 2):
+            got.append(int(item["label"]))
+    assert got == list(range(BAD[0]))
+    with pytest.raises(FeatureError) as one:
+        list(_dataset(bad, 1))
+    assert _text(threaded.value) == _text(one.value)
+    assert f"record {BAD[0]}" in str(threaded.value)
+    assert not _decode_threads()
+
+
+def test_bad_records_are_reported_in_order_and_left_out(bad):
+    def run(threads):
+        ds = _dataset(bad, threads, on_error="warn")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            items = list(ds)
+        return items, [_text(w.message) for w in caught], ds.errors()
+
+    threaded, one = run(2), run(1)
+    _same_items(threaded[0], one[0])
+    assert threaded[1:] == one[1:]
+    assert [f"record {r} " in m for r, m in zip(BAD, threaded[1])] == [True, True]
+    assert [int(x["label"]) for x in threaded[0]] == [i for i in range(N) if i not in BAD]
+
+
+def test_compressed_shards_decode_on_threads_too(tmp_path):
+    path = _write(tmp_path / "z.tfrecord.gz", compression="gzip")
+    seen = Seen()
+    got = list(_dataset(path, 2, transform=seen))
+    assert seen.decode_threads
+    _same_items(got, list(_dataset(path, 1)))
+
+
+def test_a_break_leaves_no_decode_thread(good):
+    for i, _ in enumerate(DataLoader(_dataset(good, 2), batch_size=8)):
+        if i == 2:
+            assert _decode_threads()
+            break
+    assert not _decode_threads()
+
+
+def test_a_fused_crop_decodes_on_the_iterating_thread(good):
+    """The crop and flip are drawn from torch's global generator while the
+    image decodes, in the records' order: no decode thread; the same items
+    and draws as with one thread."""
+    seen = Seen()
+    crop = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip(), v2.Lambda(seen)])
+    torch.manual_seed(5)
+    got = list(_dataset(good, 2, transform=crop))
+    assert not seen.decode_threads and seen.on == {threading.current_thread().name}
+    torch.manual_seed(5)
+    _same_items(got, list(_dataset(good, 1, transform=crop)))
+    assert got[0]["image"].shape == (3, 24, 24)
+
+
+class OwnImage(Image):
+    """A feature kind defined outside the package."""
+
+
+def test_a_feature_kind_from_elsewhere_decodes_on_the_iterating_thread(good):
+    seen = Seen()
+    got = list(TFRecordDataset(good, features={"image": OwnImage(), "label": Int64()},
+                               batching=Batching(images=ImageBatching(threads=2)), transform=seen))
+    assert not seen.decode_threads
+    _same_items(got, list(_dataset(good, 1)))
+
+
+def test_cheap_records_decode_on_the_iterating_thread(good):
+    seen = Seen()
+    list(TFRecordDataset(good, features={"label": Int64()}, batching=Batching(images=ImageBatching(threads=2)), transform=seen))
+    assert not seen.decode_threads
+
+
+def test_a_transform_reassigned_mid_iteration_applies_from_the_next_record(good):
+    def runs(threads):
+        ds = _dataset(good, threads)
+        out = []
+        for i, item in enumerate(ds):
+            out.append(item)
+            if i == 10:
+                ds.transform = lambda x: {**x, "late": True}
+        return out
+
+    threaded, one = runs(2), runs(1)
+    _same_items(threaded, one)
+    assert [("late" in x) for x in threaded] == [False] * 11 + [True] * (N - 11)
+
+
+def test_eight_threads_iterate_one_dataset(good):
+    ds = _dataset(good, 2)
+    expected = list(_dataset(good, 1))
+
+    def work():
+        _same_items(list(ds), expected)
+
+    assert in_threads(work) == []
+    assert not _decode_threads()
+
+
+def _noted(item):
+    return {**item, "decode_threads": len(_decode_threads())}
+
+
+def test_a_forked_worker_with_cores_to_spare_decodes_on_threads(good):
+    """One DataLoader worker given 2 decode threads uses them; its batches
+    equal the main process's."""
+    loader = DataLoader(_dataset(good, 2, transform=_noted), batch_size=16, num_workers=1)
+    main = DataLoader(_dataset(good, 1), batch_size=16)
+    batches = list(loader)
+    assert all(int(n) >= 1 for b in batches for n in b["decode_threads"])
+    for b, m in zip(batches, main):
+        assert torch.equal(b["image"], m["image"]) and torch.equal(b["label"], m["label"])
+
+
+def test_the_source_of_a_bucket_read_keeps_its_order(good, tmp_path):
+    """Through a shard cache (its fills and the decode threads at once): the same items."""
+    from tfrecord_torch import ShardCache
+
+    source = Source(cache=ShardCache(str(tmp_path / "cache")))
+    _same_items(list(_dataset(good, 2, source=source)), list(_dataset(good, 1)))

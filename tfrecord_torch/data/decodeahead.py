@@ -1,0 +1,120 @@
+"""The per-sample path's decoding: records to items, in order.
+
+Where a process has cores to spare (``num_workers=0``, or fewer DataLoader
+workers than cores) and the records hold something slow to decode (images),
+the records are decoded on the iteration's decode threads, a few ahead of the
+one taken, while the iterating thread collates and steps. Everything whose
+order is seen stays on the iterating thread, in the records' order: the
+dataset's ``transform`` (which may draw from torch's global generator),
+errors raised or reported under ``on_error``, and the positions that resume
+counts. A record kind that cannot be decoded away from that order (a fused
+crop's draws, a ``Payload`` hook, a feature kind defined outside the package)
+is decoded on the iterating thread, as is every record when one thread is
+all the process has (:func:`~tfrecord_torch.features.images.engine.default_threads`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from tfrecord_torch._threads import OwnedPool
+from tfrecord_torch.data.reading import SKIPPED, Located
+from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
+from tfrecord_torch.errors import CorruptRecordError, FeatureError
+from tfrecord_torch.features.images.engine import default_threads
+from tfrecord_torch.features.undecoded import apply_transform
+
+__all__ = ["AHEAD_PER_THREAD", "RecordDecoder"]
+
+AHEAD_PER_THREAD = 16  # records decoding or decoded ahead of the one taken, per decode thread
+
+
+class _Started(NamedTuple):
+    """A record handed to a decode thread (``value`` None: a record the read left out)."""
+
+    position: int
+    item: Located | None
+    value: Future | None
+
+
+class RecordDecoder:
+    """Decodes one iteration's records in order (see the module's doc).
+
+    Args:
+        settings: the dataset's :class:`~tfrecord_torch.data.recordspec.PerSample`
+            as its settings stand (asked again for each record: a setting
+            reassigned during the iteration applies from the next record on).
+        report: the policy's reporter (None: a bad record raises).
+        threads: decode threads (None: :func:`default_threads`); 1 decodes
+            every record on the iterating thread.
+    """
+
+    def __init__(self, settings: Callable[[], PerSample], report: Callable | None, threads: int | None) -> None:
+        self._settings, self._report = settings, report
+        self._first = settings()
+        self._ahead = self._first.record.ahead()
+        count = threads or default_threads()
+        self._threads = count if self._ahead is not None and count > 1 else 1
+
+    @property
+    def threads(self) -> int:
+        """The decode threads this iteration uses (1: none, the iterating thread decodes)."""
+        return self._threads
+
+    def decode(self, item: Located) -> Any:
+        """One record, decoded on this thread (SKIPPED: reported under ``on_error``)."""
+        fused = self._settings()
+        return decode_or_skip(item, fused.record, fused.transform, self._report)
+
+    def each(self, items: Iterable[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
+        """``(position, item)`` pairs to ``(position, decoded)`` pairs, in order
+        (an item None, left out by the read, gives SKIPPED). The decode
+        threads start with the first record and are joined when this
+        generator ends, however it ends."""
+        if self._threads == 1:
+            for position, item in items:
+                yield position, SKIPPED if item is None else self.decode(item)
+            return
+        pool = OwnedPool(self._threads, "tfrecord-decode")
+        window: deque[_Started] = deque()
+        depth = AHEAD_PER_THREAD * self._threads
+        try:
+            for position, item in items:
+                window.append(self._start(pool, position, item))
+                if len(window) >= depth:
+                    yield self._finish(window.popleft())
+            while window:
+                yield self._finish(window.popleft())
+        finally:
+            for started in window:
+                if started.value is not None:
+                    started.value.cancel()
+            pool.close()  # the records decoding finish first
+
+    def _start(self, pool: OwnedPool, position: int, item: Located | None) -> _Started:
+        if item is None:
+            return _Started(position, None, None)
+        assert self._ahead is not None
+        return _Started(position, item, pool.submit(self._ahead, item))
+
+    def _finish(self, started: _Started) -> tuple[int, Any]:
+        """A started record's item, on the iterating thread: its error raised
+        or reported, the transform applied."""
+        position, item, value = started
+        if item is None or value is None:
+            return position, SKIPPED
+        fused = self._settings()
+        if fused is not self._first:  # a setting reassigned: decoded as the settings now say
+            value.cancel()
+            return position, decode_or_skip(item, fused.record, fused.transform, self._report)
+        try:
+            decoded = value.result()
+        except (CorruptRecordError, FeatureError) as e:
+            if self._report is None:
+                raise
+            self._report(e)
+            return position, SKIPPED
+        return position, apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
