@@ -18,6 +18,8 @@ from tfrecord_torch import (
     Execution,
     IndexedReader,
     IndexedTFRecordDataset,
+    Int64,
+    ReadBudget,
     RecordWriter,
     ShardedWriter,
     ShardLayout,
@@ -426,3 +428,32 @@ def test_converter_to_bucket_fails_then_reruns_only_missing_shards(s3, tmp_path)
     assert sorted(remote) == listing(tmp_path / "ref")  # remote indexes need no stamps (ETag-keyed)
     for name, key in remote.items():
         assert fs.cat_file(key) == (tmp_path / "ref" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("stream", [None, 64 << 10])
+def test_a_streamed_shards_requests_fetch_the_budgets_stream_ahead(s3, stream):
+    """A compressed shard is read as a stream: each request fetches
+    ``ReadBudget.stream`` bytes past what the stream asks for (16 MiB unless
+    given: a 3 MB shard in one request)."""
+    rng = np.random.default_rng(0)
+    path = "s3://bucket/stream/z.tfrecord.gz"
+    with RecordWriter(path, compression="gzip", storage_options=s3.options) as w:
+        for i in range(3000):
+            w.write(make_example({"id": i, "noise": rng.bytes(1000)}))
+    size = s3.fs().size(path)
+    budget = ReadBudget() if stream is None else ReadBudget(stream=stream)
+    s3.requests.clear()
+    ds = TFRecordDataset(path, features={"id": Int64()}, storage_options=s3.options,
+                         source=Source(cache=None, read_budget=budget))
+    assert [int(x["id"]) for x in ds] == list(range(3000))
+    spans = []
+    for method, p, r in s3.requests:
+        if method == "GET" and p.endswith("/z.tfrecord.gz") and r:
+            first, last = map(int, r.removeprefix("bytes=").split("-"))
+            spans.append(min(last, size - 1) - first + 1)
+    spans = [n for n in spans if n > 12]  # the compression sniffed when the dataset is made
+    if stream is None:
+        assert spans == [size]
+    else:
+        # the stream's first read: the 12 bytes that tell the compression, and the budget past them
+        assert spans[0] == 12 + stream and len(spans) > 2 and max(spans) <= (1 << 20) + stream

@@ -449,3 +449,4 @@ def test_an_in_order_read_of_sound_records_cuts_each_window_in_one_compiled_call
     ds = TFRecordDataset(shards, features={"id": Int64()}, storage_options=s3.options, source=source)
     assert [int(item["id"]) for item in ds] == list(range(RECORDS))  # a cold copy: read while it is filled
     assert scans == []  # no frame checked by the Python scan
+

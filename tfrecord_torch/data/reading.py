@@ -25,7 +25,7 @@ from tfrecord_torch.example.tensorproto import DTYPES, TensorProto, looks_like_t
 from tfrecord_torch.io import pool, ranges
 from tfrecord_torch.io.budget import ReadBudget
 from tfrecord_torch.io.copies import ShardCopies
-from tfrecord_torch.io.files import READ_AHEAD, is_url
+from tfrecord_torch.io.files import is_url
 from tfrecord_torch.io.listing import ListingCheck, changed_since_listed
 from tfrecord_torch.records.crc import crc32c
 from tfrecord_torch.records.frames import cut_frames, read_frames
@@ -332,7 +332,8 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
     """Every record of a shard, streamed (compressed shards need this); the
     context's readers are not used. A remote shard read from the bucket is
     read ahead by a background thread while its records are decoded (up to
-    :data:`~tfrecord_torch.io.files.READ_AHEAD` bytes of chunks waiting); its
+    the context's ``budget.stream`` bytes of chunks waiting, each request
+    fetching as many past what was asked for); its
     local copy (complete, or as the shard cache fills it) is read in the
     consumer's thread."""
     copies = context.copies
@@ -342,7 +343,7 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
         listing.check(path)
     chunks: Iterator = _stream_chunks(path, copy, context, compression)
     if is_url(path) and copy is None:
-        chunks = ReadAhead(chunks, weight=lambda chunk: len(chunk.buf), limit=READ_AHEAD)
+        chunks = ReadAhead(chunks, weight=lambda chunk: len(chunk.buf), limit=max(context.budget.stream, 1))
     try:
         for chunk in chunks:
             for i, payload in enumerate(chunk.payloads()):
@@ -355,7 +356,7 @@ def stream_shard(path: str, context: ReadContext = _DEFAULT, *, compression="aut
 
 def _stream_chunks(path: str, copy, context: ReadContext, compression) -> Iterator:
     """The chunks of ``path``, read from ``copy`` (its local copy, a file) if given."""
-    with open_stream(copy or path, compression, context.storage_options) as stream:
+    with open_stream(copy or path, compression, context.storage_options, ahead=context.budget.stream) as stream:
         yield from iter_chunks(stream, verify=context.verify, report=context.report, payloads=True)
 
 

@@ -120,6 +120,10 @@ class ReadBudget:
         windowed: the most bytes of remote shards a shuffled reader holds in
             memory as windows (64 MiB); shards holding more are read a
             record's range at a time. 0: never windows.
+        stream: a remote shard read as a stream (compressed, or read whole
+            to index it): the bytes each request fetches past what the
+            decompressor asked for, and the most bytes of its chunks read
+            ahead of the decoding (16 MiB). 0: each request is what was asked.
         requests: how a URL's ranges are requested (:class:`RequestBudget`).
         fill: how a shard-cache fill asks for and writes its copy
             (:class:`FillBudget`).
@@ -132,6 +136,7 @@ class ReadBudget:
     group: int = 16 * MiB
     read_ahead: int = 64 * MiB
     windowed: int = 64 * MiB
+    stream: int = 16 * MiB
     requests: RequestBudget = RequestBudget()
     fill: FillBudget = FillBudget()
 
@@ -139,6 +144,7 @@ class ReadBudget:
         for name in ("first", "early", "window", "far", "group", "read_ahead"):
             _check_bytes(self, name)
         _check_bytes(self, "windowed", 0)
+        _check_bytes(self, "stream", 0)
         check_instance("ReadBudget.requests", self.requests, RequestBudget, "a RequestBudget")
         check_instance("ReadBudget.fill", self.fill, FillBudget, "a FillBudget")
 

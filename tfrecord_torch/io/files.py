@@ -31,7 +31,7 @@ __all__ = ["RemoteFile", "answers_checked", "changed_object", "exists", "filesys
            "size_and_version", "stream_range", "unstrip", "version_of"]
 
 log = logging.getLogger(__name__)
-READ_AHEAD = 16 << 20  # block size of streaming remote reads
+READ_AHEAD = 16 << 20  # bytes a streaming remote read fetches past those asked for, unless given (ReadBudget.stream)
 
 
 def is_url(path) -> bool:
@@ -260,10 +260,11 @@ class RemoteFile(io.RawIOBase):
     each failed read retried from where it stood."""
 
     def __init__(self, url: str, storage_options: dict | None = None, start: int = 0,
-                 end: int | None = None) -> None:
+                 end: int | None = None, *, ahead: int = READ_AHEAD) -> None:
         self.url = url
         self._fs, self._path = filesystem(url, storage_options)
         self._pos, self._end = start, end
+        self._ahead = ahead  # bytes each request fetches past those asked for
         self._file: Any = None
 
     def readable(self) -> bool:
@@ -272,7 +273,7 @@ class RemoteFile(io.RawIOBase):
     def _open(self):
         if http.is_http(self.url):  # one streamed GET: works when the server ignores Range
             return http.open_get(self._fs, self._path, self.url, self._pos)
-        f = self._fs.open(self._path, "rb", block_size=READ_AHEAD, cache_type="readahead")
+        f = self._fs.open(self._path, "rb", block_size=self._ahead, cache_type="readahead")
         f.seek(self._pos)
         return f
 
@@ -316,13 +317,15 @@ def unstrip(fs, protocol: str, path: str) -> str:
     return f"{protocol}://{path}"
 
 
-def open_read(path, storage_options: dict | None = None, start: int = 0, end: int | None = None):
+def open_read(path, storage_options: dict | None = None, start: int = 0, end: int | None = None, *,
+              ahead: int = READ_AHEAD):
     """A raw binary file for sequential reads of ``path`` (from ``start`` to
-    ``end``), and the number of bytes it holds."""
+    ``end``), and the number of bytes it holds; a URL's requests fetch
+    ``ahead`` bytes past those asked for."""
     if is_url(path):
         size, _ = size_and_version(path, storage_options)
         end = size if end is None else min(end, size)
-        return RemoteFile(path, storage_options, start, end), end - start
+        return RemoteFile(path, storage_options, start, end, ahead=ahead), end - start
     f = _open_local(local(path))
     st = os.fstat(f.fileno())
     if not stat.S_ISREG(st.st_mode):  # a pipe, FIFO or device: its size is unknown

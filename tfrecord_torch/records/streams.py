@@ -136,18 +136,21 @@ class _Inflater(io.RawIOBase):
         super().close()
 
 
-def open_stream(source, compression="auto", storage_options: dict | None = None) -> Stream:
+def open_stream(source, compression="auto", storage_options: dict | None = None, *,
+                ahead: int = fs.READ_AHEAD) -> Stream:
     """Open a path, URL or binary file object as a :class:`Stream` of record bytes.
 
     Args:
         source: a path (str or os.PathLike), an fsspec URL, or a binary file object.
         compression: None, "gzip", "zlib" or "auto" (see the module docstring).
         storage_options: passed to fsspec for URLs (credentials, endpoint, ...).
+        ahead: bytes each request of a URL fetches past those asked for
+            (:attr:`~tfrecord_torch.io.budget.ReadBudget.stream`).
     """
     compression = check_compression(compression, allow_auto=True)
     if isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
-        raw, size = fs.open_read(name, storage_options)
+        raw, size = fs.open_read(name, storage_options, ahead=ahead)
         owned = True
     elif hasattr(source, "read"):
         raw = source

@@ -82,7 +82,7 @@ def test_the_byte_budgets():
     budget = ReadBudget()
     assert budget.first == ReadSession(RemoteShards(), []).first_far == MiB
     assert budget.early == 4 * MiB
-    assert budget.window == budget.far == budget.group == 16 * MiB
+    assert budget.window == budget.far == budget.group == budget.stream == 16 * MiB
     assert budget.requests.longest == budget.fill.chunk == 4 * MiB
     assert budget.fill.longest == 8 * MiB and budget.fill.ahead == 32 * MiB
     assert budget.windowed == budget.read_ahead == budget.requests.in_flight == 64 * MiB
@@ -97,6 +97,8 @@ def test_a_budget_is_bytes():
         ReadBudget(early=1.5)
     with pytest.raises(ValueError, match="ReadBudget.windowed .* >= 0"):
         ReadBudget(windowed=-1)
+    with pytest.raises(ValueError, match="ReadBudget.stream .* >= 0"):
+        ReadBudget(stream=-1)
     with pytest.raises(ValueError, match="RequestBudget.gap .* >= 0"):
         RequestBudget(gap=-1)
     with pytest.raises(ValueError, match="RequestBudget.longest"):
