@@ -26,7 +26,8 @@ in one process:
 Paths: batch mode (``TFRecordDataset(path, features=presets.tfds(), batch_size=64)``
 through ``DataLoader(batch_size=None)``) with 0 and 2 workers, each also with
 ``Batching(prefetch=0)``; the per-sample spelling ``DataLoader(ds, batch_size=64,
-num_workers=2)``; and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
+num_workers=N)`` with 0 (the records decoded on the main process's decode
+threads) and 2 workers; and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
 .prefetch(AUTOTUNE)``, each batch turned into torch tensors), each in a fresh
 process per round, interleaved over ``--rounds`` rounds (the order reversed
 every other round).
@@ -77,6 +78,7 @@ PATHS = {
     "batch mode, workers=0, prefetch=0": {"kind": "batch", "workers": 0, "prefetch": 0},
     "batch mode, workers=2": {"kind": "batch", "workers": 2, "prefetch": 2},
     "batch mode, workers=2, prefetch=0": {"kind": "batch", "workers": 2, "prefetch": 0},
+    "per sample, workers=0": {"kind": "sample", "workers": 0},
     "per sample, workers=2": {"kind": "sample", "workers": 2},
     "tf.data": {"kind": "tf"},
 }

@@ -138,6 +138,19 @@ def test_per_sample_detection_records(od_records, workers):
         _check(got, want)
 
 
+def test_per_sample_on_the_main_processs_decode_threads(od_records):
+    """``num_workers=0`` on 2 decode threads (the default on 2 cores): the
+    records decode ahead on the threads, with the same pixels, in order."""
+    for decoder, want in (("fast", FAST), (None, ACCURATE)):
+        ds = TFRecordDataset(od_records, features=presets.object_detection(decoder=decoder),
+                             batching=Batching(images=ImageBatching(threads=2)))
+        loader = DataLoader(ds, batch_size=2, collate_fn=detection_collate)
+        labels = [int(t["labels"][0]) for _, targets in loader for t in targets]
+        assert labels == list(range(len(NAMES)))
+        got = {int(t["labels"][0]): image for images, targets in loader for image, t in zip(images, targets)}
+        _check(got, want)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batch_mode_with_an_image_only_spec(od_records, workers):
     """Batch mode's fast path: "fast" by default (as before), or asked for

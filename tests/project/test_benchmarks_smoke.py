@@ -355,7 +355,8 @@ def test_quick_run_of_the_training_loop_benchmark(tmp_path):
     assert table in proc.stdout
     report = json.loads((tmp_path / "loop.json").read_text())
     assert report["demand"] == 0.8
-    for name in ("batch mode, workers=0", "batch mode, workers=2", "per sample, workers=2", "tf.data"):
+    for name in ("batch mode, workers=0", "batch mode, workers=2", "per sample, workers=0", "per sample, workers=2",
+                 "tf.data"):
         assert f"| {name} |" in table
         (row,) = report["runs"][name]
         assert row["capacity"] > 0 and row["alone_batches"] > 0 and row["alone_cpu_ms"] > 0

@@ -81,8 +81,17 @@ class RecordDecoder:
         pool = OwnedPool(self._threads, "tfrecord-decode")
         window: deque[_Started] = deque()
         depth = AHEAD_PER_THREAD * self._threads
+        source = iter(items)
         try:
-            for position, item in items:
+            while True:
+                try:
+                    position, item = next(source)
+                except StopIteration:
+                    break
+                except Exception:  # a read's error: the records read before it come out first
+                    while window:
+                        yield self._finish(window.popleft())
+                    raise
                 window.append(self._start(pool, position, item))
                 if len(window) >= depth:
                     yield self._finish(window.popleft())

@@ -6,6 +6,7 @@ however the iteration ends."""
 import re
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,12 +20,14 @@ from tfrecord_torch import (
     Image,
     ImageBatching,
     Int64,
+    ReadBudget,
     RecordWriter,
     Source,
     TFRecordDataset,
+    build_index,
     make_example,
 )
-from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.errors import CorruptRecordError, FeatureError
 
 N = 96
 BAD = (7, 30)
@@ -236,3 +239,30 @@ def test_the_source_of_a_bucket_read_keeps_its_order(good, tmp_path):
 
     source = Source(cache=ShardCache(str(tmp_path / "cache")))
     _same_items(list(_dataset(good, 2, source=source)), list(_dataset(good, 1)))
+
+
+def test_records_read_before_a_corrupt_one_come_out_before_its_error(tmp_path):
+    """A record whose CRC fails is found by the read, up to 16 records per
+    thread ahead of the decoding: the records of the groups read before it
+    (one record a group here) still come out, in order, then its error, as
+    with one thread."""
+    path = _write(tmp_path / "crc.tfrecord")
+    index = build_index(path, str(tmp_path / "crc.index"))  # built while the file was sound
+    data = bytearray(Path(path).read_bytes())
+    offset = 0
+    for _ in range(50):  # the frames of records 0-49: length, its CRC, payload, its CRC
+        offset += 12 + int.from_bytes(data[offset:offset + 8], "little") + 4
+    data[offset + 12 + 20] ^= 0xFF  # a payload byte of record 50
+    Path(path).write_bytes(bytes(data))
+
+    def run(threads):
+        got = []
+        with pytest.raises(CorruptRecordError) as e:
+            source = Source(index=[index], read_budget=ReadBudget(group=1024))
+            for item in _dataset(path, threads, source=source):
+                got.append(int(item["label"]))
+        return got, _text(e.value)
+
+    threaded, one = run(2), run(1)
+    assert threaded == one and threaded[0] == list(range(50))
+    assert "record 50" in threaded[1]
