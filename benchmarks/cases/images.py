@@ -123,7 +123,7 @@ def images_ours_batched0(path):
 @worker("images", "ours (workers=0)",
         note=f"per-sample: DataLoader(TFRecordDataset(path, features=presets.tfds()), batch_size={IMAGE_BATCH}, "
              "num_workers=0): the main process collates; its records decode on a decode thread per core, "
-             "16 per thread ahead (libjpeg-turbo, accurate IDCT)")
+             "up to 64 MB of them ahead (libjpeg-turbo, accurate IDCT)")
 def images_ours0(path):
     import torch.utils.data
     import torchvision.io  # noqa: F401

@@ -20,6 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
+import numpy as np
+import torch
+
 from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.data.reading import SKIPPED, Located
 from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
@@ -27,9 +30,11 @@ from tfrecord_torch.errors import CorruptRecordError, FeatureError
 from tfrecord_torch.features.images.engine import default_threads
 from tfrecord_torch.features.undecoded import apply_transform
 
-__all__ = ["AHEAD_PER_THREAD", "RecordDecoder"]
+__all__ = ["AHEAD_BYTES", "RecordDecoder"]
 
-AHEAD_PER_THREAD = 16  # records decoding or decoded ahead of the one taken, per decode thread
+AHEAD_BYTES = 64 << 20  # the decoded records held ahead of the one taken, at most (their tensors' bytes)
+AHEAD_RECORDS = 512  # and at most this many records
+FIRST_AHEAD = 16  # records per decode thread held ahead until the sizes of the first ones are known
 
 
 class _Started(NamedTuple):
@@ -58,6 +63,16 @@ class RecordDecoder:
         self._ahead = self._first.record.ahead()
         count = threads or default_threads()
         self._threads = count if self._ahead is not None and count > 1 else 1
+        self._decoded = self._bytes = 0  # records taken, and their tensors' bytes
+
+    def _depth(self) -> int:
+        """Records to hold ahead: :data:`AHEAD_BYTES` of records of the mean size
+        so far (a batch or more of images: the threads decode while the loop
+        steps), at least 2 per thread and at most :data:`AHEAD_RECORDS`."""
+        if not self._decoded:
+            return FIRST_AHEAD * self._threads
+        mean = max(self._bytes // self._decoded, 1)
+        return max(2 * self._threads, min(AHEAD_RECORDS, AHEAD_BYTES // mean))
 
     @property
     def threads(self) -> int:
@@ -80,7 +95,6 @@ class RecordDecoder:
             return
         pool = OwnedPool(self._threads, "tfrecord-decode")
         window: deque[_Started] = deque()
-        depth = AHEAD_PER_THREAD * self._threads
         source = iter(items)
         try:
             while True:
@@ -93,7 +107,7 @@ class RecordDecoder:
                         yield self._finish(window.popleft())
                     raise
                 window.append(self._start(pool, position, item))
-                if len(window) >= depth:
+                while len(window) >= self._depth():  # the depth falls once the records' size is known
                     yield self._finish(window.popleft())
             while window:
                 yield self._finish(window.popleft())
@@ -126,4 +140,12 @@ class RecordDecoder:
                 raise
             self._report(e)
             return position, SKIPPED
+        self._decoded += 1
+        self._bytes += _nbytes(decoded)
         return position, apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
+
+
+def _nbytes(decoded: Any) -> int:
+    """The bytes of a decoded record's tensors and arrays."""
+    values = decoded.values() if isinstance(decoded, dict) else ()
+    return sum(int(v.nbytes) for v in values if isinstance(v, (torch.Tensor, np.ndarray)))

@@ -5,6 +5,7 @@ however the iteration ends."""
 
 import re
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -242,8 +243,8 @@ def test_the_source_of_a_bucket_read_keeps_its_order(good, tmp_path):
 
 
 def test_records_read_before_a_corrupt_one_come_out_before_its_error(tmp_path):
-    """A record whose CRC fails is found by the read, up to 16 records per
-    thread ahead of the decoding: the records of the groups read before it
+    """A record whose CRC fails is found by the read, records ahead of the
+    decoding: the records of the groups read before it
     (one record a group here) still come out, in order, then its error, as
     with one thread."""
     path = _write(tmp_path / "crc.tfrecord")
@@ -266,3 +267,25 @@ def test_records_read_before_a_corrupt_one_come_out_before_its_error(tmp_path):
     threaded, one = run(2), run(1)
     assert threaded == one and threaded[0] == list(range(50))
     assert "record 50" in threaded[1]
+
+
+def test_the_records_held_ahead_are_bounded_by_their_bytes(good, monkeypatch):
+    """At most ``AHEAD_BYTES`` of decoded records (here 10 images' worth) are
+    decoded ahead of the one taken, once the first ones' size is known."""
+    from tfrecord_torch.data import decodeahead
+    from tfrecord_torch.data.recordspec import ExampleRecords
+
+    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 10 * (3 * 48 * 56 + 8))  # the image and the label
+    started = []
+    decoded = ExampleRecords.decoded
+
+    def counted(self, item):
+        started.append(item.record)  # list.append: one step, safe from the decode threads
+        return decoded(self, item)
+
+    monkeypatch.setattr(ExampleRecords, "decoded", counted)
+    ahead = []
+    for taken, _ in enumerate(_dataset(good, 2), start=1):
+        time.sleep(0.003)  # a slow loop: the threads decode as far ahead as they may
+        ahead.append(len(started) - taken)
+    assert 8 <= max(ahead[40:]) <= 11  # 10, and the one a thread may be starting as it is counted
