@@ -318,6 +318,9 @@ def _pillow(data: bytes) -> Header:
                 frames = int(getattr(im, "n_frames", 1) or 1)
         except PILImage.DecompressionBombError as e:
             raise ValueError(str(e)) from None
+        except PILImage.UnidentifiedImageError:  # its message names only the BytesIO object made here
+            raise ValueError(f"not an image format this package reads (neither it nor Pillow knows bytes that "
+                             f"begin {bytes(data[:8])!r})") from None
         except Exception as e:  # Pillow raises many types for unreadable bytes
             raise ValueError(f"not an image format this package reads ({type(e).__name__}: {e})") from None
     return Header(fmt, width, height, frames)

@@ -333,3 +333,13 @@ def test_batch_headers_of_a_generator_and_of_one_image_given_alone(compiled, mon
     for one in (images[0], bytearray(images[0])):
         with pytest.raises(TypeError, match=r"images must be a sequence of images, got (bytes|bytearray)"):
             limits.read_headers(one)
+
+
+def test_bytes_of_no_image_format_are_named_by_their_first_bytes():
+    """Pillow's own message names only the BytesIO object it was given (an
+    address); the error says what the bytes begin with instead."""
+    from tfrecord_torch.features.images.limits import read_header
+
+    with pytest.raises(ValueError) as e:
+        read_header(b"not a jpeg at all")
+    assert "begin b'not a jp'" in str(e.value) and "0x" not in str(e.value)
