@@ -230,6 +230,27 @@ def child(name: str, path: str, alone_epochs: int, demand: float) -> dict:
             "loop_cores": loop.cores, "capacity_after": after.images_per_s}
 
 
+def only(spec: str) -> list[str]:
+    """The path names of ``--only``: comma-separated, each name whole even
+    though names hold commas themselves ("per sample, workers=0,tf.data").
+
+    Raises:
+        ValueError: parts that no path's name begins.
+    """
+    parts = [p.strip() for p in spec.split(",")] if spec else []
+    names, k = [], 0
+    while k < len(parts):
+        for end in range(len(parts), k, -1):  # the longest run of parts that is a name
+            name = ", ".join(parts[k:end])
+            if name in PATHS:
+                names.append(name)
+                k = end
+                break
+        else:
+            raise ValueError(f"no path name begins {', '.join(parts[k:])!r}")
+    return names
+
+
 def _quantile(xs: list[float], q: float) -> float:
     return xs[int(q * (len(xs) - 1))] if xs else 0.0
 
@@ -253,7 +274,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke test: 512 records, one epoch alone, one round")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench-output"))
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--only", default="", help="comma-separated path names (see PATHS)")
+    parser.add_argument("--only", default="", help="comma-separated path names (see PATHS; a name's own commas are "
+                        "part of it: --only 'per sample, workers=0,tf.data')")
     parser.add_argument("--demand", type=float, default=DEMAND, help="the share of each path's capacity the loop asks for")
     parser.add_argument("--alone", type=int, default=None, help=f"epochs timed alone (default {ALONE_EPOCHS}; 1 with --quick)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -270,10 +292,11 @@ def main() -> None:
     except ValueError as e:
         parser.error(f"--demand: {e}")
     os.makedirs(args.out, exist_ok=True)
-    names = [n for n in PATHS if not args.only or n in args.only.split(",")]
-    unknown = set(filter(None, args.only.split(","))) - set(PATHS)
-    if unknown:
-        raise SystemExit(f"--only: unknown paths {sorted(unknown)}; choose from {list(PATHS)}")
+    try:
+        chosen = only(args.only)
+    except ValueError as e:
+        raise SystemExit(f"--only: {e}; choose from {list(PATHS)}") from None
+    names = [n for n in PATHS if not chosen or n in chosen]
     path = _dataset(args.out, args.quick, log)
     rounds = args.rounds or (1 if args.quick else 3)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",

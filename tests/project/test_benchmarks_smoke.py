@@ -291,6 +291,17 @@ def test_the_loop_step_asks_for_its_share_of_the_capacity():
     assert loop.step_for(32000.0, batch=64, g_s=0.002, demand=1.0) == 0.0  # G alone is the step: no sleep
 
 
+def test_the_loops_only_takes_names_that_hold_commas():
+    """``--only`` splits on commas, which the path names hold too: each name is taken whole."""
+    loop = _loop_module()
+    assert loop.only("per sample, workers=0,tf.data") == ["per sample, workers=0", "tf.data"]
+    assert loop.only("batch mode, workers=0, prefetch=0,batch mode, workers=0") == \
+        ["batch mode, workers=0, prefetch=0", "batch mode, workers=0"]
+    assert loop.only("") == []
+    with pytest.raises(ValueError, match="'per sample, nope, tf.data'"):
+        loop.only("per sample, nope,tf.data")
+
+
 def test_the_loop_step_refuses_a_demand_its_python_alone_exceeds():
     """A rate whose demand needs a step shorter than G is the ceiling of G, not a negative sleep."""
     loop = _loop_module()
