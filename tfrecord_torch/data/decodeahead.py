@@ -2,8 +2,9 @@
 
 Where a process has cores to spare (``num_workers=0``, or fewer DataLoader
 workers than cores) and the records hold something slow to decode (images),
-the records are decoded on the iteration's decode threads, a few ahead of the
-one taken, while the iterating thread collates and steps. Everything whose
+the records are decoded on the iteration's decode threads ahead of the one
+taken (up to :data:`AHEAD_BYTES` of them: a batch or more of images, so the
+threads decode while the loop steps), while the iterating thread collates. Everything whose
 order is seen stays on the iterating thread, in the records' order: the
 dataset's ``transform`` (which may draw from torch's global generator),
 errors raised or reported under ``on_error``, and the positions that resume
