@@ -36,6 +36,7 @@ __all__ = ["AHEAD_BYTES", "RecordDecoder"]
 AHEAD_BYTES = 64 << 20  # the decoded records held ahead of the one taken, at most (their tensors' bytes)
 AHEAD_RECORDS = 512  # and at most this many records
 FIRST_AHEAD = 16  # records per decode thread held ahead until the sizes of the first ones are known
+SIZED = 64  # the records whose size the mean counts: the first 64, then every 64th
 
 
 class _Started(NamedTuple):
@@ -64,7 +65,7 @@ class RecordDecoder:
         self._ahead = self._first.record.ahead()
         count = threads or default_threads()
         self._threads = count if self._ahead is not None and count > 1 else 1
-        self._decoded = self._bytes = 0  # records taken, and their tensors' bytes
+        self._decoded = self._bytes = 0  # records sized (see SIZED), and their tensors' bytes
 
     def _depth(self) -> int:
         """Records to hold ahead: :data:`AHEAD_BYTES` of records of the mean size
@@ -141,8 +142,9 @@ class RecordDecoder:
                 raise
             self._report(e)
             return position, SKIPPED
-        self._decoded += 1
-        self._bytes += _nbytes(decoded)
+        if self._decoded < SIZED or position % SIZED == 0:  # sampled: a tv_tensor's nbytes goes through __torch_function__
+            self._decoded += 1
+            self._bytes += _nbytes(decoded)
         return position, apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
 
 
