@@ -28,9 +28,11 @@ def write_bytes(path, data: bytes, storage_options: dict | None = None) -> None:
 @contextlib.contextmanager
 def writing(path) -> Iterator[BinaryIO]:
     """A local file written under a temporary name beside ``path`` and renamed
-    to it (after fsync) only when the block ends without error."""
+    to it (after fsync) only when the block ends without error. The temporary
+    file is flocked while written, so :func:`remove_orphans` removes it only
+    once its writer is gone (killed)."""
     path = local(path)
-    fd, temp = create_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
+    fd, temp = create_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path), lock=True)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

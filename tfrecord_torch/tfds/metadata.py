@@ -56,6 +56,9 @@ def write_metadata(output_dir, *, name: str, split: str, shard_lengths: list[int
     and ``label.labels.txt`` so ``tfds.builder_from_directory`` loads the folder."""
     output_dir = os.fspath(output_dir)
     with _metadata_lock(output_dir):
+        if not fs.is_url(output_dir):  # a write of these killed before its rename left a hidden temporary file
+            for leftover in ("features.json", "label.labels.txt", "dataset_info.json"):
+                atomic.remove_orphans(output_dir, leftover)
         # dataset_info.json last: once it names the split, a reader finds everything it needs
         _write_json(os.path.join(output_dir, "features.json"),
                     {"featuresDict": {"features": features}, "pythonClassName": _DICT}, storage_options)

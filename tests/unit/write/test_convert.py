@@ -471,6 +471,28 @@ def test_metadata_updates_of_two_splits_wait_for_each_other(tmp_path):
     assert sorted(s["name"] for s in read_info(tmp_path)["splits"]) == ["test", "train"]
 
 
+def test_a_killed_metadata_writes_temporary_file_is_removed_by_the_next(tmp_path):
+    """A converter killed while it wrote features.json (before the rename)
+    left ``.features.json.<random>.partial``; the next metadata write (the
+    rerun's commit) removes it. One a live writer holds (flocked) stays."""
+    import fcntl
+
+    from tfrecord_torch.io import atomic
+    from tfrecord_torch.tfds.metadata import write_metadata
+
+    killed = tmp_path / ".features.json.49fa4110.partial"
+    killed.write_bytes(b'{"featuresDict": ')  # no writer holds it: its process is gone
+    fd, live = atomic.create_temp(str(tmp_path), "dataset_info.json", lock=True)  # a writer still running
+    try:
+        write_metadata(tmp_path, name="d", split="train", shard_lengths=[3], num_bytes=0, features={},
+                       class_names=None)
+        assert not killed.exists() and os.path.exists(live)
+        assert not [f for f in os.listdir(tmp_path) if f.endswith(".partial") and f != os.path.basename(live)]
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 def test_second_dataset_name_in_a_folder_fails_before_writing(tmp_path):
     source = torchvision.datasets.FakeData(size=4, image_size=(3, 8, 8), num_classes=2)
     write_dataset(source, tmp_path, name="first", execution=Execution(progress=False))
