@@ -76,11 +76,6 @@ class RecordDecoder:
         mean = max(self._bytes // self._decoded, 1)
         return max(2 * self._threads, min(AHEAD_RECORDS, AHEAD_BYTES // mean))
 
-    @property
-    def threads(self) -> int:
-        """The decode threads this iteration uses (1: none, the iterating thread decodes)."""
-        return self._threads
-
     def decode(self, item: Located) -> Any:
         """One record, decoded on this thread (SKIPPED: reported under ``on_error``)."""
         fused = self._settings()
@@ -134,7 +129,7 @@ class RecordDecoder:
         fused = self._settings()
         if fused is not self._first:  # a setting reassigned: decoded as the settings now say
             value.cancel()
-            return position, decode_or_skip(item, fused.record, fused.transform, self._report)
+            return position, self.decode(item)
         try:
             decoded = value.result()
         except (CorruptRecordError, FeatureError) as e:

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from tfrecord_torch.features.reused import Reused, numpy_dtype
+from tfrecord_torch._dtypes import numpy_dtype
+from tfrecord_torch.features.reused import Reused
 
 __all__ = ["BatchMemory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
 

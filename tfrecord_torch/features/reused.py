@@ -34,20 +34,11 @@ import threading
 import weakref
 
 import numpy as np
-import torch
 
-__all__ = ["Reused", "malloc_keeps_memory", "numpy_dtype"]
+__all__ = ["Reused", "malloc_keeps_memory"]
 
 ALIGN = 64  # each array starts on a cache line
 _MALLOC_KEEPS = -1  # the pid whose malloc keeps its freed memory
-
-
-def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
-    """The NumPy dtype of a torch dtype; None for one NumPy lacks (bfloat16, complex32, ...)."""
-    try:
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:
-        return None
 
 
 def malloc_keeps_memory() -> None:

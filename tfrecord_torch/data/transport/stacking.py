@@ -26,6 +26,7 @@ import threading
 import numpy as np
 import torch
 
+from tfrecord_torch._dtypes import numpy_dtype
 from tfrecord_torch.data.transport.shipped import INLINE_BYTES, SLOTS, Inline, SharedBuffers
 
 __all__ = ["Stacker", "stackable_dtype"]
@@ -99,11 +100,3 @@ def stackable_dtype(values: list) -> np.dtype | None:
             return None
     return numpy_dtype(dtype)
 
-
-def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
-    """The NumPy dtype of a torch dtype; None for one NumPy lacks (bfloat16,
-    complex32, ...). (features/reused.py has its own: transport imports no features.)"""
-    try:
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:
-        return None
