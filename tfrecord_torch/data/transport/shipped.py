@@ -48,6 +48,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from tfrecord_torch.data.transport.spares import Spare, Spares, _alive
+
 __all__ = ["Inline", "Layout", "SharedBuffers", "Shipped", "inline_small", "sent_over"]
 
 _SENDING = threading.Lock()
@@ -190,17 +192,22 @@ class _Mapped:
     new one; the segments of senders gone are let go too."""
 
     def __init__(self) -> None:
-        self._segments: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._segments: dict[tuple[int, int], Spare] = {}
         self._lock = threading.Lock()
 
-    def announce(self, key: tuple[int, int], segment: torch.Tensor, flags: torch.Tensor,
+    def announce(self, key: tuple[int, int], segment: torch.Tensor, flags: torch.Tensor, slot: int,
                  retired: list[tuple[int, int]]) -> None:
         with self._lock:
             gone = set(map(tuple, retired))
             stale = [k for k in self._segments if k in gone or not _alive(k[0])]
             for k in stale:
                 del self._segments[k]
-            self._segments[key] = (segment, flags)
+            self._segments[key] = Spare(key, segment, flags, slot)
+
+    def held(self) -> list[Spare]:
+        """The segments mapped here: in a worker forked from this process, the
+        spares it may take up (:mod:`.spares`)."""
+        return list(self._segments.values())
 
     def get(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         with self._lock:
@@ -210,20 +217,11 @@ class _Mapped:
                 f"a batch arrived over a shared-memory segment (sender {key[0]}, segment {key[1]}) that this process "
                 "never received: the batch that carried it went to another process. A batch of a DataLoader "
                 "worker is sent once, to the main process; pickle a copy (batch.clone()) to send it elsewhere")
-        return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return found.segment, found.flags
 
 
 _MAPPED = _Mapped()
+_SPARES = Spares()
 
 
 def _view(segment: torch.Tensor, layout: Layout) -> torch.Tensor:
@@ -234,7 +232,7 @@ def _announced(key: tuple[int, int], segment: torch.Tensor, flags: torch.Tensor,
                layout: Layout, retired: list[tuple[int, int]]) -> torch.Tensor:
     """Unpickled in the receiving process, a segment's first batch: the segment
     is kept mapped for the batches after it; the batch as a plain tensor."""
-    _MAPPED.announce(key, segment, flags, retired)
+    _MAPPED.announce(key, segment, flags, slot, retired)
     return _RELEASED.receive(_view(segment, layout), flags, slot)
 
 
@@ -256,7 +254,7 @@ class SharedBuffers:
         self._flags: torch.Tensor | None = None
         self._segments: list[tuple[torch.Tensor, np.ndarray] | None] = []
         self._longest: dict[np.dtype, int] = {}  # per dtype, the longest segment a grow take made
-        self.reused = self.allocated = 0
+        self.reused = self.allocated = self.adopted = 0
 
     def take(self, shape: tuple[int, ...], dtype: np.dtype | type, zero: bool, *, grow: bool = False
              ) -> tuple[torch.Tensor, Any]:
@@ -301,8 +299,12 @@ class SharedBuffers:
                 self._longest[dtype] = made[0]
             # an empty slot before one whose segment a later batch may fit
             free.sort(key=lambda k: self._segments[k] is not None)
-            segment, array = self._new_segment(made, dtype, free[0] if free else None)
-            return torch.from_numpy(batch(array)), (segment, flags, free[0]) if free else None
+            slot = free[0] if free else None
+            spare = None if slot is None else _SPARES.take(_MAPPED.held(), dtype, int(np.prod(made)))
+            segment, array = self._new_segment(made, dtype, slot, spare)
+            if spare is not None and zero:
+                array.fill(0)
+            return torch.from_numpy(batch(array)), (segment, flags, slot) if slot is not None else None
 
     def _flags_here(self) -> torch.Tensor:
         """(under the lock) This process's flags; a fresh state after a fork."""
@@ -312,16 +314,21 @@ class SharedBuffers:
             weakref.finalize(self, _retire, self._keys)  # the receiver lets go of them too
             self._flags = _shared(torch.zeros(self.slots, dtype=torch.int32))
             self._longest = {}
-            self.reused = self.allocated = 0
+            self.reused = self.allocated = self.adopted = 0
         assert self._flags is not None
         return self._flags
 
-    def _new_segment(self, shape: tuple[int, ...], dtype: np.dtype, slot: int | None
-                     ) -> tuple[torch.Tensor, np.ndarray]:
-        """(under the lock) A new segment, kept in ``slot`` (the segment there
+    def _new_segment(self, shape: tuple[int, ...], dtype: np.dtype, slot: int | None,
+                     spare: torch.Tensor | None = None) -> tuple[torch.Tensor, np.ndarray]:
+        """(under the lock) A new segment, or ``spare`` taken up (a segment
+        of a worker gone, :mod:`.spares`), kept in ``slot`` (the segment there
         retired) if given; untracked otherwise."""
-        segment = _shared(torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype), shape)
-        self.allocated += 1
+        if spare is None:
+            segment = _shared(torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype), shape)
+            self.allocated += 1
+        else:
+            segment = spare  # as its sender made it: a batch lies in its start, as in a longer segment's
+            self.adopted += 1
         array = segment.numpy()
         if slot is not None:
             segment._key = (self._pid, next(_SERIALS))  # type: ignore[attr-defined]
@@ -329,6 +336,7 @@ class SharedBuffers:
             old = self._segments[slot]
             if old is not None:
                 _retire([old[0]._key])  # type: ignore[attr-defined]
+                _SPARES.let_go(old[0])
             self._keys.append(segment._key)  # type: ignore[attr-defined]
             self._segments[slot] = (segment, array)
         return segment, array

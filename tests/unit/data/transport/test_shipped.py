@@ -276,3 +276,108 @@ def test_a_new_segment_comes_with_its_pages_in_and_reads_as_zeros():
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     assert faults < 128, f"{faults} page faults writing 4 MiB of a new segment"
     assert int(out.sum()) == 7 * (4 << 20)  # the rest reads as zeros
+
+
+@pytest.fixture
+def made(monkeypatch):
+    """Segments the DataLoader's workers made new and took up (spares), counted across processes."""
+    counts = torch.zeros(2, dtype=torch.int64).share_memory_()
+    new_segment = SharedBuffers._new_segment
+
+    def counting(self, shape, dtype, slot, spare=None):
+        counts[0 if spare is None else 1] += 1
+        return new_segment(self, shape, dtype, slot, *([] if spare is None else [spare]))
+
+    monkeypatch.setattr(SharedBuffers, "_new_segment", counting)
+    return counts
+
+
+@pytest.mark.parametrize("batch_mode", [False, True], ids=["per-sample", "batch-mode"])
+def test_workers_forked_each_epoch_take_up_the_last_epochs_segments(tmp_path, made, batch_mode):
+    """Workers that are not persistent are forked anew each epoch: they take up
+    the segments the main process kept mapped from the last epoch's workers
+    (whose pages are in) instead of making new ones, and never one a batch
+    still held lies in. Before, each epoch made all its segments afresh."""
+    path = _write(tmp_path / "a.tfrecord", [(96, 128)] * 160)  # a batch of 4 is sent over a segment
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4 if batch_mode else None)
+    size = None if batch_mode else 4
+    alone = {int(label): image.clone() for b in DataLoader(ds, batch_size=size, num_workers=0)
+             for label, image in zip(b["label"], b["image"])}
+
+    def intact(batch):
+        return all(torch.equal(image, alone[int(label)]) for label, image in zip(batch["label"], batch["image"]))
+
+    kept, per_epoch = [], []
+    for epoch in range(4):
+        before = made.tolist()
+        for k, b in enumerate(DataLoader(ds, batch_size=size, num_workers=2)):
+            assert intact(b), (epoch, k)
+            if k in (3, 20):
+                kept.append(b)  # held across the later epochs: their segments stay theirs
+        assert k == 39
+        per_epoch.append([a - b for a, b in zip(made.tolist(), before)])
+    assert all(intact(b) for b in kept)
+    # [new, taken up] per epoch, e.g. [[12, 0], [2, 10], [2, 10], [2, 10]]: the 2 new ones replace the
+    # segments of the 2 batches kept (the first epoch may take up an earlier DataLoader's segments)
+    later = per_epoch[1:]
+    assert all(taken > 0 for _, taken in later) and sum(n for n, _ in later) < sum(t for _, t in later), per_epoch
+
+
+def test_a_spare_is_taken_up_by_one_process_alone(tmp_path):
+    """Spares seen by workers forked at once (two DataLoaders): one takes a
+    segment up and holds it while it lives; the kernel lets go when it ends."""
+    import os
+
+    from tfrecord_torch.data.transport.shipped import _shared
+    from tfrecord_torch.data.transport.spares import Spare, _claim
+
+    gone = os.fork()
+    if gone == 0:
+        os._exit(0)
+    os.waitpid(gone, 0)
+    segment = _shared(torch.empty(0, dtype=torch.uint8), (1 << 16,))
+    flags = _shared(torch.zeros(2, dtype=torch.int32))
+    spare = Spare((gone, 0), segment, flags, 1)
+    children = []
+    for _ in range(8):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            got = _claim(spare) is not None
+            os.write(w, b"1" if got else b"0")
+            time.sleep(0.5 if got else 0)  # held while it lives
+            os._exit(0)
+        os.close(w)
+        children.append((pid, r))
+    results = []
+    for _pid, r in children:
+        results.append(os.read(r, 1))
+        os.close(r)
+    assert results.count(b"1") == 1, results
+    assert _claim(spare) is None  # the taker still lives
+    for pid, _ in children:
+        os.waitpid(pid, 0)
+    claim = _claim(spare)  # it ended: free again
+    assert claim is not None
+    os.close(claim)
+
+
+def test_a_spare_is_not_taken_up_while_its_sender_lives_or_a_batch_over_it_is_held():
+    import os
+
+    from tfrecord_torch.data.transport.shipped import _shared
+    from tfrecord_torch.data.transport.spares import Spare, _claim
+
+    segment = _shared(torch.empty(0, dtype=torch.uint8), (1 << 16,))
+    flags = _shared(torch.zeros(2, dtype=torch.int32))
+    assert _claim(Spare((os.getpid(), 0), segment, flags, 0)) is None  # its sender lives
+    gone = os.fork()
+    if gone == 0:
+        os._exit(0)
+    os.waitpid(gone, 0)
+    flags[1] = 1
+    assert _claim(Spare((gone, 0), segment, flags, 1)) is None  # the main process holds a batch over it
+    flags[1] = 0
+    claim = _claim(Spare((gone, 0), segment, flags, 1))
+    assert claim is not None
+    os.close(claim)
