@@ -57,8 +57,9 @@ class Spares:
         self._claims: dict[int, int] = {}  # id(segment) -> the descriptor holding its lock
 
     def take(self, inherited: list[Spare], dtype: np.dtype, numel: int) -> torch.Tensor | None:
-        """A spare segment of ``dtype`` with at least ``numel`` elements,
-        now this process's (its lock held), or None."""
+        """A spare segment of ``dtype`` with ``numel`` elements at least and
+        twice that at most (a loader of small images does not hold a loader of
+        large ones' segments), now this process's (its lock held), or None."""
         with self._lock:
             if self._pid != os.getpid():  # the first take after a fork
                 self._pid, self._claims = os.getpid(), {}
@@ -66,7 +67,8 @@ class Spares:
             wanted = torch.from_numpy(np.empty(0, dtype)).dtype
             for spare in list(self._left):
                 segment = spare.segment
-                if segment.dtype != wanted or segment.numel() < numel or not segment.is_contiguous():
+                if segment.dtype != wanted or not numel <= segment.numel() <= 2 * numel or \
+                        not segment.is_contiguous():
                     continue
                 self._left.remove(spare)
                 claim = _claim(spare)

@@ -381,3 +381,28 @@ def test_a_spare_is_not_taken_up_while_its_sender_lives_or_a_batch_over_it_is_he
     claim = _claim(Spare((gone, 0), segment, flags, 1))
     assert claim is not None
     os.close(claim)
+
+
+def test_a_spare_is_taken_up_by_fit_and_not_when_far_longer(monkeypatch):
+    """A worker takes up a spare of the batch's dtype at least as long and at
+    most twice as long: a loader of small images leaves a loader of large
+    ones' segments alone."""
+    import os
+
+    from tfrecord_torch.data.transport.shipped import _shared
+    from tfrecord_torch.data.transport.spares import Spare, Spares
+
+    gone = os.fork()
+    if gone == 0:
+        os._exit(0)
+    os.waitpid(gone, 0)
+    flags = _shared(torch.zeros(3, dtype=torch.int32))
+    big = _shared(torch.empty(0, dtype=torch.uint8), (3000,))
+    floats = _shared(torch.empty(0, dtype=torch.float32), (1500,))
+    fit = _shared(torch.empty(0, dtype=torch.uint8), (1500,))
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())  # as in a worker
+    spares = Spares()
+    inherited = [Spare((gone, 0), big, flags, 0), Spare((gone, 1), floats, flags, 1), Spare((gone, 2), fit, flags, 2)]
+    assert spares.take(inherited, np.dtype(np.uint8), 1000) is fit
+    assert spares.take(inherited, np.dtype(np.uint8), 1000) is None
+    spares.let_go(fit)
