@@ -29,7 +29,9 @@ holds no reference to it. A ``Shipped`` tensor is sent once: pickled again
 copy. Views and results of operations on it are plain tensors, which torch
 copies into shared memory of their own as usual. A batch lost on the way (a
 worker stopped mid-epoch) keeps its segment's flag set, so that segment is
-never written again; the worker allocates others.
+never written again; the worker allocates others. A worker forked after
+another is gone takes up that worker's segments, still mapped here, instead
+of making new ones (:mod:`.spares`).
 """
 
 from __future__ import annotations
