@@ -33,6 +33,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from tfrecord_torch._dtypes import numpy_dtype
+
 __all__ = ["Spare", "Spares"]
 
 
@@ -64,10 +66,9 @@ class Spares:
             if self._pid != os.getpid():  # the first take after a fork
                 self._pid, self._claims = os.getpid(), {}
                 self._left = sorted(inherited) if torch.utils.data.get_worker_info() is not None else []
-            wanted = torch.from_numpy(np.empty(0, dtype)).dtype
             for spare in list(self._left):
                 segment = spare.segment
-                if segment.dtype != wanted or not numel <= segment.numel() <= 2 * numel or \
+                if numpy_dtype(segment.dtype) != dtype or not numel <= segment.numel() <= 2 * numel or \
                         not segment.is_contiguous():
                     continue
                 self._left.remove(spare)

@@ -2,6 +2,7 @@
 segment is written again only once the receiver has let go of the batch."""
 
 import gc
+import os
 import pickle
 import resource
 import sys
@@ -17,7 +18,8 @@ from helpers import count_fd_receipts, in_threads, kill_a_worker_mid_epoch, png_
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers, Shipped
+from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers, Shipped, _shared
+from tfrecord_torch.data.transport.spares import Spare, Spares, _claim
 
 SPEC = {"image": Image(), "label": Int64()}
 
@@ -292,6 +294,15 @@ def made(monkeypatch):
     return counts
 
 
+def _a_pid_gone():
+    """The pid of a child that has ended (and been waited for): a sender gone."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
 @pytest.mark.parametrize("batch_mode", [False, True], ids=["per-sample", "batch-mode"])
 def test_workers_forked_each_epoch_take_up_the_last_epochs_segments(tmp_path, made, batch_mode):
     """Workers that are not persistent are forked anew each epoch: they take up
@@ -326,15 +337,7 @@ def test_workers_forked_each_epoch_take_up_the_last_epochs_segments(tmp_path, ma
 def test_a_spare_is_taken_up_by_one_process_alone(tmp_path):
     """Spares seen by workers forked at once (two DataLoaders): one takes a
     segment up and holds it while it lives; the kernel lets go when it ends."""
-    import os
-
-    from tfrecord_torch.data.transport.shipped import _shared
-    from tfrecord_torch.data.transport.spares import Spare, _claim
-
-    gone = os.fork()
-    if gone == 0:
-        os._exit(0)
-    os.waitpid(gone, 0)
+    gone = _a_pid_gone()
     segment = _shared(torch.empty(0, dtype=torch.uint8), (1 << 16,))
     flags = _shared(torch.zeros(2, dtype=torch.int32))
     spare = Spare((gone, 0), segment, flags, 1)
@@ -363,18 +366,10 @@ def test_a_spare_is_taken_up_by_one_process_alone(tmp_path):
 
 
 def test_a_spare_is_not_taken_up_while_its_sender_lives_or_a_batch_over_it_is_held():
-    import os
-
-    from tfrecord_torch.data.transport.shipped import _shared
-    from tfrecord_torch.data.transport.spares import Spare, _claim
-
     segment = _shared(torch.empty(0, dtype=torch.uint8), (1 << 16,))
     flags = _shared(torch.zeros(2, dtype=torch.int32))
     assert _claim(Spare((os.getpid(), 0), segment, flags, 0)) is None  # its sender lives
-    gone = os.fork()
-    if gone == 0:
-        os._exit(0)
-    os.waitpid(gone, 0)
+    gone = _a_pid_gone()
     flags[1] = 1
     assert _claim(Spare((gone, 0), segment, flags, 1)) is None  # the main process holds a batch over it
     flags[1] = 0
@@ -387,15 +382,7 @@ def test_a_spare_is_taken_up_by_fit_and_not_when_far_longer(monkeypatch):
     """A worker takes up a spare of the batch's dtype at least as long and at
     most twice as long: a loader of small images leaves a loader of large
     ones' segments alone."""
-    import os
-
-    from tfrecord_torch.data.transport.shipped import _shared
-    from tfrecord_torch.data.transport.spares import Spare, Spares
-
-    gone = os.fork()
-    if gone == 0:
-        os._exit(0)
-    os.waitpid(gone, 0)
+    gone = _a_pid_gone()
     flags = _shared(torch.zeros(3, dtype=torch.int32))
     big = _shared(torch.empty(0, dtype=torch.uint8), (3000,))
     floats = _shared(torch.empty(0, dtype=torch.float32), (1500,))
