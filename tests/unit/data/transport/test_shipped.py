@@ -341,23 +341,27 @@ def test_a_spare_is_taken_up_by_one_process_alone(tmp_path):
     segment = _shared(torch.empty(0, dtype=torch.uint8), (1 << 16,))
     flags = _shared(torch.zeros(2, dtype=torch.int32))
     spare = Spare((gone, 0), segment, flags, 1)
+    release_r, release_w = os.pipe()  # children hold until the parent closes it
     children = []
     for _ in range(8):
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.close(release_w)
             got = _claim(spare) is not None
             os.write(w, b"1" if got else b"0")
-            time.sleep(0.5 if got else 0)  # held while it lives
+            os.read(release_r, 1)  # held while it lives: until every child has tried
             os._exit(0)
         os.close(w)
         children.append((pid, r))
+    os.close(release_r)
     results = []
     for _pid, r in children:
         results.append(os.read(r, 1))
         os.close(r)
     assert results.count(b"1") == 1, results
     assert _claim(spare) is None  # the taker still lives
+    os.close(release_w)
     for pid, _ in children:
         os.waitpid(pid, 0)
     claim = _claim(spare)  # it ended: free again
