@@ -12,6 +12,13 @@ counts. A record kind that cannot be decoded away from that order (a fused
 crop's draws, a ``Payload`` hook, a feature kind defined outside the package)
 is decoded on the iterating thread, as is every record when one thread is
 all the process has (:func:`~tfrecord_torch.features.images.engine.default_threads`).
+
+Each hand-over to a thread costs the iterating thread a future and a wake-up,
+Python that holds the GIL the threads need too, so once the records' size is
+known small ones go in groups: about :data:`GROUP_BYTES`
+decoded, at most :data:`GROUP_RECORDS`; a record whose decode fails in a
+group leaves the others of its group decoded, and its error comes where it
+stands.
 """
 
 from __future__ import annotations
@@ -36,15 +43,19 @@ __all__ = ["AHEAD_BYTES", "RecordDecoder"]
 AHEAD_BYTES = 64 << 20  # the decoded records held ahead of the one taken, at most (their tensors' bytes)
 AHEAD_RECORDS = 512  # and at most this many records
 FIRST_AHEAD = 16  # records per decode thread held ahead until the sizes of the first ones are known
+GROUP_BYTES = 1 << 20  # records handed to a decode thread at once: about this many bytes decoded
+GROUP_RECORDS = 8  # and at most this many
 SIZED = 64  # the records whose size the mean counts: the first 64, then every 64th
 
 
 class _Started(NamedTuple):
-    """A record handed to a decode thread (``value`` None: a record the read left out)."""
+    """A record handed to a decode thread, as the ``nth`` of the group
+    ``value`` decodes (``value`` None: a record the read left out)."""
 
     position: int
     item: Located | None
     value: Future | None
+    nth: int
 
 
 class RecordDecoder:
@@ -92,20 +103,32 @@ class RecordDecoder:
             return
         pool = OwnedPool(self._threads, "tfrecord-decode")
         window: deque[_Started] = deque()
+        group: list[tuple[int, Located | None]] = []  # read, not yet handed to a thread
         source = iter(items)
+
+        def hand_over() -> None:
+            window.extend(self._start(pool, group))
+            group.clear()
+
         try:
             while True:
                 try:
-                    position, item = next(source)
+                    group.append(next(source))
                 except StopIteration:
                     break
                 except Exception:  # a read's error: the records read before it come out first
+                    hand_over()
                     while window:
                         yield self._finish(window.popleft())
                     raise
-                window.append(self._start(pool, position, item))
-                while len(window) >= self._depth():  # the depth falls once the records' size is known
+                depth = self._depth()  # it falls once the records' size is known
+                if len(group) >= self._group(depth):
+                    hand_over()
+                while len(window) + len(group) >= depth:
+                    if not window:
+                        hand_over()
                     yield self._finish(window.popleft())
+            hand_over()
             while window:
                 yield self._finish(window.popleft())
         finally:
@@ -114,33 +137,66 @@ class RecordDecoder:
                     started.value.cancel()
             pool.close()  # the records decoding finish first
 
-    def _start(self, pool: OwnedPool, position: int, item: Located | None) -> _Started:
-        if item is None:
-            return _Started(position, None, None)
+    def _group(self, depth: int) -> int:
+        """Records handed to a thread at once: :data:`GROUP_BYTES` of records
+        of the mean size so far (each hand-over costs the iterating thread a
+        future), at most :data:`GROUP_RECORDS` and a share of ``depth`` that
+        leaves every thread two groups, at least 1."""
+        if not self._decoded:
+            return 1
+        mean = max(self._bytes // self._decoded, 1)
+        return max(1, min(GROUP_RECORDS, GROUP_BYTES // mean, depth // (2 * self._threads)))
+
+    def _start(self, pool: OwnedPool, group: list[tuple[int, Located | None]]) -> list[_Started]:
         assert self._ahead is not None
-        return _Started(position, item, pool.submit(self._ahead, item))
+        items = [item for _, item in group if item is not None]
+        value = pool.submit(_decode_all, self._ahead, items) if items else None
+        started, nth = [], 0
+        for position, item in group:
+            if item is None:
+                started.append(_Started(position, None, None, 0))
+            else:
+                started.append(_Started(position, item, value, nth))
+                nth += 1
+        return started
 
     def _finish(self, started: _Started) -> tuple[int, Any]:
         """A started record's item, on the iterating thread: its error raised
         or reported, the transform applied."""
-        position, item, value = started
+        position, item, value, nth = started
         if item is None or value is None:
             return position, SKIPPED
         fused = self._settings()
         if fused is not self._first:  # a setting reassigned: decoded as the settings now say
             value.cancel()
             return position, self.decode(item)
-        try:
-            decoded = value.result()
-        except (CorruptRecordError, FeatureError) as e:
-            if self._report is None:
-                raise
-            self._report(e)
+        decoded = value.result()[nth]
+        if isinstance(decoded, _Failed):
+            if self._report is None or not isinstance(decoded.error, (CorruptRecordError, FeatureError)):
+                raise decoded.error
+            self._report(decoded.error)
             return position, SKIPPED
         if self._decoded < SIZED or position % SIZED == 0:  # sampled: a tv_tensor's nbytes goes through __torch_function__
             self._decoded += 1
             self._bytes += _nbytes(decoded)
         return position, apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
+
+
+class _Failed(NamedTuple):
+    """A record whose decode raised ``error``."""
+
+    error: Exception
+
+
+def _decode_all(decode: Callable[[Located], Any], items: list[Located]) -> list[Any]:
+    """Each item decoded, or the error its decode raised (the others still decoded)."""
+    out: list[Any] = []
+    for item in items:
+        try:
+            out.append(decode(item))
+        except Exception as e:
+            out.append(_Failed(e))
+    return out
 
 
 def _nbytes(decoded: Any) -> int:

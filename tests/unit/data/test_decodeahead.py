@@ -289,3 +289,28 @@ def test_the_records_held_ahead_are_bounded_by_their_bytes(good, monkeypatch):
         time.sleep(0.003)  # a slow loop: the threads decode as far ahead as they may
         ahead.append(len(started) - taken)
     assert 8 <= max(ahead[40:]) <= 11  # 10, and the one a thread may be starting as it is counted
+
+
+@pytest.mark.parametrize("group_bytes, most", [(1 << 20, 8), (1, 1)])
+def test_small_records_go_to_the_threads_in_groups(good, monkeypatch, group_bytes, most):
+    """Each hand-over to a decode thread costs the iterating thread a future:
+    once the records' size is known (one at a time until then), small records
+    go in groups of up to GROUP_RECORDS (8 KB images here, 8 a group), large
+    ones (over GROUP_BYTES) one at a time; the items are the same."""
+    from tfrecord_torch._threads import OwnedPool
+    from tfrecord_torch.data import decodeahead
+
+    monkeypatch.setattr(decodeahead, "GROUP_BYTES", group_bytes)
+    sizes = []
+    submit = OwnedPool.submit
+
+    def counted(self, fn, *args):
+        sizes.append(len(args[-1]))
+        return submit(self, fn, *args)
+
+    monkeypatch.setattr(OwnedPool, "submit", counted)
+    _same_items(list(_dataset(good, 2)), list(_dataset(good, 1)))
+    assert sum(sizes) == N and max(sizes) == most
+    if most > 1:
+        first = decodeahead.FIRST_AHEAD * 2  # read before the first record was taken
+        assert len(sizes) <= first + (N - first) // most + 2

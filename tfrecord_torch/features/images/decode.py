@@ -46,6 +46,7 @@ import torch
 from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.channels import MODE_CHANNELS, convert_channels, to_uint8
 from tfrecord_torch.features.images.jpeg import (
+    JPEG_DECODERS,
     check_decoder,
     decode_jpeg,
     decode_jpeg_fast,
@@ -63,7 +64,7 @@ from tfrecord_torch.features.images.limits import (
 )
 from tfrecord_torch.features.images.pillow import pillow_frames
 
-__all__ = ["FRAMES", "IMAGE_MODES", "MAX_IMAGE_PIXELS", "decode_hwc", "decode_image", "decode_pixels", "image_info",
+__all__ = ["FRAMES", "IMAGE_MODES", "MAX_IMAGE_PIXELS", "decode_checked", "decode_hwc", "decode_image", "decode_pixels", "image_info",
            "image_size", "preload"]
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,15 @@ def decode_pixels(data: bytes, mode: str = "RGB", *, frames: str = "first", plan
     check_choice("mode", mode, IMAGE_MODES)
     check_choice("frames", frames, FRAMES)
     check_decoder(decoder)
+    return decode_checked(data, mode, frames, planes, decoder)
+
+
+def decode_checked(data: bytes, mode: str, frames: str, planes: bool, decoder: str) -> torch.Tensor:
+    """:func:`decode_pixels` with the checks an ``Image`` feature ran when it
+    was made: here only whether the arguments are still among the choices
+    (a feature's attribute set since), not the full checks' messages."""
+    if mode not in IMAGE_MODES or frames not in FRAMES or decoder not in JPEG_DECODERS:
+        return decode_pixels(data, mode, frames=frames, planes=planes, decoder=decoder)  # raises, naming it
     arrays, animation = _decode_arrays(data, mode, frames == "all", decoder)
     if planes:
         out = [torch.from_numpy(_planes(array)) for array in arrays]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images.decode import FRAMES, IMAGE_MODES, decode_pixels, preload
+from tfrecord_torch.features.images.decode import FRAMES, IMAGE_MODES, decode_checked, preload
 from tfrecord_torch.features.images.jpeg import check_decoder
 from tfrecord_torch.features.images.wrap import as_image
 from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
@@ -65,8 +65,7 @@ class Image(Feature):
         if len(value) != 1:
             raise FeatureError(self.key, f"holds {len(value)} images, expected 1")
         try:
-            return as_image(decode_pixels(value[0], self.mode, frames=self.frames, planes=self._planes,
-                                          decoder=self.jpeg_decoder))
+            return as_image(decode_checked(value[0], self.mode, self.frames, self._planes, self.jpeg_decoder))
         except Exception as e:  # decoders raise many types (Pillow's DecompressionBombError, ...)
             raise FeatureError(self.key, f"cannot decode image ({len(value[0])} bytes): "
                                          f"{type(e).__name__}: {e}") from e

@@ -10,6 +10,8 @@ plain tensors, and boxes a plain float tensor [N, 4] in XYXY pixels.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tfrecord_torch.features.images import decode as _images
@@ -21,13 +23,20 @@ def as_image(tensor: torch.Tensor) -> torch.Tensor:
     """``tv_tensors.Image`` of a tensor [..., C, H, W], or the tensor itself."""
     if not _images._torchvision_usable():  # looked up on the module: one switch for all features
         return tensor
-    from torchvision import tv_tensors
-
+    image = _image_class()
     if type(tensor) is torch.Tensor and tensor.ndim >= 3:
         # what Image() makes of such a tensor, without the conversions and checks it runs on
         # every image (several times as long as as_subclass)
-        return tensor.as_subclass(tv_tensors.Image)
-    return tv_tensors.Image(tensor)
+        return tensor.as_subclass(image)
+    return image(tensor)
+
+
+@functools.cache
+def _image_class() -> type:
+    """``tv_tensors.Image``, imported once (an import statement per image costs a lookup)."""
+    from torchvision import tv_tensors
+
+    return tv_tensors.Image
 
 
 def as_mask(tensor: torch.Tensor) -> torch.Tensor:

@@ -95,6 +95,19 @@ def test_a_mode_or_frames_not_offered_is_refused_for_every_format(fmt, option):
         decode_image(encode(smooth(16, 16, 3), fmt), **option)
 
 
+@pytest.mark.parametrize("attribute, value", [("mode", "l"), ("frames", "last"), ("decoder", "integer_fast")])
+def test_an_image_features_option_set_after_it_was_made_is_still_refused(attribute, value):
+    """An Image feature checks its options when made, not fully per record;
+    one set on it since still fails the record, naming the option, rather
+    than decoding to something else (a JPEG's libjpeg path takes any mode)."""
+    from tfrecord_torch.errors import FeatureError
+
+    feature = Image("image")
+    setattr(feature, attribute, value)
+    with pytest.raises(FeatureError, match=f"{attribute} must be one of .*, got '{value}'"):
+        feature.decode({"image": [JPEGS["4:2:2"]]})
+
+
 def test_a_truncated_jpeg_is_an_error():
     data = JPEGS["progressive"]
     with pytest.raises(RuntimeError, match="truncated"):
