@@ -265,6 +265,62 @@ def images_decode_limit_simplejpeg(path):
                       {"records": len(jpegs), "pixels": out.size, "checksum": labels})
 
 
+@worker("images", "plain torch dataset (2 workers)", yardstick=True,
+        note="yardstick, not a peer: what one writes by hand, through the 'ours' row's "
+             "DataLoader(batch_size=64, num_workers=2), made for each pass: a torch IterableDataset over the JPEGs "
+             "already in memory (inherited by the forked workers), each worker decoding its half with simplejpeg "
+             "(accurate IDCT, as ours) into [3, H, W] planes; torch's default_collate into fresh shared memory; "
+             "no reading, parsing or CRC")
+def images_plain_torch(path):
+    import simplejpeg
+    import torch.utils.data
+
+    from tfrecord_torch.features.images.jpeg import to_planes
+
+    jpegs, labels = jpegs_in_memory(path)
+
+    def decoded(i):
+        return torch.from_numpy(to_planes(simplejpeg.decode_jpeg(jpegs[i], fastdct=False, fastupsample=False)))
+
+    return _forked_per_pass(len(jpegs), labels, decoded)
+
+
+@worker("images", "fork and join floor (2 workers with no images)", yardstick=True,
+        note="floor, not a peer: the time torch's DataLoader(batch_size=64, num_workers=2) made for each pass "
+             "takes with nothing to decode: a torch IterableDataset yielding the 4,000 labels alone, split over "
+             "the two workers; the pass forks them, collates and joins them. Every per-sample row whose workers "
+             "are forked for each pass pays it on top of its own work")
+def images_fork_floor(path):
+    jpegs, labels = jpegs_in_memory(path)
+    return _forked_per_pass(len(jpegs), labels, None)
+
+
+def _forked_per_pass(count: int, labels: int, image):
+    """A pass of DataLoader(batch_size=64, num_workers=2) made for it, over
+    ``count`` items {"label": i % 100} (and {"image": image(i)} unless None)."""
+    import torch
+    import torch.utils.data
+
+    wanted = [i % 100 for i in range(count)]  # the labels the build wrote
+    if sum(wanted) != labels:
+        raise ValueError(f"the labels sum to {labels}, not {sum(wanted)}: another build of the data")
+
+    class InMemory(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            for i in range(info.id, count, info.num_workers):
+                yield {"label": wanted[i]} if image is None else {"image": image(i), "label": wanted[i]}
+
+    def tally():
+        out = {"records": 0, "checksum": 0, "pixels": 0}
+        for b in torch.utils.data.DataLoader(InMemory(), batch_size=IMAGE_BATCH, num_workers=2):
+            out["records"] += len(b["label"])
+            out["checksum"] += int(b["label"].sum())
+            out["pixels"] += b["image"].numel() if "image" in b else 0
+        return out if image is not None else {"records": out["records"], "checksum": out["checksum"]}
+    return tally
+
+
 def jpegs_in_memory(path) -> tuple[list[bytes], int]:
     """The 'image' bytes of every record of ``path``, and the sum of the 'label's."""
     from tfrecord_torch import parse_example, read_records
@@ -299,6 +355,9 @@ target("images", "ours batch mode (workers=0) >= 1.3x tf.data", "ours batch mode
        at_least=1.3)
 target("images", "ours batch mode (workers=0) >= 0.8x its decoder's limit (simplejpeg threads)",
        "ours batch mode (workers=0)", "decode-only limit (simplejpeg threads)", at_least=0.8)
+target("images", "ours >= 1.0x tf.data", "ours", "tf.data", at_least=1.0)
+target("images", "ours (workers=0) >= 1.0x tf.data", "ours (workers=0)", "tf.data", at_least=1.0)
+target("images", "ours >= 1.0x a plain torch dataset", "ours", "plain torch dataset (2 workers)", at_least=1.0)
 target("images", "ours >= 1.3x tf.data", "ours", "tf.data", at_least=1.3)
 target("images", "ours >= 0.9x the decode-only limit", "ours", "decode-only limit", at_least=0.9)
 target("images", "(workaround) ours, torchvision imported first >= 1.3x tf.data",
