@@ -317,8 +317,40 @@ def test_the_main_process_stack_leaves_what_torch_keeps_or_stacks_alone(two_torc
         assert stack_on_this_thread("image", [image, image]) is None
     stacked = stack_on_this_thread("image", [image, image + 1])
     assert type(stacked) is torch.Tensor and torch.equal(stacked, torch.stack([image, image + 1]))
-    torch.set_num_threads(1)
-    assert stack_on_this_thread("image", [image, image + 1]) is None
+    torch.set_num_threads(1)  # no team to spare; the batch still goes into memory used again
+    stacked = stack_on_this_thread("image", [image, image + 1])
+    assert type(stacked) is torch.Tensor and torch.equal(stacked, torch.stack([image, image + 1]))
+
+
+def test_main_process_batches_reuse_their_memory_once_let_go_and_never_while_held(tmp_path, monkeypatch):
+    """Per sample with num_workers=0, a batch whose tensors are all gone
+    gives its memory to a later batch (a fresh 36 MiB batch of photos
+    faults every page in, zeroed, before the copy); a batch still held, or a
+    view of one, is never written over."""
+    from tfrecord_torch.data import collating
+    from tfrecord_torch.features.reused import Reused
+
+    monkeypatch.setattr(collating, "_STACKED", Reused(keep=3))  # memory other tests still hold is not reused
+    path = _write(tmp_path / "a.tfrecord", 48, size=(224, 400))  # batches of 2.1 MB: buffers of their own
+    ds = TFRecordDataset(path, features=presets.tfds())
+    expected = Expected(ds)
+    addresses = set()
+    for batch in DataLoader(ds, batch_size=8, num_workers=0):
+        expected.check(batch)
+        addresses.add(batch["image"].data_ptr())
+        del batch
+    assert 1 <= len(addresses) <= 2  # the batch the loop holds while the next is made, at most
+    held, views = [], []
+    for k, batch in enumerate(DataLoader(ds, batch_size=8, num_workers=0)):
+        if k % 2:
+            held.append(batch)
+        else:  # a view keeps its batch's memory too
+            views.append(([int(label) for label in batch["label"][1:3]], batch["image"][1:3]))
+    assert len({b["image"].data_ptr() for b in held} | {v.data_ptr() for _, v in views}) == 6
+    for batch in held:
+        expected.check(batch)
+    for labels, view in views:
+        assert torch.equal(view, torch.stack([expected.items[label]["image"] for label in labels]))
 
 
 def _layouts(shape):
