@@ -231,24 +231,14 @@ def child(name: str, path: str, alone_epochs: int, demand: float) -> dict:
 
 
 def only(spec: str) -> list[str]:
-    """The path names of ``--only``: comma-separated, each name whole even
-    though names hold commas themselves ("per sample, workers=0,tf.data").
+    """The path names of ``--only`` (see :func:`~benchmarks.harness.registry.names_in`).
 
     Raises:
         ValueError: parts that no path's name begins.
     """
-    parts = [p.strip() for p in spec.split(",")] if spec else []
-    names, k = [], 0
-    while k < len(parts):
-        for end in range(len(parts), k, -1):  # the longest run of parts that is a name
-            name = ", ".join(parts[k:end])
-            if name in PATHS:
-                names.append(name)
-                k = end
-                break
-        else:
-            raise ValueError(f"no path name begins {', '.join(parts[k:])!r}")
-    return names
+    from benchmarks.harness.registry import names_in
+
+    return names_in(spec, PATHS)
 
 
 def _quantile(xs: list[float], q: float) -> float:

@@ -65,7 +65,7 @@ if sys.path[0] != ROOT:  # this checkout's package and benchmarks, before any in
     sys.path.insert(0, ROOT)
 
 from benchmarks.harness import registry  # noqa: E402 - after the sys.path line above
-from benchmarks.harness.registry import CASES, DATASETS  # noqa: E402
+from benchmarks.harness.registry import CASES, DATASETS, names_in  # noqa: E402
 
 
 def _args(argv):
@@ -115,7 +115,11 @@ def main(argv=None) -> int:
     def log(msg: str) -> None:
         print(f"[bench {time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    wanted = [w for w in args.only.split(",") if w]
+    known = {c.name for c in CASES.values()} | {f"{c.name}/{i.name}" for c in CASES.values() for i in c.impls.values()}
+    try:  # each name whole, though row names hold commas: a part that names nothing is an error, not dropped
+        wanted = names_in(args.only, known)
+    except ValueError as e:
+        ap.error(f"--only: {e} (see --list)")
     selected = [(c, i) for c in CASES.values() for i in c.impls.values()
                 if not wanted or c.name in wanted or f"{c.name}/{i.name}" in wanted]
     if not selected:

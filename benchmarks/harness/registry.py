@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
@@ -152,6 +152,32 @@ def interpreter(impl: Impl, default: str) -> tuple[str | None, str]:
     if os.access(path, os.X_OK):
         return path, ""
     return None, f"skipped: its interpreter {path} is missing (see benchmarks/venvs/README.md)"
+
+
+def names_in(spec: str, known: Iterable[str]) -> list[str]:
+    """The names a comma-separated ``--only`` holds, each taken whole though
+    names hold commas themselves ("per sample, workers=0,tf.data"): at each
+    part, the longest run of parts that is a known name.
+
+    Raises:
+        ValueError: naming the parts from where no known name begins.
+    """
+    known = set(known)
+    parts = [p.strip() for p in spec.split(",")] if spec else []
+    names, k = [], 0
+    while k < len(parts):
+        if not parts[k]:  # "a,,b" or a trailing comma
+            k += 1
+            continue
+        for end in range(len(parts), k, -1):
+            name = ", ".join(parts[k:end])
+            if name in known:
+                names.append(name)
+                k = end
+                break
+        else:
+            raise ValueError(f"no name begins {', '.join(parts[k:])!r}")
+    return names
 
 
 def load_cases() -> None:

@@ -302,6 +302,23 @@ def test_the_loops_only_takes_names_that_hold_commas():
         loop.only("per sample, nope,tf.data")
 
 
+def test_the_benchmarks_only_takes_row_names_that_hold_commas_and_refuses_a_typo(tmp_path):
+    """``run.py --only`` takes "images_500/ours, decoder='fast'" whole; a part
+    that names nothing is an error naming it, not silently dropped."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness.registry import names_in
+    finally:
+        sys.path.remove(ROOT)
+    known = ["images", "images_500/ours", "images_500/ours, decoder='fast'", "detection/ours, 2 persistent workers"]
+    assert names_in("images_500/ours, decoder='fast',images", known) == ["images_500/ours, decoder='fast'", "images"]
+    assert names_in("images_500/ours,detection/ours, 2 persistent workers,", known) == \
+        ["images_500/ours", "detection/ours, 2 persistent workers"]
+    proc = subprocess.run([sys.executable, RUN, "--tiny", "--out", str(tmp_path), "--only",
+                           "images/ours,images/our (workers=0)"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no name begins 'images/our (workers=0)'" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_the_loop_step_refuses_a_demand_its_python_alone_exceeds():
     """A rate whose demand needs a step shorter than G is the ceiling of G, not a negative sleep."""
     loop = _loop_module()
