@@ -119,9 +119,10 @@ def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
     return torch.from_numpy(out)
 
 
-# The batches stacked in this process: the one the loop holds, the one being made, one more; each
-# buffer at most 64 MiB (larger batches get fresh memory), freed only with the process.
-_STACKED = Reused(keep=3)
+# The batches stacked in this process: the one the loop holds and the one being made, each buffer a
+# quarter longer than its batch and at most 256 MiB (larger batches get fresh memory: 64 1024x768
+# images are 151 MiB, and read 1.11x as fast from here), freed only with the process.
+_STACKED = Reused(keep=2, largest=256 << 20)
 
 
 @functools.lru_cache(maxsize=64)

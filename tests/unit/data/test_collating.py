@@ -330,7 +330,7 @@ def test_main_process_batches_reuse_their_memory_once_let_go_and_never_while_hel
     from tfrecord_torch.data import collating
     from tfrecord_torch.features.reused import Reused
 
-    monkeypatch.setattr(collating, "_STACKED", Reused(keep=3))  # memory other tests still hold is not reused
+    monkeypatch.setattr(collating, "_STACKED", Reused(keep=2, largest=256 << 20))  # not memory other tests hold
     path = _write(tmp_path / "a.tfrecord", 48, size=(224, 400))  # batches of 2.1 MB: buffers of their own
     ds = TFRecordDataset(path, features=presets.tfds())
     expected = Expected(ds)
