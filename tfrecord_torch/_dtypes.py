@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
 __all__ = ["numpy_dtype"]
 
 
+@functools.cache  # torch's dtypes are a fixed set; a lookup, not a tensor made, per call
 def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
     """The NumPy dtype of a torch dtype; None for one NumPy lacks (bfloat16, complex32, ...)."""
     try:
-        return _NUMPY[dtype]
-    except KeyError:
-        pass
-    try:
-        found = torch.empty(0, dtype=dtype).numpy().dtype
+        return torch.empty(0, dtype=dtype).numpy().dtype
     except TypeError:
-        found = None
-    _NUMPY[dtype] = found  # a dict's item set in one step: safe from several threads
-    return found
-
-
-_NUMPY: dict[torch.dtype, np.dtype | None] = {}  # torch's dtypes are a fixed set
+        return None

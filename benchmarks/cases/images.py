@@ -312,12 +312,11 @@ def _forked_per_pass(count: int, labels: int, image):
                 yield {"label": wanted[i]} if image is None else {"image": image(i), "label": wanted[i]}
 
     def tally():
-        out = {"records": 0, "checksum": 0, "pixels": 0}
-        for b in torch.utils.data.DataLoader(InMemory(), batch_size=IMAGE_BATCH, num_workers=2):
-            out["records"] += len(b["label"])
-            out["checksum"] += int(b["label"].sum())
-            out["pixels"] += b["image"].numel() if "image" in b else 0
-        return out if image is not None else {"records": out["records"], "checksum": out["checksum"]}
+        batches = torch.utils.data.DataLoader(InMemory(), batch_size=IMAGE_BATCH, num_workers=2)
+        if image is not None:
+            return _image_tally(batches)
+        labels = [b["label"] for b in batches]
+        return {"records": sum(len(b) for b in labels), "checksum": sum(int(b.sum()) for b in labels)}
     return tally
 
 
