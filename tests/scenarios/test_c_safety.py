@@ -205,6 +205,54 @@ def test_mutated_jpegs_are_walked_as_libjpeg_reads_them():
     assert read > 1000 and refused > 500, (read, refused)  # both kinds well represented
 
 
+def _scan_damaged(images, seed):
+    """``images`` with bytes of their entropy-coded data overwritten or cut, beside the headers
+    mutated_jpegs damages: what libjpeg warns of while decoding rows."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for data in images:
+        data = bytearray(data)
+        scan = data.rfind(b"\xff\xda")
+        if scan >= 0 and len(data) > scan + 20 and rng.random() < 0.5:
+            for _ in range(int(rng.integers(1, 6))):
+                data[int(rng.integers(scan + 14, len(data)))] = int(rng.integers(0, 256))
+        out.append(bytes(data))
+    return out
+
+
+def test_damaged_jpegs_decode_to_planes_as_to_rows_or_fail_alike():
+    """1,500 JPEGs damaged in their headers or their scans, decoded straight to planes by the
+    compiled helper: where the row decode (decode_many) gives pixels, the planes hold the same
+    pixels; where it fails, this fails too, with a ValueError, and a size the header does not
+    give is refused before a row is read. Run under AddressSanitizer by test_sanitizers.py."""
+    decode = jpeg_module._DECODE_PLANES
+    if decode is None:
+        pytest.skip("the crop helper is not built")
+    decoded = failed = 0
+    for i, data in enumerate(_scan_damaged(mutated_jpegs(1500), seed=5)):
+        try:
+            header = limits.read_header(data)
+        except ValueError:
+            header = None
+        h, w = (header.height, header.width) if header is not None and header.width * header.height else (24, 40)
+        if h * w > 1 << 20:
+            continue
+        rows = np.zeros((1, h, w, 3), np.uint8)
+        row_error = jpeg_module._CROP.decode_many([data], rows, h, w, i % 2 == 0)[0]
+        planes = np.zeros((3, h, w), np.uint8)
+        try:
+            decode(data, planes, h, w, i % 2 == 0)
+        except ValueError as e:
+            assert row_error is not None, f"planes refused what rows decode: {e}: {data[:80]!r}"
+            assert str(e) == row_error
+            failed += 1
+            continue
+        assert row_error is None, f"rows refused what planes decode: {row_error}"
+        np.testing.assert_array_equal(planes, rows[0].transpose(2, 0, 1))
+        decoded += 1
+    assert decoded > 100 and failed > 500, (decoded, failed)  # both well represented (164 and 1,334)
+
+
 # -- varints protobuf refuses ---------------------------------------------------------------------
 
 def varint(value, size):

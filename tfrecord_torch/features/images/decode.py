@@ -28,7 +28,8 @@ pixel limits before any decoding (:mod:`.limits`); an animated GIF is cut
 after its first frame unless all frames are asked for.
 
 Layout: :func:`decode_image` gives C-contiguous planes [C, H, W], which a
-batch stacks with plain copies; :func:`decode_pixels` can give instead the
+batch stacks with plain copies (an RGB JPEG decoded straight into them by
+the compiled helper, :func:`.jpeg.decode_jpeg_planes`, where it is built); :func:`decode_pixels` can give instead the
 [C, H, W] view of the decoded [H, W, C] buffer (channels-last strides, as
 torchvision's decoders give), which torch's antialiased resize reads without
 repacking it.
@@ -50,6 +51,7 @@ from tfrecord_torch.features.images.jpeg import (
     check_decoder,
     decode_jpeg,
     decode_jpeg_fast,
+    decode_jpeg_planes,
     fast_jpeg,
     simplejpeg_available,
     to_planes,
@@ -120,7 +122,7 @@ def decode_checked(data: bytes, mode: str, frames: str, planes: bool, decoder: s
     (a feature's attribute set since), not the full checks' messages."""
     if mode not in IMAGE_MODES or frames not in FRAMES or decoder not in JPEG_DECODERS:
         return decode_pixels(data, mode, frames=frames, planes=planes, decoder=decoder)  # raises, naming it
-    arrays, animation = _decode_arrays(data, mode, frames == "all", decoder)
+    arrays, animation = _decode_arrays(data, mode, frames == "all", decoder, planes)
     if planes:
         out = [torch.from_numpy(_planes(array)) for array in arrays]
     else:
@@ -137,9 +139,12 @@ def decode_hwc(data: bytes, mode: str = "RGB", *, decoder: str = "accurate") -> 
     return _writeable(_decode_arrays(data, mode, False, decoder)[0][0])
 
 
-def _decode_arrays(data: bytes, mode: str, all_frames: bool, decoder: str) -> tuple[list[np.ndarray], bool]:
+def _decode_arrays(data: bytes, mode: str, all_frames: bool, decoder: str, planes: bool = False
+                   ) -> tuple[list[np.ndarray], bool]:
     """The frames [H, W, C] of ``data`` in ``mode``, and whether they are an
-    animation's (with ``all_frames``; else the first frame alone)."""
+    animation's (with ``all_frames``; else the first frame alone). With
+    ``planes``, an RGB JPEG may come decoded straight to planes, seen as
+    [H, W, C] (:func:`_planes` gives them back without a copy)."""
     header = read_header(data)
     fmt = header.format
     animation = all_frames and fmt in _ANIMATED  # other formats give their first frame (page)
@@ -147,6 +152,10 @@ def _decode_arrays(data: bytes, mode: str, all_frames: bool, decoder: str) -> tu
     if fmt == "jpeg" and mode == "RGBA":
         raise ValueError("a JPEG has no alpha channel, so mode='RGBA' cannot be honoured (TensorFlow "
                          "refuses channels=4 for JPEG too); use mode='RGB'")
+    if planes and fmt == "jpeg" and fast_jpeg(header) and (mode == "RGB" or (mode == "unchanged" and header.channels == 3)):
+        decoded = decode_jpeg_planes(data, header, decoder=decoder)
+        if decoded is not None:
+            return [decoded.transpose(1, 2, 0)], False
     if fmt == "jpeg" and decoder == "fast":
         return [_tf_default(data, header, mode)], False
     if fmt == "jpeg" and fast_jpeg(header):

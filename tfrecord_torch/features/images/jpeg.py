@@ -34,7 +34,7 @@ from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.limits import Header, read_header
 
 __all__ = ["JPEG_DECODERS", "FastDecoderUnavailable", "check_decoder", "crop_decoding_available", "decode_jpeg",
-           "decode_jpeg_fast", "decode_jpeg_window", "decode_jpegs_into", "fast_jpeg", "simplejpeg_available",
+           "decode_jpeg_fast", "decode_jpeg_planes", "decode_jpeg_window", "decode_jpegs_into", "fast_jpeg", "simplejpeg_available",
            "to_planes"]
 
 JPEG_DECODERS = ("fast", "accurate")
@@ -165,6 +165,7 @@ def _crop_helper():  # the compiled helper, or None where it was not built
 
 _CROP = _crop_helper()
 _PLANES = getattr(_CROP, "to_planes", None)  # None too where the helper was built from older sources
+_DECODE_PLANES = getattr(_CROP, "decode_planes", None)
 _MAX_SIDE = 65500  # libjpeg's JPEG_MAX_DIMENSION: no JPEG is taller or wider
 
 
@@ -245,6 +246,25 @@ def decode_jpegs_into(images: list[bytes], out: np.ndarray, *, decoder: str = "f
             slot[...] = 0
             errors.append(str(e))
     return errors
+
+
+def decode_jpeg_planes(data: bytes, header: Header, *, decoder: str) -> np.ndarray | None:
+    """An RGB or gray 8-bit JPEG (:func:`fast_jpeg`) decoded to RGB planes
+    [3, H, W], C-contiguous: the pixels of :func:`decode_jpeg` then
+    :func:`to_planes`, without the interleaved image between them (each row
+    goes to the planes from a row buffer still in cache, so a large image
+    costs one allocation, not two). None where the compiled helper is absent
+    or libjpeg warns of corrupt data (the caller's decoders then decide, as
+    for simplejpeg's refusals).
+    """
+    if _DECODE_PLANES is None:
+        return None
+    out = np.empty((3, header.height, header.width), np.uint8)
+    try:
+        _DECODE_PLANES(data, out, header.height, header.width, decoder == "fast")
+    except ValueError:
+        return None
+    return out
 
 
 def to_planes(image: np.ndarray, *, flip: bool = False) -> np.ndarray:

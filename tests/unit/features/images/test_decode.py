@@ -52,6 +52,31 @@ def torchvision_decode(data, mode):
         return tvio.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=TV_MODES[mode])
 
 
+@pytest.mark.parametrize("decoder", ["accurate", "fast"])
+def test_an_rgb_jpeg_decodes_to_planes_holding_one_image_of_memory(decoder):
+    """An RGB JPEG goes straight to its planes: the interleaved [H, W, 3]
+    image is never made beside them (twice the memory, fresh pages each, and
+    one more pass over the pixels), whichever IDCT. NumPy's buffers are
+    traced by tracemalloc."""
+    import tracemalloc
+
+    from tfrecord_torch.features.images import jpeg
+
+    if not jpeg.crop_decoding_available():
+        pytest.skip("the compiled helper is not built")
+    data = encode(smooth(384, 512, 3), quality=90)
+    decode_image(data, decoder=decoder)  # imports and first-call caches, outside the count
+    tracemalloc.start()
+    try:
+        got = decode_image(data, decoder=decoder)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = 3 * 384 * 512
+    assert got.shape == (3, 384, 512) and got.is_contiguous()
+    assert size <= peak < 1.25 * size, peak
+
+
 @pytest.mark.parametrize("case", [c for c in JPEGS if c != "cmyk"])
 @pytest.mark.parametrize("mode", ["RGB", "L"])
 def test_jpeg_planes_equal_torchvisions_decode(case, mode):

@@ -13,10 +13,12 @@ from tfrecord_torch.features.images import jpeg as jpeg_module
 from tfrecord_torch.features.images.jpeg import (
     crop_decoding_available,
     decode_jpeg,
+    decode_jpeg_planes,
     decode_jpeg_window,
     decode_jpegs_into,
     to_planes,
 )
+from tfrecord_torch.features.images.limits import read_header
 
 
 def photo(seed, h, w):
@@ -185,6 +187,75 @@ def test_helper_planes_refuse_a_wrong_size():
     with pytest.raises(ValueError, match="C-contiguous buffers of"):
         planes(image, np.zeros((3, 4, 4), np.uint8), 4, 5, False)
     planes(image, out, 4, 5, True)
+
+
+@pytest.mark.parametrize("decoder", ["fast", "accurate"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_planes_decoded_straight_are_tensorflows_pixels(kind, decoder):
+    """A JPEG decoded straight to planes: TensorFlow's pixels for the
+    decoder's ``dct_method`` (gray ones as RGB), the pixels of simplejpeg's
+    decode turned to planes, for every chroma layout, a progressive scan
+    and sizes beside and below the 16-pixel steps."""
+    if jpeg_module._DECODE_PLANES is None:
+        pytest.skip("the helper is not built")
+    data, (h, w) = encode(kind, seed=5)
+    got = decode_jpeg_planes(data, read_header(data), decoder=decoder)
+    assert got is not None and got.shape == (3, h, w) and got.flags.c_contiguous and got.flags.writeable
+    method = "" if decoder == "fast" else "INTEGER_ACCURATE"
+    np.testing.assert_array_equal(got.transpose(1, 2, 0), tf.io.decode_jpeg(data, channels=3, dct_method=method))
+    np.testing.assert_array_equal(got, to_planes(decode_jpeg(data, decoder=decoder)))
+
+
+def test_planes_of_a_jpeg_libjpeg_warns_of_are_left_to_the_other_decoders(monkeypatch):
+    """Cut short, or not a JPEG past its header: None, so the caller's
+    decoders decide (and word the error) as before; None too without the helper."""
+    data, _ = encode("420")
+    header = read_header(data)
+    assert decode_jpeg_planes(data[:len(data) * 3 // 4], header, decoder="accurate") is None
+    assert decode_jpeg_planes(data[:200] + bytes(300), header, decoder="fast") is None
+    monkeypatch.setattr(jpeg_module, "_DECODE_PLANES", None)
+    assert decode_jpeg_planes(data, header, decoder="accurate") is None
+
+
+def test_helper_decode_planes_refuses_a_wrong_size_before_writing():
+    """The compiled call checks out against the size it is given, and that
+    size against the image's, before any pixel is written."""
+    decode = jpeg_module._DECODE_PLANES
+    if decode is None:
+        pytest.skip("the helper is not built")
+    data, (h, w) = encode("420")
+    out = np.full((3, h, w), 7, np.uint8)
+    for size in ((h, w + 1), (h + 1, w), (-1, w), (h, -w), (0, 0), (2**31, 2**31), (2**62, 2**62)):
+        with pytest.raises(ValueError, match="C-contiguous buffer of 3 x"):
+            decode(data, out, *size, False)
+    with pytest.raises(TypeError, match="read-write bytes-like"):  # not C-contiguous: no buffer given out
+        decode(data, np.zeros((3, h, 2 * w), np.uint8)[:, :, ::2], h, w, False)
+    with pytest.raises(ValueError, match=f"image is {h}x{w}, expected {w}x{h}"):
+        decode(data, np.full((3, w, h), 7, np.uint8), w, h, False)
+    assert (out == 7).all()
+    read_only = np.zeros((3, h, w), np.uint8)
+    read_only.flags.writeable = False
+    with pytest.raises((TypeError, BufferError)):
+        decode(data, read_only, h, w, False)
+    with pytest.raises(TypeError):
+        decode("not bytes", out, h, w, False)
+
+
+def test_eight_threads_decode_the_same_planes():
+    if jpeg_module._DECODE_PLANES is None:
+        pytest.skip("the helper is not built")
+    images = [encode(kind, seed=i)[0] for i, kind in enumerate(sorted(KINDS))]
+    expected = [to_planes(decode_jpeg(data, decoder="accurate")) for data in images]
+    failures = []
+
+    def run():
+        for _ in range(5):
+            for data, want in zip(images, expected):
+                if not np.array_equal(decode_jpeg_planes(data, read_header(data), decoder="accurate"), want):
+                    failures.append(data)
+
+    assert not in_threads(run)
+    assert not failures
 
 
 def test_the_helper_is_built_with_to_planes():
