@@ -138,6 +138,9 @@ class BufferProvider(Protocol):
     def ship(self, batch: torch.Tensor, token: Any) -> torch.Tensor:
         """``batch`` (a view of the taken tensor) as the caller receives it."""
 
+    def close(self) -> None:
+        """The engine is closed: let go of what is kept beyond its next use."""
+
 
 class FreshBuffers:
     """A new buffer per batch, handed over as it is."""
@@ -147,6 +150,9 @@ class FreshBuffers:
 
     def ship(self, batch: torch.Tensor, token: Any) -> torch.Tensor:
         return batch
+
+    def close(self) -> None:
+        pass
 
 
 class DecodedImages(NamedTuple):
@@ -191,6 +197,7 @@ class DecodeEngine:
     def close(self) -> None:
         """Stop the decode threads and join them (a later batch starts them again)."""
         self._pool.close()
+        self._buffers.close()
 
     def __enter__(self) -> DecodeEngine:
         return self
