@@ -165,8 +165,8 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, lo
     }
     margin_left = left - (unsigned int)xoffset;
     stride = (unsigned int)cropped * 3;
-    /* as many rows per call as libjpeg makes at once (2 for 4:2:0): asked for one, it upsamples two and
-     * copies the second aside, a fifth of the decode's time for planes */
+    /* as many rows per call as libjpeg makes at once (2 for 4:2:0): asked for one at a time, it
+     * upsamples a pair into a spare row of its own and copies the second out on the next call */
     strip = cinfo.rec_outbuf_height >= 1 && cinfo.rec_outbuf_height <= 4 ? (unsigned int)cinfo.rec_outbuf_height : 1;
     row = malloc((size_t)stride * strip);
     if (row == NULL) {

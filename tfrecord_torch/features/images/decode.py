@@ -29,10 +29,10 @@ after its first frame unless all frames are asked for.
 
 Layout: :func:`decode_image` gives C-contiguous planes [C, H, W], which a
 batch stacks with plain copies (an RGB JPEG decoded straight into them by
-the compiled helper, :func:`.jpeg.decode_jpeg_planes`, where it is built); :func:`decode_pixels` can give instead the
-[C, H, W] view of the decoded [H, W, C] buffer (channels-last strides, as
-torchvision's decoders give), which torch's antialiased resize reads without
-repacking it.
+the compiled helper, :func:`.jpeg.decode_jpeg_planes`, where it is built);
+:func:`decode_pixels` can give instead the [C, H, W] view of the decoded
+[H, W, C] buffer (channels-last strides, as torchvision's decoders give),
+which torch's antialiased resize reads without repacking it.
 """
 
 from __future__ import annotations
