@@ -221,12 +221,32 @@ static int plausible(long long height, long long width) {
     return height >= 0 && width >= 0 && height <= JPEG_MAX_DIMENSION && width <= JPEG_MAX_DIMENSION;
 }
 
+/* decode() of data into out with the GIL released, both buffers then released: None, or NULL with
+ * ValueError set to libjpeg's message. */
+static PyObject *decode_into(Py_buffer *data, Py_buffer *out, long long top, long long left, long long height,
+                             long long width, int fast, int exact, int planes) {
+    char message[JMSG_LENGTH_MAX];
+    int status;
+
+    message[0] = '\0';
+    Py_BEGIN_ALLOW_THREADS
+    status = decode((const unsigned char *)data->buf, (size_t)data->len, (unsigned char *)out->buf, top, left,
+                    height, width, fast, exact, planes, message);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(data);
+    PyBuffer_Release(out);
+    if (status != 0) {
+        PyErr_SetString(PyExc_ValueError, message[0] ? message : "cannot decode JPEG");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
     Py_buffer data, out;
     PyObject *args4[4];
     long long top, left, height, width;
-    int fast, status;
-    char message[JMSG_LENGTH_MAX];
+    int fast;
 
     if (!PyArg_ParseTuple(args, "y*w*OOOOp", &data, &out, &args4[0], &args4[1], &args4[2], &args4[3], &fast)) {
         return NULL;
@@ -247,18 +267,7 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
         PyBuffer_Release(&out);
         return NULL;
     }
-    message[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS
-    status = decode((const unsigned char *)data.buf, (size_t)data.len, (unsigned char *)out.buf, top, left,
-                    height, width, fast, 0, 0, message);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
-    if (status != 0) {
-        PyErr_SetString(PyExc_ValueError, message[0] ? message : "cannot decode JPEG");
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return decode_into(&data, &out, top, left, height, width, fast, 0, 0);
 }
 
 static PyObject *decode_many(PyObject *self, PyObject *args) {
@@ -613,8 +622,7 @@ static void row_to_planes(const unsigned char *row, unsigned char *dst, size_t h
 static PyObject *decode_planes(PyObject *self, PyObject *args) {
     Py_buffer data, out;
     long long height, width;
-    int fast, status;
-    char message[JMSG_LENGTH_MAX];
+    int fast;
 
     if (!PyArg_ParseTuple(args, "y*w*LLp", &data, &out, &height, &width, &fast)) {
         return NULL;
@@ -627,18 +635,7 @@ static PyObject *decode_planes(PyObject *self, PyObject *args) {
         PyBuffer_Release(&out);
         return NULL;
     }
-    message[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS
-    status = decode((const unsigned char *)data.buf, (size_t)data.len, (unsigned char *)out.buf, 0, 0, height,
-                    width, fast, 1, 1, message);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
-    if (status != 0) {
-        PyErr_SetString(PyExc_ValueError, message[0] ? message : "cannot decode JPEG");
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return decode_into(&data, &out, 0, 0, height, width, fast, 1, 1);
 }
 
 static PyObject *to_planes(PyObject *self, PyObject *args) {
