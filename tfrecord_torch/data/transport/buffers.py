@@ -12,7 +12,6 @@ neither: it takes one of these as its ``buffers=`` argument (a
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -72,13 +71,6 @@ def _main_pool(keep: int) -> BufferPool:
         pool = _POOLS.setdefault(keep, BufferPool(keep=keep))
     return pool
 
-
-def _forked() -> None:
-    for pool in _POOLS.values():
-        pool._forked()
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 def _worker_segments(slots: int) -> SharedBuffers:

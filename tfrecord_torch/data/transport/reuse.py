@@ -20,8 +20,10 @@ between iterations is bounded by :meth:`BufferPool.trim`.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -42,6 +44,7 @@ class BufferPool:
         self.keep, self.shapes = keep, shapes
         self._held: dict[tuple, list[np.ndarray]] = {}
         self._lock = threading.Lock()
+        _ALL.add(self)
 
     def take(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         """An uninitialised C-contiguous array nobody else refers to."""
@@ -74,3 +77,15 @@ class BufferPool:
         """In a forked child: no buffers, and a lock no thread of the parent holds."""
         self._held = {}
         self._lock = threading.Lock()
+
+
+_ALL: weakref.WeakSet[BufferPool] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    """In a forked child: every pool starts empty (the parent's buffers are the parent's)."""
+    for pool in list(_ALL):
+        pool._forked()
+
+
+os.register_at_fork(after_in_child=_forked)

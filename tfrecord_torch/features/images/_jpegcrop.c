@@ -585,17 +585,23 @@ __attribute__((target("ssse3"))) static void planes_shuffle(const unsigned char 
 }
 #endif
 
+typedef void (*planes_step)(const unsigned char *, unsigned char *, unsigned char *, unsigned char *, size_t, int);
+
+/* The planes loop this CPU runs: SSSE3's shuffle where it has it, else pixel by pixel. */
+static planes_step step_for_cpu(void) {
+#ifdef HAVE_SHUFFLE
+    if (__builtin_cpu_supports("ssse3")) {
+        return planes_shuffle;
+    }
+#endif
+    return planes_scalar;
+}
+
 /* From interleaved src [height, width, 3] to the three planes of dst [3, height, width], each row
  * read right to left if flip. Unmirrored, the image is one run of height * width pixels. */
 static void planes(const unsigned char *src, unsigned char *dst, size_t height, size_t width, int flip) {
     size_t plane = height * width, rows = flip ? height : 1, run = flip ? width : plane, y;
-    void (*step)(const unsigned char *, unsigned char *, unsigned char *, unsigned char *, size_t, int) =
-        planes_scalar;
-#ifdef HAVE_SHUFFLE
-    if (__builtin_cpu_supports("ssse3")) {
-        step = planes_shuffle;
-    }
-#endif
+    planes_step step = step_for_cpu();
     if (plane == 0) {
         return;
     }
@@ -608,15 +614,8 @@ static void planes(const unsigned char *src, unsigned char *dst, size_t height, 
 /* Row y of an interleaved image (width pixels) into its place in each of the planes of dst
  * [3, height, width]. */
 static void row_to_planes(const unsigned char *row, unsigned char *dst, size_t height, size_t width, size_t y) {
-    size_t plane = height * width;
     unsigned char *r = dst + y * width;
-#ifdef HAVE_SHUFFLE
-    if (__builtin_cpu_supports("ssse3")) {
-        planes_shuffle(row, r, r + plane, r + 2 * plane, width, 0);
-        return;
-    }
-#endif
-    planes_scalar(row, r, r + plane, r + 2 * plane, width, 0);
+    step_for_cpu()(row, r, r + height * width, r + 2 * height * width, width, 0);
 }
 
 static PyObject *decode_planes(PyObject *self, PyObject *args) {
