@@ -295,13 +295,13 @@ def images_fork_floor(path):
     return _forked_per_pass(len(jpegs), labels, None)
 
 
-def _forked_per_pass(count: int, labels: int, image):
+def _forked_per_pass(count: int, labels: int, image, classes: int = 100):
     """A pass of DataLoader(batch_size=64, num_workers=2) made for it, over
-    ``count`` items {"label": i % 100} (and {"image": image(i)} unless None)."""
+    ``count`` items {"label": i % classes} (and {"image": image(i)} unless None)."""
     import torch
     import torch.utils.data
 
-    wanted = [i % 100 for i in range(count)]  # the labels the build wrote
+    wanted = [i % classes for i in range(count)]  # the labels the build wrote
     if sum(wanted) != labels:
         raise ValueError(f"the labels sum to {labels}, not {sum(wanted)}: another build of the data")
 
