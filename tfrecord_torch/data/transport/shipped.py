@@ -331,8 +331,8 @@ class SharedBuffers:
         else:
             segment = spare  # as its sender made it: a batch lies in its start, as in a longer segment's
             # its pages are in memory, but not in this new process's page tables: mapped in one call,
-            # not a trap per 4 KiB as the batch is written (a 151 MiB segment: 41-50 ms, not 56-70)
-            _populate(segment.data_ptr(), segment.untyped_storage().nbytes())
+            # not a trap per 4 KiB as the batch is written (a 151 MiB segment: 11 ms, not 48)
+            _populate(segment.data_ptr(), segment.untyped_storage().nbytes(), allocated=True)
             self.adopted += 1
         array = segment.numpy()
         if slot is not None:
@@ -373,23 +373,35 @@ def _shared(empty: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.
     return torch.empty(0, dtype=empty.dtype).set_(storage).view(tuple(shape))
 
 
-_MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels answer EINVAL and the pages fault in as written
+# Linux 5.14+; older kernels answer EINVAL and the pages fault in as written
+_MADV_POPULATE_READ, _MADV_POPULATE_WRITE = 22, 23
 
 
-def _populate(address: int, length: int) -> None:
-    """Fault a new segment's pages in with one call, before the batch is
-    written into it. Written page by page, a batch of 64 1024x768 RGB
-    images (151 MiB) took 0.9-1.0 s here, 0.22 s once its pages were in;
-    madvise(MADV_POPULATE_WRITE) brings them in in 0.5-0.6 s (the kernel
-    still zeroes each page, without a trap per 4 KiB). A worker makes a
-    new segment for each of its first batches of an epoch (those still held
-    or queued are not written again), so a short epoch pays this for
-    most of its batches."""
+def _populate(address: int, length: int, *, allocated: bool = False) -> None:
+    """Fault a segment's pages in with one call, before the batch is
+    written into it.
+
+    A new segment (``allocated`` false): written page by page, a batch of
+    64 1024x768 RGB images (151 MiB) took 0.9-1.0 s here, 0.22 s once its
+    pages were in; madvise(MADV_POPULATE_WRITE) brings them in in 0.5-0.6 s
+    (the kernel still zeroes each page, without a trap per 4 KiB). A worker
+    makes a new segment for each of its first batches of an epoch (those
+    still held or queued are not written again), so a short epoch pays this
+    for most of its batches.
+
+    A segment whose pages exist (``allocated``: one another process made,
+    taken up by a worker forked since) needs only this process's page
+    tables. MADV_POPULATE_READ maps them 16 pages to a fault (the kernel's
+    fault-around), writable in a shared mapping of shared memory: 11 ms for
+    151 MiB here, and the batch then writes with no fault, where
+    MADV_POPULATE_WRITE takes a fault a page (31-37 ms) and writing page by
+    page 48 ms."""
     madvise = _madvise()
     if madvise is None or length == 0:
         return
     start = address & ~(mmap.PAGESIZE - 1)
-    madvise(start, length + (address - start), _MADV_POPULATE_WRITE)  # a failure: pages fault in as written
+    advice = _MADV_POPULATE_READ if allocated else _MADV_POPULATE_WRITE
+    madvise(start, length + (address - start), advice)  # a failure: pages fault in as written
 
 
 @functools.cache
