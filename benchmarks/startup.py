@@ -28,7 +28,11 @@ PYTHONPATH in its runs) whose runs alternate within each round, the order
 turned each round (each tree's modules compiled to bytecode first, so
 none pays its compiling in a run). The moto row times bare requests in the same run: a
 GET of an index object (moto answers it) and a 1-byte range GET (the
-proxy's mirror answers it), after a warm-up, at each latency.
+proxy's mirror answers it), after a warm-up, at each latency. The short
+run's ceiling is timed in the same run too: a fresh process that only
+imports s3fs, makes its session, lists the shards and fetches all their
+bytes at once, doing nothing with them; no reader that starts in a fresh
+process reads them from this bucket sooner.
 Prints a Markdown table and writes DIR/startup.md.
 """
 
@@ -102,6 +106,26 @@ def _child(case: dict) -> None:
     print(json.dumps({"open": t1 - t0, "first": t2 - t1, "total": t3 - t0, "phases": phases}))
 
 
+def _bare_child(case: dict) -> None:
+    """The short run's ceiling (in its own process): import s3fs, make its
+    session and list the shards (open), then fetch every shard's bytes at once
+    with s3fs's own concurrency, doing nothing with them; prints JSON."""
+    import torch  # noqa: F401 - imported before the clock, as in a run of ours
+
+    t0 = time.time()
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**case["so"], skip_instance_cache=True)
+    keys = [p[len("s3://"):] for p in case["paths"]]
+    listed = fs.ls(os.path.dirname(keys[0]), detail=False)
+    t1 = time.time()
+    got = fs.cat(keys)
+    t2 = time.time()
+    if not set(keys) <= set(listed) or sum(map(len, got.values())) < case["records"] * RECORD_BYTES:
+        raise SystemExit(f"the bare client read {sum(map(len, got.values()))} bytes of {len(keys)} shards")
+    print(json.dumps({"open": t1 - t0, "total": t2 - t0}))
+
+
 def _free_port() -> int:
     import socket
 
@@ -159,8 +183,8 @@ def _phase_text(phases: dict) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _child(json.loads(sys.argv[2]))
+    if len(sys.argv) == 3 and sys.argv[1] in ("--child", "--bare-child"):
+        (_child if sys.argv[1] == "--child" else _bare_child)(json.loads(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trees", default=f"this={ROOT}",
@@ -192,6 +216,7 @@ def main() -> None:
     proxy, port = start_proxy(moto_port, mirror)
     results: dict = {}
     bare: dict = {}
+    ceilings: dict = {}  # (shards, latency) -> the bare client's runs
     try:
         import s3fs
 
@@ -220,6 +245,11 @@ def main() -> None:
                 assert control_lat["latency"] == lat
                 first_index = f"bench/s{min(sets)}/index/{os.path.basename(sets[min(sets)][1][0])}.index"
                 bare.setdefault(lat, []).append(_bare(so, first_index, sets[min(sets)][1][0][len("s3://"):]))
+                for n, (_, remote) in sets.items():
+                    spec = {"paths": remote, "so": so, "records": args.records}
+                    got = subprocess.run([sys.executable, os.path.abspath(__file__), "--bare-child", json.dumps(spec)],
+                                         check=True, stdout=subprocess.PIPE, text=True, timeout=600)
+                    ceilings.setdefault((n, lat), []).append(json.loads(got.stdout.strip().splitlines()[-1]))
             for case in cases:
                 n, w, order, kind, variant, lat = case
                 _control(port, f"/__shape?latency={lat}")
@@ -271,6 +301,16 @@ def main() -> None:
         for rnd, (index_get, range_get, head) in enumerate(rows):
             lines.append(f"- {lat * 1000:g} ms, round {rnd}: GET of an index object (moto) {index_get * 1000:.1f} ms, "
                          f"1-byte range GET (mirror) {range_get * 1000:.1f} ms, HEAD (moto) {head * 1000:.1f} ms")
+    lines += ["", "The short run's ceiling, in the same run: a fresh process (torch imported first) that only "
+              "imports s3fs, makes its session, lists the shards, and fetches all their bytes at once (`fs.cat` "
+              "of every shard, s3fs's own concurrency), doing nothing with them (medians over rounds):"]
+    for (n, lat), runs in ceilings.items():
+        total = statistics.median(r["total"] for r in runs)
+        locals_ = [r["total"] for (c, _), rs in results.items() if c[0] == n and c[4] == "local" for r in rs]
+        ratio = f"local / this at most {statistics.median(locals_) / total:.2f}" if locals_ else "no local run"
+        lines.append(f"- {n} shards, {lat * 1000:g} ms: open (import, session, listing) "
+                     f"{statistics.median(r['open'] for r in runs):.3f} s, all bytes {total:.3f} s; {ratio} "
+                     f"(the local runs' median {statistics.median(locals_) if locals_ else 0:.3f} s)")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(args.out, "startup.md"), "w") as f:

@@ -186,11 +186,11 @@ ROWS = {  # row -> (make(path), note)
                                    "the same with decode_jpeg(dct_method='INTEGER_ACCURATE'): the per-sample "
                                    "path's default pixels (torchvision's) bit for bit"),
 }
-FLOOR = ("fork and join floor (2 workers with no images)", _fork_floor,
-         f"floor, not a peer: the time torch's DataLoader(batch_size={IMAGE_BATCH}, num_workers=2) made for each "
-         "pass takes with nothing to decode: a torch IterableDataset yielding the records' labels alone, split over "
-         "the two workers; the pass forks them, collates and joins them. Every row whose workers are forked for "
-         "each pass pays it on top of its own work, and a worker's first batches also map their memory anew")
+FLOOR_ROW = "fork and join floor (2 workers with no images)"
+FLOOR_NOTE = (f"floor, not a peer: the time torch's DataLoader(batch_size={IMAGE_BATCH}, num_workers=2) made for each "
+              "pass takes with nothing to decode: a torch IterableDataset yielding the records' labels alone, split "
+              "over the two workers; the pass forks them, collates and joins them. Every row whose workers are forked for "
+              "each pass pays it on top of its own work, and a worker's first batches also map their memory anew")
 LIMITS = {
     "decode-only limit (simplejpeg threads)": (
         lambda p: _decode_limit(p, True), "ceiling, not a peer: simplejpeg.decode_jpeg(fastdct=True) (TF's "
@@ -203,6 +203,7 @@ LIMITS = {
 # or the accurate one (the per-sample path's default, torchvision's pixels)
 SAME_PIXELS = {r: "tf.data" if "batch mode" in r or "decoder='fast'" in r else "tf.data (INTEGER_ACCURATE)"
                for r in ROWS if not r.startswith("tf.data")}
+
 
 def _register_targets(name: str, rows) -> None:
     for row, peer in SAME_PIXELS.items():
@@ -224,7 +225,7 @@ for _name, (_h, _w, _sub, _what) in SHAPES.items():
     add_image_peers(_name)
     for _row, (_make, _note) in LIMITS.items():
         worker(_name, _row, note=_note, yardstick=True)(_make)
-    worker(_name, FLOOR[0], note=FLOOR[2], yardstick=True)(FLOOR[1])
+    worker(_name, FLOOR_ROW, note=FLOOR_NOTE, yardstick=True)(_fork_floor)
     _register_targets(_name, ROWS)
 
 # A long pass: the spellings of the 1024x768 case over 8 shards of its JPEGs (its decode limits hold)
@@ -238,5 +239,5 @@ for _row in LONG_ROWS:
     _make, _note = ROWS[_row]
     worker("images_1024_long", _row, note=_note.replace("(path", "(shards"))(
         lambda p, _make=_make: _make(shards_in(p)))
-worker("images_1024_long", FLOOR[0], note=FLOOR[2], yardstick=True)(lambda p: FLOOR[1](shards_in(p)))
+worker("images_1024_long", FLOOR_ROW, note=FLOOR_NOTE, yardstick=True)(lambda p: _fork_floor(shards_in(p)))
 _register_targets("images_1024_long", LONG_ROWS)

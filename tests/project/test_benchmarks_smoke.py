@@ -478,3 +478,5 @@ def test_small_run_of_the_startup_benchmark(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| 8 | 0 | in order | batch | ranges |")]
     assert len(rows) == 1 and "open: 2 LIST" in rows[0] and "8 GET index" in rows[0], proc.stdout
+    ceiling = [line for line in proc.stdout.splitlines() if line.startswith("- 8 shards, 20 ms: open (import")]
+    assert len(ceiling) == 1 and "local / this at most" in ceiling[0], proc.stdout
