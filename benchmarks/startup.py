@@ -311,10 +311,11 @@ def main() -> None:
     for (n, lat), runs in ceilings.items():
         total = statistics.median(r["total"] for r in runs)
         locals_ = [r["total"] for (c, _), rs in results.items() if c[0] == n and c[4] == "local" for r in rs]
-        ratio = f"local / this at most {statistics.median(locals_) / total:.2f}" if locals_ else "no local run"
+        local = statistics.median(locals_) if locals_ else None
+        ratio = "no local run" if local is None else \
+            f"local / this at most {local / total:.2f} (the local runs' median {local:.3f} s)"
         lines.append(f"- {n} shards, {lat * 1000:g} ms: open (import, session, listing) "
-                     f"{statistics.median(r['open'] for r in runs):.3f} s, all bytes {total:.3f} s; {ratio} "
-                     f"(the local runs' median {statistics.median(locals_) if locals_ else 0:.3f} s)")
+                     f"{statistics.median(r['open'] for r in runs):.3f} s, all bytes {total:.3f} s; {ratio}")
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(args.out, "startup.md"), "w") as f:

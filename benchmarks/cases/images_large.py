@@ -56,26 +56,35 @@ def _photo_jpeg(job) -> bytes:
     return buf.getvalue()
 
 
+def _photo_jpegs(p: dict, height: int, width: int, subsampling: int) -> list[bytes]:
+    """The data set's ``p["records"]`` photo JPEGs of seed ``p["seed"]``, made on 2 processes."""
+    import multiprocessing
+
+    jobs = [(p["seed"], i, height, width, subsampling) for i in range(p["records"])]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        return pool.map(_photo_jpeg, jobs, chunksize=4)
+
+
+def _described(width: int, height: int, subsampling: int, label: str) -> str:
+    return (f"'image' = a {width}x{height} RGB JPEG of a synthetic detailed photo (synth.photo_image), quality "
+            f"90-95, {'4:4:4' if subsampling == 0 else '4:2:0'} + int64 'label' ({label})")
+
+
 def _register_dataset(name: str, height: int, width: int, subsampling: int, records: int) -> None:
     @dataset(f"{name}_jpeg", full={"records": records, "seed": 5},
              quick={"records": 128, "seed": 5}, tiny={"records": 8, "seed": 5},
-             describe=lambda p: (f"{p['records']:,} tf.train.Examples: 'image' = a {width}x{height} RGB JPEG of "
-                                 "a synthetic detailed photo (synth.photo_image), quality 90-95, "
-                                 f"{'4:4:4' if subsampling == 0 else '4:2:0'} + int64 'label' (i % 1000)"))
+             describe=lambda p: f"{p['records']:,} tf.train.Examples: " + _described(width, height, subsampling,
+                                                                                      "i % 1000"))
     def build(path: str, p: dict) -> dict:
-        import multiprocessing
-
         from tfrecord_torch import RecordWriter, make_example
 
-        n, jpeg_bytes = p["records"], 0
-        jobs = ((p["seed"], i, height, width, subsampling) for i in range(n))
-        with multiprocessing.get_context("fork").Pool(2) as pool, RecordWriter(path) as w:
-            for i, data in enumerate(pool.imap(_photo_jpeg, jobs, chunksize=4)):
+        jpegs, n = _photo_jpegs(p, height, width, subsampling), p["records"]
+        with RecordWriter(path) as w:
+            for i, data in enumerate(jpegs):
                 w.write(make_example({"image": data, "label": i % 1000}))
-                jpeg_bytes += len(data)
             payload = w.offset - 16 * n
         return {"records": n, "bytes": payload, "checksum": sum(i % 1000 for i in range(n)),
-                "pixels": n * 3 * height * width, "about": f"mean JPEG {jpeg_bytes / n / 1e3:.1f} KB"}
+                "pixels": n * 3 * height * width, "about": f"mean JPEG {sum(map(len, jpegs)) / n / 1e3:.1f} KB"}
 
 
 def _register_long(name: str, height: int, width: int, subsampling: int, records: int, shards: int) -> None:
@@ -85,19 +94,14 @@ def _register_long(name: str, height: int, width: int, subsampling: int, records
     @dataset(f"{name}_jpeg", folder=True, full={"records": records, "shards": shards, "seed": 5},
              quick={"records": 64, "shards": 2, "seed": 5}, tiny={"records": 8, "shards": 2, "seed": 5},
              describe=lambda p: (f"{p['shards']} shards of the same {p['records']:,} tf.train.Examples "
-                                 f"({p['shards'] * p['records']:,} records): 'image' = a {width}x{height} RGB "
-                                 "JPEG of a synthetic detailed photo (synth.photo_image), quality 90-95, "
-                                 f"{'4:4:4' if subsampling == 0 else '4:2:0'} + int64 'label' (k % 1000)"))
+                                 f"({p['shards'] * p['records']:,} records): "
+                                 + _described(width, height, subsampling, "k % 1000")))
     def build(path: str, p: dict) -> dict:
-        import multiprocessing
         import os
 
         from tfrecord_torch import RecordWriter, make_example
 
-        n = p["records"]
-        jobs = [(p["seed"], i, height, width, subsampling) for i in range(n)]
-        with multiprocessing.get_context("fork").Pool(2) as pool:
-            jpegs = pool.map(_photo_jpeg, jobs, chunksize=4)
+        jpegs, n = _photo_jpegs(p, height, width, subsampling), p["records"]
         os.makedirs(path)
         for s in range(p["shards"]):
             with RecordWriter(os.path.join(path, f"shard-{s:02d}.tfrecord")) as w:

@@ -72,7 +72,6 @@ def _main_pool(keep: int) -> BufferPool:
     return pool
 
 
-
 def _worker_segments(slots: int) -> SharedBuffers:
     """The process's segments for batches of ``slots`` slots, shared by its
     iterations: a persistent worker's next epoch (a new iteration) writes
