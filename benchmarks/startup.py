@@ -77,6 +77,7 @@ def _child(case: dict) -> None:
         cache = None if case["variant"] == "ranges" else tt.ShardCache(directory=case["cache_dir"])
         options = {"storage_options": case["so"], "source": tt.Source(cache=cache)}
         proxy("/__log")  # forget what came before
+        fetched_before = proxy("/__stats")["shard_bytes"]
     batch_mode = case["kind"] == "batch"
     t0 = time.time()
     ds = tt.TFRecordDataset(case["paths"], features=features, shuffle=case["shuffle"],
@@ -94,7 +95,10 @@ def _child(case: dict) -> None:
     if seen != case["records"]:
         raise SystemExit(f"read {seen} records, expected {case['records']}")
     phases: dict = {p: {} for p in PHASES}
+    fetched = None  # the shards' bytes fetched, over the shards' size
     if remote:
+        data = sum(os.path.getsize(p) for p in case["local_paths"])
+        fetched = (proxy("/__stats")["shard_bytes"] - fetched_before) / data
         for at, kind in proxy("/__log"):
             phase, start = ("open", t0) if at < t1 else ("first", t1) if at < t2 else ("rest", t2)
             got = phases[phase].setdefault(kind, [0, None, None])
@@ -102,7 +106,7 @@ def _child(case: dict) -> None:
             ms = (at - start) * 1000
             got[1] = ms if got[1] is None else min(got[1], ms)
             got[2] = ms if got[2] is None else max(got[2], ms)
-    print(json.dumps({"open": t1 - t0, "first": t2 - t1, "total": t3 - t0, "phases": phases}))
+    print(json.dumps({"open": t1 - t0, "first": t2 - t1, "total": t3 - t0, "phases": phases, "fetched": fetched}))
 
 
 BARE_RANGE = 4 << 20  # the bare client's range requests, as long as the shard cache's
@@ -186,6 +190,12 @@ def _phase_text(phases: dict) -> str:
     return "; ".join(parts)
 
 
+def _fetched_text(runs: list[dict]) -> str:
+    """The median over ``runs`` of the shards' bytes fetched over their size ("-" for local runs)."""
+    got = [r["fetched"] for r in runs if r.get("fetched") is not None]
+    return f"{statistics.median(got):.2f}" if got else "-"
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] in ("--child", "--bare-child"):
         (_child if sys.argv[1] == "--child" else _bare_child)(json.loads(sys.argv[2]))
@@ -263,7 +273,7 @@ def main() -> None:
                     local, remote = sets[n]
                     spec = {"paths": local if variant == "local" else remote, "so": so, "port": port,
                             "variant": variant, "workers": w, "shuffle": order == "shuffled", "kind": kind,
-                            "cache_dir": cache_dir, "records": args.records}
+                            "cache_dir": cache_dir, "records": args.records, "local_paths": local}
                     env = {**os.environ, "PYTHONPATH": trees[name],
                            "TFRECORD_TORCH_CACHE": tempfile.mkdtemp(prefix="index-", dir=work)}
                     got = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
@@ -272,7 +282,8 @@ def main() -> None:
                     shutil.rmtree(cache_dir, ignore_errors=True)
                     results.setdefault((case, name), []).append(run)
                     print(f"round {rnd} {name} {case}: open {run['open']:.3f} first {run['first']:.3f} "
-                          f"total {run['total']:.3f} {_phase_text(run['phases'])}", flush=True)
+                          f"total {run['total']:.3f} fetched {_fetched_text([run])} {_phase_text(run['phases'])}",
+                          flush=True)
     finally:
         proxy.terminate()
         moto.terminate()
@@ -285,8 +296,9 @@ def main() -> None:
              f"Data: {args.records:,} records of {RECORD_BYTES // 1000} KB with index objects; batches of {BATCH}; "
              f"medians of {args.rounds} round(s); trees: " + ", ".join(f"{k} ({v})" for k, v in trees.items()),
              "", "| shards | workers | order | mode | storage | latency | tree | open s | first batch s | "
-                 "open + first | target | all records s | local / this | requests by phase |",
-             "|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+                 "open + first | target | all records s | local / this | shard bytes fetched / shards' bytes | "
+                 "requests by phase |",
+             "|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (case, name), runs in results.items():
         n, w, order, kind, variant, lat = case
         med = {k: statistics.median(r[k] for r in runs) for k in ("open", "first", "total")}
@@ -298,7 +310,7 @@ def main() -> None:
                      f"{med['first']:.3f} | {med['open'] + med['first']:.3f} | "
                      f"{'-' if variant == 'local' else f'{target:.2f}'} | {med['total']:.3f} | "
                      f"{'-' if ratio is None or variant == 'local' else f'{ratio:.2f}'} | "
-                     f"{_phase_text(runs[-1]['phases'])} |")
+                     f"{_fetched_text(runs)} | {_phase_text(runs[-1]['phases'])} |")
     lines += ["", "Bare requests through the proxy on a warm session (median of 15 each, per round): "
               "the floor under each round trip, moto's own cost included where it answers."]
     for lat, rows in bare.items():

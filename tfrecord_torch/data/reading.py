@@ -4,6 +4,7 @@ or by streaming whole shards, each payload with where it came from."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -172,7 +173,18 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     found: dict[tuple[int, int], Located] = {}
     wanted = {shard: np.unique(records[shards == shard]) for shard in np.unique(shards).tolist()}
     remote = [shard for shard in wanted if is_url(paths[shard])]
-    if len(wanted) == 1 and remote and _one_run(wanted[remote[0]]) and \
+    if len(remote) > 1 and context.windows is None and all(_consecutive(wanted[s]) for s in remote):
+        # runs of consecutive records of several shards (an in-order read of small shards), fetched
+        # together, each checked and cut by one scan of the run, not record by record
+        for shard, together in zip(remote, _runs_together([paths[s] for s in remote],
+                                                          [indexes[s] for s in remote], [wanted[s] for s in remote],
+                                                          context)):
+            for run in together:
+                for item in run.items():
+                    found[(shard, item.record)] = item
+        wanted = {shard: w for shard, w in wanted.items() if shard not in remote}
+        remote = []
+    elif len(wanted) == 1 and remote and _one_run(wanted[remote[0]]) and \
             (context.windows is None or not context.windows.covers(paths[remote[0]])):
         remote = []  # checked and cut by one scan of the run, not record by record
     if remote:
@@ -208,7 +220,41 @@ def _readers(context: ReadContext, limit: int) -> Iterator[pool.ReaderPool]:
 
 def _one_run(records: np.ndarray) -> bool:
     """Whether ascending ``records`` are more than one, all consecutive."""
-    return len(records) > 1 and int(records[-1]) - int(records[0]) + 1 == len(records)
+    return len(records) > 1 and _consecutive(records)
+
+
+def _consecutive(records: np.ndarray) -> bool:
+    """Whether ascending, distinct ``records`` are consecutive numbers."""
+    return int(records[-1]) - int(records[0]) + 1 == len(records)
+
+
+def _runs_together(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext
+                   ) -> list[list[Run]]:
+    """The runs of consecutive records ``wanted[i]`` of remote shards
+    ``paths[i]``: each run cut into windows of the budget's
+    ``requests.longest`` bytes, every window of every shard in flight
+    together, each window checked and cut by one compiled call (or scanned,
+    and read on through the index after a bad length, as :func:`fetch_runs`
+    reads a run)."""
+    longest = context.budget.requests.longest
+    plans = [_plan_windows(index, int(w[0]), int(w[-1]), itertools.repeat(longest))
+             for index, w in zip(indexes, wanted)]
+    with contextlib.ExitStack() as stack:
+        borrowed = stack.enter_context(_readers(context, len(paths)))
+        readers = [stack.enter_context(borrowed.borrow(p)) for p in paths]
+        got = ranges.read_many([(reader, [w.start for w in windows], [w.size for w in windows])
+                                for reader, windows in zip(readers, plans)], far=context.far)
+        return [list(_shard_runs(path, index, windows, data, reader, context))
+                for path, index, reader, windows, data in zip(paths, indexes, readers, plans, got)]
+
+
+def _shard_runs(path: str, index: np.ndarray, windows: list[_Window], data: list[bytes], reader: pool.Reader,
+                context: ReadContext) -> Iterator[Run]:
+    """The runs of a shard's fetched ``windows``; after a scan stopped by a
+    bad record, the rest read through the index."""
+    stopped = yield from _cut_windows(path, index, windows, data, context)
+    if stopped is not None and stopped < windows[-1].stop:
+        yield from _windows(path, index, stopped + 1, windows[-1].stop, reader, context)
 
 
 def _fetch_remote(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext) -> list[Run]:
@@ -250,13 +296,12 @@ class _Window(NamedTuple):
     size: int
 
 
-def _plan_windows(index: np.ndarray, first: int, last: int, longest: int, budget: ReadBudget) -> list[_Window]:
-    """Records ``first`` to ``last`` cut into windows as ``budget`` ramps up
-    to ``longest`` (the first of ``budget.first`` bytes, each next one twice
-    as long); at least one record each."""
+def _plan_windows(index: np.ndarray, first: int, last: int, steps: Iterator[int]) -> list[_Window]:
+    """Records ``first`` to ``last`` cut into windows of ``steps`` bytes each
+    (a read budget's ramp: the first of ``budget.first`` bytes, each next one
+    twice as long, up to a longest); at least one record each."""
     lo = first
     ends = index[lo:last + 1, 0] + index[lo:last + 1, 1]  # ends[r - lo]: where record r ends
-    steps = budget.ramp(longest)
     bounds: list[tuple[int, int]] = []  # (first, last) record of each window
     while first <= last:
         step = next(steps)
@@ -273,22 +318,31 @@ def _plan_windows(index: np.ndarray, first: int, last: int, longest: int, budget
 def _windows(path: str, index: np.ndarray, first: int, last: int, reader: pool.Reader,
              context: ReadContext) -> Iterator[Run]:
     longest = context.budget.window if reader.descriptor() is not None else context.budget.requests.longest
-    windows = _plan_windows(index, first, last, longest, context.budget)
+    windows = _plan_windows(index, first, last, context.budget.ramp(longest))
     fetched = ranges.iter_ranges(reader, [w.start for w in windows], [w.size for w in windows], join=False)
     try:
-        for w, data in zip(windows, fetched):
-            cut = cut_frames(data, index, w.first, w.stop + 1, context.verify, crc32c)  # sound frames: one compiled call
-            if cut is not None:
-                yield Run(cut, path, index[w.first:w.stop + 1, 0], np.arange(w.first, w.stop + 1))
-                continue
-            stopped = yield from _scan_window(path, index, w, data, context)
-            if stopped is not None:  # resume after the record that stopped the scan
-                fetched.close()
-                if stopped < last:
-                    yield from _windows(path, index, stopped + 1, last, reader, context)
-                return
+        stopped = yield from _cut_windows(path, index, windows, fetched, context)
     finally:
         fetched.close()
+    if stopped is not None and stopped < last:  # resume after the record that stopped the scan
+        yield from _windows(path, index, stopped + 1, last, reader, context)
+
+
+def _cut_windows(path: str, index: np.ndarray, windows: list[_Window], fetched: Iterable[bytes],
+                 context: ReadContext) -> Generator[Run, None, int | None]:
+    """The runs of ``windows``, whose bytes ``fetched`` gives in turn: each
+    cut and checked by one compiled call where its frames are sound, else
+    scanned; returns the record that stopped a scan (the windows after it
+    are not read), else None."""
+    for w, data in zip(windows, fetched):
+        cut = cut_frames(data, index, w.first, w.stop + 1, context.verify, crc32c)  # sound frames: one compiled call
+        if cut is not None:
+            yield Run(cut, path, index[w.first:w.stop + 1, 0], np.arange(w.first, w.stop + 1))
+            continue
+        stopped = yield from _scan_window(path, index, w, data, context)
+        if stopped is not None:
+            return stopped
+    return None
 
 
 def _scan_window(path: str, index: np.ndarray, w: _Window, data: bytes, context: ReadContext

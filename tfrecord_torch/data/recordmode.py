@@ -15,9 +15,11 @@ from tfrecord_torch.data import plan
 from tfrecord_torch.data.buffers import chunked, columns
 from tfrecord_torch.data.decodeahead import RecordDecoder
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share
+from tfrecord_torch.data.plan import Segment
 from tfrecord_torch.data.readahead import fetch_ahead
 from tfrecord_torch.data.reading import Located, fetch_scattered
 from tfrecord_torch.data.session import ReadSession, Scatter
+from tfrecord_torch.io.files import is_url
 
 __all__ = ["indexed_records", "record_groups"]
 
@@ -25,15 +27,17 @@ __all__ = ["indexed_records", "record_groups"]
 def record_groups(reads: ShardReads, share: Share, block: int, mix: Callable[[Iterator], Iterator] | None
                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The (shards, records) groups ``share`` is read in: in order, runs of
-    one shard of up to the read budget's ``group`` bytes (one window each);
-    shuffled, windows of ``block`` x
+    one shard of up to the read budget's ``group`` bytes (one window each),
+    the runs of consecutive small shards read by range requests joined up
+    to it (their requests in flight together: :func:`_joined`); shuffled, windows of ``block`` x
     :data:`~tfrecord_torch.data.plan.SHUFFLE_WINDOW` positions, their
     references mixed by ``mix`` (the shuffle buffer) when given."""
     planner, lo, hi = share
     if not reads.shuffle:  # in order: runs of one shard, up to the budget's group bytes each
         group = reads.remote.budget.group
-        return ((s.shard * np.ones(len(piece), np.int64), piece) for s in planner.segments(lo, hi)
+        runs = (Segment(s.shard, piece) for s in planner.segments(lo, hi)
                 for piece in _pieces(reads.indexes[s.shard], s.records, group))
+        return _joined(runs, reads, group)
     size = block * plan.SHUFFLE_WINDOW
     groups = (planner.pairs(a, b) for a, b in plan.read_groups(lo, hi, size))
     if mix is None:
@@ -115,6 +119,39 @@ def _reads_of(groups: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, reads:
             if sizes is not None:
                 asked += int(sizes[a - start:b - start].sum())
         done += len(shards)
+
+
+def _joined(runs: Iterator[Segment], reads: ShardReads, group: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The (shards, records) groups of in-order ``runs``: each run alone,
+    except that consecutive runs of shards read from the bucket by range
+    requests (no shard cache) are joined while their bytes stay within
+    ``group``. A group of one shard's run is read as a window a request at a
+    time; joined, the shards' requests are in flight together
+    (:func:`~tfrecord_torch.data.reading.fetch_scattered`), so a bucket of
+    small shards costs a round trip per group, not per shard. Shards the
+    cache copies are not joined: a reader waits for each one's copy
+    (:class:`~tfrecord_torch.io.copies.CopyAhead` copies them ahead), and a
+    group's shards whose fills wait behind others would be read from the
+    bucket as well."""
+    copies = reads.remote.copies
+
+    def ranged(shard: int) -> bool:  # read from the bucket by range requests (no copy to wait for)
+        path = reads.paths[shard]
+        return is_url(path) and (copies is None or not copies.covers(path))
+
+    shards: list[np.ndarray] = []
+    records: list[np.ndarray] = []
+    held = 0  # bytes of the runs in hand
+    for run in runs:
+        size = int(reads.indexes[run.shard][run.records, 1].sum())
+        if shards and not (ranged(run.shard) and ranged(int(shards[-1][0])) and held + size <= group):
+            yield np.concatenate(shards), np.concatenate(records)
+            shards, records, held = [], [], 0
+        shards.append(np.full(len(run.records), run.shard, np.int64))
+        records.append(run.records)
+        held += size
+    if shards:
+        yield np.concatenate(shards), np.concatenate(records)
 
 
 def _pieces(index: np.ndarray, records: np.ndarray, group: int) -> list[np.ndarray]:

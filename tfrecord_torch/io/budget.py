@@ -112,9 +112,14 @@ class ReadBudget:
             ``requests.longest``).
         far: bytes past what a fill has written beyond which a later read
             that need not wait goes to the bucket (16 MiB: about what a fill
-            has in flight).
+            has in flight). Also the bytes the shard cache copies ahead of
+            an in-order reader at least (more shards than its ``ahead``
+            while they hold less), and at most at once.
         group: the most bytes of one shard an in-order read of indexed
-            shards reads as one group (16 MiB; at least one record).
+            shards reads as one group (16 MiB; at least one record). Read by
+            range requests (no shard cache), consecutive shards smaller
+            than that are one group up to it, their requests in flight
+            together.
         read_ahead: bytes of fetched groups one reader holds ahead of its
             decoding, the one decoding included (64 MiB).
         windowed: the most bytes of remote shards a shuffled reader holds in

@@ -14,10 +14,11 @@ reader reads next, in its order, while it reads the current ones.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Union
 
 from tfrecord_torch.io import files as fs
@@ -171,7 +172,7 @@ class ShardCopies:
         """
         fd = self.open(url, fill=False)
         if fd is None:
-            self._fill_later(url)
+            self.fill_later(url)
         return fd
 
     def followed(self, url: str) -> bool:
@@ -188,10 +189,10 @@ class ShardCopies:
         size, version = self.stat(url)
         if not self.followed(url):
             return None
-        return FillView(entry_path(self.cache, url, size, version), size, lambda: self._fill_pending(url),
+        return FillView(entry_path(self.cache, url, size, version), size, lambda: self.fill_pending(url),
                         lambda: self._fill_queued(url))
 
-    def _fill_pending(self, url: str) -> bool:
+    def fill_pending(self, url: str) -> bool:
         """Whether this process's background fills have ``url`` queued or in progress."""
         with self._lock:
             filler = self._filler
@@ -203,12 +204,16 @@ class ShardCopies:
             filler = self._filler
         return filler is not None and filler.pid == os.getpid() and filler.queued(url)
 
-    def _fill_later(self, url: str) -> None:
+    def fill_later(self, url: str, ended: Callable[[], None] | None = None) -> None:
+        """Copy ``url`` in the background (:meth:`open_now`'s fills: the
+        copies' one work queue, in the order asked; a shard asked for twice
+        is copied once). ``ended`` is called (on the fill's thread) when
+        that fill ends, whether or not it made a copy."""
         with self._lock:
             if self._filler is None or self._filler.pid != os.getpid():  # none yet, or forked
                 self._filler = _Filler(self)
             filler = self._filler
-        filler.request(url)
+        filler.request(url, ended)
 
     def filled(self, url: str) -> None:
         """A background fill of ``url`` ended with a complete, checked copy."""
@@ -289,14 +294,19 @@ class _Filler:
         self.copies, self.pid = copies, os.getpid()
         self._queue: collections.deque[str] = collections.deque()
         self._pending: set[str] = set()  # queued or being copied
+        self._ended: dict[str, list[Callable[[], None]]] = {}  # called when the url's fill ends
         self._busy = 0  # threads copying a shard
         self._threads: list[threading.Thread] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
 
-    def request(self, url: str) -> None:
+    def request(self, url: str, ended: Callable[[], None] | None = None) -> None:
         with self._cond:
-            if url in self._pending or self._stop.is_set():
+            if self._stop.is_set():
+                return
+            if ended is not None:
+                self._ended.setdefault(url, []).append(ended)
+            if url in self._pending:
                 return
             self._pending.add(url)
             self._queue.append(url)
@@ -369,6 +379,9 @@ class _Filler:
             with self._cond:
                 self._pending.discard(url)
                 self._busy -= 1
+                ended = self._ended.pop(url, [])
+            for call in ended:
+                call()
 
     def close(self, finish: bool = False) -> None:
         if finish:  # each thread ends when the queue is empty
@@ -378,6 +391,7 @@ class _Filler:
         with self._cond:
             self._stop.set()
             self._queue.clear()
+            self._ended.clear()
             self._cond.notify_all()
             threads = list(self._threads)
         for thread in threads:
@@ -386,30 +400,37 @@ class _Filler:
 
 
 class CopyAhead:
-    """Copies the shards a reader reads next into the cache, on a thread.
+    """Asks for the copies of the shards a reader reads next, ahead of it.
 
     ``order`` gives the reader's remote shards in the order it first reads
-    them (computed lazily, on the thread); the thread stays ``ahead`` shards
-    ahead of those the reader said it began (:meth:`began`). The reader opens
-    its shards through the same cache: a shard being copied here is waited
-    for (the cache's lock), not copied twice. :meth:`close` stops the thread,
-    giving up a copy in progress between two range requests, or letting it
-    end (``finish``: an epoch read to its end, whose reader's own fills wait
-    for that copy and would otherwise begin it again).
+    them (computed lazily, on this class's thread). The thread asks the
+    copies' background fills (:meth:`ShardCopies.fill_later`: the one work
+    queue, ``copies.fills`` shards copied at once) for the next shards while
+    fewer than ``ahead`` asked for are still unread by the reader (those it
+    said it began: :meth:`began`), or while they hold less than ``least``
+    bytes: a bucket of small shards is copied several at a time, far enough
+    ahead that the reader does not wait a round trip per shard. The reader
+    opens its shards through the same cache: a shard being copied is
+    followed as it is written (or waited for), not copied twice.
+
+    :meth:`close` stops this thread (no shard is asked for after it); the
+    fills asked for belong to the copies, whose
+    :meth:`ShardCopies.close` gives up the one in progress or lets the asked
+    ones end (``finish``: an epoch read to its end).
 
     Not the library's producer loop (:class:`~tfrecord_torch._threads.Producer`):
     nothing is handed to a consumer (the reader finds the copies in the
-    cache, and meets a failed copy's error again itself), the bound is the
-    reader's position (:meth:`began`), not items it has taken, and a close
-    gives up the copy in progress, which a producer lets finish.
+    cache, and meets a failed copy's error again itself), and the bound is
+    the reader's position (:meth:`began`), not items it has taken.
     """
 
-    def __init__(self, copies: ShardCopies, order: Iterable[str], ahead: int) -> None:
-        self.copies, self.ahead = copies, ahead
+    def __init__(self, copies: ShardCopies, order: Iterable[str], ahead: int, least: int = 0) -> None:
+        self.copies, self.ahead, self.least = copies, ahead, least
+        self._copying: dict[str, int] = {}  # size of each shard asked for whose fill has not ended
         self._began: set[str] = set()
+        self._asked: collections.deque[tuple[str, int]] = collections.deque()  # (url, size) asked, not yet begun
         self._cond = threading.Condition()
-        self._stop = threading.Event()  # no copy begins after it is set
-        self._cancel = threading.Event()  # the copy in progress is given up
+        self._stop = threading.Event()  # nothing is asked for after it is set
         self._thread = threading.Thread(target=self._run, args=(iter(order),), daemon=True,
                                         name="tfrecord_torch-copy-ahead")
         self._thread.start()
@@ -422,32 +443,51 @@ class CopyAhead:
             if len(self._began) != before:
                 self._cond.notify_all()
 
+    def _far_enough(self) -> bool:
+        """Whether to ask for no more now (under the condition's lock): the
+        shards asked for and not yet begun are ``ahead`` at least, holding
+        ``least`` bytes at least; or those still being copied hold ``least``
+        bytes (large shards are copied one after another, as the reader
+        reads them, and its first shard's copy has the bucket to itself)."""
+        asked = self._asked
+        while asked and asked[0][0] in self._began:
+            asked.popleft()
+        unread = [size for url, size in asked if url not in self._began]
+        if len(unread) >= self.ahead and sum(unread) >= self.least:
+            return True
+        return bool(self._copying) and sum(self._copying.values()) >= self.least
+
+    def _ended(self, url: str) -> None:
+        """The fill of ``url`` ended (on its thread): look again."""
+        with self._cond:
+            self._copying.pop(url, None)
+            self._cond.notify_all()
+
     def _run(self, order: Iterator[str]) -> None:
-        done = 0
         try:
             for url in order:
                 with self._cond:
-                    while not self._stop.is_set() and done >= len(self._began) + self.ahead:
+                    while not self._stop.is_set() and self._far_enough():
                         self._cond.wait()
                 if self._stop.is_set():
                     return
-                done += 1
                 try:
-                    fd = self.copies.open(url, cancel=self._cancel)
+                    size = self.copies.stat(url)[0]
+                    with self._cond:
+                        self._asked.append((url, size))
+                        self._copying[url] = size
+                    self.copies.fill_later(url, functools.partial(self._ended, url))
                 except Exception as e:  # the reader opening this shard meets it again and raises it
                     log.debug("copying %s ahead failed: %s", url, e)
-                    continue
-                if fd is not None:
-                    os.close(fd)
         except Exception as e:  # working out the order; reading goes on without copies ahead
             log.warning("copying shards ahead stopped: %s", e)
 
     def close(self, finish: bool = False) -> None:
-        """Stop the thread and wait for it; ``finish``: let the copy in
-        progress end first (none begins after this call)."""
+        """Stop the thread and wait for it: no shard is asked for after this
+        call. ``finish`` is the copies' to honour (:meth:`ShardCopies.close`);
+        it is taken here so that the session closes both alike."""
+        del finish
         self._stop.set()
-        if not finish:
-            self._cancel.set()
         with self._cond:
             self._cond.notify_all()
         if fs.may_wait_for(self._thread):
@@ -500,10 +540,14 @@ def dataset_copies(cache: CacheArg, paths: Iterable[Any], stats: Mapping[str, tu
 
 def copy_ahead(copies: ShardCopies | None, urls: Iterable[str]) -> CopyAhead | None:
     """A :class:`CopyAhead` of the remote shards among ``urls`` (in the order a
-    reader first reads them), or None: no copies, or ``ahead=0``."""
+    reader first reads them), or None: no copies, or ``ahead=0``. It keeps
+    the cache's ``ahead`` shards asked for ahead of the reader, and more
+    while they hold less than the read budget's ``far`` bytes (about what
+    one fill has in flight), and no more while the copies under way hold
+    that much."""
     if copies is None or copies.cache.ahead == 0:
         return None
-    return CopyAhead(copies, (url for url in urls if copies.covers(url)), copies.cache.ahead)
+    return CopyAhead(copies, (url for url in urls if copies.covers(url)), copies.cache.ahead, copies.budget.far)
 
 
 def damaged_copy(url: str, offset: int, size: int, storage_options: dict | None = None) -> str | None:

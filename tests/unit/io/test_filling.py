@@ -174,7 +174,7 @@ def test_a_read_that_need_not_wait_does_not_wait_for_a_fill_queued_behind_others
     fsspec.filesystem("memory").pipe_file(url, data)
     size, version = fs.size_and_version(url)
     copies = ShardCopies(ShardCache(str(tmp_path / "cache")), {url: (size, version)})
-    copies._fill_later = lambda url: None  # the fill asked for stays in the queue: the filler's threads are busy
+    copies.fill_later = lambda url: None  # the fill asked for stays in the queue: the filler's threads are busy
     copies._fill_pending = copies._fill_queued = lambda url: True
     reader = pool.Reader(url, copies=copies)
     got = []
