@@ -120,18 +120,23 @@ class BatchPipeline:
                        context: ReadContext) -> tuple[list[bytes], Callable[[], list[Located]]]:
         """The payloads of positions [a, b) of the plan, and a way to their locations
         (``session`` told first which shards they are in). In order, they are runs
-        of consecutive records, read in windows with no per-record objects;
+        of consecutive records, read in windows with no per-record objects
+        (the runs of several shards from the bucket fetched together);
         shuffled, they are gathered shard by shard."""
         if not self.shuffle:
             segments = list(plan.segments(a, b))
-            session.began([seg.shard for seg in segments])
-            runs = [run for seg in segments
-                    for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
-                                          context)]
-            payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
-            return payloads, lambda: [i for r in runs for i in r.items()]
-        shards, records = plan.pairs(a, b)
-        session.began(shards)
+            numbers = [seg.shard for seg in segments]
+            session.began(numbers)
+            if len(segments) == 1 or not session.from_bucket(numbers):
+                runs = [run for seg in segments
+                        for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
+                                              context)]
+                payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
+                return payloads, lambda: [i for r in runs for i in r.items()]
+            shards, records = plan.pairs(a, b)
+        else:
+            shards, records = plan.pairs(a, b)
+            session.began(shards)
         found = fetch_scattered(self.paths, self.indexes, shards, records, context)
         items = [i for i in found if i is not None]
         return [i.payload for i in items], lambda: items

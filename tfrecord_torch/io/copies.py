@@ -409,7 +409,10 @@ class CopyAhead:
     fewer than ``ahead`` asked for are still unread by the reader (those it
     said it began: :meth:`began`), or while they hold less than ``least``
     bytes: a bucket of small shards is copied several at a time, far enough
-    ahead that the reader does not wait a round trip per shard. The reader
+    ahead that the reader does not wait a round trip per shard. Until the
+    reader begins its second read, it asks for ``ahead`` shards alone, one
+    at a time: the first read (the first batch) has the bucket and the
+    cores to itself. The reader
     opens its shards through the same cache: a shard being copied is
     followed as it is written (or waited for), not copied twice.
 
@@ -428,6 +431,7 @@ class CopyAhead:
         self.copies, self.ahead, self.least = copies, ahead, least
         self._copying: dict[str, int] = {}  # size of each shard asked for whose fill has not ended
         self._began: set[str] = set()
+        self._reads = 0  # the reader's reads begun (began() calls)
         self._asked: collections.deque[tuple[str, int]] = collections.deque()  # (url, size) asked, not yet begun
         self._cond = threading.Condition()
         self._stop = threading.Event()  # nothing is asked for after it is set
@@ -438,24 +442,24 @@ class CopyAhead:
     def began(self, urls: Iterable[str]) -> None:
         """The reader began reading ``urls``."""
         with self._cond:
-            before = len(self._began)
+            self._reads += 1
             self._began.update(urls)
-            if len(self._began) != before:
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def _far_enough(self) -> bool:
         """Whether to ask for no more now (under the condition's lock): the
         shards asked for and not yet begun are ``ahead`` at least, holding
         ``least`` bytes at least; or those still being copied hold ``least``
         bytes (large shards are copied one after another, as the reader
-        reads them, and its first shard's copy has the bucket to itself)."""
+        reads them). Before the reader's second read, ``least`` is 0."""
         asked = self._asked
         while asked and asked[0][0] in self._began:
             asked.popleft()
+        least = self.least if self._reads > 1 else 0  # the first read's copies one at a time
         unread = [size for url, size in asked if url not in self._began]
-        if len(unread) >= self.ahead and sum(unread) >= self.least:
+        if len(unread) >= self.ahead and sum(unread) >= least:
             return True
-        return bool(self._copying) and sum(self._copying.values()) >= self.least
+        return bool(self._copying) and sum(self._copying.values()) >= least
 
     def _ended(self, url: str) -> None:
         """The fill of ``url`` ended (on its thread): look again."""

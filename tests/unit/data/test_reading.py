@@ -95,3 +95,55 @@ def test_a_worker_imports_nothing_to_read_and_decode_images(tmp_path):
     out = subprocess.run([sys.executable, "-c", WORKER_IMPORTS, str(path)], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _memory_shards(tmp_path, name, bad=None, n=3):
+    """``n`` shards of 6 records in memory://, their indexes; ``bad``: (shard,
+    record, "payload" or "length"), that frame's payload byte or length byte
+    flipped."""
+    import fsspec
+
+    paths, indexes = [], []
+    for s in range(n):
+        folder = tmp_path / f"{name}{s}"
+        folder.mkdir()
+        path, index = _shard(folder)
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        if bad is not None and bad[0] == s:
+            at = int(index[bad[1], 0]) + (12 if bad[2] == "payload" else 0)
+            data[at] ^= 0xFF
+        url = f"memory://joined-{name}/{s}.tfrecord"
+        fsspec.filesystem("memory").pipe_file(url, bytes(data))
+        paths.append(url)
+        indexes.append(index)
+    return paths, indexes
+
+
+@pytest.mark.parametrize("bad", [None, (1, 2, "payload"), (1, 2, "length")], ids=["sound", "payload", "length"])
+def test_the_runs_of_several_remote_shards_are_cut_together_and_bad_records_named(tmp_path, monkeypatch, bad):
+    # An in-order read of small remote shards fetches their runs together; a bad
+    # record among them is skipped and reported (or raised) as in a run of one
+    # shard, and a bad length resumes at the next record through the index.
+    from tfrecord_torch.data import reading
+
+    together = []
+    real = reading._runs_together
+    monkeypatch.setattr(reading, "_runs_together", lambda *a: together.append(a[0]) or real(*a))
+    name = "sound" if bad is None else bad[2]
+    paths, indexes = _memory_shards(tmp_path, name, bad)
+    shards = np.repeat(np.arange(3), 6)
+    records = np.tile(np.arange(6), 3)
+    reported = []
+    found = fetch_scattered(paths, indexes, shards, records, ReadContext(report=reported.append))
+    assert together == [paths]
+    expected = [(s, r) for s, r in zip(shards.tolist(), records.tolist()) if bad is None or (s, r) != bad[:2]]
+    assert [(paths.index(i.path), i.record) for i in found if i is not None] == expected
+    assert [bytes(i.payload) for i in found if i is not None] == [f"record {r}".encode() for _, r in expected]
+    if bad is None:
+        assert reported == []
+        return
+    assert len(reported) == 1 and reported[0].path == paths[1] and reported[0].record == 2
+    with pytest.raises(CorruptRecordError) as raised:
+        fetch_scattered(paths, indexes, shards, records, ReadContext())
+    assert raised.value.path == paths[1] and raised.value.record == 2

@@ -177,7 +177,7 @@ def gated_objects(monkeypatch):
 
 
 def _copy_ahead_held(urls, tmp_path, ahead, least):
-    """A CopyAhead (``ahead`` shards, ``least`` bytes) over ``urls``, no reader began."""
+    """A CopyAhead (``ahead`` shards, ``least`` bytes) over ``urls``, before the reader began."""
     cache = ShardCache(str(tmp_path / "shards"))
     copies = ShardCopies(cache, {url: fs.size_and_version(url) for url in urls})
     return cache, copies, CopyAhead(copies, urls, ahead=ahead, least=least)
@@ -190,9 +190,12 @@ def test_small_shards_are_copied_ahead_several_at_once(gated_objects, tmp_path):
     urls, go, state = gated_objects
     cache, copies, ahead = _copy_ahead_held(urls, tmp_path, ahead=1, least=1 << 20)  # the 8 shards hold 24,000 bytes
     try:
+        ahead.began([urls[0]])  # the reader's first read
+        assert not _wait_for(lambda: state["flying"] > 1, 0.5)  # its copies one at a time: it has the bucket alone
+        ahead.began([urls[0]])  # its second read
         assert _wait_for(lambda: state["flying"] == copies.fills, 20)  # as many fills at once as the copies run
         go.set()
-        assert _wait_for(lambda: shard_cache_usage(cache)[0] == len(urls), 20)  # all copied ahead, none begun
+        assert _wait_for(lambda: shard_cache_usage(cache)[0] == len(urls), 20)  # all copied ahead
     finally:
         go.set()
         ahead.close(finish=True)
@@ -208,6 +211,8 @@ def test_large_shards_are_copied_ahead_one_at_a_time(gated_objects, tmp_path):
     urls, go, state = gated_objects
     cache, copies, ahead = _copy_ahead_held(urls, tmp_path, ahead=4, least=3000)
     try:
+        ahead.began([urls[0]])
+        ahead.began([urls[0]])  # past the reader's first read
         assert _wait_for(lambda: state["flying"] == 1, 20)
         assert not _wait_for(lambda: state["flying"] > 1, 0.5)
         go.set()
