@@ -303,6 +303,19 @@ def test_an_in_order_read_of_small_shards_requests_several_shards_at_once(s3, ma
     assert shard_gets(s3) == MANY
 
 
+def test_an_in_order_read_of_small_shards_resumes_inside_a_joined_group(s3, many, far):
+    # The groups that join small shards span several shards: a resume counts its
+    # records across them, and neither repeats nor drops one.
+    ds = TFRecordDataset(many, features={"id": Int64()}, storage_options=far, source=RANGES)
+    it = iter(ds)
+    first = [int(next(it)["id"]) for _ in range(37)]  # inside the third shard of the first group
+    state = ds.state_dict()
+    it.close()
+    resumed = TFRecordDataset(many, features={"id": Int64()}, storage_options=far, source=RANGES)
+    resumed.load_state_dict(state)
+    assert first + [int(item["id"]) for item in resumed] == list(range(MANY * 16))
+
+
 @pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
 def test_a_cold_cache_gives_the_first_batch_before_the_shards_are_copied(s3, many, far, tmp_path, fills):
     cache = ShardCache(str(tmp_path / "shards"))
