@@ -29,9 +29,10 @@ def record_groups(reads: ShardReads, share: Share, block: int, mix: Callable[[It
     """The (shards, records) groups ``share`` is read in: in order, runs of
     one shard of up to the read budget's ``group`` bytes (one window each),
     the runs of consecutive small shards read by range requests joined up
-    to it (their requests in flight together: :func:`_joined`); shuffled, windows of ``block`` x
-    :data:`~tfrecord_torch.data.plan.SHUFFLE_WINDOW` positions, their
-    references mixed by ``mix`` (the shuffle buffer) when given."""
+    to it (their requests in flight together: :func:`_joined`); shuffled,
+    windows of ``block`` x :data:`~tfrecord_torch.data.plan.SHUFFLE_WINDOW`
+    positions, their references mixed by ``mix`` (the shuffle buffer) when
+    given."""
     planner, lo, hi = share
     if not reads.shuffle:  # in order: runs of one shard, up to the budget's group bytes each
         group = reads.remote.budget.group

@@ -98,7 +98,9 @@ class ShardCache:
             recently used copies are removed to stay under it. A shard larger
             than the whole bound is read from the bucket instead.
         ahead: how many shards, in the epoch's order, are copied ahead of the
-            one being read.
+            one being read; more, several at once, while they hold less
+            than the read budget's ``far`` bytes (16 MiB), from the reader's
+            second read on (:class:`~tfrecord_torch.io.copies.CopyAhead`).
     """
 
     directory: str | None = None
