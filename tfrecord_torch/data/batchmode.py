@@ -15,7 +15,7 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import ImageBatches
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share
 from tfrecord_torch.data.prefetch import Started, ahead
-from tfrecord_torch.data.reading import Located, ReadContext, fetch_runs, fetch_scattered
+from tfrecord_torch.data.reading import Located, ReadContext, fetch_runs, fetch_runs_together, fetch_scattered
 from tfrecord_torch.data.recordspec import BatchRun, RecordBatch, RecordSpec
 from tfrecord_torch.data.session import ReadSession, Scatter
 from tfrecord_torch.features.images.engine import ImageBatching
@@ -127,16 +127,19 @@ class BatchPipeline:
             segments = list(plan.segments(a, b))
             numbers = [seg.shard for seg in segments]
             session.began(numbers)
-            if len(segments) == 1 or not session.from_bucket(numbers):
+            if len(segments) > 1 and session.from_bucket(numbers):
+                runs = [run for shard in fetch_runs_together([self.paths[n] for n in numbers],
+                                                             [self.indexes[n] for n in numbers],
+                                                             [seg.records for seg in segments], context)
+                        for run in shard]
+            else:
                 runs = [run for seg in segments
                         for run in fetch_runs(self.paths[seg.shard], self.indexes[seg.shard], seg.records,
                                               context)]
-                payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
-                return payloads, lambda: [i for r in runs for i in r.items()]
-            shards, records = plan.pairs(a, b)
-        else:
-            shards, records = plan.pairs(a, b)
-            session.began(shards)
+            payloads = runs[0].payloads if len(runs) == 1 else [p for r in runs for p in r.payloads]
+            return payloads, lambda: [i for r in runs for i in r.items()]
+        shards, records = plan.pairs(a, b)
+        session.began(shards)
         found = fetch_scattered(self.paths, self.indexes, shards, records, context)
         items = [i for i in found if i is not None]
         return [i.payload for i in items], lambda: items

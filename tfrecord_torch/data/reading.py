@@ -34,7 +34,7 @@ from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "fetch", "fetch_runs", "fetch_scattered",
+__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "fetch", "fetch_runs", "fetch_runs_together", "fetch_scattered",
            "interleave", "locate", "parse_located", "stream_shard"]
 
 
@@ -176,7 +176,7 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     if len(remote) > 1 and context.windows is None and all(_consecutive(wanted[s]) for s in remote):
         # runs of consecutive records of several shards (an in-order read of small shards), fetched
         # together, each checked and cut by one scan of the run, not record by record
-        for shard, together in zip(remote, _runs_together([paths[s] for s in remote],
+        for shard, together in zip(remote, fetch_runs_together([paths[s] for s in remote],
                                                           [indexes[s] for s in remote], [wanted[s] for s in remote],
                                                           context)):
             for run in together:
@@ -228,10 +228,11 @@ def _consecutive(records: np.ndarray) -> bool:
     return int(records[-1]) - int(records[0]) + 1 == len(records)
 
 
-def _runs_together(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext
+def fetch_runs_together(paths: list[str], indexes: list, wanted: list[np.ndarray], context: ReadContext
                    ) -> list[list[Run]]:
-    """The runs of consecutive records ``wanted[i]`` of remote shards
-    ``paths[i]``: each run cut into windows of the budget's
+    """The runs of consecutive records ``wanted[i]`` (ascending) of shards
+    ``paths[i]`` (remote ones: an in-order read of small shards, or a batch
+    of several), a list of runs per shard: each run cut into windows of the budget's
     ``requests.longest`` bytes, every window of every shard in flight
     together, each window checked and cut by one compiled call (or scanned,
     and read on through the index after a bad length, as :func:`fetch_runs`

@@ -189,10 +189,10 @@ class ShardCopies:
         size, version = self.stat(url)
         if not self.followed(url):
             return None
-        return FillView(entry_path(self.cache, url, size, version), size, lambda: self.fill_pending(url),
+        return FillView(entry_path(self.cache, url, size, version), size, lambda: self._fill_pending(url),
                         lambda: self._fill_queued(url))
 
-    def fill_pending(self, url: str) -> bool:
+    def _fill_pending(self, url: str) -> bool:
         """Whether this process's background fills have ``url`` queued or in progress."""
         with self._lock:
             filler = self._filler

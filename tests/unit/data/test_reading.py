@@ -128,8 +128,8 @@ def test_the_runs_of_several_remote_shards_are_cut_together_and_bad_records_name
     from tfrecord_torch.data import reading
 
     together = []
-    real = reading._runs_together
-    monkeypatch.setattr(reading, "_runs_together", lambda *a: together.append(a[0]) or real(*a))
+    real = reading.fetch_runs_together
+    monkeypatch.setattr(reading, "fetch_runs_together", lambda *a: together.append(a[0]) or real(*a))
     name = "sound" if bad is None else bad[2]
     paths, indexes = _memory_shards(tmp_path, name, bad)
     shards = np.repeat(np.arange(3), 6)
