@@ -45,7 +45,7 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     """default_collate of a batch of items; in a DataLoader worker, over
     reused shared memory."""
     if torch.utils.data.get_worker_info() is None:
-        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack_on_this_thread)
+        return _collate_here(batch, collate_fn_map)
     stacked: list[int] = []
 
     def stack(key: object, values: list) -> torch.Tensor | None:
@@ -57,6 +57,25 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
     keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
     return out
+
+
+def _collate_here(batch: list, collate_fn_map: dict | None) -> dict:
+    """A batch collated in the main process: values that are their batch's
+    slots (stacked on the decode threads) as their buffer, others stacked
+    here (:func:`stack_on_this_thread`) or as default_collate does."""
+    owner = getattr(batch[0], "stacking", None) if batch and isinstance(batch[0], Item) else None
+    if owner is None:
+        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack_on_this_thread)
+    owner.told(len(batch))
+
+    def stack(key: object, values: list) -> torch.Tensor | None:
+        whole = owner.whole(key, values)
+        return whole if whole is not None else stack_on_this_thread(key, values)
+
+    try:
+        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack)
+    finally:
+        owner.collated(len(batch))
 
 
 def detection_collate(batch: list, *, image: str = "image") -> tuple[list, list[dict]]:

@@ -13,6 +13,11 @@ crop's draws, a ``Payload`` hook, a feature kind defined outside the package)
 is decoded on the iterating thread, as is every record when one thread is
 all the process has (:func:`~tfrecord_torch.features.images.engine.default_threads`).
 
+In the main process, with no transform, the decode threads also copy each
+record's images into its slot of its batch's buffer, so that the collate of
+``DataLoader(ds, batch_size=B)`` copies nothing on the loop's thread
+(:mod:`~tfrecord_torch.data.stackahead`).
+
 Each hand-over to a thread costs the iterating thread a future and a wake-up,
 Python that holds the GIL the threads need too, so once the records' size is
 known small ones go in groups: about :data:`GROUP_BYTES`
@@ -30,12 +35,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.data.reading import SKIPPED, Located
 from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
+from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into
 from tfrecord_torch.errors import CorruptRecordError, FeatureError
 from tfrecord_torch.features.images.engine import default_threads
+from tfrecord_torch.features.items import Item
 from tfrecord_torch.features.undecoded import apply_transform
 
 __all__ = ["AHEAD_BYTES", "RecordDecoder"]
@@ -56,6 +64,7 @@ class _Started(NamedTuple):
     item: Located | None
     value: Future | None
     nth: int
+    slotted: bool = False  # whether a slot was asked for it (a skip moves the later ones')
 
 
 class RecordDecoder:
@@ -77,6 +86,8 @@ class RecordDecoder:
         count = threads or default_threads()
         self._threads = count if self._ahead is not None and count > 1 else 1
         self._decoded = self._bytes = 0  # records sized (see SIZED), and their tensors' bytes
+        in_worker = get_worker_info() is not None  # a worker stacks into shared memory
+        self._stack = StackAhead() if self._threads > 1 and self._first.transform is None and not in_worker else None
 
     def _depth(self) -> int:
         """Records to hold ahead: :data:`AHEAD_BYTES` of records of the mean size
@@ -150,36 +161,46 @@ class RecordDecoder:
     def _start(self, pool: OwnedPool, group: list[tuple[int, Located | None]]) -> list[_Started]:
         assert self._ahead is not None
         items = [item for _, item in group if item is not None]
-        value = pool.submit(_decode_all, self._ahead, items) if items else None
+        slots = [self._stack.slot() for _ in items] if self._stack is not None else None
+        value = pool.submit(_decode_all, self._ahead, items, slots) if items else None
         started, nth = [], 0
         for position, item in group:
             if item is None:
                 started.append(_Started(position, None, None, 0))
             else:
-                started.append(_Started(position, item, value, nth))
+                started.append(_Started(position, item, value, nth, slots is not None))
                 nth += 1
         return started
 
     def _finish(self, started: _Started) -> tuple[int, Any]:
         """A started record's item, on the iterating thread: its error raised
         or reported, the transform applied."""
-        position, item, value, nth = started
+        position, out = started.position, self._value(started)
+        if started.slotted and self._stack is not None:
+            if out is SKIPPED:
+                self._stack.skipped()
+            elif isinstance(out, Item):
+                out.stacking = self._stack
+        return position, out
+
+    def _value(self, started: _Started) -> Any:
+        position, item, value, nth, _ = started
         if item is None or value is None:
-            return position, SKIPPED
+            return SKIPPED
         fused = self._settings()
         if fused is not self._first:  # a setting reassigned: decoded as the settings now say
             value.cancel()
-            return position, self.decode(item)
+            return self.decode(item)
         decoded = value.result()[nth]
         if isinstance(decoded, _Failed):
             if self._report is None or not isinstance(decoded.error, (CorruptRecordError, FeatureError)):
                 raise decoded.error
             self._report(decoded.error)
-            return position, SKIPPED
+            return SKIPPED
         if self._decoded < SIZED or position % SIZED == 0:  # sampled: a tv_tensor's nbytes goes through __torch_function__
             self._decoded += 1
             self._bytes += _nbytes(decoded)
-        return position, apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
+        return apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
 
 
 class _Failed(NamedTuple):
@@ -188,14 +209,24 @@ class _Failed(NamedTuple):
     error: Exception
 
 
-def _decode_all(decode: Callable[[Located], Any], items: list[Located]) -> list[Any]:
-    """Each item decoded, or the error its decode raised (the others still decoded)."""
+def _decode_all(decode: Callable[[Located], Any], items: list[Located], slots: list[Slot | None] | None
+                ) -> list[Any]:
+    """Each item decoded, or the error its decode raised (the others still
+    decoded); the large tensors of an item given a slot copied into it."""
     out: list[Any] = []
-    for item in items:
+    for k, item in enumerate(items):
+        slot = slots[k] if slots is not None else None
         try:
-            out.append(decode(item))
+            decoded = decoding_into(slot, decode, item)
         except Exception as e:
             out.append(_Failed(e))
+            continue
+        if slot is not None and type(decoded) is dict:
+            for key, value in decoded.items():
+                placed = slot.slab.place(key, slot.nth, value)
+                if placed is not None:
+                    decoded[key] = placed
+        out.append(decoded)
     return out
 
 

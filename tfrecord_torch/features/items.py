@@ -28,9 +28,10 @@ __all__ = ["Item", "as_batch_head", "as_item"]
 class Item(dict):
     """A decoded record: a dict that knows where it came from (:attr:`where`)."""
 
-    __slots__ = ("at", "locate")
+    __slots__ = ("at", "locate", "stacking")
     at: tuple | None  # (path, byte offset, record number), or None
     locate: Any  # for the first item of a map-style batch: the location of the batch's k-th item
+    stacking: Any  # the StackAhead whose slots its large tensors may be in (data/stackahead.py)
 
     def __reduce__(self):
         return (_rebuild, (dict(self), getattr(self, "at", None)))

@@ -40,3 +40,6 @@ class _Summed:
 
     def tolist(self):
         return self._counts.sum(0).tolist()
+
+    def __getitem__(self, k):
+        return self.tolist()[k]

@@ -20,8 +20,10 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from tfrecord_torch import (
+    Batching,
     Float,
     Image,
+    ImageBatching,
     Int64,
     RawTensor,
     RecordWriter,
@@ -322,24 +324,28 @@ def test_the_main_process_stack_leaves_what_torch_keeps_or_stacks_alone(two_torc
     assert type(stacked) is torch.Tensor and torch.equal(stacked, torch.stack([image, image + 1]))
 
 
-def test_main_process_batches_reuse_their_memory_once_let_go_and_never_while_held(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_main_process_batches_reuse_their_memory_once_let_go_and_never_while_held(tmp_path, monkeypatch, threads):
     """Per sample with num_workers=0, a batch whose tensors are all gone
     gives its memory to a later batch (a fresh 36 MiB batch of photos
     faults every page in, zeroed, before the copy); a batch still held, or a
-    view of one, is never written over."""
+    view of one, is never written over. One decode thread: batches stacked
+    on the loop's thread; two: by the decode threads (data/stackahead.py),
+    into buffers the batches held ahead keep too."""
     from tfrecord_torch.data import collating
     from tfrecord_torch.features.reused import Reused
 
     monkeypatch.setattr(collating, "_STACKED", Reused(keep=2, largest=256 << 20))  # not memory other tests hold
     path = _write(tmp_path / "a.tfrecord", 48, size=(224, 400))  # batches of 2.1 MB: buffers of their own
-    ds = TFRecordDataset(path, features=presets.tfds())
+    ds = TFRecordDataset(path, features=presets.tfds(), batching=Batching(images=ImageBatching(threads=threads)))
     expected = Expected(ds)
     addresses = set()
     for batch in DataLoader(ds, batch_size=8, num_workers=0):
         expected.check(batch)
         addresses.add(batch["image"].data_ptr())
         del batch
-    assert 1 <= len(addresses) <= 2  # the batch the loop holds while the next is made, at most
+    if threads == 1:
+        assert 1 <= len(addresses) <= 2  # the batch the loop holds while the next is made, at most
     held, views = [], []
     for k, batch in enumerate(DataLoader(ds, batch_size=8, num_workers=0)):
         if k % 2:

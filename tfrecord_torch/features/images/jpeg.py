@@ -25,7 +25,8 @@ from __future__ import annotations
 import functools
 import importlib
 import operator
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,8 @@ from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.limits import Header, read_header
 
 __all__ = ["JPEG_DECODERS", "FastDecoderUnavailable", "check_decoder", "crop_decoding_available", "decode_jpeg",
-           "decode_jpeg_fast", "decode_jpeg_planes", "decode_jpeg_window", "decode_jpegs_into", "fast_jpeg", "simplejpeg_available",
-           "to_planes"]
+           "decode_jpeg_fast", "decode_jpeg_planes", "decode_jpeg_window", "decode_jpegs_into", "fast_jpeg", "planes_into",
+           "simplejpeg_available", "to_planes"]
 
 JPEG_DECODERS = ("fast", "accurate")
 
@@ -259,12 +260,36 @@ def decode_jpeg_planes(data: bytes, header: Header, *, decoder: str) -> np.ndarr
     """
     if _DECODE_PLANES is None:
         return None
-    out = np.empty((3, header.height, header.width), np.uint8)
+    shape = (3, header.height, header.width)
+    take = getattr(_INTO, "take", None)
+    out = None
+    if take is not None:
+        _INTO.take = None  # one image's planes
+        out = take(shape)
+        if out is not None and not (isinstance(out, np.ndarray) and out.shape == shape and out.dtype == np.uint8
+                                    and out.flags.c_contiguous and out.flags.writeable):
+            raise ValueError(f"planes_into: the memory given for a JPEG's planes must be a writeable, C-contiguous "
+                             f"uint8 array of shape {shape}, got {_described(out)}")
+    if out is None:
+        out = np.empty(shape, np.uint8)
     try:
         _DECODE_PLANES(data, out, header.height, header.width, decoder == "fast")
     except ValueError:
         return None
     return out
+
+
+_INTO = threading.local()
+
+
+def planes_into(take: Callable[[tuple[int, int, int]], np.ndarray | None] | None) -> None:
+    """On this thread, the next JPEG :func:`decode_jpeg_planes` decodes goes
+    into ``take(shape)``: a C-contiguous uint8 array of ``shape`` [3, H, W]
+    no one else writes to, or None for memory of its own (``take`` None: no
+    destination). Asked once: the image after it gets memory of its own. The
+    per-sample path's decode threads write a record's image straight into its
+    batch this way (:mod:`~tfrecord_torch.data.stackahead`)."""
+    _INTO.take = take
 
 
 def to_planes(image: np.ndarray, *, flip: bool = False) -> np.ndarray:

@@ -1,0 +1,202 @@
+"""Batches stacked on the decode threads (data/stackahead.py): with
+``num_workers=0``, DataLoader(ds, batch_size=B) gets each batch's images as
+one buffer the decode threads wrote, not copied on the loop's thread; the
+batches equal torch.stack of the items, whatever lines up or not (a skipped
+record, a PNG among JPEGs, a transform, a kept batch, 8 threads)."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import in_threads, png_bytes
+from torch.utils.data import DataLoader
+from torchvision import tv_tensors
+
+from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
+from tfrecord_torch.data import collating
+from tfrecord_torch.features.images.jpeg import decode_jpeg_planes, planes_into
+from tfrecord_torch.features.images.limits import read_header
+
+N = 100
+SIZE = (160, 200)  # 96,000 bytes of planes: over PLACED_BYTES
+
+
+def _write(path, bad=(), png=()):
+    rng = np.random.default_rng(0)
+    with RecordWriter(path) as w:
+        for i in range(N):
+            pixels = rng.integers(0, 255, (*SIZE, 3), dtype=np.uint8)
+            data = b"not a jpeg" if i in bad else png_bytes(pixels, "PNG" if i in png else "JPEG", quality=90)
+            w.write(make_example({"image": data, "label": i}))
+    return str(path)
+
+
+def _dataset(path, **kwargs):
+    # two decode threads whatever the machine's cores (one thread decodes on the iterating thread)
+    return TFRecordDataset(path, features={"image": Image(), "label": Int64()},
+                           batching=Batching(images=ImageBatching(threads=2)), **kwargs)
+
+
+@pytest.fixture
+def copied(monkeypatch):
+    """The batches whose images the loop's thread stacked (counted by their size)."""
+    sizes = []
+    stack = collating.stack_on_this_thread
+
+    def counting(key, values):
+        if key == "image":
+            sizes.append(len(values))
+        return stack(key, values)
+
+    monkeypatch.setattr(collating, "stack_on_this_thread", counting)
+    return sizes
+
+
+def _expected(ds):
+    """Every item's image, in order (the per-sample path, no DataLoader), and the labels."""
+    items = list(ds)
+    return torch.stack([i["image"] for i in items]), torch.tensor([int(i["label"]) for i in items])
+
+
+@pytest.mark.parametrize("batch", [16, 7])
+def test_batches_come_stacked_by_the_decode_threads(tmp_path, copied, batch):
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    images, labels = _expected(ds)
+    for epoch in range(2):
+        copied.clear()
+        got = list(DataLoader(ds, batch_size=batch))
+        for b in got:
+            assert type(b["image"]) is torch.Tensor and b["image"].is_contiguous()
+            assert b["image"].shape[1:] == (3, *SIZE) and b["image"].dtype == torch.uint8
+        assert torch.equal(torch.cat([b["image"] for b in got]), images)
+        assert torch.equal(torch.cat([b["label"] for b in got]), labels)
+        if epoch == 1:  # the batch size known from the start: only a last, shorter batch is stacked here
+            assert copied == ([N % batch] if N % batch else [])
+    # the first epoch learned the size from its first batch, and stacked most of the rest ahead
+    assert len(copied) <= 1
+
+
+def test_a_skipped_record_is_stacked_here_until_the_slots_line_up_again(tmp_path, copied):
+    path = _write(tmp_path / "a.tfrecord", bad=(37,))
+    ds = _dataset(path, on_error="skip")
+    images, labels = _expected(ds)
+    assert len(labels) == N - 1 and 37 not in labels.tolist()
+    list(DataLoader(ds, batch_size=8))  # the batch size learned
+    copied.clear()
+    got = list(DataLoader(ds, batch_size=8))
+    assert torch.equal(torch.cat([b["image"] for b in got]), images)
+    assert torch.equal(torch.cat([b["label"] for b in got]), labels)
+    # the batch with the skipped record's place and those handed over before it came out are
+    # stacked here; then the slots line up again
+    assert 1 <= len(copied) < len(got) - 2
+
+
+def test_a_png_among_the_jpegs_is_copied_into_its_slot(tmp_path, copied):
+    path = _write(tmp_path / "a.tfrecord", png=(3, 50))
+    ds = _dataset(path)
+    images, _ = _expected(ds)
+    list(DataLoader(ds, batch_size=10))
+    copied.clear()
+    got = list(DataLoader(ds, batch_size=10))
+    assert torch.equal(torch.cat([b["image"] for b in got]), images)
+    assert copied == []
+
+
+def test_with_a_transform_nothing_is_stacked_ahead(tmp_path, copied):
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path, transform=lambda item: {**item, "image": item["image"][:, ::2, ::2].contiguous()})
+    images, _ = _expected(ds)
+    for _ in range(2):
+        copied.clear()
+        got = list(DataLoader(ds, batch_size=10))
+        assert torch.equal(torch.cat([b["image"] for b in got]), images)
+        assert len(copied) == len(got)
+
+
+def test_kept_batches_and_items_are_never_written_over(tmp_path):
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    images, _ = _expected(ds)
+    kept, items = [], []
+    for epoch in range(4):
+        for k, b in enumerate(DataLoader(ds, batch_size=10)):
+            if (epoch + k) % 3 == 0:
+                kept.append((k, b))
+        items.extend((k, item) for k, item in enumerate(ds) if k % 9 == epoch)
+    for k, b in kept:  # after later epochs' batches were decoded into the buffers let go
+        assert torch.equal(b["image"], images[10 * k:10 * k + 10])
+        b["image"].zero_()  # a batch written into by the user: no later batch sees it
+    for k, item in items:
+        assert torch.equal(item["image"], images[k])
+    got = list(DataLoader(ds, batch_size=10))
+    assert torch.equal(torch.cat([b["image"] for b in got]), images)
+
+
+def test_tv_tensors_return_type_is_kept(tmp_path):
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    list(DataLoader(ds, batch_size=10))
+    tv_tensors.set_return_type("TVTensor")
+    try:
+        got = list(DataLoader(ds, batch_size=10))
+    finally:
+        tv_tensors.set_return_type("Tensor")
+    assert all(type(b["image"]) is tv_tensors.Image for b in got)  # as torch.stack gives them
+
+
+def test_from_8_threads_each_loader_gets_its_own_batches(tmp_path):
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    images, labels = _expected(ds)
+
+    def work():
+        for batch in (10, 16, 10):
+            got = list(DataLoader(ds, batch_size=batch))
+            assert torch.equal(torch.cat([b["image"] for b in got]), images)
+            assert torch.equal(torch.cat([b["label"] for b in got]), labels)
+
+    assert in_threads(work, 8) == []
+
+
+def test_planes_go_where_asked_once(tmp_path):
+    data = png_bytes(np.random.default_rng(1).integers(0, 255, (*SIZE, 3), dtype=np.uint8), "JPEG", quality=90)
+    header = read_header(data)
+    expected = decode_jpeg_planes(data, header, decoder="accurate")
+    if expected is None:
+        pytest.skip("the compiled helper was not built")
+    into = np.zeros((2, 3, *SIZE), np.uint8)
+    asked = []
+
+    def take(shape):
+        asked.append(shape)
+        return into[len(asked) - 1]
+
+    planes_into(take)
+    try:
+        first = decode_jpeg_planes(data, header, decoder="accurate")
+        second = decode_jpeg_planes(data, header, decoder="accurate")
+    finally:
+        planes_into(None)
+    assert asked == [(3, *SIZE)]  # once: the second image got memory of its own
+    assert first.ctypes.data == into[0].ctypes.data and np.array_equal(into[0], expected)
+    assert np.array_equal(second, expected) and not np.shares_memory(second, into)
+    planes_into(lambda shape: None)  # no memory given: its own
+    try:
+        assert np.array_equal(decode_jpeg_planes(data, header, decoder="accurate"), expected)
+    finally:
+        planes_into(None)
+
+
+def test_planes_into_refuses_memory_of_another_shape(tmp_path):
+    data = png_bytes(np.zeros((*SIZE, 3), np.uint8), "JPEG", quality=90)
+    header = read_header(data)
+    if decode_jpeg_planes(data, header, decoder="accurate") is None:
+        pytest.skip("the compiled helper was not built")
+    for wrong in (np.zeros((3, SIZE[0], SIZE[1] - 1), np.uint8), np.zeros((3, *SIZE), np.float32),
+                  np.zeros((3, SIZE[1], SIZE[0]), np.uint8).transpose(0, 2, 1)):
+        planes_into(lambda shape, wrong=wrong: wrong)
+        try:
+            with pytest.raises(ValueError, match=r"writeable, C-contiguous uint8 array of shape \(3, 160, 200\)"):
+                decode_jpeg_planes(data, header, decoder="accurate")
+        finally:
+            planes_into(None)

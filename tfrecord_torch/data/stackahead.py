@@ -1,0 +1,233 @@
+"""Batches stacked on the per-sample path's decode threads, in the main process.
+
+``DataLoader(ds, batch_size=B)`` with ``num_workers=0`` stacks each batch's
+images in ``next()``, on the loop's own thread: B images copied (12.5 MB for
+64 256x256 images) while the training step waits, from memory the decode
+threads wrote a batch or more before (out of the caches by then). In the
+loop benchmark that copy was half the loop's wait per batch.
+
+Here the decode thread that decodes a record also copies each of its large
+tensors into that record's *slot* of one buffer per batch (a *slab*), right
+after decoding it, and the item holds a view of its slot. default_collate
+of B items that are, in order, every slot of one slab gives the slab itself
+(:meth:`StackAhead.whole`): the loop's thread copies nothing.
+
+The slots follow the order the records are handed to the decode threads,
+which is the order the items come out, counted from the iteration's first
+item, less the records skipped before (known once they come out), so slab k
+holds the items kB to kB+B-1 as the DataLoader groups them. B is what the
+collate of this iteration's items says (:meth:`StackAhead.told`; the first
+records, handed over before the first batch is collated, get no slot: the
+process's last batch size is a guess until then).
+
+Whatever does not line up is stacked as before, with the same values: a
+batch of items from two slabs (after a skipped record, until the records
+handed over before it are out), a transform (none are placed), a tensor
+that is small, not contiguous, of another shape than its slab's first, or
+of a type with attributes (boxes). A slot is given once: a slab's slots
+are counted up, never given again, so no record is written over another's
+pixels. A slab's buffers are used again, by later slabs of the iteration,
+once nothing refers to them (:class:`~tfrecord_torch.features.reused.Reused`:
+no batch, item or view of them alive), and freed with the iteration: fresh
+memory faulted its pages in, a third more CPU per batch. An item kept alone
+keeps its batch's buffer.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from tfrecord_torch.features.images.jpeg import planes_into
+from tfrecord_torch.features.reused import Reused
+
+__all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into"]
+
+PLACED_BYTES = 64 << 10  # a tensor this large or larger goes into its slot; smaller ones are stacked as before
+
+KEPT = 12  # buffers an iteration keeps to use again: the batches held ahead (64 MiB of records) and the loop's
+LARGEST = 128 << 20  # the largest buffer kept (a larger one is fresh memory each batch)
+
+_last_size = 0  # the last batch size a collate of this process's items told (a guess for the next iteration)
+
+
+class Slot(NamedTuple):
+    """Where one record's large tensors go: the ``nth`` slot of ``slab``."""
+
+    slab: _Slab
+    nth: int
+
+
+class _Slab:
+    """One batch's buffers, one a key, each made by the first record placed
+    in it (the shape and dtype of its value, ``size`` of them); and the one
+    a JPEG decoder writes RGB planes into (:meth:`planes_slot`), the buffer
+    of the first key whose values are found there."""
+
+    __slots__ = ("_lock", "_memory", "_planes", "claimed", "size", "tensors")
+
+    def __init__(self, size: int, memory: Reused) -> None:
+        self.size, self._memory = size, memory
+        self.claimed: set[int] = set()  # slots given (on the iterating thread only)
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._planes: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def planes_slot(self, index: int, shape: tuple[int, int, int]) -> np.ndarray | None:
+        """Slot ``index`` of the planes buffer, for a JPEG decoded to planes of
+        ``shape`` (:func:`~tfrecord_torch.features.images.jpeg.planes_into`);
+        None for a shape other than the first one's."""
+        with self._lock:
+            if self._planes is None:
+                self._planes = self._empty((self.size, *shape), torch.uint8).numpy()
+        return self._planes[index] if self._planes.shape[1:] == shape else None
+
+    def place(self, key: str, index: int, value: torch.Tensor) -> torch.Tensor | None:
+        """``value`` in slot ``index`` of ``key``'s buffer, as a view of the same
+        type, shape and strides: as it is if it was decoded there, else
+        copied in; None where it does not fit there."""
+        with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, a Python call each otherwise
+            buffer = self.tensors.get(key)
+            if (buffer is not None and isinstance(value, torch.Tensor)
+                    and value.data_ptr() == buffer.data_ptr() + index * buffer.stride(0) * buffer.element_size()
+                    and value.shape == buffer.shape[1:] and value.dtype == buffer.dtype and value.is_contiguous()):
+                return value  # decoded into its slot (the usual case, kept short: it runs once a record)
+            if not _placeable(value):
+                return None
+            with self._lock:
+                buffer = self.tensors.get(key)
+                if buffer is None:
+                    decoded_here = self._planes is not None and value.data_ptr() == self._planes[index].ctypes.data
+                    made = torch.from_numpy(self._planes) if decoded_here else \
+                        self._empty((self.size, *value.shape), value.dtype)
+                    buffer = self.tensors[key] = made
+            if buffer.shape[1:] != value.shape or buffer.dtype != value.dtype:
+                return None
+            if value.data_ptr() == buffer.data_ptr() + index * value.nbytes:
+                return value  # decoded into its slot
+            slot = buffer[index]
+            np.copyto(slot.numpy(), value.numpy())  # NumPy: on this thread, not torch's OpenMP team
+        return slot if type(value) is torch.Tensor else slot.as_subclass(type(value))
+
+    def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised tensor over memory no batch, item or view refers to."""
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        return torch.from_numpy(self._memory.take(nbytes)).view(dtype).view(shape)
+
+
+def _placeable(value: Any) -> bool:
+    """A CPU tensor of :data:`PLACED_BYTES` or more, contiguous (its view keeps its
+    strides), of a type with no attributes of its own, that NumPy can copy."""
+    if not isinstance(value, torch.Tensor) or type(value) not in _plain_types():
+        return False
+    return (value.nbytes >= PLACED_BYTES and value.device.type == "cpu" and value.is_contiguous()
+            and not value.requires_grad and not value.is_conj() and not value.is_neg()
+            and value.dtype not in (torch.bfloat16,) and value.dim() > 0)
+
+
+def _plain_types() -> tuple[type, ...]:
+    """torch.Tensor and the tv_tensors that carry nothing but their pixels."""
+    global _PLAIN
+    if _PLAIN is None:
+        from torchvision import tv_tensors
+
+        _PLAIN = (torch.Tensor, tv_tensors.Image, tv_tensors.Mask, tv_tensors.Video)
+    return _PLAIN
+
+
+_PLAIN: tuple[type, ...] | None = None
+
+
+def decoding_into(slot: Slot | None, decode: Callable[[Any], Any], item: Any) -> Any:
+    """``decode(item)`` on this decode thread, a JPEG it decodes to planes
+    written straight into ``slot`` (if any, and if of the slab's shape)."""
+    if slot is None:
+        return decode(item)
+    planes_into(functools.partial(slot.slab.planes_slot, slot.nth))
+    try:
+        return decode(item)
+    finally:
+        planes_into(None)
+
+
+class StackAhead:
+    """One iteration's slabs (see the module's doc). :meth:`slot` and
+    :meth:`skipped` run on the iterating thread as records are handed over
+    and come out; :meth:`Slot.slab.place <_Slab.place>` on the decode
+    threads; :meth:`told` and :meth:`whole` in the collate, on the thread
+    that iterates the DataLoader (the same thread, with ``num_workers=0``)."""
+
+    def __init__(self) -> None:
+        self.size = _last_size  # B; 0 or 1: unknown, no slots
+        self._told = False  # whether this iteration's collate told B yet
+        self._handed = 0  # records handed over with a slot asked for
+        self._skipped = 0  # of those, skipped when they came out
+        self._collated = 0  # items collated so far
+        self._slabs: dict[int, _Slab] = {}
+        self._memory = Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
+
+    def slot(self) -> Slot | None:
+        """The slot of the next record handed over, or None (B unknown, or
+        the slot it would take was given already)."""
+        position = self._handed - self._skipped  # where it comes out, if none handed before it is skipped
+        self._handed += 1
+        if self.size < 2:
+            return None
+        number, index = divmod(position, self.size)
+        if number < self._collated // self.size:  # a batch collated already: this record is not in it
+            return None
+        slab = self._slabs.get(number)
+        if slab is None:
+            slab = self._slabs[number] = _Slab(self.size, self._memory)
+        if index in slab.claimed:
+            return None
+        slab.claimed.add(index)
+        return Slot(slab, index)
+
+    def skipped(self) -> None:
+        """A record handed over with a slot asked for came out skipped."""
+        self._skipped += 1
+
+    def told(self, size: int) -> None:
+        """The collate of ``size`` of this iteration's items: B is the first
+        size told, or a larger one (a shorter batch is the epoch's last)."""
+        global _last_size
+        if size < 2 or (self._told and size <= self.size):
+            return
+        self._told = True
+        if size != self.size:
+            self.size = _last_size = size
+            self._slabs.clear()  # slots of another size: those placed stay with their items
+
+    def whole(self, key: str, values: list) -> torch.Tensor | None:
+        """``torch.stack(values)`` without a copy when ``values`` are, in order,
+        every slot of ``key``'s buffer in the slab of the batch being
+        collated: the buffer itself (plain tensor, contiguous); else None."""
+        number = self._collated // self.size if self.size >= 2 else -1
+        slab = self._slabs.get(number)
+        buffer = None if slab is None else slab.tensors.get(key)
+        if buffer is None or len(values) != buffer.shape[0]:
+            return None
+        if type(torch.stack([values[0].narrow(0, 0, 0)])) is not torch.Tensor:
+            return None  # a type torch.stack keeps (tv_tensors' return type setting): the buffer is a plain tensor
+        with torch._C.DisableTorchFunctionSubclass():
+            start, step = buffer.data_ptr(), buffer[0].nbytes
+            for k, value in enumerate(values):
+                # at the slot's address while the buffer is alive: a view of that slot, no other memory
+                if (not isinstance(value, torch.Tensor) or value.data_ptr() != start + k * step or value.shape != buffer.shape[1:]
+                        or value.stride() != buffer.stride()[1:] or value.dtype != buffer.dtype):
+                    return None
+        return buffer
+
+    def collated(self, count: int) -> None:
+        """A batch of ``count`` items was collated: the slabs of batches before the next are let go."""
+        self._collated += count
+        if self.size >= 2:
+            current = self._collated // self.size
+            for number in [n for n in self._slabs if n < current]:
+                del self._slabs[number]
