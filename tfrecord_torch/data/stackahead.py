@@ -51,7 +51,7 @@ __all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into"]
 PLACED_BYTES = 64 << 10  # a tensor this large or larger goes into its slot; smaller ones are stacked as before
 
 KEPT = 12  # buffers an iteration keeps to use again: the batches held ahead (64 MiB of records) and the loop's
-LARGEST = 128 << 20  # the largest buffer kept (a larger one is fresh memory each batch)
+LARGEST = 256 << 20  # the largest buffer kept, as the loop thread's stacking keeps (64 1024x768 images: 151 MiB)
 
 _last_size = 0  # the last batch size a collate of this process's items told (a guess for the next iteration)
 

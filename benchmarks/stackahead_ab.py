@@ -1,0 +1,73 @@
+#!/usr/bin/env python
+"""Per sample with ``num_workers=0``: batches stacked by the decode threads, off and on, in one process.
+
+    .venv/bin/python benchmarks/stackahead_ab.py PATH [--rounds N] [--loop]
+
+Reads the TFRecord file PATH (Examples with an ``image`` JPEG and a
+``label``, ``features=presets.tfds()``) through ``DataLoader(ds,
+batch_size=64, num_workers=0)``, with the decode-ahead built without its
+:class:`~tfrecord_torch.data.stackahead.StackAhead` (off: each batch's images
+copied on the loop's thread, as before the change) and with it (on), in
+turn over ``--rounds`` rounds (the order reversed every other round). Each
+round times one epoch alone after one not counted; with ``--loop``, also one
+epoch under ``benchmarks/loop.py``'s step at 80% of the epoch's rate, and
+its stall. Prints the images/s per round, the median of the rounds' on/off
+ratios and the pooled ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BATCH = 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("path")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--loop", action="store_true", help="also an epoch under the loop's step, and its stall")
+    args = parser.parse_args()
+    import torch.utils.data
+    import torchvision.io  # noqa: F401 - imported as the other benchmarks do
+
+    from benchmarks.loop import run_epoch, step_for
+    from tfrecord_torch import TFRecordDataset, presets
+    from tfrecord_torch.data import decodeahead
+
+    built = decodeahead.StackAhead
+    ds = TFRecordDataset(args.path, features=presets.tfds())
+
+    def epoch():
+        return torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=0)
+
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    stalls: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(args.rounds):
+        for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            decodeahead.StackAhead = built if name == "on" else (lambda: None)  # type: ignore[assignment,misc]
+            run_epoch(epoch, None)
+            alone = run_epoch(epoch, None)
+            rates[name].append(alone.images_per_s)
+            if args.loop:
+                stalls[name].append(run_epoch(epoch, step_for(alone.images_per_s)).stall)
+    decodeahead.StackAhead = built
+    ratios = [on / off for on, off in zip(rates["on"], rates["off"])]
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f}")
+    for name in ("off", "on"):
+        line = f"{name}: img/s " + ", ".join(f"{x:,.0f}" for x in rates[name])
+        if stalls[name]:
+            line += "; stall " + ", ".join(f"{100 * x:.1f}%" for x in stalls[name])
+        print(line)
+    print(f"on/off: median of rounds {statistics.median(ratios):.3f}, pooled {sum(rates['on']) / sum(rates['off']):.3f}")
+
+
+if __name__ == "__main__":
+    main()
