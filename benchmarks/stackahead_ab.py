@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Per sample with ``num_workers=0``: batches stacked by the decode threads, off and on, in one process.
+"""Per sample with ``num_workers=0``: what runs off the loop's thread, switched off and on, in one process.
 
-    .venv/bin/python benchmarks/stackahead_ab.py PATH [--rounds N] [--loop]
+    .venv/bin/python benchmarks/stackahead_ab.py PATH [--switch stack|read] [--rounds N] [--loop]
 
 Reads the TFRecord file PATH (Examples with an ``image`` JPEG and a
 ``label``, ``features=presets.tfds()``) through ``DataLoader(ds,
-batch_size=64, num_workers=0)``, with the decode-ahead built without its
-:class:`~tfrecord_torch.data.stackahead.StackAhead` (off: each batch's images
-copied on the loop's thread, as before the change) and with it (on), in
-turn over ``--rounds`` rounds (the order reversed every other round). Each
+batch_size=64, num_workers=0)`` with one thing switched off (as before its
+change) and on, in turn over ``--rounds`` rounds (the order reversed every
+other round). ``--switch stack`` (the default): the decode-ahead built
+without its :class:`~tfrecord_torch.data.stackahead.StackAhead` (each
+batch's images copied on the loop's thread) and with it. ``--switch read``:
+the local file's records read on the iterating thread (record mode's
+read-ahead told no group is worth a thread) and on the read-ahead thread. Each
 round times one epoch alone after one not counted; with ``--loop``, also one
 epoch under ``benchmarks/loop.py``'s step at 80% of the epoch's rate, and
 its stall. Prints the images/s per round, the median of the rounds' on/off
@@ -31,6 +34,7 @@ BATCH = 64
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("path")
+    parser.add_argument("--switch", choices=("stack", "read"), default="stack")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--loop", action="store_true", help="also an epoch under the loop's step, and its stall")
     args = parser.parse_args()
@@ -39,9 +43,19 @@ def main() -> None:
 
     from benchmarks.loop import run_epoch, step_for
     from tfrecord_torch import TFRecordDataset, presets
-    from tfrecord_torch.data import decodeahead
+    from tfrecord_torch.data import decodeahead, recordmode
+    from tfrecord_torch.data.readahead import fetch_ahead
 
     built = decodeahead.StackAhead
+
+    def here(units, fetch, *, remote, weight, limit):  # no group read ahead: each where it is decoded
+        return fetch_ahead(units, fetch, remote=lambda unit: False, weight=weight, limit=limit)
+
+    def switch(on: bool) -> None:
+        if args.switch == "stack":
+            decodeahead.StackAhead = built if on else (lambda: None)  # type: ignore[assignment,misc]
+        else:
+            recordmode.fetch_ahead = fetch_ahead if on else here  # type: ignore[assignment]
     ds = TFRecordDataset(args.path, features=presets.tfds())
 
     def epoch():
@@ -51,13 +65,13 @@ def main() -> None:
     stalls: dict[str, list[float]] = {"off": [], "on": []}
     for r in range(args.rounds):
         for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            decodeahead.StackAhead = built if name == "on" else (lambda: None)  # type: ignore[assignment,misc]
+            switch(name == "on")
             run_epoch(epoch, None)
             alone = run_epoch(epoch, None)
             rates[name].append(alone.images_per_s)
             if args.loop:
                 stalls[name].append(run_epoch(epoch, step_for(alone.images_per_s)).stall)
-    decodeahead.StackAhead = built
+    switch(True)
     ratios = [on / off for on, off in zip(rates["on"], rates["off"])]
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f}")

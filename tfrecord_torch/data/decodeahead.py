@@ -89,6 +89,11 @@ class RecordDecoder:
         in_worker = get_worker_info() is not None  # a worker stacks into shared memory
         self._stack = StackAhead() if self._threads > 1 and self._first.transform is None and not in_worker else None
 
+    @property
+    def threads(self) -> int:
+        """Decode threads this iteration runs (1: none, every record decoded on the iterating thread)."""
+        return self._threads
+
     def _depth(self) -> int:
         """Records to hold ahead: :data:`AHEAD_BYTES` of records of the mean size
         so far (a batch or more of images: the threads decode while the loop

@@ -71,9 +71,17 @@ def indexed_records(reads: ShardReads, share: Share, reader: Reader, groups: Ite
     # copy's is: its reads wait for the fill, and only records far past what the fill has written
     # (shuffled) go to the bucket, by requests in flight together; a read-ahead thread cost more
     # CPU in hand-offs and in allocations from another malloc arena than its overlap saved, and the
-    # records it fetched ahead of the fills went to the bucket more often
-    def remote(unit: _Read) -> bool:  # the group waits on the bucket: read it ahead
-        return session.from_bucket(unit.shards)
+    # records it fetched ahead of the fills went to the bucket more often. Local files are read
+    # ahead too where the records are decoded on decode threads (the main process, cores to
+    # spare): there a group read where its records are taken is a burst in one next() of the
+    # user's loop (benchmarks/results/loop_stackahead_ab.md); without them (a DataLoader
+    # worker) the thread would only take the GIL from the reader's own decoding
+    local_ahead = decoder.threads > 1
+
+    def remote(unit: _Read) -> bool:  # the group waits on the bucket, or is local with decode threads
+        if session.from_bucket(unit.shards):
+            return True
+        return local_ahead and not any(is_url(reads.paths[s]) for s in np.unique(unit.shards).tolist())
 
     with session:  # closed after the read-ahead; ended when the records ran out
         source = fetch_ahead(_reads_of(groups, skip, reads, session), fetch, remote=remote, weight=_group_bytes,

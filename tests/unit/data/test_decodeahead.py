@@ -314,3 +314,27 @@ def test_small_records_go_to_the_threads_in_groups(good, monkeypatch, group_byte
     if most > 1:
         first = decodeahead.FIRST_AHEAD * 2  # read before the first record was taken
         assert len(sizes) <= first + (N - first) // most + 2
+
+
+@pytest.mark.parametrize("threads, reader", [(2, "tfrecord_torch-readahead"), (1, "MainThread")])
+def test_local_records_are_read_ahead_on_a_thread_where_they_decode_on_threads(good, tmp_path, monkeypatch, threads,
+                                                                              reader):
+    """With decode threads, a local file's records are read on the read-ahead
+    thread, not in the loop's next() (where a group's read is a burst); with
+    none (a DataLoader worker, one core), on the iterating thread."""
+    from tfrecord_torch.data import recordmode
+
+    readers = []
+    fetch = recordmode.fetch_scattered
+
+    def seen(*args):
+        readers.append(threading.current_thread().name)
+        return fetch(*args)
+
+    monkeypatch.setattr(recordmode, "fetch_scattered", seen)
+    index = build_index(good, str(tmp_path / "good.index"))
+    source = Source(index=[index], read_budget=ReadBudget(group=16 << 10))  # a few records a read
+    labels = [int(b["label"][0]) for b in DataLoader(_dataset(good, threads, source=source), batch_size=8)]
+    assert labels == list(range(0, N, 8))
+    assert len(readers) > 1 and set(readers) == {reader}
+    assert not [t for t in threading.enumerate() if t.name.startswith("tfrecord")]  # joined
