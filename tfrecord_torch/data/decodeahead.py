@@ -184,8 +184,10 @@ class RecordDecoder:
         if started.slotted and self._stack is not None:
             if out is SKIPPED:
                 self._stack.skipped()
-            elif isinstance(out, Item):
-                out.stacking = self._stack
+            else:
+                self._stack.came_out()
+                if isinstance(out, Item):
+                    out.stacking = self._stack
         return position, out
 
     def _value(self, started: _Started) -> Any:

@@ -30,7 +30,9 @@ pixels. A slab's buffers are used again, by later slabs of the iteration,
 once nothing refers to them (:class:`~tfrecord_torch.features.reused.Reused`:
 no batch, item or view of them alive), and freed with the iteration: fresh
 memory faulted its pages in, a third more CPU per batch. An item kept alone
-keeps its batch's buffer.
+keeps its batch's buffer. The iteration lets go of a slab once its batch
+came out, collated or not; items iterated with no DataLoader (a batch's
+worth came out and no collate told B) get no more slots.
 """
 
 from __future__ import annotations
@@ -168,6 +170,7 @@ class StackAhead:
         self._handed = 0  # records handed over with a slot asked for
         self._skipped = 0  # of those, skipped when they came out
         self._collated = 0  # items collated so far
+        self._out = 0  # items come out so far
         self._slabs: dict[int, _Slab] = {}
         self._memory = Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
 
@@ -176,8 +179,8 @@ class StackAhead:
         the slot it would take was given already)."""
         position = self._handed - self._skipped  # where it comes out, if none handed before it is skipped
         self._handed += 1
-        if self.size < 2:
-            return None
+        if self.size < 2 or (not self._told and self._out > self.size):
+            return None  # B unknown; or a batch's worth came out and no collate told B: no DataLoader batches them
         number, index = divmod(position, self.size)
         if number < self._collated // self.size:  # a batch collated already: this record is not in it
             return None
@@ -192,6 +195,17 @@ class StackAhead:
     def skipped(self) -> None:
         """A record handed over with a slot asked for came out skipped."""
         self._skipped += 1
+
+    def came_out(self) -> None:
+        """An item with a slot asked for came out. The slabs of batches that
+        came out before the last one are let go, collated or not (items
+        iterated with no DataLoader: each item keeps its own slab alive, and
+        this iteration none)."""
+        self._out += 1
+        if self.size >= 2 and self._out % self.size == 0:
+            last = self._out // self.size - 1  # the batch that just came out: its collate is next
+            for number in [n for n in self._slabs if n < last]:
+                del self._slabs[number]
 
     def told(self, size: int) -> None:
         """The collate of ``size`` of this iteration's items: B is the first

@@ -200,3 +200,19 @@ def test_planes_into_refuses_memory_of_another_shape(tmp_path):
                 decode_jpeg_planes(data, header, decoder="accurate")
         finally:
             planes_into(None)
+
+
+def test_items_iterated_without_a_dataloader_hold_no_slabs_of_their_own(tmp_path):
+    """After a DataLoader told the batch size, an iteration of the items
+    themselves (no collate) lets go of each slab once its items came out:
+    the iteration holds no memory of the items the loop let go."""
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    images, _ = _expected(ds)
+    list(DataLoader(ds, batch_size=10))  # the batch size learned
+    held = []
+    for k, item in enumerate(ds):
+        assert torch.equal(item["image"], images[k])
+        held.append(len(item.stacking._slabs))
+        del item
+    assert max(held[50:]) <= 1 + 64 // 10  # the slabs of the records decoded ahead, and the last one out
