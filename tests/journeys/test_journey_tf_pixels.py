@@ -248,3 +248,47 @@ def test_a_tfds_image_feature_reads_as_tfds_decodes_it(tmp_path):
         assert np.array_equal(_hwc(batch["image"][i]), want[i])
     assert all(np.array_equal(_hwc(item["image"]), accurate[i])
                for i, item in enumerate(TFRecordDataset(path, features=presets.tfds())))
+
+
+def _large_photo(seed: int, h: int = 160, w: int = 208) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([xx * 255 / w, yy * 255 / h, ((xx + yy) % 40) * 6], -1)
+    return np.clip(base + rng.normal(0, 14, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def test_per_sample_batches_in_the_main_process_are_tfs_pixels(tmp_path):
+    """``DataLoader(ds, batch_size=4)`` with ``num_workers=0`` over a TF
+    team's Examples of 160x208 photos (large enough that the decode threads
+    write each into its batch's buffer): 4:2:0, 4:4:4 and progressive JPEGs
+    and a PNG, all by TensorFlow's encoders, two epochs (the second stacked
+    ahead from its first batch). Each batch is TF's decode of its records,
+    INTEGER_ACCURATE by default and the default dct_method with
+    ``decoder="fast"``."""
+    photos = [_large_photo(10 + i) for i in range(12)]
+    encoded = []
+    for i, photo in enumerate(photos):
+        kind = i % 4
+        if kind == 3:
+            encoded.append(tf.io.encode_png(photo).numpy())
+        else:
+            encoded.append(tf.io.encode_jpeg(photo, quality=92, chroma_downsampling=kind != 1,
+                                             progressive=kind == 2).numpy())
+    path = str(tmp_path / "photos.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for i, data in enumerate(encoded):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+            })).SerializeToString())
+    for decoder, dct_method in ((None, "INTEGER_ACCURATE"), ("fast", "")):
+        want = torch.stack([torch.from_numpy(tf.io.decode_image(d, channels=3).numpy() if i % 4 == 3 else
+                                             tf.io.decode_jpeg(d, channels=3, dct_method=dct_method).numpy())
+                            for i, d in enumerate(encoded)]).permute(0, 3, 1, 2)
+        ds = TFRecordDataset(path, features={"image": Image(decoder=decoder), "label": Int64()},
+                             batching=Batching(images=ImageBatching(threads=2)))
+        for _ in range(2):
+            batches = list(DataLoader(ds, batch_size=4))
+            assert [b["label"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+            assert all(type(b["image"]) is torch.Tensor for b in batches)
+            assert torch.equal(torch.cat([b["image"] for b in batches]), want), decoder
