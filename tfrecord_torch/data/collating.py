@@ -29,7 +29,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 from tfrecord_torch.data.transport.byvalue import by_value_in_worker
 from tfrecord_torch.data.transport.packed import PackedLists
 from tfrecord_torch.data.transport.shipped import inline_small
-from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype
+from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype, stacks_to_plain
 from tfrecord_torch.data.workerheap import keep_for_batches
 from tfrecord_torch.features.collate import BatchMemory, detection_lists, use_batch_memory
 from tfrecord_torch.features.items import Item, collate_items
@@ -129,8 +129,7 @@ def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
         if not _stacks_contiguously(tuple(first.shape), strides):
             return None
         arrays = [v.numpy() for v in values]
-    # an empty view of the first value stacks to the type torch.stack gives these values, copying nothing
-    if type(torch.stack([first.narrow(0, 0, 0)])) is not torch.Tensor:
+    if not stacks_to_plain(first):
         return None  # a subclass torch.stack keeps (tv_tensors' return type setting)
     shape = (len(values), *first.shape)
     out = _STACKED.take(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)

@@ -64,7 +64,6 @@ class _Started(NamedTuple):
     item: Located | None
     value: Future | None
     nth: int
-    slotted: bool = False  # whether a slot was asked for it (a skip moves the later ones')
 
 
 class RecordDecoder:
@@ -173,7 +172,7 @@ class RecordDecoder:
             if item is None:
                 started.append(_Started(position, None, None, 0))
             else:
-                started.append(_Started(position, item, value, nth, slots is not None))
+                started.append(_Started(position, item, value, nth))
                 nth += 1
         return started
 
@@ -181,7 +180,7 @@ class RecordDecoder:
         """A started record's item, on the iterating thread: its error raised
         or reported, the transform applied."""
         position, out = started.position, self._value(started)
-        if started.slotted and self._stack is not None:
+        if self._stack is not None and started.item is not None:  # a slot was asked for it
             if out is SKIPPED:
                 self._stack.skipped()
             else:
@@ -191,7 +190,7 @@ class RecordDecoder:
         return position, out
 
     def _value(self, started: _Started) -> Any:
-        position, item, value, nth, _ = started
+        position, item, value, nth = started
         if item is None or value is None:
             return SKIPPED
         fused = self._settings()

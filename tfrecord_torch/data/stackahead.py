@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
 from tfrecord_torch.features.reused import Reused
 
@@ -95,9 +96,7 @@ class _Slab:
         copied in; None where it does not fit there."""
         with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, a Python call each otherwise
             buffer = self.tensors.get(key)
-            if (buffer is not None and isinstance(value, torch.Tensor)
-                    and value.data_ptr() == buffer.data_ptr() + index * buffer.stride(0) * buffer.element_size()
-                    and value.shape == buffer.shape[1:] and value.dtype == buffer.dtype and value.is_contiguous()):
+            if buffer is not None and _in_slot(value, buffer, index):
                 return value  # decoded into its slot (the usual case, kept short: it runs once a record)
             if not _placeable(value):
                 return None
@@ -108,10 +107,10 @@ class _Slab:
                     made = torch.from_numpy(self._planes) if decoded_here else \
                         self._empty((self.size, *value.shape), value.dtype)
                     buffer = self.tensors[key] = made
+            if _in_slot(value, buffer, index):
+                return value  # decoded into the planes buffer this key just took
             if buffer.shape[1:] != value.shape or buffer.dtype != value.dtype:
                 return None
-            if value.data_ptr() == buffer.data_ptr() + index * value.nbytes:
-                return value  # decoded into its slot
             slot = buffer[index]
             np.copyto(slot.numpy(), value.numpy())  # NumPy: on this thread, not torch's OpenMP team
         return slot if type(value) is torch.Tensor else slot.as_subclass(type(value))
@@ -120,6 +119,15 @@ class _Slab:
         """An uninitialised tensor over memory no batch, item or view refers to."""
         nbytes = int(np.prod(shape)) * dtype.itemsize
         return torch.from_numpy(self._memory.take(nbytes)).view(dtype).view(shape)
+
+
+def _in_slot(value: Any, buffer: torch.Tensor, index: int) -> bool:
+    """Whether ``value`` is slot ``index`` of ``buffer`` itself: a contiguous
+    tensor of its shape and dtype at that slot's address (while the buffer
+    is alive, only a view of the slot is there)."""
+    return (isinstance(value, torch.Tensor)
+            and value.data_ptr() == buffer.data_ptr() + index * buffer.stride(0) * buffer.element_size()
+            and value.shape == buffer.shape[1:] and value.dtype == buffer.dtype and value.is_contiguous())
 
 
 def _placeable(value: Any) -> bool:
@@ -203,9 +211,7 @@ class StackAhead:
         this iteration none)."""
         self._out += 1
         if self.size >= 2 and self._out % self.size == 0:
-            last = self._out // self.size - 1  # the batch that just came out: its collate is next
-            for number in [n for n in self._slabs if n < last]:
-                del self._slabs[number]
+            self._let_go(self._out // self.size - 1)  # not the batch that just came out: its collate is next
 
     def told(self, size: int) -> None:
         """The collate of ``size`` of this iteration's items: B is the first
@@ -227,7 +233,7 @@ class StackAhead:
         buffer = None if slab is None else slab.tensors.get(key)
         if buffer is None or len(values) != buffer.shape[0]:
             return None
-        if type(torch.stack([values[0].narrow(0, 0, 0)])) is not torch.Tensor:
+        if not stacks_to_plain(values[0]):
             return None  # a type torch.stack keeps (tv_tensors' return type setting): the buffer is a plain tensor
         with torch._C.DisableTorchFunctionSubclass():
             start, step = buffer.data_ptr(), buffer[0].nbytes
@@ -242,6 +248,9 @@ class StackAhead:
         """A batch of ``count`` items was collated: the slabs of batches before the next are let go."""
         self._collated += count
         if self.size >= 2:
-            current = self._collated // self.size
-            for number in [n for n in self._slabs if n < current]:
-                del self._slabs[number]
+            self._let_go(self._collated // self.size)
+
+    def _let_go(self, below: int) -> None:
+        """The slabs of the batches before the ``below``-th let go."""
+        for number in [n for n in self._slabs if n < below]:
+            del self._slabs[number]

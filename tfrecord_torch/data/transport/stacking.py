@@ -86,6 +86,13 @@ class Stacker:
             return pool
 
 
+def stacks_to_plain(first: torch.Tensor) -> bool:
+    """Whether torch.stack of values like ``first`` gives a plain tensor: an
+    empty view of it stacks to that type, copying nothing (a tv_tensor stacks
+    to its own type under tv_tensors' return type setting "TVTensor")."""
+    return type(torch.stack([first.narrow(0, 0, 0)])) is torch.Tensor
+
+
 def stackable_dtype(values: list) -> np.dtype | None:
     """The NumPy dtype of ``values`` if they are dense CPU tensors of one
     shape and dtype that need no gradient; else None."""
