@@ -480,3 +480,30 @@ def test_small_run_of_the_startup_benchmark(tmp_path):
     assert len(rows) == 1 and "open: 2 LIST" in rows[0] and "8 GET index" in rows[0], proc.stdout
     ceiling = [line for line in proc.stdout.splitlines() if line.startswith("- 8 shards, 20 ms: open (import")]
     assert len(ceiling) == 1 and "local / this at most" in ceiling[0], proc.stdout
+
+
+@pytest.mark.slow
+def test_small_run_of_the_loop_thread_benchmark(tmp_path):
+    """benchmarks/loop_thread.py on 800 small JPEG records: a row per round with
+    the CPU per record, per batch and the DataLoader's own floor, each positive."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    from tfrecord_torch import RecordWriter, make_example
+
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "jpegs.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(800):
+            out = io.BytesIO()
+            PILImage.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(out, "JPEG")
+            w.write(make_example({"image": out.getvalue(), "label": i}))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "loop_thread.py"), path, "--rounds", "1",
+                           "--step", "0.005"], cwd=ROOT, check=False, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 1 |"))
+    record, batch, wall, floor = (cell.strip() for cell in row.strip("|").split("|")[1:])
+    assert float(record) > 0 and all(float(x) > 0 for x in batch.split(",")) and float(wall) > 0 and float(floor) > 0

@@ -119,9 +119,11 @@ def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
     (:data:`_STACKED`).
     """
     with torch._C.DisableTorchFunctionSubclass():  # tv_tensors' attributes, each a Python call otherwise
-        dtype = stackable_dtype(values)
         first = values[0]
-        if dtype is None or first.dim() == 0 or len(values) * first.numel() < _GRAIN:
+        if not isinstance(first, torch.Tensor) or first.dim() == 0 or len(values) * first.numel() < _GRAIN:
+            return None  # first: a batch of labels is not looked at value by value
+        dtype = stackable_dtype(values)
+        if dtype is None:
             return None
         strides = first.stride()
         if any(v.stride() != strides or v.is_conj() or v.is_neg() for v in values):  # conj, neg: no NumPy view

@@ -43,7 +43,7 @@ from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
 from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into
 from tfrecord_torch.errors import CorruptRecordError, FeatureError
 from tfrecord_torch.features.images.engine import default_threads
-from tfrecord_torch.features.items import Item
+from tfrecord_torch.features.items import Item, as_item
 from tfrecord_torch.features.undecoded import apply_transform
 
 __all__ = ["AHEAD_BYTES", "RecordDecoder"]
@@ -51,19 +51,18 @@ __all__ = ["AHEAD_BYTES", "RecordDecoder"]
 AHEAD_BYTES = 64 << 20  # the decoded records held ahead of the one taken, at most (their tensors' bytes)
 AHEAD_RECORDS = 512  # and at most this many records
 FIRST_AHEAD = 16  # records per decode thread held ahead until the sizes of the first ones are known
-GROUP_BYTES = 1 << 20  # records handed to a decode thread at once: about this many bytes decoded
-GROUP_RECORDS = 8  # and at most this many
+GROUP_BYTES = 4 << 20  # records handed to a decode thread at once: about this many bytes decoded
+GROUP_RECORDS = 32  # and at most this many
 SIZED = 64  # the records whose size the mean counts: the first 64, then every 64th
 
 
-class _Started(NamedTuple):
-    """A record handed to a decode thread, as the ``nth`` of the group
-    ``value`` decodes (``value`` None: a record the read left out)."""
+class _Group(NamedTuple):
+    """Records handed to a decode thread at once, in order, as ``(position,
+    item)`` (item None: a record the read left out); ``value`` decodes the
+    items that are not None, in order (None: every one was left out)."""
 
-    position: int
-    item: Located | None
+    records: list[tuple[int, Located | None]]
     value: Future | None
-    nth: int
 
 
 class RecordDecoder:
@@ -117,13 +116,18 @@ class RecordDecoder:
                 yield position, SKIPPED if item is None else self.decode(item)
             return
         pool = OwnedPool(self._threads, "tfrecord-decode")
-        window: deque[_Started] = deque()
+        window: deque[_Group] = deque()  # handed over, not yet out
         group: list[tuple[int, Located | None]] = []  # read, not yet handed to a thread
+        held = 0  # records in the window
+        sized, depth, size = -1, 0, 1  # the records sized when depth and size were worked out
         source = iter(items)
 
         def hand_over() -> None:
-            window.extend(self._start(pool, group))
-            group.clear()
+            nonlocal held
+            if group:
+                window.append(self._start(pool, group))
+                held += len(group)
+                group.clear()
 
         try:
             while True:
@@ -134,18 +138,23 @@ class RecordDecoder:
                 except Exception:  # a read's error: the records read before it come out first
                     hand_over()
                     while window:
-                        yield self._finish(window.popleft())
+                        yield from self._finish(window.popleft())
                     raise
-                depth = self._depth()  # it falls once the records' size is known
-                if len(group) >= self._group(depth):
+                if sized != self._decoded:  # the mean size moved: the depth falls once it is known
+                    sized = self._decoded
+                    depth = self._depth()
+                    size = self._group(depth)
+                if len(group) >= size:
                     hand_over()
-                while len(window) + len(group) >= depth:
+                while held + len(group) >= depth:
                     if not window:
                         hand_over()
-                    yield self._finish(window.popleft())
+                    done = window.popleft()
+                    held -= len(done.records)
+                    yield from self._finish(done)
             hand_over()
             while window:
-                yield self._finish(window.popleft())
+                yield from self._finish(window.popleft())
         finally:
             for started in window:
                 if started.value is not None:
@@ -162,43 +171,47 @@ class RecordDecoder:
         mean = max(self._bytes // self._decoded, 1)
         return max(1, min(GROUP_RECORDS, GROUP_BYTES // mean, depth // (2 * self._threads)))
 
-    def _start(self, pool: OwnedPool, group: list[tuple[int, Located | None]]) -> list[_Started]:
+    def _start(self, pool: OwnedPool, group: list[tuple[int, Located | None]]) -> _Group:
         assert self._ahead is not None
         items = [item for _, item in group if item is not None]
         slots = [self._stack.slot() for _ in items] if self._stack is not None else None
-        value = pool.submit(_decode_all, self._ahead, items, slots) if items else None
-        started, nth = [], 0
-        for position, item in group:
+        whole = self._first.transform is None  # the decode thread makes the Item: nothing is left to do here
+        value = pool.submit(_decode_all, self._ahead, items, slots, whole) if items else None
+        return _Group(list(group), value)
+
+    def _finish(self, group: _Group) -> Iterator[tuple[int, Any]]:
+        """A group's records, in order, on the iterating thread: each error
+        raised or reported, the transform applied."""
+        decoded: list | None = None
+        nth = 0
+        stack = self._stack
+        for position, item in group.records:
             if item is None:
-                started.append(_Started(position, None, None, 0))
+                yield position, SKIPPED
+                continue
+            fused = self._settings()
+            if fused is not self._first:  # a setting reassigned: decoded as the settings now say
+                if group.value is not None:
+                    group.value.cancel()
+                out = self.decode(item)
             else:
-                started.append(_Started(position, item, value, nth))
-                nth += 1
-        return started
+                if decoded is None:
+                    assert group.value is not None
+                    decoded = group.value.result()
+                out = self._value(decoded[nth], position, item, fused)
+            nth += 1
+            if stack is not None:  # a slot was asked for it
+                if out is SKIPPED:
+                    stack.skipped()
+                else:
+                    stack.came_out()
+                    if isinstance(out, Item):
+                        out.stacking = stack
+            yield position, out
 
-    def _finish(self, started: _Started) -> tuple[int, Any]:
-        """A started record's item, on the iterating thread: its error raised
-        or reported, the transform applied."""
-        position, out = started.position, self._value(started)
-        if self._stack is not None and started.item is not None:  # a slot was asked for it
-            if out is SKIPPED:
-                self._stack.skipped()
-            else:
-                self._stack.came_out()
-                if isinstance(out, Item):
-                    out.stacking = self._stack
-        return position, out
-
-    def _value(self, started: _Started) -> Any:
-        position, item, value, nth = started
-        if item is None or value is None:
-            return SKIPPED
-        fused = self._settings()
-        if fused is not self._first:  # a setting reassigned: decoded as the settings now say
-            value.cancel()
-            return self.decode(item)
-        decoded = value.result()[nth]
-        if isinstance(decoded, _Failed):
+    def _value(self, decoded: Any, position: int, item: Located, fused: PerSample) -> Any:
+        """A record decoded on a thread as the item it gives (SKIPPED: reported)."""
+        if type(decoded) is _Failed:
             if self._report is None or not isinstance(decoded.error, (CorruptRecordError, FeatureError)):
                 raise decoded.error
             self._report(decoded.error)
@@ -206,6 +219,8 @@ class RecordDecoder:
         if self._decoded < SIZED or position % SIZED == 0:  # sampled: a tv_tensor's nbytes goes through __torch_function__
             self._decoded += 1
             self._bytes += _nbytes(decoded)
+        if fused.transform is None:
+            return decoded  # made an Item on its thread (_decode_all)
         return apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
 
 
@@ -215,10 +230,11 @@ class _Failed(NamedTuple):
     error: Exception
 
 
-def _decode_all(decode: Callable[[Located], Any], items: list[Located], slots: list[Slot | None] | None
-                ) -> list[Any]:
+def _decode_all(decode: Callable[[Located], Any], items: list[Located], slots: list[Slot | None] | None,
+                whole: bool) -> list[Any]:
     """Each item decoded, or the error its decode raised (the others still
-    decoded); the large tensors of an item given a slot copied into it."""
+    decoded); the large tensors of an item given a slot copied into it;
+    ``whole`` (no transform): a dict made the :class:`Item` it comes out as."""
     out: list[Any] = []
     for k, item in enumerate(items):
         slot = slots[k] if slots is not None else None
@@ -232,7 +248,7 @@ def _decode_all(decode: Callable[[Located], Any], items: list[Located], slots: l
                 placed = slot.slab.place(key, slot.nth, value)
                 if placed is not None:
                     decoded[key] = placed
-        out.append(decoded)
+        out.append(as_item(decoded, (item.path, item.offset, item.record)) if whole else decoded)
     return out
 
 

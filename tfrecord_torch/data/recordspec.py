@@ -434,10 +434,14 @@ class FusedPerSample:
         self._fused: tuple[_Settings, PerSample] | None = None
 
     def of(self, spec: Any, transform: Callable | None, images: ImageBatching | None) -> PerSample:
-        """The :class:`PerSample` of these settings."""
-        given = _Settings(spec, transform, images)
-        if self._fused is None or any(a is not b for a, b in zip(self._fused[0], given)):
-            self._fused = (given, record_spec(spec).per_sample(transform, images))
+        """The :class:`PerSample` of these settings (asked once a record: the
+        same objects as last time are three identity checks)."""
+        fused = self._fused
+        if fused is not None:
+            last = fused[0]
+            if last.spec is spec and last.transform is transform and last.images is images:
+                return fused[1]
+        self._fused = (_Settings(spec, transform, images), record_spec(spec).per_sample(transform, images))
         return self._fused[1]
 
 

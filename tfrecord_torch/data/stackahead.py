@@ -237,10 +237,11 @@ class StackAhead:
             return None  # a type torch.stack keeps (tv_tensors' return type setting): the buffer is a plain tensor
         with torch._C.DisableTorchFunctionSubclass():
             start, step = buffer.data_ptr(), buffer[0].nbytes
+            shape, strides, dtype = buffer.shape[1:], buffer.stride()[1:], buffer.dtype
             for k, value in enumerate(values):
                 # at the slot's address while the buffer is alive: a view of that slot, no other memory
-                if (not isinstance(value, torch.Tensor) or value.data_ptr() != start + k * step or value.shape != buffer.shape[1:]
-                        or value.stride() != buffer.stride()[1:] or value.dtype != buffer.dtype):
+                if (not isinstance(value, torch.Tensor) or value.data_ptr() != start + k * step or value.shape != shape
+                        or value.stride() != strides or value.dtype != dtype):
                     return None
         return buffer
 

@@ -291,11 +291,11 @@ def test_the_records_held_ahead_are_bounded_by_their_bytes(good, monkeypatch):
     assert 8 <= max(ahead[40:]) <= 11  # 10, and the one a thread may be starting as it is counted
 
 
-@pytest.mark.parametrize("group_bytes, most", [(1 << 20, 8), (1, 1)])
+@pytest.mark.parametrize("group_bytes, most", [(4 << 20, 32), (1, 1)])
 def test_small_records_go_to_the_threads_in_groups(good, monkeypatch, group_bytes, most):
     """Each hand-over to a decode thread costs the iterating thread a future:
     once the records' size is known (one at a time until then), small records
-    go in groups of up to GROUP_RECORDS (8 KB images here, 8 a group), large
+    go in groups of up to GROUP_RECORDS (8 KB images here, 32 a group), large
     ones (over GROUP_BYTES) one at a time; the items are the same."""
     from tfrecord_torch._threads import OwnedPool
     from tfrecord_torch.data import decodeahead
@@ -305,7 +305,7 @@ def test_small_records_go_to_the_threads_in_groups(good, monkeypatch, group_byte
     submit = OwnedPool.submit
 
     def counted(self, fn, *args):
-        sizes.append(len(args[-1]))
+        sizes.append(len(args[1]))  # _decode_all(decode, items, slots, whole)
         return submit(self, fn, *args)
 
     monkeypatch.setattr(OwnedPool, "submit", counted)

@@ -216,3 +216,26 @@ def test_items_iterated_without_a_dataloader_hold_no_slabs_of_their_own(tmp_path
         held.append(len(item.stacking._slabs))
         del item
     assert max(held[50:]) <= 1 + 64 // 10  # the slabs of the records decoded ahead, and the last one out
+
+
+def test_a_torch_function_mode_sees_the_batch_as_torch_stack_gives_it(tmp_path):
+    """What torch.stack gives is kept per type and tv_tensors' setting, but not
+    under a torch function mode, which may change it: here a mode that marks
+    every stack's result, as default_collate of the items would get it."""
+
+    class Marked(torch.Tensor):
+        pass
+
+    class Marking(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out.as_subclass(Marked) if func is torch.stack else out
+
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    plain = list(DataLoader(ds, batch_size=10))  # the answer for a plain stack is kept
+    assert all(type(b["image"]) is torch.Tensor for b in plain)
+    with Marking():
+        got = list(DataLoader(ds, batch_size=10))
+    assert all(type(b["image"]) is Marked for b in got)
+    assert torch.equal(torch.cat([b["image"] for b in got]), torch.cat([b["image"] for b in plain]))

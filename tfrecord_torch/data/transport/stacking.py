@@ -21,6 +21,7 @@ default_collate (``stack`` gives None).
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -89,8 +90,38 @@ class Stacker:
 def stacks_to_plain(first: torch.Tensor) -> bool:
     """Whether torch.stack of values like ``first`` gives a plain tensor: an
     empty view of it stacks to that type, copying nothing (a tv_tensor stacks
-    to its own type under tv_tensors' return type setting "TVTensor")."""
+    to its own type under tv_tensors' return type setting "TVTensor").
+
+    Asked once a batch in the main process's collate, so the answer is kept
+    per type and tv_tensors' setting: the empty stack is two torch calls
+    through ``__torch_function__``, each handing the GIL to the decode
+    threads. Under a torch function mode (which may change what torch.stack
+    gives) it is asked again each time.
+    """
+    setting = _tv_return_setting()
+    if setting is _UNKNOWN or torch._C._is_torch_function_mode_enabled():
+        return _stacks_to_plain(first)
+    key = (type(first), setting)
+    plain = _PLAIN_STACKS.get(key)
+    if plain is None:
+        plain = _PLAIN_STACKS[key] = _stacks_to_plain(first)
+    return plain
+
+
+def _stacks_to_plain(first: torch.Tensor) -> bool:
     return type(torch.stack([first.narrow(0, 0, 0)])) is torch.Tensor
+
+
+_PLAIN_STACKS: dict[tuple[type, object], bool] = {}
+_UNKNOWN = object()
+
+
+def _tv_return_setting() -> object:
+    """tv_tensors' return type setting as it stands: None where torchvision's
+    tv_tensors are not imported (no tv_tensor exists then), _UNKNOWN where
+    its helpers keep the setting under another name (nothing is kept then)."""
+    helpers = sys.modules.get("torchvision.tv_tensors._torch_function_helpers")
+    return None if helpers is None else getattr(helpers, "_TORCHFUNCTION_SUBCLASS", _UNKNOWN)
 
 
 def stackable_dtype(values: list) -> np.dtype | None:
