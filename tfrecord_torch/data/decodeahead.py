@@ -115,12 +115,16 @@ class RecordDecoder:
             for position, item in items:
                 yield position, SKIPPED if item is None else self.decode(item)
             return
+        yield from self._on_threads(iter(items))
+
+    def _on_threads(self, source: Iterator[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
+        """:meth:`each` with decode threads: the records held ahead in groups
+        handed over to them, each group's out in order once it is taken."""
         pool = OwnedPool(self._threads, "tfrecord-decode")
         window: deque[_Group] = deque()  # handed over, not yet out
         group: list[tuple[int, Located | None]] = []  # read, not yet handed to a thread
         held = 0  # records in the window
         sized, depth, size = -1, 0, 1  # the records sized when depth and size were worked out
-        source = iter(items)
 
         def hand_over() -> None:
             nonlocal held
