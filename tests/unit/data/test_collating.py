@@ -496,3 +496,26 @@ def test_pad_collate_in_workers_pads_into_reused_segments(tmp_path, monkeypatch)
     # then mostly the same segments again (a short one of the first batches may still be replaced):
     # fewer descriptors than batches, where torch passes one per tensor per batch
     assert sum(received) < 3 * 16
+
+
+def test_a_subclass_of_the_users_is_asked_what_a_stack_gives_every_time():
+    """What torch.stack gives is kept for torch's tensor and tv_tensors' types
+    only: another subclass's __torch_function__ may change its answer (here
+    with a flag of its own), and the collate must stack as torch.stack would."""
+    from tfrecord_torch.data.transport.stacking import stacks_to_plain
+
+    keep = {"on": False}
+
+    class Flagged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            out = super().__torch_function__(func, types, args, kwargs)
+            if func is torch.stack and not keep["on"]:
+                return out.as_subclass(torch.Tensor)
+            return out
+
+    value = torch.zeros(3, 4, 4).as_subclass(Flagged)
+    assert stacks_to_plain(value)
+    keep["on"] = True
+    assert type(torch.stack([value])) is Flagged
+    assert not stacks_to_plain(value)

@@ -93,15 +93,16 @@ def stacks_to_plain(first: torch.Tensor) -> bool:
     to its own type under tv_tensors' return type setting "TVTensor").
 
     Asked once a batch in the main process's collate, so the answer is kept
-    per type and tv_tensors' setting: the empty stack is two torch calls
+    per type (torch's tensor and tv_tensors' types) and tv_tensors' setting: the empty stack is two torch calls
     through ``__torch_function__``, each handing the GIL to the decode
     threads. Under a torch function mode (which may change what torch.stack
     gives) it is asked again each time.
     """
+    kind = type(first)
     setting = _tv_return_setting()
-    if setting is _UNKNOWN or torch._C._is_torch_function_mode_enabled():
+    if setting is _UNKNOWN or torch._C._is_torch_function_mode_enabled() or not _known(kind):
         return _stacks_to_plain(first)
-    key = (type(first), setting)
+    key = (kind, setting)
     plain = _PLAIN_STACKS.get(key)
     if plain is None:
         plain = _PLAIN_STACKS[key] = _stacks_to_plain(first)
@@ -110,6 +111,13 @@ def stacks_to_plain(first: torch.Tensor) -> bool:
 
 def _stacks_to_plain(first: torch.Tensor) -> bool:
     return type(torch.stack([first.narrow(0, 0, 0)])) is torch.Tensor
+
+
+def _known(kind: type) -> bool:
+    """A type whose stack depends on tv_tensors' setting alone: torch's own
+    tensor and tv_tensors' types (another subclass's ``__torch_function__``
+    may depend on anything)."""
+    return kind is torch.Tensor or kind.__module__.startswith("torchvision.tv_tensors")
 
 
 _PLAIN_STACKS: dict[tuple[type, object], bool] = {}

@@ -170,10 +170,10 @@ static int decode(const unsigned char *data, size_t size, unsigned char *out, lo
     /* as many rows per call as libjpeg makes at once (2 for 4:2:0): asked for one at a time, it
      * upsamples a pair into a spare row of its own and copies the second out on the next call */
     strip = cinfo.rec_outbuf_height >= 1 && cinfo.rec_outbuf_height <= 4 ? (unsigned int)cinfo.rec_outbuf_height : 1;
-    /* ROW_OFFSET: libjpeg-turbo's SIMD color conversion writes a row that starts 16-byte aligned with
-     * non-temporal stores, past the caches; read back at once from there, each row came from memory
-     * (a 256x256 JPEG to planes took 1.5 times as long as to [H, W, 3]). Rows one byte off get
-     * ordinary stores and stay in cache for the copy below. */
+    /* ROW_OFFSET: libjpeg-turbo's SIMD color conversion writes a row that starts aligned (16 bytes for
+     * SSE2, 32 for AVX2) with non-temporal stores, past the caches; read back at once from there, each
+     * row came from memory (a 256x256 JPEG to planes took up to 1.5 times as long as to [H, W, 3]).
+     * Rows one byte off get ordinary stores and stay in cache for the copy below. */
     pitch = (stride + 15u) & ~15u; /* every row of the strip as far past alignment as the first */
     row = malloc((size_t)pitch * strip + ROW_OFFSET);
     if (row == NULL) {
