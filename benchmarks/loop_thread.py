@@ -17,6 +17,12 @@ file PATH (Examples with an ``image`` JPEG and a ``label``,
   with a 0.12 s sleep (``--step``) after each batch (the decode threads ahead), the
   thread's CPU time in each ``next()`` (10th percentile and median; the
   first 3 batches of each epoch not counted) and its wall time (median);
+- batch mode, for comparison: ``DataLoader(TFRecordDataset(PATH, ...,
+  batch_size=64), batch_size=None)`` timed as per batch above, each
+  ``next()``'s CPU (median) and wall time (median and mean). With the step
+  longer than the loader's time per batch every batch is ready when taken,
+  so wall above CPU is time the loop's thread waited for the GIL while the
+  producer thread started its next batch;
 - the floor of torch's DataLoader itself: the same DataLoader over a
   generator of ready items (a view of one buffer and a label each), its
   collate handing the images over and stacking the labels as
@@ -32,6 +38,7 @@ import os
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -59,8 +66,17 @@ def per_record(ds, records: int) -> float:
     return 1e6 * cpu / n
 
 
-def per_batch(loader, step_s: float, epochs: int = 2) -> tuple[float, float, float]:
-    """Milliseconds per ``next()``: CPU p10, CPU p50, wall p50."""
+class Batches(NamedTuple):
+    """Milliseconds per ``next()``."""
+
+    cpu_p10: float
+    cpu_p50: float
+    wall_p50: float
+    wall_mean: float
+
+
+def per_batch(loader, step_s: float, epochs: int = 2) -> Batches:
+    """The CPU and wall time of each ``next()`` (the first 3 of each epoch not counted)."""
     cpus, walls = [], []
     for _ in range(epochs):
         for k, (cpu, wall) in enumerate(_timed_batches(loader, step_s)):
@@ -68,7 +84,8 @@ def per_batch(loader, step_s: float, epochs: int = 2) -> tuple[float, float, flo
                 cpus.append(cpu)
                 walls.append(wall)
     cpus.sort()
-    return 1e3 * cpus[len(cpus) // 10], 1e3 * statistics.median(cpus), 1e3 * statistics.median(walls)
+    return Batches(1e3 * cpus[len(cpus) // 10], 1e3 * statistics.median(cpus), 1e3 * statistics.median(walls),
+                   1e3 * statistics.fmean(walls))
 
 
 def _timed_batches(loader, step_s: float):
@@ -115,16 +132,20 @@ def main() -> None:
     from tfrecord_torch import TFRecordDataset, presets
 
     ds = TFRecordDataset(args.path, features=presets.tfds())
+    batched = TFRecordDataset(args.path, features=presets.tfds(), batch_size=BATCH)
     records = len(ds)
     print(f"tfrecord_torch from {os.path.dirname(os.path.dirname(tfrecord_torch.__file__))}; "
           f"load average before {os.getloadavg()[0]:.2f}")
-    print("| round | us a record (CPU) | ms a batch: CPU p10, p50 | wall p50 | DataLoader floor: CPU p50 |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| round | us a record (CPU) | ms a batch: CPU p10, p50 | wall p50 | batch mode: CPU p50, wall p50, mean "
+          "| DataLoader floor: CPU p50 |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for r in range(1, args.rounds + 1):
         record = per_record(ds, records)
-        p10, p50, wall = per_batch(torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=0), args.step)
-        _, floor, _ = per_batch(floor_loader(min(records, 24 * BATCH)), args.step, epochs=1)
-        print(f"| {r} | {record:.1f} | {p10:.2f}, {p50:.2f} | {wall:.2f} | {floor:.2f} |")
+        sample = per_batch(torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=0), args.step)
+        batch = per_batch(torch.utils.data.DataLoader(batched, batch_size=None, num_workers=0), args.step)
+        floor = per_batch(floor_loader(min(records, 24 * BATCH)), args.step, epochs=1)
+        print(f"| {r} | {record:.1f} | {sample.cpu_p10:.2f}, {sample.cpu_p50:.2f} | {sample.wall_p50:.2f} "
+              f"| {batch.cpu_p50:.2f}, {batch.wall_p50:.2f}, {batch.wall_mean:.2f} | {floor.cpu_p50:.2f} |")
     print(f"load average after {os.getloadavg()[0]:.2f}")
 
 

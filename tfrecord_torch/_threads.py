@@ -21,6 +21,7 @@ import collections
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
@@ -127,20 +128,25 @@ class _Channel:
     """What the producer thread and the consumer share. The thread holds this,
     not the :class:`Producer`, so a dropped producer is collected and stops it."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, limit: int, settle: float) -> None:
+        self.limit, self.settle = limit, settle
         self.cond = threading.Condition()
         self.items: collections.deque = collections.deque()  # (item, weight), a _Raised, or _END
         self.held = 0  # weight of the items waiting and of the one taken last, until it is let go
         self.taken = 0  # the weight of the item taken last, not yet let go
         self.stopped = False
+        self.waiting = False  # the consumer waits in take() for an item
+        self.freed = 0.0  # when the consumer last made room (time.monotonic())
 
     def produce(self, source: Iterator, weight: Callable[[Any], int] | None) -> None:
         try:
             while True:
                 with self.cond:
+                    full = self.held >= self.limit
                     while self.held >= self.limit and not self.stopped:
                         self.cond.wait()
+                    if full and self.settle:
+                        self._settle()
                     if self.stopped:
                         return
                 try:
@@ -158,6 +164,16 @@ class _Channel:
             if close is not None:  # a generator's finally runs on the thread it ran on
                 close()
 
+    def _settle(self) -> None:
+        """With the lock held: wait until ``settle`` seconds after the consumer
+        made room, unless it is waiting for an item (or stops us)."""
+        deadline = self.freed + self.settle
+        while not self.stopped and not self.waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.cond.wait(left)
+
     def _put(self, item: object, w: int) -> None:
         with self.cond:
             if self.stopped:
@@ -170,15 +186,22 @@ class _Channel:
         with self.cond:
             self.held -= self.taken
             self.taken = 0
+            self.freed = time.monotonic()
             self.cond.notify_all()
 
     def take(self) -> object:
         with self.cond:
             self.held -= self.taken  # the consumer is done with the item it took before
             self.taken = 0
-            self.cond.notify_all()
-            while not self.items:
-                self.cond.wait()
+            self.freed = time.monotonic()
+            if not self.items:
+                self.waiting = True
+                self.cond.notify_all()
+                while not self.items:
+                    self.cond.wait()
+                self.waiting = False
+            else:
+                self.cond.notify_all()
             item, self.taken = self.items.popleft()
         return item
 
@@ -214,6 +237,10 @@ class Producer(Generic[T]):
         name: the thread's name (``tfrecord_torch-...``).
         limit: the most items (or bytes, with ``weight``) ahead, >= 1.
         weight: an item's size in bytes; None: each item counts 1.
+        settle: once the thread has waited for room, it waits this many
+            seconds more after the consumer made it (unless the consumer
+            waits for an item), so that its work starts after the
+            consumer's call returns, not during it (0: at once).
 
     Example:
         >>> with Producer(iter("ab"), name="tfrecord_torch-doc", limit=1) as items:
@@ -222,11 +249,11 @@ class Producer(Generic[T]):
     """
 
     def __init__(self, source: Iterator[T], *, name: str, limit: int,
-                 weight: Callable[[T], int] | None = None) -> None:
+                 weight: Callable[[T], int] | None = None, settle: float = 0.0) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit!r}")
         self._source, self._weight, self.name = source, weight, name
-        self._channel = _Channel(limit)
+        self._channel = _Channel(limit, settle)
         self._thread: threading.Thread | None = None
         self._done = False
 

@@ -485,7 +485,8 @@ def test_small_run_of_the_startup_benchmark(tmp_path):
 @pytest.mark.slow
 def test_small_run_of_the_loop_thread_benchmark(tmp_path):
     """benchmarks/loop_thread.py on 800 small JPEG records: a row per round with
-    the CPU per record, per batch and the DataLoader's own floor, each positive."""
+    the CPU per record, per batch, batch mode's CPU and wall per batch and the
+    DataLoader's own floor, each positive."""
     import io
 
     import numpy as np
@@ -505,5 +506,6 @@ def test_small_run_of_the_loop_thread_benchmark(tmp_path):
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stderr[-3000:]
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| 1 |"))
-    record, batch, wall, floor = (cell.strip() for cell in row.strip("|").split("|")[1:])
+    record, batch, wall, batch_mode, floor = (cell.strip() for cell in row.strip("|").split("|")[1:])
     assert float(record) > 0 and all(float(x) > 0 for x in batch.split(",")) and float(wall) > 0 and float(floor) > 0
+    assert all(float(x) > 0 for x in batch_mode.split(",")) and len(batch_mode.split(",")) == 3

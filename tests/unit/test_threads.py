@@ -128,6 +128,29 @@ def test_close_while_the_producer_waits_for_room():
     assert not producers() and source.closed_on == NAME
 
 
+def test_a_settling_producer_waits_after_room_is_made_but_not_for_a_waiting_consumer():
+    # made room inside the consumer's call (a DataLoader's next()), the thread's work would take the
+    # GIL from the rest of that call: it waits `settle` first, unless the consumer already waits
+    source = Counted()
+    producer = Producer(source, name=NAME, limit=1, settle=60.0).start()
+    settle(source, 1)
+    assert next(producer) == 0
+    producer.taken()
+    settle(source, 1)  # room, but within the settle: nothing asked (a plain producer asks at once)
+    assert next(producer) == 1  # the consumer waits for an item: the thread goes at once
+    producer.close()  # mid-settle again after the take made room: stopping ends the wait
+    assert not producers() and source.closed_on == NAME
+
+
+def test_a_settling_producer_goes_on_once_the_settle_has_passed():
+    source = Counted()
+    producer = Producer(source, name=NAME, limit=1, settle=0.05).start()
+    assert next(producer) == 0
+    producer.taken()
+    source.wait_asked(2)  # 50 ms later, with the consumer not waiting
+    producer.close()
+
+
 def test_a_producer_never_started_closes_its_source_here():
     source = Counted()
     Producer(source, name=NAME, limit=1).close()

@@ -18,6 +18,15 @@ happen earlier. The producer owns the started batches until it hands them
 over; the consumer owns them after, and each position counts a batch handed
 to the consumer, never one merely started.
 
+The consumer makes room as it hands a batch over, inside its ``next()``,
+and the producer's start of a batch is Python (reading, parsing, the image
+headers) that holds the GIL for a few milliseconds: begun at once, it made
+the rest of that ``next()`` (the DataLoader's own code, which gives up the
+GIL on each torch call) wait to take the GIL back, 1.2-1.5 ms a batch. So
+the producer waits :data:`SETTLE` after room is made before it starts a
+batch (at once when the consumer is already waiting for one): its Python
+then runs while the loop steps.
+
 ``depth=0`` starts each batch on the consumer's thread while the one before
 decodes (one batch ahead, no thread).
 """
@@ -30,7 +39,9 @@ from typing import Any, NamedTuple
 from tfrecord_torch._pending import Pending
 from tfrecord_torch._threads import Producer
 
-__all__ = ["Prefetcher", "Started", "ahead"]
+__all__ = ["SETTLE", "Prefetcher", "Started", "ahead"]
+
+SETTLE = 0.001  # seconds the producer waits, after the consumer made room, before starting a batch
 
 
 class Started(NamedTuple):
@@ -57,7 +68,8 @@ class Prefetcher:
     """
 
     def __init__(self, source: Iterator[Started], depth: int) -> None:
-        self._producer: Producer[Started] = Producer(source, name="tfrecord-prefetch", limit=depth).start()
+        self._producer: Producer[Started] = Producer(source, name="tfrecord-prefetch", limit=depth,
+                                                     settle=SETTLE).start()
 
     def __iter__(self) -> Iterator[Started]:
         return self._producer

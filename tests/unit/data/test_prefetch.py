@@ -293,3 +293,18 @@ def test_ahead_closes_its_source_on_the_producer_thread():
     assert next(it) == (1, 0)
     it.close()
     assert closed == ["tfrecord-prefetch"]
+
+
+def test_the_producer_starts_a_batch_after_the_consumers_call_not_during_it(monkeypatch):
+    # room is made as a batch is handed over, inside the loop's next(); the producer's Python
+    # started then took the GIL from the rest of that next(). It waits SETTLE first (here a
+    # minute), unless the loop already waits for a batch.
+    monkeypatch.setattr("tfrecord_torch.data.prefetch.SETTLE", 60.0)
+    log = []
+    it = ahead(_source(log, 10), 1)
+    assert next(it)[0] == 1
+    time.sleep(0.2)
+    assert len(log) == 1  # room made at the hand-over, yet the next batch not started
+    assert next(it)[0] == 2  # the loop waits for it: started at once
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name == "tfrecord-prefetch"]
