@@ -164,7 +164,11 @@ def _png(data: bytes) -> Header:
 
 
 def _jpeg(data: bytes) -> Header:
-    found = _jpeg_walk(data if isinstance(data, (bytes, bytearray)) else bytes(data))
+    # the compiled walk (the same answers) where built: the Python one holds the GIL for tens of us,
+    # which a decode thread's neighbours and the training loop wait for
+    found = _HELPER.jpeg_headers((data,))[0] if _HELPER is not None and type(data) is bytes else None
+    if found is None:
+        found = _jpeg_walk(data if isinstance(data, (bytes, bytearray)) else bytes(data))
     if len(found) == 3:
         raise ValueError(_jpeg_problem(*found))
     width, height, channels, depth = found
