@@ -39,12 +39,16 @@ step time) against the 5% target, the capacity measured again after the loop,
 and the loader's CPU time per batch (the process's and its DataLoader
 workers', less the step's G) alone and in the loop, and the cores busy (the
 CPU time of the loader and the step over the epoch's wall time), alone and in
-the loop. They say what a miss comes from: a loader that costs more CPU per
+the loop, and the cores the rest of the machine took during the loop: other
+processes' CPU time, and the time the hypervisor gave our cores to other
+guests (steal), both from /proc/stat. They say what a miss comes from: a loader that costs more CPU per
 batch while the step runs is slowed by it; one keeping every core busy in the
 loop shares the cores with the step's own Python, and the cores are the
 ceiling; a hand-off near 5% of the step leaves no room for anything else; a
 capacity that changed from before to after, or fewer cores busy alone than the
-loader uses, says the machine's load changed under the run. A path that misses
+loader uses, says the machine's load changed under the run; a quarter of a
+core or more taken by other processes and the hypervisor says the loader
+did not have the machine to itself. A path that misses
 the target gets these named, with their values, in the table's last column
 (:func:`miss`). Prints a Markdown table and writes DIR/loop.md and
 DIR/loop.json (DIR: bench-output).
@@ -54,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -150,6 +155,20 @@ def _step(sleep_s: float, python_s: float) -> float:
     return time.thread_time() - c0
 
 
+def _machine() -> tuple[float, float] | None:
+    """Seconds of CPU the whole machine has spent busy (every process's user,
+    system and interrupt time) and stolen (the hypervisor ran other guests
+    on our cores), summed over the cores, from /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
 def _cpu() -> float:
     """CPU time of this process and its ended children (DataLoader workers, once joined)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -168,6 +187,8 @@ class Epoch(NamedTuple):
     stall: float
     cpu_ms: float  # the loader's CPU time per batch: process + workers, less the step's Python
     cores: float  # CPU time of everything (loader and step) over the epoch's wall time
+    others: float  # cores other processes of the machine kept busy over the epoch (nan: unknown)
+    steal: float  # cores the hypervisor took for other guests over the epoch (nan: unknown)
 
     @property
     def images_per_s(self) -> float:
@@ -176,7 +197,7 @@ class Epoch(NamedTuple):
 
 def run_epoch(epoch, sleep_s: float | None) -> Epoch:
     """Iterate one epoch; with ``sleep_s`` (not None) each batch is followed by the step."""
-    cpu0, w0 = _cpu(), time.perf_counter()
+    cpu0, m0, w0 = _cpu(), _machine(), time.perf_counter()
     it = iter(epoch())
     waits, steps, images, k, step_cpu = [], [], 0, 0, 0.0
     t_start = None
@@ -200,11 +221,15 @@ def run_epoch(epoch, sleep_s: float | None) -> Epoch:
         del batch
     t_end = time.perf_counter()
     del it  # the workers are joined here, so their CPU time is counted
-    cpu, wall = _cpu() - cpu0, time.perf_counter() - w0
+    cpu, m1, wall = _cpu() - cpu0, _machine(), time.perf_counter() - w0
+    others = steal = float("nan")
+    if m0 is not None and m1 is not None:
+        others = max(0.0, m1[0] - m0[0] - cpu) / wall  # the ticks' rounding: never below 0
+        steal = (m1[1] - m0[1]) / wall
     step = sum(steps)
     return Epoch(len(waits), images, t_end - t_start if t_start is not None else float("nan"),
                  [1e3 * w for w in waits], sum(waits) / step if step else float("nan"),
-                 1e3 * (cpu - step_cpu) / max(k, 1), cpu / wall)
+                 1e3 * (cpu - step_cpu) / max(k, 1), cpu / wall, others, steal)
 
 
 def child(name: str, path: str, alone_epochs: int, demand: float) -> dict:
@@ -227,7 +252,8 @@ def child(name: str, path: str, alone_epochs: int, demand: float) -> dict:
             "images_per_s": loop.images_per_s, "wait_ms": statistics.fmean(waits),
             "wait_p10_ms": _quantile(waits, 0.1), "wait_p50_ms": _quantile(waits, 0.5), "wait_p90_ms": _quantile(waits, 0.9),
             "wait_max_ms": waits[-1], "stall": loop.stall, "loop_cpu_ms": loop.cpu_ms,
-            "loop_cores": loop.cores, "capacity_after": after.images_per_s}
+            "loop_cores": loop.cores, "loop_others": loop.others, "loop_steal": loop.steal,
+            "capacity_after": after.images_per_s}
 
 
 def only(spec: str) -> list[str]:
@@ -324,7 +350,8 @@ def main() -> None:
 
 
 MEASURES = ("capacity", "capacity_after", "s_ms", "wait_p10_ms", "wait_p90_ms", "alone_cpu_ms", "loop_cpu_ms",
-            "alone_cores", "loop_cores")
+            "alone_cores", "loop_cores", "loop_others", "loop_steal")
+SHARED = 0.25  # cores taken by other processes and the hypervisor that a miss is named with
 
 
 def miss(row: dict, cores: int) -> str:
@@ -344,6 +371,10 @@ def miss(row: dict, cores: int) -> str:
                      f"{row['capacity_after']:,.0f} images/s over the run")
     if row["alone_cores"] < 0.6 * cores:
         found.append(f"only {row['alone_cores']:.2f} of {cores} cores busy alone")
+    others, steal = row.get("loop_others", math.nan), row.get("loop_steal", math.nan)
+    if others + steal >= SHARED:  # nan (unknown) compares false
+        found.append(f"a shared machine: other processes kept {others:.2f} cores busy in the loop and the "
+                     f"hypervisor took {steal:.2f} (steal)")
     return "; ".join(found) or f"bursts: the 90th percentile waits {row['wait_p90_ms']:.2f} ms"
 
 
@@ -353,17 +384,18 @@ def summarise(runs: dict[str, list[dict]], cores: int | None = None) -> list[str
     cores = cores or len(os.sched_getaffinity(0))
     head = ("| path | capacity img/s | S ms | demand img/s | loop img/s | wait ms: p10, p50, p90 | stall | "
             f"<= {100 * STALL:g}% | capacity after | CPU ms/batch: alone, loop | cores busy: alone, loop | "
-            "what the miss comes with |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+            "cores taken in the loop: others, steal | what the miss comes with |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for name, rounds in runs.items():
         capacity = statistics.median(r["capacity"] for r in rounds)
         ran = [r for r in rounds if "ceiling" not in r]
         if not ran:  # every round: G alone is longer than the step the demand allows
-            lines.append(f"| {name} | {capacity:,.0f} | - | - | - | - | - | not met | - | - | - | {rounds[0]['ceiling']} |")
+            lines.append(f"| {name} | {capacity:,.0f} | - | - | - | - | - | not met | - | - | - | - | "
+                         f"{rounds[0]['ceiling']} |")
             continue
 
         def med(key: str) -> float:
-            return statistics.median(r[key] for r in ran)
+            return statistics.median(r.get(key, math.nan) for r in ran)
 
         stall = med("stall")
         verdict = "met" if stall <= STALL else "not met"
@@ -374,6 +406,7 @@ def summarise(runs: dict[str, list[dict]], cores: int | None = None) -> list[str
                      f"{med('wait_p90_ms'):.2f} | {100 * stall:.1f}% | {verdict} | {med('capacity_after'):,.0f} | "
                      f"{med('alone_cpu_ms'):.1f}, {med('loop_cpu_ms'):.1f} | "
                      f"{med('alone_cores'):.2f}, {med('loop_cores'):.2f} | "
+                     f"{med('loop_others'):.2f}, {med('loop_steal'):.2f} | "
                      f"{'' if stall <= STALL else miss({k: med(k) for k in MEASURES}, cores)} |")
     return lines
 

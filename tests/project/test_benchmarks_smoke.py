@@ -341,7 +341,7 @@ def test_the_loop_table_marks_the_target_and_the_ceiling():
     row = {"capacity": 6000.0, "alone_cpu_ms": 20.0, "alone_cores": 1.9, "alone_batches": 118, "s_ms": 11.3,
            "demand": 4800.0, "batches": 59, "images_per_s": 4700.0, "wait_ms": 0.3, "wait_p50_ms": 0.2,
            "wait_p90_ms": 0.4, "wait_p10_ms": 0.1, "wait_max_ms": 2.0, "stall": 0.02, "loop_cpu_ms": 21.0, "loop_cores": 1.6,
-           "capacity_after": 6100.0}
+           "loop_others": 0.05, "loop_steal": 0.02, "capacity_after": 6100.0}
     ceiling = {"capacity": 50000.0, "alone_cpu_ms": 1.0, "alone_cores": 1.0, "alone_batches": 118,
                "ceiling": str(loop.Ceiling(40000.0, 64, 0.002))}
     lines = loop.summarise({"fast": [row, {**row, "stall": 0.04}, {**row, "stall": 0.2}],
@@ -349,6 +349,7 @@ def test_the_loop_table_marks_the_target_and_the_ceiling():
     cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines[2:]}
     assert cells["fast"][5:7] == ["4.0%", "met"] and cells["fast"][-1] == ""  # the median of the rounds
     assert cells["slow"][5:7] == ["6.0%", "not met"] and cells["slow"][-1] == "bursts: the 90th percentile waits 0.40 ms"
+    assert cells["fast"][-2] == "0.05, 0.02"
     assert cells["G-bound"][0] == "50,000" and cells["G-bound"][6] == "not met"
     assert cells["G-bound"][-1].startswith("a demand of 40,000")
     assert all(len(c) == len(cells["fast"]) for c in cells.values())
@@ -356,7 +357,8 @@ def test_the_loop_table_marks_the_target_and_the_ceiling():
 
 def test_a_missed_loop_says_what_it_comes_with():
     """Each figure that explains a miss is named with its value: a floor under the wait, the cores,
-    dearer work in the loop, a machine whose load changed, a loader short of cores alone."""
+    dearer work in the loop, a machine whose load changed, a loader short of cores alone, cores
+    taken by other processes and the hypervisor."""
     loop = _loop_module()
     row = {"capacity": 6000.0, "capacity_after": 6100.0, "s_ms": 10.0, "wait_p10_ms": 0.1, "wait_p90_ms": 3.0,
            "alone_cpu_ms": 20.0, "loop_cpu_ms": 21.0, "alone_cores": 1.9, "loop_cores": 1.6}
@@ -370,6 +372,11 @@ def test_a_missed_loop_says_what_it_comes_with():
     assert loop.miss({**row, "alone_cores": 0.5}, 2) == "only 0.50 of 2 cores busy alone"
     assert loop.miss({**row, "alone_cores": 0.5, "loop_cores": 1.9}, 2) == \
         "the cores: 1.90 of 2 busy in the loop; only 0.50 of 2 cores busy alone"
+    assert loop.miss({**row, "loop_others": 0.1, "loop_steal": 0.3}, 2) == \
+        "a shared machine: other processes kept 0.10 cores busy in the loop and the hypervisor took 0.30 (steal)"
+    assert loop.miss({**row, "loop_others": 0.1, "loop_steal": 0.1}, 2) == "bursts: the 90th percentile waits 3.00 ms"
+    assert loop.miss({**row, "loop_others": math.nan, "loop_steal": math.nan}, 2) == \
+        "bursts: the 90th percentile waits 3.00 ms"  # unknown where /proc/stat is not
 
 
 @pytest.mark.slow
@@ -390,6 +397,7 @@ def test_quick_run_of_the_training_loop_benchmark(tmp_path):
         assert row["capacity"] > 0 and row["alone_batches"] > 0 and row["alone_cpu_ms"] > 0
         assert row["batches"] > 0 and row["images_per_s"] > 0 and row["wait_ms"] >= 0 and row["s_ms"] >= 0
         assert row["demand"] == pytest.approx(0.8 * row["capacity"])
+        assert row["loop_others"] >= 0 and row["loop_steal"] >= 0  # /proc/stat read
 
 
 @pytest.mark.slow
