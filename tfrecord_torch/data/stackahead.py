@@ -35,8 +35,8 @@ came out, collated or not; items iterated with no DataLoader (a batch's
 worth came out and no collate told B) get no more slots.
 
 In a DataLoader worker (``StackAhead(shared=True)``) the records decode on
-the worker's own thread (or its decode threads, where it has several), and a
-slab's buffers are shared-memory segments of the worker's reused pools (:class:`~tfrecord_torch.data.transport.shipped.SharedBuffers`):
+the worker's own thread, and a slab's buffers are shared-memory segments of
+the worker's reused pools (:class:`~tfrecord_torch.data.transport.shipped.SharedBuffers`):
 the worker's collate sends the slab itself to the main process
 (:meth:`StackAhead.shipped`), with no stack copy. A segment is written again
 only once the main process let go of the batch sent over it and nothing in
@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
+from tfrecord_torch.data.transport.shipped import SharedBuffers
 from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
 from tfrecord_torch.features.reused import Reused
@@ -156,9 +156,7 @@ class _Segments:
     _pools: dict[tuple[int, torch.dtype], SharedBuffers] = {}  # (pid, dtype): a forked child makes its own
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
-        # a slab holds its segment from its first record on: besides the batches queued, held and
-        # not yet seen released (SLOTS), those its decode threads fill ahead (up to KEPT)
-        pool = self._pools.setdefault((os.getpid(), dtype), SharedBuffers(SLOTS + KEPT))
+        pool = self._pools.setdefault((os.getpid(), dtype), SharedBuffers())
         return pool.take(shape, torch.empty(0, dtype=dtype).numpy().dtype, zero=False)
 
 
@@ -214,7 +212,7 @@ class StackAhead:
     that iterates the DataLoader (the same thread, with ``num_workers=0``)."""
 
     def __init__(self, *, shared: bool = False) -> None:
-        self.shared = shared  # a DataLoader worker's: slabs in shared memory its collate sends
+        self.shared = shared  # a DataLoader worker's: slabs in shared memory, slots only once B is told
         # B; 0 or 1: unknown, no slots. A worker guesses only what its own collate told before (a
         # persistent worker's next epoch), not a size its parent learned from another DataLoader
         self.size = (_worker_size[1] if _worker_size[0] == os.getpid() else 0) if shared else _last_size
@@ -237,8 +235,6 @@ class StackAhead:
         number, index = divmod(position, self.size)
         if number < self._collated // self.size:  # a batch collated already: this record is not in it
             return None
-        if self.shared and number - self._collated // self.size >= KEPT:
-            return None  # a worker's segments are few (SLOTS + KEPT): none for a batch this far ahead
         slab = self._slabs.get(number)
         if slab is None:
             slab = self._slabs[number] = _Slab(self.size, self._memory)

@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader, default_collate
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
 from tfrecord_torch.data import collating
-from tfrecord_torch.data.transport.shipped import SharedBuffers
 
 N = 100
 SIZE = (160, 200)  # 96,000 bytes of planes: over PLACED_BYTES
@@ -141,30 +140,3 @@ def test_a_skipped_record_in_a_worker_leaves_the_others_right(tmp_path, copied):
     for _ in range(2):
         _same(list(loader), want)
     assert copied.value < 2 * 2 * 5  # past the skip the slots line up again
-
-
-def test_slabs_far_ahead_take_no_segment_the_pool_does_not_track(tmp_path, monkeypatch):
-    # small batches and two decode threads: a worker's records are handed over 25 batches ahead of
-    # its collate, more than its pool's segments; a segment it cannot send again would be made afresh
-    # (its pages faulted in) for every such batch, then copied from
-    untracked = torch.zeros(1, dtype=torch.int64).share_memory_()
-    take = SharedBuffers.take
-
-    def counting(self, *args, **kwargs):
-        out = take(self, *args, **kwargs)
-        if out[1] is None:
-            untracked.add_(1)
-        return out
-
-    monkeypatch.setattr(SharedBuffers, "take", counting)
-    path = _write(tmp_path / "a.tfrecord")
-    ds = _dataset(path, 2)
-    want = list(DataLoader(ds, batch_size=2, num_workers=2, collate_fn=_plain))
-    loader = DataLoader(ds, batch_size=2, num_workers=2, persistent_workers=True)
-    for _ in range(2):
-        count = 0
-        for got, expected in zip(loader, want, strict=True):  # each batch let go before the next
-            assert torch.equal(got["label"], expected["label"]) and torch.equal(got["image"], expected["image"])
-            count += 1
-        assert count == len(want)
-    assert int(untracked) == 0
