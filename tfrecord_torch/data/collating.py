@@ -47,25 +47,14 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     if torch.utils.data.get_worker_info() is None:
         return _collate_here(batch, collate_fn_map)
     stacked: list[int] = []
-    owner = getattr(batch[0], "stacking", None) if batch and isinstance(batch[0], Item) else None
-    if owner is not None:
-        owner.told(len(batch))
 
     def stack(key: object, values: list) -> torch.Tensor | None:
-        # the worker's decode wrote the values into their slots of one segment: sent as it is
-        shipped = owner.shipped(key, values) if owner is not None else None
-        if shipped is not None:
-            return shipped  # the samples' pixels are that segment, not heap freed with them
         out = _STACKER.stack(key, values)
         if out is not None:
             stacked.append(out.nbytes)
         return out
 
-    try:
-        out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
-    finally:
-        if owner is not None:
-            owner.collated(len(batch))
+    out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
     keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
     return out
 

@@ -84,11 +84,8 @@ class RecordDecoder:
         count = threads or default_threads()
         self._threads = count if self._ahead is not None and count > 1 else 1
         self._decoded = self._bytes = 0  # records sized (see SIZED), and their tensors' bytes
-        plain = self._ahead is not None and self._first.transform is None  # items made as decoded: slots
-        if get_worker_info() is not None:  # a worker's slabs are shared memory its collate sends as they are
-            self._stack = StackAhead(shared=True) if plain else None
-        else:
-            self._stack = StackAhead() if plain and self._threads > 1 else None
+        in_worker = get_worker_info() is not None  # a worker stacks into shared memory
+        self._stack = StackAhead() if self._threads > 1 and self._first.transform is None and not in_worker else None
 
     @property
     def threads(self) -> int:
@@ -114,30 +111,11 @@ class RecordDecoder:
         (an item None, left out by the read, gives SKIPPED). The decode
         threads start with the first record and are joined when this
         generator ends, however it ends."""
-        if self._threads == 1 and self._stack is not None:
-            yield from self._here(iter(items), self._stack)
-        elif self._threads == 1:
+        if self._threads == 1:
             for position, item in items:
                 yield position, SKIPPED if item is None else self.decode(item)
-        else:
-            yield from self._on_threads(iter(items))
-
-    def _here(self, source: Iterator[tuple[int, Located | None]], stack: StackAhead) -> Iterator[tuple[int, Any]]:
-        """:meth:`each` on this thread (a DataLoader worker's), each record's
-        large tensors written into its slot of its batch's shared memory."""
-        assert self._ahead is not None
-        for position, item in source:
-            if item is None:
-                yield position, SKIPPED
-                continue
-            slot = stack.slot()
-            fused = self._settings()
-            if fused is not self._first:  # a setting reassigned: decoded as the settings now say
-                out = self.decode(item)
-            else:
-                out = self._value(_decode_all(self._ahead, [item], [slot], True)[0], position, item, fused)
-            _came_out(stack, out)
-            yield position, out
+            return
+        yield from self._on_threads(iter(items))
 
     def _on_threads(self, source: Iterator[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
         """:meth:`each` with decode threads: the records held ahead in groups
@@ -227,7 +205,12 @@ class RecordDecoder:
                 out = self._value(decoded[nth], position, item, fused)
             nth += 1
             if stack is not None:  # a slot was asked for it
-                _came_out(stack, out)
+                if out is SKIPPED:
+                    stack.skipped()
+                else:
+                    stack.came_out()
+                    if isinstance(out, Item):
+                        out.stacking = stack
             yield position, out
 
     def _value(self, decoded: Any, position: int, item: Located, fused: PerSample) -> Any:
@@ -243,16 +226,6 @@ class RecordDecoder:
         if fused.transform is None:
             return decoded  # made an Item on its thread (_decode_all)
         return apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
-
-
-def _came_out(stack: StackAhead, out: Any) -> None:
-    """A record given a slot (or asked for one) came out as ``out``."""
-    if out is SKIPPED:
-        stack.skipped()
-    else:
-        stack.came_out()
-        if isinstance(out, Item):
-            out.stacking = stack
 
 
 class _Failed(NamedTuple):

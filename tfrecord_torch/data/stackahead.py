@@ -33,25 +33,11 @@ memory faulted its pages in, a third more CPU per batch. An item kept alone
 keeps its batch's buffer. The iteration lets go of a slab once its batch
 came out, collated or not; items iterated with no DataLoader (a batch's
 worth came out and no collate told B) get no more slots.
-
-In a DataLoader worker (``StackAhead(shared=True)``) the records decode on
-the worker's own thread, and a slab's buffers are shared-memory segments of
-the worker's reused pools (:class:`~tfrecord_torch.data.transport.shipped.SharedBuffers`):
-the worker's collate sends the slab itself to the main process
-(:meth:`StackAhead.shipped`), with no stack copy. A segment is written again
-only once the main process let go of the batch sent over it and nothing in
-the worker refers to it. A worker guesses B only from what its own collate
-told, in this iteration or (a persistent worker) the one before, never from
-a size learned in the process it was forked from. An item sent on its own
-(``batch_size=None``, or a ``collate_fn`` of the user's) is a tensor over
-NumPy's view of the segment, which torch copies into shared memory of its
-own when it sends it.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -59,7 +45,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from tfrecord_torch.data.transport.shipped import SharedBuffers
 from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
 from tfrecord_torch.features.reused import Reused
@@ -72,7 +57,6 @@ KEPT = 12  # buffers an iteration keeps to use again: the batches held ahead (64
 LARGEST = 256 << 20  # the largest buffer kept, as the loop thread's stacking keeps (64 1024x768 images: 151 MiB)
 
 _last_size = 0  # the last batch size a collate of this process's items told (a guess for the next iteration)
-_worker_size = (0, 0)  # (pid, B): the last a worker's own collate told, in that worker (shared slabs)
 
 
 class Slot(NamedTuple):
@@ -88,24 +72,19 @@ class _Slab:
     a JPEG decoder writes RGB planes into (:meth:`planes_slot`), the buffer
     of the first key whose values are found there."""
 
-    __slots__ = ("_lock", "_memory", "_planes", "claimed", "size", "tensors", "tokens")
+    __slots__ = ("_lock", "_memory", "_planes", "claimed", "size", "tensors")
 
-    def __init__(self, size: int, memory: Reused | _Segments) -> None:
+    def __init__(self, size: int, memory: Reused) -> None:
         self.size, self._memory = size, memory
         self.claimed: set[int] = set()  # slots given (on the iterating thread only)
         self.tensors: dict[str, torch.Tensor] = {}
-        self.tokens: dict[int, Any] = {}  # a buffer's address: what ships it (shared memory only)
         self._planes: np.ndarray | None = None
         self._lock = threading.Lock()
 
     def planes_slot(self, index: int, shape: tuple[int, int, int]) -> np.ndarray | None:
         """Slot ``index`` of the planes buffer, for a JPEG decoded to planes of
         ``shape`` (:func:`~tfrecord_torch.features.images.jpeg.planes_into`);
-        None for a shape other than the first one's, or planes too small to
-        be placed (:data:`PLACED_BYTES`: stacked as before, the buffer would
-        only be written and copied from)."""
-        if shape[0] * shape[1] * shape[2] < PLACED_BYTES:
-            return None
+        None for a shape other than the first one's."""
         with self._lock:
             if self._planes is None:
                 self._planes = self._empty((self.size, *shape), torch.uint8).numpy()
@@ -138,26 +117,8 @@ class _Slab:
 
     def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised tensor over memory no batch, item or view refers to."""
-        if isinstance(self._memory, _Segments):
-            tensor, token = self._memory.take(shape, dtype)
-            if token is not None:
-                self.tokens[tensor.data_ptr()] = token
-            return tensor
         nbytes = int(np.prod(shape)) * dtype.itemsize
         return torch.from_numpy(self._memory.take(nbytes)).view(dtype).view(shape)
-
-
-class _Segments:
-    """A worker's slab memory: segments of its pools (one a dtype, made once
-    a process and kept across iterations), each taken with the token that
-    ships it; a token None is a segment the pool does not track (every one
-    of its own still held), which is never shipped."""
-
-    _pools: dict[tuple[int, torch.dtype], SharedBuffers] = {}  # (pid, dtype): a forked child makes its own
-
-    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
-        pool = self._pools.setdefault((os.getpid(), dtype), SharedBuffers())
-        return pool.take(shape, torch.empty(0, dtype=dtype).numpy().dtype, zero=False)
 
 
 def _in_slot(value: Any, buffer: torch.Tensor, index: int) -> bool:
@@ -211,19 +172,15 @@ class StackAhead:
     threads; :meth:`told` and :meth:`whole` in the collate, on the thread
     that iterates the DataLoader (the same thread, with ``num_workers=0``)."""
 
-    def __init__(self, *, shared: bool = False) -> None:
-        self.shared = shared  # a DataLoader worker's: slabs in shared memory, slots only once B is told
-        # B; 0 or 1: unknown, no slots. A worker guesses only what its own collate told before (a
-        # persistent worker's next epoch), not a size its parent learned from another DataLoader
-        self.size = (_worker_size[1] if _worker_size[0] == os.getpid() else 0) if shared else _last_size
+    def __init__(self) -> None:
+        self.size = _last_size  # B; 0 or 1: unknown, no slots
         self._told = False  # whether this iteration's collate told B yet
         self._handed = 0  # records handed over with a slot asked for
         self._skipped = 0  # of those, skipped when they came out
         self._collated = 0  # items collated so far
         self._out = 0  # items come out so far
         self._slabs: dict[int, _Slab] = {}
-        self._memory: Reused | _Segments = _Segments() if shared else \
-            Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
+        self._memory = Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
 
     def slot(self) -> Slot | None:
         """The slot of the next record handed over, or None (B unknown, or
@@ -259,16 +216,12 @@ class StackAhead:
     def told(self, size: int) -> None:
         """The collate of ``size`` of this iteration's items: B is the first
         size told, or a larger one (a shorter batch is the epoch's last)."""
-        global _last_size, _worker_size
+        global _last_size
         if size < 2 or (self._told and size <= self.size):
             return
         self._told = True
         if size != self.size:
-            self.size = size
-            if self.shared:
-                _worker_size = (os.getpid(), size)
-            else:
-                _last_size = size
+            self.size = _last_size = size
             self._slabs.clear()  # slots of another size: those placed stay with their items
 
     def whole(self, key: str, values: list) -> torch.Tensor | None:
@@ -291,16 +244,6 @@ class StackAhead:
                         or value.stride() != strides or value.dtype != dtype):
                     return None
         return buffer
-
-    def shipped(self, key: str, values: list) -> torch.Tensor | None:
-        """:meth:`whole` in a worker: the slab's segment as the batch tensor
-        that sends it; None where the values are not the slab's or its
-        segment is not one the pool tracks."""
-        buffer = self.whole(key, values)
-        if buffer is None:
-            return None
-        token = self._slabs[self._collated // self.size].tokens.get(buffer.data_ptr())
-        return None if token is None else SharedBuffers.ship(buffer, token)
 
     def collated(self, count: int) -> None:
         """A batch of ``count`` items was collated: the slabs of batches before the next are let go."""
