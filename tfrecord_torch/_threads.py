@@ -194,14 +194,11 @@ class _Channel:
             self.held -= self.taken  # the consumer is done with the item it took before
             self.taken = 0
             self.freed = time.monotonic()
-            if not self.items:
-                self.waiting = True
-                self.cond.notify_all()
-                while not self.items:
-                    self.cond.wait()
-                self.waiting = False
-            else:
-                self.cond.notify_all()
+            self.waiting = not self.items  # a settling producer goes at once
+            self.cond.notify_all()
+            while not self.items:
+                self.cond.wait()
+            self.waiting = False
             item, self.taken = self.items.popleft()
         return item
 
