@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Per sample with ``num_workers=0``: what runs off the loop's thread, switched off and on, in one process.
 
-    .venv/bin/python benchmarks/stackahead_ab.py PATH [--switch stack|read] [--rounds N] [--loop]
+    .venv/bin/python benchmarks/stackahead_ab.py PATH [--switch stack|read|keep] [--rounds N] [--loop]
 
 Reads the TFRecord file PATH (Examples with an ``image`` JPEG and a
 ``label``, ``features=presets.tfds()``) through ``DataLoader(ds,
@@ -11,7 +11,10 @@ other round). ``--switch stack`` (the default): the decode-ahead built
 without its :class:`~tfrecord_torch.data.stackahead.StackAhead` (each
 batch's images copied on the loop's thread) and with it. ``--switch read``:
 the local file's records read on the iterating thread (record mode's
-read-ahead told no group is worth a thread) and on the read-ahead thread. Each
+read-ahead told no group is worth a thread) and on the read-ahead thread.
+``--switch keep``: each iteration's stacking buffers a pool of its own, let
+go of when it ends, and the process's pool, which the next iteration (the
+next pass) takes over. Each
 round times one epoch alone after one not counted; with ``--loop``, also one
 epoch under ``benchmarks/loop.py``'s step at 80% of the epoch's rate, and
 its stall. Prints the images/s per round, the median of the rounds' on/off
@@ -34,7 +37,7 @@ BATCH = 64
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("path")
-    parser.add_argument("--switch", choices=("stack", "read"), default="stack")
+    parser.add_argument("--switch", choices=("stack", "read", "keep"), default="stack")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--loop", action="store_true", help="also an epoch under the loop's step, and its stall")
     args = parser.parse_args()
@@ -43,10 +46,16 @@ def main() -> None:
 
     from benchmarks.loop import run_epoch, step_for
     from tfrecord_torch import TFRecordDataset, presets
-    from tfrecord_torch.data import decodeahead, recordmode
+    from tfrecord_torch.data import decodeahead, recordmode, stackahead
     from tfrecord_torch.data.readahead import fetch_ahead
+    from tfrecord_torch.features.reused import Reused
 
     built = decodeahead.StackAhead
+
+    def own_pool() -> stackahead.StackAhead:  # as before the pool was the process's: one per iteration
+        stack = built()
+        stack._memory = Reused(slab=1 << 20, keep=stackahead.KEPT, largest=stackahead.LARGEST)
+        return stack
 
     def here(units, fetch, *, remote, weight, limit):  # no group read ahead: each where it is decoded
         return fetch_ahead(units, fetch, remote=lambda unit: False, weight=weight, limit=limit)
@@ -54,6 +63,8 @@ def main() -> None:
     def switch(on: bool) -> None:
         if args.switch == "stack":
             decodeahead.StackAhead = built if on else (lambda: None)  # type: ignore[assignment,misc]
+        elif args.switch == "keep":
+            decodeahead.StackAhead = built if on else own_pool  # type: ignore[assignment,misc]
         else:
             recordmode.fetch_ahead = fetch_ahead if on else here  # type: ignore[assignment]
     ds = TFRecordDataset(args.path, features=presets.tfds())

@@ -164,6 +164,8 @@ class RecordDecoder:
                 if started.value is not None:
                     started.value.cancel()
             pool.close()  # the records decoding finish first
+            if self._stack is not None:
+                self._stack.close()
 
     def _group(self, depth: int) -> int:
         """Records handed to a thread at once: :data:`GROUP_BYTES` of records

@@ -26,11 +26,12 @@ handed over before it are out), a transform (none are placed), a tensor
 that is small, not contiguous, of another shape than its slab's first, or
 of a type with attributes (boxes). A slot is given once: a slab's slots
 are counted up, never given again, so no record is written over another's
-pixels. A slab's buffers are used again, by later slabs of the iteration,
-once nothing refers to them (:class:`~tfrecord_torch.features.reused.Reused`:
-no batch, item or view of them alive), and freed with the iteration: fresh
-memory faulted its pages in, a third more CPU per batch. An item kept alone
-keeps its batch's buffer. The iteration lets go of a slab once its batch
+pixels. A slab's buffers are used again, by later slabs of the iteration
+and of the next ones, once nothing refers to them
+(:class:`~tfrecord_torch.features.reused.Reused`: no batch, item or view
+of them alive): fresh memory faulted its pages in, a third more CPU per
+batch. An iteration that ends leaves the next up to :data:`KEPT_BETWEEN`
+bytes of them. An item kept alone keeps its batch's buffer. The iteration lets go of a slab once its batch
 came out, collated or not; items iterated with no DataLoader (a batch's
 worth came out and no collate told B) get no more slots.
 """
@@ -53,9 +54,12 @@ __all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into"]
 
 PLACED_BYTES = 64 << 10  # a tensor this large or larger goes into its slot; smaller ones are stacked as before
 
-KEPT = 12  # buffers an iteration keeps to use again: the batches held ahead (64 MiB of records) and the loop's
+KEPT = 12  # buffers kept to use again: the batches held ahead (64 MiB of records) and the loop's
 LARGEST = 256 << 20  # the largest buffer kept, as the loop thread's stacking keeps (64 1024x768 images: 151 MiB)
+KEPT_BETWEEN = 256 << 20  # of those, the bytes kept from an iteration's end for the next one
 
+# The slabs' memory, the process's: used again by the next iteration (a forked child starts with none)
+_MEMORY = Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
 _last_size = 0  # the last batch size a collate of this process's items told (a guess for the next iteration)
 
 
@@ -180,7 +184,14 @@ class StackAhead:
         self._collated = 0  # items collated so far
         self._out = 0  # items come out so far
         self._slabs: dict[int, _Slab] = {}
-        self._memory = Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
+        self._memory = _MEMORY
+
+    def close(self) -> None:
+        """The iteration is over: of the buffers it used, :data:`KEPT_BETWEEN`
+        bytes are kept for the next one (each pass over a dataset is a new
+        iteration; one that started with none faulted its slabs in afresh)."""
+        self._slabs.clear()
+        self._memory.trim(KEPT_BETWEEN)
 
     def slot(self) -> Slot | None:
         """The slot of the next record handed over, or None (B unknown, or

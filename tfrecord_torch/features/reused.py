@@ -114,6 +114,17 @@ class Reused:
                     self._large.append(buffer)
             return buffer[:nbytes]
 
+    def trim(self, nbytes: int) -> None:
+        """Forget kept buffers and slabs, the newest first, until those kept
+        hold at most ``nbytes``; one an array still refers to stays the
+        holder's until they let go of it (it is not handed out again)."""
+        with self._lock:
+            self._current = None  # carved again from a kept slab (or a new one) next time
+            kept = sum(int(buffer.nbytes) for buffer in (*self._large, *self._slabs))
+            for held in (self._large, self._slabs):
+                while held and kept > nbytes:
+                    kept -= int(held.pop().nbytes)
+
 
 _ALL: weakref.WeakSet[Reused] = weakref.WeakSet()
 

@@ -4,6 +4,8 @@ one buffer the decode threads wrote, not copied on the loop's thread; the
 batches equal torch.stack of the items, whatever lines up or not (a skipped
 record, a PNG among JPEGs, a transform, a kept batch, 8 threads)."""
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -12,9 +14,11 @@ from torch.utils.data import DataLoader
 from torchvision import tv_tensors
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
-from tfrecord_torch.data import collating
+from tfrecord_torch.data import collating, stackahead
+from tfrecord_torch.features import reused
 from tfrecord_torch.features.images.jpeg import decode_jpeg_planes, planes_into
 from tfrecord_torch.features.images.limits import read_header
+from tfrecord_torch.features.reused import Reused
 
 N = 100
 SIZE = (160, 200)  # 96,000 bytes of planes: over PLACED_BYTES
@@ -130,6 +134,63 @@ def test_kept_batches_and_items_are_never_written_over(tmp_path):
         assert torch.equal(item["image"], images[k])
     got = list(DataLoader(ds, batch_size=10))
     assert torch.equal(torch.cat([b["image"] for b in got]), images)
+
+
+@pytest.fixture
+def memory(monkeypatch):
+    """The slabs' memory of this test alone (the process's is shared by its
+    iterations), with the buffers it makes counted."""
+    pool = Reused(slab=1 << 20, keep=stackahead.KEPT, largest=stackahead.LARGEST)
+    made = []
+    empty = reused.np.empty
+
+    class Counting:  # reused's NumPy, with np.empty counted
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def empty(self, *args, **kwargs):
+            made.append(args[0])
+            return empty(*args, **kwargs)
+
+    monkeypatch.setattr(stackahead, "_MEMORY", pool)
+    monkeypatch.setattr(reused, "np", Counting())
+    pool.made = made
+    return pool
+
+
+def test_the_next_iteration_stacks_into_the_slabs_the_last_one_let_go_of(tmp_path, memory):
+    """Each pass over a dataset is a new iteration: it decodes into the
+    buffers the last one let go of (their pages mapped already), making
+    none; a batch of the last pass still held is not among them."""
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    images, _ = _expected(ds)
+    list(DataLoader(ds, batch_size=10))  # the batch size learned (this file is read ahead whole before it)
+    second = list(DataLoader(ds, batch_size=10))
+    assert len(memory._large) == len(second)  # a slab for each batch held
+    held = second[5]["image"]
+    held_address = held.data_ptr()
+    del second
+    gc.collect()
+    memory.made.clear()
+    third = list(DataLoader(ds, batch_size=10))
+    assert len(memory.made) == 1  # one buffer for the batch still held, none for the others
+    assert torch.equal(torch.cat([b["image"] for b in third]), images)
+    assert held_address not in {b["image"].data_ptr() for b in third}
+    assert torch.equal(held, images[50:60])
+
+
+def test_what_an_iteration_leaves_the_next_is_bounded(tmp_path, memory, monkeypatch):
+    """Ended, an iteration leaves at most KEPT_BETWEEN bytes of its slabs'
+    buffers to the next one."""
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    list(DataLoader(ds, batch_size=10))  # the batch size learned
+    monkeypatch.setattr(stackahead, "KEPT_BETWEEN", 2_500_000)  # two slabs of 10 images (1.2 MB each)
+    for _ in range(2):
+        list(DataLoader(ds, batch_size=10))
+        assert len(memory._large) == 2
+    assert {b.nbytes for b in memory._large} == {10 * 96_000 * 5 // 4}
 
 
 def test_tv_tensors_return_type_is_kept(tmp_path):

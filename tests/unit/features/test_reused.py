@@ -160,3 +160,25 @@ def test_a_longer_buffer_takes_the_place_of_the_shortest_free_one():
     longer = pool.take(600_000)
     assert sorted(b.size for b in pool._large) == [500_000, 750_000]
     assert address(pool.take(400_000)) != address(longer)  # the 500 KB one, free
+
+
+def test_trim_keeps_at_most_the_bytes_asked_and_never_hands_out_what_is_held():
+    """trim forgets the newest buffers and slabs first until those kept hold
+    at most the bytes asked; a buffer still held, even forgotten, is not
+    handed out again, and those kept are still used again."""
+    pool = Reused(slab=1 << 16, keep=4, largest=8 << 20)
+    big = [pool.take(1 << 20) for _ in range(3)]  # 1.25 MiB buffers of their own
+    pool.take(100)  # carved from a slab of 64 KiB
+    held = big[2]
+    held[:] = 7
+    first = address(big[0])
+    del big
+    pool.trim(2 << 20)
+    assert sum(b.nbytes for b in (*pool._large, *pool._slabs)) <= 2 << 20
+    assert len(pool._large) == 1 and len(pool._slabs) == 1  # the two newer buffers forgotten
+    again = [pool.take(1 << 20) for _ in range(3)]
+    assert address(again[0]) == first  # kept: used again
+    assert address(held) not in {address(a) for a in again}
+    assert (held == 7).all()
+    pool.trim(0)
+    assert not pool._large and not pool._slabs
