@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 
 import numpy as np
 
@@ -74,9 +73,9 @@ def _parse_into(chunk: bytes, out: _Growing, index_path: str, lines_before: int)
         raise _bad_line(index_path, chunk, long.start(), lines_before, "integers past int64")
     if not chunk.strip(_WHITESPACE):
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        out.add(np.fromstring(chunk, dtype=np.int64, sep=" "))  # " " matches any whitespace
+    # " " matches any whitespace; the check above leaves nothing for NumPy to warn of (its
+    # DeprecationWarning for unmatched text), so no catch_warnings, which is not thread-safe
+    out.add(np.fromstring(chunk, dtype=np.int64, sep=" "))
 
 
 def _bad_line(index_path: str, text: bytes, at: int, lines_before: int = 0,

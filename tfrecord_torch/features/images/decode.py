@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import sys
-import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -216,7 +216,6 @@ def _writeable(array: np.ndarray) -> np.ndarray:
 def _torchvision(data: bytes, header: Header, mode: str) -> list[np.ndarray]:
     """Frames [H, W, C] from torchvision, libjpeg doing JPEG's own channel conversions."""
     from torchvision.io import ImageReadMode
-    from torchvision.io import decode_image as tv_decode
 
     read = ImageReadMode.RGB
     if header.format == "jpeg" and (mode == "L" or (mode == "unchanged" and header.channels == 1)) \
@@ -224,12 +223,25 @@ def _torchvision(data: bytes, header: Header, mode: str) -> list[np.ndarray]:
         read = ImageReadMode.GRAY
     elif header.format == "webp" and mode in ("RGBA", "unchanged"):
         read = ImageReadMode.RGB_ALPHA if mode == "RGBA" else ImageReadMode.UNCHANGED
-    with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec
-        warnings.simplefilter("ignore", DeprecationWarning)
-        tensor = tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=read)
+    tensor = torchvision_decode("decode_image", data, read)
     if tensor.dim() == 3:
         tensor = tensor[None]
     return [frame.permute(1, 2, 0).numpy() for frame in tensor]
+
+
+def torchvision_decode(op: str, data: bytes, read: Any) -> torch.Tensor:
+    """torchvision's compiled decoder ``op`` ("decode_image", "decode_png") on
+    ``data`` in ``read`` mode (an ``ImageReadMode``), EXIF orientation not
+    applied: what ``torchvision.io.<op>`` calls, without its Python wrapper,
+    which since torchvision 0.29 warns (DeprecationWarning) at every call.
+    Silencing that with ``warnings.catch_warnings`` would swap the whole
+    process's warning filters and handler from a decode thread while the
+    user's threads warn (catch_warnings is not thread-safe): it dropped
+    ``on_error="warn"``'s warnings in a test (tests/unit/features/images/
+    test_thread_warnings.py)."""
+    import torchvision.io  # noqa: F401  (loads the extension that registers torch.ops.image)
+
+    return getattr(torch.ops.image, op)(torch.frombuffer(bytearray(data), dtype=torch.uint8), read.value, False)
 
 
 def preload() -> None:

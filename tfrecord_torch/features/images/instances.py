@@ -20,8 +20,6 @@ masks through unfiltered, and they would pair with the wrong boxes.
 
 from __future__ import annotations
 
-import io
-import warnings
 from typing import Any
 
 import numpy as np
@@ -30,7 +28,7 @@ import torch
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.images import decode as _images
 from tfrecord_torch.features.images.boxes import image_canvas
-from tfrecord_torch.features.images.limits import check_pixels, read_header
+from tfrecord_torch.features.images.limits import check_pixels, pillow_open, read_header
 from tfrecord_torch.features.images.wrap import as_mask
 from tfrecord_torch.features.specs import Feature
 
@@ -146,20 +144,14 @@ def _libpng_gray(data: bytes) -> np.ndarray:
     """The gray channel [H, W] by torchvision's libpng decoder: in C from
     bytes to pixels, where Pillow parses the chunks in Python (a third less
     time per 256x256 mask, measured)."""
-    from torchvision.io import ImageReadMode, decode_png
+    from torchvision.io import ImageReadMode
 
-    with warnings.catch_warnings():  # torchvision 0.29 announces a move to torchcodec (as decode.py)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pixels = decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8), ImageReadMode.UNCHANGED)
+    pixels = _images.torchvision_decode("decode_png", data, ImageReadMode.UNCHANGED)
     return pixels[0].numpy()  # gray + alpha: TensorFlow's one channel drops the alpha
 
 
 def _pillow_gray(data: bytes) -> np.ndarray:
     """The gray channel [H, W] by Pillow (where torchvision cannot be imported)."""
-    from PIL import Image as PILImage
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the pixel limit was checked from the header
-        with PILImage.open(io.BytesIO(data)) as im:
-            array = np.asarray(im)
+    with pillow_open(data) as im:  # Pillow's own pixel limit applies beside this package's
+        array = np.asarray(im)
     return array[..., 0] if array.ndim == 3 else array  # gray + alpha: TensorFlow's one channel drops the alpha

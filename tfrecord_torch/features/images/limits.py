@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import importlib
 import io
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_IMAGE_PIXELS", "Header", "check_pixels", "image_format", "image_info", "image_size",
+__all__ = ["MAX_IMAGE_PIXELS", "Header", "check_pixels", "image_format", "image_info", "image_size", "pillow_open",
            "read_header", "read_headers"]
 
 MAX_IMAGE_PIXELS = 1 << 28  # pixels of all frames decoded at once (1 GiB as RGBA)
@@ -313,21 +312,38 @@ def _webp(data: bytes) -> Header:
 def _pillow(data: bytes) -> Header:
     from PIL import Image as PILImage
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Pillow's own DecompressionBombWarning: we check below
-        try:
-            with PILImage.open(io.BytesIO(data)) as im:  # reads the header only
-                width, height = im.size
-                fmt = (im.format or "unknown").lower()
-                frames = int(getattr(im, "n_frames", 1) or 1)
-        except PILImage.DecompressionBombError as e:
-            raise ValueError(str(e)) from None
-        except PILImage.UnidentifiedImageError:  # its message names only the BytesIO object made here
-            raise ValueError(f"not an image format this package reads (neither it nor Pillow knows bytes that "
-                             f"begin {bytes(data[:8])!r})") from None
-        except Exception as e:  # Pillow raises many types for unreadable bytes
-            raise ValueError(f"not an image format this package reads ({type(e).__name__}: {e})") from None
+    try:
+        with pillow_open(data) as im:  # reads the header only
+            width, height = im.size
+            fmt = (im.format or "unknown").lower()
+            frames = int(getattr(im, "n_frames", 1) or 1)
+    except ValueError:
+        raise
+    except PILImage.UnidentifiedImageError:  # its message names only the BytesIO object made here
+        raise ValueError(f"not an image format this package reads (neither it nor Pillow knows bytes that "
+                         f"begin {bytes(data[:8])!r})") from None
+    except Exception as e:  # Pillow raises many types for unreadable bytes
+        raise ValueError(f"not an image format this package reads ({type(e).__name__}: {e})") from None
     return Header(fmt, width, height, frames)
+
+
+def pillow_open(data: bytes) -> Any:
+    """``PIL.Image.open`` on ``data``; Pillow's decompression-bomb refusal as a ValueError saying which limit.
+
+    Pillow keeps its own limit (``PIL.Image.MAX_IMAGE_PIXELS``, about 89
+    million pixels: a DecompressionBombWarning above it, a refusal above
+    twice it) beside this package's :data:`MAX_IMAGE_PIXELS`: its warning is
+    not silenced, as ``warnings.catch_warnings`` would swap the process's
+    warning filters from a decode thread while the user's threads warn (it
+    is not thread-safe; see ``decode.torchvision_decode``).
+    """
+    from PIL import Image as PILImage
+
+    try:
+        return PILImage.open(io.BytesIO(data))
+    except PILImage.DecompressionBombError as e:
+        raise ValueError(f"{e} Pillow decodes this image, and this is Pillow's limit, "
+                         f"PIL.Image.MAX_IMAGE_PIXELS: raise it to decode larger images") from None
 
 
 def _helper() -> Any:

@@ -3,15 +3,13 @@ flip and resize them with their image (nearest-neighbour for the mask)."""
 
 from __future__ import annotations
 
-import io
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 from tfrecord_torch.errors import FeatureError
-from tfrecord_torch.features.images.limits import check_pixels, read_header
+from tfrecord_torch.features.images.limits import check_pixels, pillow_open, read_header
 from tfrecord_torch.features.images.wrap import as_mask
 from tfrecord_torch.features.specs import _REQUIRED, Feature, record_dim
 
@@ -89,15 +87,11 @@ class Mask(Feature):
 def decode_mask(data: bytes) -> torch.Tensor:
     """Encoded one-channel mask bytes to uint8 (or uint16) ids [H, W];
     palette images give their indices. ValueError for colour images."""
-    from PIL import Image as PILImage
-
     check_pixels(read_header(data))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the pixel limit was checked from the header
-        with PILImage.open(io.BytesIO(data)) as im:
-            if im.mode not in ("P", "L", "1") and not im.mode.startswith("I;16"):
-                raise ValueError(f"a mask needs one channel of ids (a palette or gray image), got mode "
-                                 f"{im.mode!r}; decode colour-coded masks with Image(mode='RGB')")
-            array = np.array(im)
+    with pillow_open(data) as im:  # Pillow's own pixel limit applies beside this package's
+        if im.mode not in ("P", "L", "1") and not im.mode.startswith("I;16"):
+            raise ValueError(f"a mask needs one channel of ids (a palette or gray image), got mode "
+                             f"{im.mode!r}; decode colour-coded masks with Image(mode='RGB')")
+        array = np.array(im)
     array = array.astype(np.uint16 if array.dtype.itemsize == 2 else np.uint8)
     return torch.from_numpy(array)

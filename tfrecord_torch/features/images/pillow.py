@@ -11,10 +11,9 @@ times), so the 16-bit values come out exact.
 
 from __future__ import annotations
 
-import io
-import warnings
-
 import numpy as np
+
+from tfrecord_torch.features.images.limits import pillow_open
 
 __all__ = ["pillow_frames"]
 
@@ -29,21 +28,17 @@ def pillow_frames(data: bytes, *, all_frames: bool = False, gray_jpeg: bool = Fa
     channel of a colour JPEG, as TensorFlow's ``channels=1`` does; with
     ``key_alpha`` a gray or RGB PNG's transparent colour (tRNS) becomes an
     alpha channel, as TensorFlow's ``channels=4`` gives it."""
-    from PIL import Image as PILImage
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the pixel limits were checked from the header
-        with PILImage.open(io.BytesIO(data)) as im:
-            if gray_jpeg and im.format == "JPEG" and im.mode in ("RGB", "YCbCr"):
-                im.draft("L", im.size)
-            sixteen = _sixteen_bit(im, data) if im.format == "PNG" else None
-            if sixteen is not None:
-                return [sixteen]
-            frames = [_array(im, key_alpha)]
-            if all_frames:
-                for index in range(1, int(getattr(im, "n_frames", 1))):
-                    im.seek(index)
-                    frames.append(_array(im, key_alpha))
+    with pillow_open(data) as im:  # Pillow's own pixel limit applies beside this package's
+        if gray_jpeg and im.format == "JPEG" and im.mode in ("RGB", "YCbCr"):
+            im.draft("L", im.size)
+        sixteen = _sixteen_bit(im, data) if im.format == "PNG" else None
+        if sixteen is not None:
+            return [sixteen]
+        frames = [_array(im, key_alpha)]
+        if all_frames:
+            for index in range(1, int(getattr(im, "n_frames", 1))):
+                im.seek(index)
+                frames.append(_array(im, key_alpha))
     return frames
 
 
@@ -82,9 +77,7 @@ def _sixteen_bit(im, data: bytes) -> np.ndarray | None:
 
 
 def _load(data: bytes, mode: str, rawmode: str, tile) -> np.ndarray:
-    from PIL import Image as PILImage
-
-    with PILImage.open(io.BytesIO(data)) as im:
+    with pillow_open(data) as im:
         im._mode = mode
         args = rawmode if isinstance(tile.args, str) else (rawmode,) + tuple(tile.args[1:])
         im.tile = [tile._replace(args=args)]
