@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +33,9 @@ T = TypeVar("T")
 
 class OwnedPool:
     """Up to ``threads`` threads named ``name_N``, started on demand and joined by :meth:`close`.
+
+    As a context manager, the pool of one block of work: the block's end
+    closes it, letting what was submitted finish, however the block ends.
 
     Args:
         threads: the most threads, or a function giving it when the pool starts.
@@ -63,6 +66,19 @@ class OwnedPool:
         """Run ``fn(*args, **kwargs)`` on a thread of the pool (starting it if needed)."""
         with self._lock:  # never handed to a pool that close() is shutting down
             return self._running().submit(fn, *args, **kwargs)
+
+    def map(self, fn: Callable[[Any], T], items: Iterable[Any]) -> Iterator[T]:
+        """``fn`` of each item on the pool's threads, submitted now; the results
+        in order. An error comes out in its item's turn, and the items not yet
+        begun are then cancelled (``ThreadPoolExecutor.map``)."""
+        with self._lock:
+            return self._running().map(fn, items)
+
+    def __enter__(self) -> OwnedPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def threads(self) -> int:

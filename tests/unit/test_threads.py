@@ -1,16 +1,19 @@
 """The one producer loop (:class:`tfrecord_torch._threads.Producer`): bounded
 by a count or by bytes, the items and the source's error in order, and a
 close from anywhere (another thread, while the consumer waits, while the
-producer waits for room or is mid-item) that ends and joins its thread."""
+producer waits for room or is mid-item) that ends and joins its thread; and
+the pool of one block of work (:class:`tfrecord_torch._threads.OwnedPool` as
+a context manager), which the scoped pools of the package use."""
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 
 import pytest
 
-from tfrecord_torch._threads import Producer
+from tfrecord_torch._threads import OwnedPool, Producer
 
 NAME = "tfrecord_torch-test-producer"
 
@@ -171,3 +174,52 @@ def test_a_dropped_producer_stops_its_thread():
 def test_a_limit_below_one_is_refused():
     with pytest.raises(ValueError, match="limit"):
         Producer(iter(()), name=NAME, limit=0)
+
+
+def _alive(prefix):
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix + "_")]
+
+
+def test_a_scoped_pool_maps_in_order_and_joins_its_threads_at_the_blocks_end():
+    with OwnedPool(3, "tfrecord_torch-test-map") as pool:
+        got = list(pool.map(lambda x: (x * x, threading.current_thread().name), range(12)))
+        assert _alive("tfrecord_torch-test-map")
+    assert [square for square, _ in got] == [x * x for x in range(12)]
+    assert {name.rsplit("_", 1)[0] for _, name in got} == {"tfrecord_torch-test-map"}
+    assert not _alive("tfrecord_torch-test-map")
+
+
+def test_a_scoped_pools_error_comes_in_its_turn_the_rest_cancelled_and_the_threads_joined():
+    begun = []
+
+    def work(x):
+        begun.append(x)
+        if x == 0:
+            raise ValueError("item 0")
+        time.sleep(0.01)
+        return x
+
+    with pytest.raises(ValueError, match="item 0"):
+        with OwnedPool(1, "tfrecord_torch-test-error") as pool:
+            list(pool.map(work, range(50)))
+    assert begun[0] == 0 and len(begun) < 50  # one thread: the items after the error's were cancelled
+    assert not _alive("tfrecord_torch-test-error")
+
+
+def test_the_shard_cache_version_check_runs_on_a_joined_thread(monkeypatch):
+    from tfrecord_torch.io import shardcache
+
+    seen = []
+    monkeypatch.setattr(shardcache, "_check_unchanged", lambda *a: seen.append(threading.current_thread().name))
+    check = shardcache._CheckSoon("s3://b/k", 1, "v", None, "before copying it")
+    check.result()
+    assert seen and seen[0].startswith("tfrecord_torch-copy-check_")
+    assert not _alive("tfrecord_torch-copy-check")
+
+    def changed(*a):
+        raise shardcache.RemoteError("s3://b/k", "changed")
+
+    monkeypatch.setattr(shardcache, "_check_unchanged", changed)
+    with pytest.raises(shardcache.RemoteError, match="changed"):
+        shardcache._CheckSoon("s3://b/k", 1, "v", None, "before copying it").result()
+    assert not _alive("tfrecord_torch-copy-check")

@@ -14,11 +14,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.io import files as fs
 from tfrecord_torch.io import listing as lister
@@ -121,7 +121,7 @@ def shard_indexes(listing: lister.Listing, *, compression="auto", index: list | 
             return [one(i) for i in range(len(paths))]
         if report is not None:  # the policy's counts are read-modify-writes: one thread at a time
             report = _serialized(report)
-        with ThreadPoolExecutor(min(OPEN_THREADS, len(paths)), thread_name_prefix="open-shards") as pool:
+        with OwnedPool(min(OPEN_THREADS, len(paths)), "open-shards") as pool:
             return list(pool.map(one, range(len(paths))))
     finally:
         bar.close()

@@ -8,9 +8,10 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import NamedTuple
 
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import files
 from tfrecord_torch.io.files import (
@@ -127,7 +128,7 @@ def list_files(patterns, storage_options: dict | None, skip: tuple) -> Listing:
     if not parents:
         return _list_files(items, storage_options, skip, {})
     # the index folders beside the shards are listed while the shards are (one round trip, not two)
-    with ThreadPoolExecutor(len(parents), thread_name_prefix="tfrecord_torch-list") as pool:
+    with OwnedPool(len(parents), "tfrecord_torch-list") as pool:
         early = {parent: pool.submit(_index_entries, parent, storage_options) for parent in parents}
         return _list_files(items, storage_options, skip, early)
 

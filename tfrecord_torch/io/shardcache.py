@@ -43,11 +43,11 @@ import shutil
 import sys
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from tfrecord_torch._pending import Done, Pending
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import atomic, http
 from tfrecord_torch.io import files as fs
@@ -504,7 +504,7 @@ def _download_ranges(url: str, fd: int, size: int, storage_options: dict | None,
             fetch(start)
         writer.write(None)
         return
-    with ThreadPoolExecutor(min(PARALLEL, len(starts)), thread_name_prefix="tfrecord-shard-copy") as pool:
+    with OwnedPool(min(PARALLEL, len(starts)), "tfrecord-shard-copy") as pool:
         pending = collections.deque(starts)
         flying: collections.deque[tuple[int, Future]] = collections.deque()
         asked = 0  # bytes of the ranges in ``flying``
@@ -623,21 +623,14 @@ class _CheckSoon(Pending[None]):
     :func:`_fill` ends asks for it, so the thread never outlives the fill)."""
 
     def __init__(self, url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(url, size, version, storage_options, when),
-                                        daemon=True, name="tfrecord_torch-copy-check")
-        self._thread.start()
-
-    def _run(self, *args: Any) -> None:
-        try:
-            _check_unchanged(*args)
-        except BaseException as e:
-            self._error = e
+        self._pool = OwnedPool(1, "tfrecord_torch-copy-check")
+        self._future = self._pool.submit(_check_unchanged, url, size, version, storage_options, when)
 
     def result(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        try:
+            self._future.result()
+        finally:
+            self._pool.close()
 
 
 def _check_unchanged(url: str, size: int, version: str, storage_options: dict | None, when: str) -> None:
