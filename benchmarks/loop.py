@@ -27,7 +27,9 @@ Paths: batch mode (``TFRecordDataset(path, features=presets.tfds(), batch_size=6
 through ``DataLoader(batch_size=None)``) with 0 and 2 workers, each also with
 ``Batching(prefetch=0)``; the per-sample spelling ``DataLoader(ds, batch_size=64,
 num_workers=N)`` with 0 (the records decoded on the main process's decode
-threads) and 2 workers; and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
+threads) and 2 workers, and with 2 workers each decoding on 2 threads
+(``Batching(images=ImageBatching(threads=2))``: a worker with one core to
+itself decodes on its own thread by default); and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
 .prefetch(AUTOTUNE)``, each batch turned into torch tensors), each in a fresh
 process per round, interleaved over ``--rounds`` rounds (the order reversed
 every other round).
@@ -85,6 +87,7 @@ PATHS = {
     "batch mode, workers=2, prefetch=0": {"kind": "batch", "workers": 2, "prefetch": 0},
     "per sample, workers=0": {"kind": "sample", "workers": 0},
     "per sample, workers=2": {"kind": "sample", "workers": 2},
+    "per sample, workers=2, threads=2": {"kind": "sample", "workers": 2, "threads": 2},
     "tf.data": {"kind": "tf"},
 }
 
@@ -141,7 +144,10 @@ def _loader(path: str, spec: dict):
         ds = TFRecordDataset(path, features=presets.tfds(), batch_size=BATCH,
                              batching=Batching(prefetch=spec["prefetch"]))
         return lambda: torch.utils.data.DataLoader(ds, batch_size=None, num_workers=spec["workers"])
-    ds = TFRecordDataset(path, features=presets.tfds())
+    from tfrecord_torch import ImageBatching
+
+    threads = {"batching": Batching(images=ImageBatching(threads=spec["threads"]))} if "threads" in spec else {}
+    ds = TFRecordDataset(path, features=presets.tfds(), **threads)
     return lambda: torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=spec["workers"])
 
 
