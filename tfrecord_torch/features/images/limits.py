@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_IMAGE_PIXELS", "Header", "check_pixels", "image_format", "image_info", "image_size", "pillow_open",
-           "read_header", "read_headers"]
+__all__ = ["MAX_IMAGE_PIXELS", "Header", "PillowLimitError", "check_pixels", "image_format", "image_info", "image_size",
+           "pillow_open", "read_header", "read_headers"]
 
 MAX_IMAGE_PIXELS = 1 << 28  # pixels of all frames decoded at once (1 GiB as RGBA)
 
@@ -317,7 +317,7 @@ def _pillow(data: bytes) -> Header:
             width, height = im.size
             fmt = (im.format or "unknown").lower()
             frames = int(getattr(im, "n_frames", 1) or 1)
-    except ValueError:
+    except PillowLimitError:
         raise
     except PILImage.UnidentifiedImageError:  # its message names only the BytesIO object made here
         raise ValueError(f"not an image format this package reads (neither it nor Pillow knows bytes that "
@@ -327,8 +327,13 @@ def _pillow(data: bytes) -> Header:
     return Header(fmt, width, height, frames)
 
 
+class PillowLimitError(ValueError):
+    """An image over Pillow's own pixel limit (``PIL.Image.MAX_IMAGE_PIXELS``), which Pillow decodes."""
+
+
 def pillow_open(data: bytes) -> Any:
-    """``PIL.Image.open`` on ``data``; Pillow's decompression-bomb refusal as a ValueError saying which limit.
+    """``PIL.Image.open`` on ``data``; Pillow's decompression-bomb refusal as a
+    :class:`PillowLimitError` (a ValueError) saying which limit.
 
     Pillow keeps its own limit (``PIL.Image.MAX_IMAGE_PIXELS``, about 89
     million pixels: a DecompressionBombWarning above it, a refusal above
@@ -342,7 +347,7 @@ def pillow_open(data: bytes) -> Any:
     try:
         return PILImage.open(io.BytesIO(data))
     except PILImage.DecompressionBombError as e:
-        raise ValueError(f"{e} Pillow decodes this image, and this is Pillow's limit, "
+        raise PillowLimitError(f"{e} Pillow decodes this image, and this is Pillow's limit, "
                          f"PIL.Image.MAX_IMAGE_PIXELS: raise it to decode larger images") from None
 
 

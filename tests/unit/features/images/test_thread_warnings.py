@@ -20,6 +20,7 @@ from PIL import Image as PILImage
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
 from tfrecord_torch.features.images import decode_image
+from tfrecord_torch.features.images.limits import read_header
 from tfrecord_torch.features.images.masks import decode_mask
 
 RNG = np.random.default_rng(0)
@@ -100,3 +101,14 @@ def test_pillows_own_limit_applies_and_its_refusal_says_which_limit(monkeypatch)
     monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 40 * 48 // 2 - 1)
     with pytest.raises(ValueError, match=r"PIL\.Image\.MAX_IMAGE_PIXELS: raise it"):
         decode_image(bmp)
+
+
+def test_pillows_other_header_errors_still_say_the_bytes_are_not_an_image(monkeypatch):
+    """Only Pillow's limit passes through the header sniff as it is; another
+    ValueError of Pillow's reading a header is named as unreadable bytes."""
+    def broken(fp, *args, **kwargs):
+        raise ValueError("bad header field")
+
+    monkeypatch.setattr(PILImage, "open", broken)
+    with pytest.raises(ValueError, match=r"not an image format this package reads \(ValueError: bad header field\)"):
+        read_header(ENCODED[0])
