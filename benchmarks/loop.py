@@ -29,7 +29,11 @@ through ``DataLoader(batch_size=None)``) with 0 and 2 workers, each also with
 num_workers=N)`` with 0 (the records decoded on the main process's decode
 threads) and 2 workers, and with 2 workers each decoding on 2 threads
 (``Batching(images=ImageBatching(threads=2))``: a worker with one core to
-itself decodes on its own thread by default); and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
+itself decodes on its own thread by default); both spellings with 2 workers
+also with ``persistent_workers=True`` (one DataLoader for every epoch, its
+workers forked once, as a training loop keeps them from its second epoch
+on; the other rows make a DataLoader per epoch, which forks its workers
+each time); and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
 .prefetch(AUTOTUNE)``, each batch turned into torch tensors), each in a fresh
 process per round, interleaved over ``--rounds`` rounds (the order reversed
 every other round).
@@ -85,9 +89,11 @@ PATHS = {
     "batch mode, workers=0, prefetch=0": {"kind": "batch", "workers": 0, "prefetch": 0},
     "batch mode, workers=2": {"kind": "batch", "workers": 2, "prefetch": 2},
     "batch mode, workers=2, prefetch=0": {"kind": "batch", "workers": 2, "prefetch": 0},
+    "batch mode, workers=2, persistent": {"kind": "batch", "workers": 2, "prefetch": 2, "persistent": True},
     "per sample, workers=0": {"kind": "sample", "workers": 0},
     "per sample, workers=2": {"kind": "sample", "workers": 2},
     "per sample, workers=2, threads=2": {"kind": "sample", "workers": 2, "threads": 2},
+    "per sample, workers=2, persistent": {"kind": "sample", "workers": 2, "persistent": True},
     "tf.data": {"kind": "tf"},
 }
 
@@ -143,12 +149,25 @@ def _loader(path: str, spec: dict):
     if kind == "batch":
         ds = TFRecordDataset(path, features=presets.tfds(), batch_size=BATCH,
                              batching=Batching(prefetch=spec["prefetch"]))
-        return lambda: torch.utils.data.DataLoader(ds, batch_size=None, num_workers=spec["workers"])
+        return _epochs(ds, spec, batch_size=None)
     from tfrecord_torch import ImageBatching
 
     threads = {"batching": Batching(images=ImageBatching(threads=spec["threads"]))} if "threads" in spec else {}
     ds = TFRecordDataset(path, features=presets.tfds(), **threads)
-    return lambda: torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=spec["workers"])
+    return _epochs(ds, spec, batch_size=BATCH)
+
+
+def _epochs(ds, spec: dict, *, batch_size: int | None):
+    """What gives each epoch's DataLoader: a new one per epoch, or (``persistent``) one for all, made once."""
+    import torch.utils.data
+
+    def make():
+        return torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=spec["workers"],
+                                           persistent_workers=spec.get("persistent", False))
+    if spec.get("persistent"):
+        kept = make()
+        return lambda: kept
+    return make
 
 
 def _step(sleep_s: float, python_s: float) -> float:
@@ -176,9 +195,30 @@ def _machine() -> tuple[float, float] | None:
 
 
 def _cpu() -> float:
-    """CPU time of this process and its ended children (DataLoader workers, once joined)."""
+    """CPU time of this process and its children: those ended and joined
+    (DataLoader workers forked for an epoch) and those alive (persistent
+    workers, read from /proc). A child joined between two calls moves from
+    the second term to the first, so the difference of two calls counts it once."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return time.process_time() + children.ru_utime + children.ru_stime + _live_children_cpu()
+
+
+def _live_children_cpu() -> float:
+    """CPU time (user + system) of this process's live children, from /proc (0.0 elsewhere)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    try:
+        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+            pids = f.read().split()
+    except OSError:
+        return 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile: counted once joined
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
 
 
 class Epoch(NamedTuple):
@@ -226,7 +266,7 @@ def run_epoch(epoch, sleep_s: float | None) -> Epoch:
             images += len(batch["label"])
         del batch
     t_end = time.perf_counter()
-    del it  # the workers are joined here, so their CPU time is counted
+    del it  # workers forked for the epoch are joined here (persistent ones stay: _cpu reads them live)
     cpu, m1, wall = _cpu() - cpu0, _machine(), time.perf_counter() - w0
     others = steal = float("nan")
     if m0 is not None and m1 is not None:

@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -390,14 +391,38 @@ def test_quick_run_of_the_training_loop_benchmark(tmp_path):
     assert table in proc.stdout
     report = json.loads((tmp_path / "loop.json").read_text())
     assert report["demand"] == 0.8
-    for name in ("batch mode, workers=0", "batch mode, workers=2", "per sample, workers=0", "per sample, workers=2",
-                 "tf.data"):
+    for name in ("batch mode, workers=0", "batch mode, workers=2", "batch mode, workers=2, persistent",
+                 "per sample, workers=0", "per sample, workers=2", "per sample, workers=2, persistent", "tf.data"):
         assert f"| {name} |" in table
         (row,) = report["runs"][name]
         assert row["capacity"] > 0 and row["alone_batches"] > 0 and row["alone_cpu_ms"] > 0
         assert row["batches"] > 0 and row["images_per_s"] > 0 and row["wait_ms"] >= 0 and row["s_ms"] >= 0
         assert row["demand"] == pytest.approx(0.8 * row["capacity"])
         assert row["loop_others"] >= 0 and row["loop_steal"] >= 0  # /proc/stat read
+    for kind in ("batch mode", "per sample"):  # persistent workers are never joined: their CPU is read live
+        (kept,) = report["runs"][f"{kind}, workers=2, persistent"]
+        (forked,) = report["runs"][f"{kind}, workers=2"]
+        assert kept["alone_cpu_ms"] > 0.5 * forked["alone_cpu_ms"], (kept, forked)
+
+
+def test_the_loops_cpu_counts_a_live_child_once_and_a_joined_one_after():
+    """benchmarks/loop.py's _cpu: a persistent worker's CPU is read from /proc while it lives, and
+    once it is joined it is counted by the process's children's usage instead, never twice."""
+    loop = _loop_module()
+    before = loop._cpu()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.6\n"
+                              "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while loop._live_children_cpu() < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        alive = loop._cpu() - before
+        assert alive >= 0.5  # the child's busy 0.6 s, read live
+    finally:
+        child.kill()
+        child.wait()
+    joined = loop._cpu() - before
+    assert alive - 0.05 <= joined <= alive + 0.5  # moved to the children's usage, not added again
 
 
 @pytest.mark.slow
