@@ -144,14 +144,12 @@ def _loader(path: str, spec: dict):
     import torch.utils.data
     import torchvision.io  # noqa: F401 - imported once, before DataLoader workers fork
 
-    from tfrecord_torch import Batching, TFRecordDataset, presets
+    from tfrecord_torch import Batching, ImageBatching, TFRecordDataset, presets
 
     if kind == "batch":
         ds = TFRecordDataset(path, features=presets.tfds(), batch_size=BATCH,
                              batching=Batching(prefetch=spec["prefetch"]))
         return _epochs(ds, spec, batch_size=None)
-    from tfrecord_torch import ImageBatching
-
     threads = {"batching": Batching(images=ImageBatching(threads=spec["threads"]))} if "threads" in spec else {}
     ds = TFRecordDataset(path, features=presets.tfds(), **threads)
     return _epochs(ds, spec, batch_size=BATCH)
@@ -205,20 +203,34 @@ def _cpu() -> float:
 
 def _live_children_cpu() -> float:
     """CPU time (user + system) of this process's live children, from /proc (0.0 elsewhere)."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    me, total = os.getpid(), 0
+    for pid in _children(me):
+        fields = _stat(pid)
+        if fields is not None and int(fields[1]) == me:  # not ended meanwhile (then counted once joined)
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[str]:
+    """The pids of ``pid``'s children: its main thread's children file where the kernel has one, else
+    every process of /proc (the caller keeps those whose parent is ``pid``)."""
     try:
-        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
-            pids = f.read().split()
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return f.read().split()
     except OSError:
-        return 0.0
-    for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile: counted once joined
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / tick
+            return [name for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return []
+
+
+def _stat(pid: str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (state first, then the parent's pid), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 class Epoch(NamedTuple):

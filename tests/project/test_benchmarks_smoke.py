@@ -405,10 +405,20 @@ def test_quick_run_of_the_training_loop_benchmark(tmp_path):
         assert kept["alone_cpu_ms"] > 0.5 * forked["alone_cpu_ms"], (kept, forked)
 
 
-def test_the_loops_cpu_counts_a_live_child_once_and_a_joined_one_after():
-    """benchmarks/loop.py's _cpu: a persistent worker's CPU is read from /proc while it lives, and
-    once it is joined it is counted by the process's children's usage instead, never twice."""
+@pytest.mark.parametrize("children_file", [True, False], ids=["children file", "scan of /proc"])
+def test_the_loops_cpu_counts_a_live_child_once_and_a_joined_one_after(children_file, monkeypatch):
+    """benchmarks/loop.py's _cpu: a persistent worker's CPU is read from /proc while it lives (from
+    the kernel's list of children, or where there is none a scan of /proc), and once it is joined
+    it is counted by the process's children's usage instead, never twice."""
     loop = _loop_module()
+    if not children_file:
+        import builtins
+
+        def no_children_file(path, *args, **kwargs):
+            if str(path).endswith("/children"):
+                raise FileNotFoundError(path)
+            return builtins.open(path, *args, **kwargs)
+        monkeypatch.setattr(loop, "open", no_children_file, raising=False)
     before = loop._cpu()
     child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.6\n"
                               "while time.process_time() < end: pass\ntime.sleep(30)"])
