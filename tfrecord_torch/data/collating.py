@@ -31,6 +31,7 @@ from tfrecord_torch.data.transport.packed import PackedLists
 from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype, stacks_to_plain
 from tfrecord_torch.data.workerheap import keep_for_batches
+from tfrecord_torch.data.workersend import sent
 from tfrecord_torch.features.collate import BatchMemory, detection_lists, use_batch_memory
 from tfrecord_torch.features.items import Item, collate_items
 from tfrecord_torch.features.reused import Reused
@@ -56,6 +57,7 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
 
     out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
     keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
+    sent()  # torch puts it in its queue next: the next item starts after a yield (workersend)
     return out
 
 

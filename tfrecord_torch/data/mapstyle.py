@@ -26,6 +26,7 @@ from tfrecord_torch.data.session import CacheArg, RemoteShards
 from tfrecord_torch.data.shards import describe_shards, find_shards, index_argument, shard_indexes
 from tfrecord_torch.data.spawncheck import user_callables, with_check, without_check
 from tfrecord_torch.data.usage import check_positional
+from tfrecord_torch.data.workersend import settle
 from tfrecord_torch.data.workersetup import settle_worker
 from tfrecord_torch.errors import TFRecordError
 from tfrecord_torch.features.items import as_batch_head
@@ -168,6 +169,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         """The decoded record ``i`` (a bad one replaced under ``on_error``: see the class)."""
         settle_worker()
+        settle()  # in a worker, after a batch went out: the queue's feeder thread first (workersend)
         return self._fetcher.item(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
@@ -179,6 +181,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """
         settle_worker()
+        settle()
         fetcher = self._fetcher
         checked = [fetcher.check(i) for i in indices]
         out = fetcher.items(checked)

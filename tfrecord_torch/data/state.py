@@ -22,6 +22,7 @@ import torch.utils.data
 from tfrecord_torch.data import elastic
 from tfrecord_torch.data.epochs import EpochCounter
 from tfrecord_torch.data.reading import SKIPPED
+from tfrecord_torch.data.workersend import sent, settle
 
 if TYPE_CHECKING:
     from tfrecord_torch.data.counts import SharedErrorPolicy
@@ -170,13 +171,21 @@ class ResumeState:
         unit is one record, told to ``policy`` as delivered when it skips
         (batch mode counts in its pipeline); ``where``: the reader, for the
         line the policy logs at the end."""
-        records = records and not policy.raises
-        for position, value in units:
+        counted = records and not policy.raises
+        source = iter(units)
+        while True:
+            settle()  # in a worker, after a batch went out: the queue's feeder thread first (workersend)
+            try:
+                position, value = next(source)
+            except StopIteration:
+                break
             self.position = position
             if value is not SKIPPED:
-                if records:
+                if counted:
                     policy.delivered()
                 yield value
+                if not records:
+                    sent()  # batch mode: the value was a batch, which torch has put in its queue
         policy.end(where)  # a spec error skipped in every record raises; else one line if any was skipped
 
     def state_dict(self, settings: dict) -> dict:

@@ -12,7 +12,11 @@ decides for itself whether this process is a worker it should change:
   leaves alone what a forked worker inherited;
 * :func:`~tfrecord_torch.data.workerheap.tune_heap`: glibc's malloc thresholds;
 * :func:`~tfrecord_torch.data.workerexit.finish_sends_at_exit`: at exit, the
-  queues' feeder threads let go of the items they send.
+  queues' feeder threads let go of the items they send;
+* :func:`~tfrecord_torch.data.workersend.yield_after_sends`: after each batch
+  it sends, the worker's iterating thread gives up its core once, so that
+  the queue's feeder thread writes the batch to the pipe without waiting
+  for a core.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 from tfrecord_torch.data.workerexit import finish_sends_at_exit
 from tfrecord_torch.data.workergc import freeze_inherited
 from tfrecord_torch.data.workerheap import tune_heap
+from tfrecord_torch.data.workersend import yield_after_sends
 
 __all__ = ["ENV", "settle_worker", "tuning_on"]
 
@@ -52,6 +57,7 @@ def settle_worker() -> None:
     freeze_inherited()
     tune_heap()
     finish_sends_at_exit()
+    yield_after_sends()
 
 
 def tuning_on(env) -> bool:
