@@ -73,4 +73,4 @@ def settle() -> None:
     global _pending
     if _pending:
         _pending = False
-        os.sched_yield()  # releases the GIL: the feeder thread pickles the batch meanwhile
+        os.sched_yield()  # a thread waiting for this core (the feeder, woken by the put) runs first
