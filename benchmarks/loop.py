@@ -196,7 +196,8 @@ def _cpu() -> float:
     """CPU time of this process and its children: those ended and joined
     (DataLoader workers forked for an epoch) and those alive (persistent
     workers, read from /proc). A child joined between two calls moves from
-    the second term to the first, so the difference of two calls counts it once."""
+    the live read to the children's usage, so the difference of two calls
+    counts it once."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime + _live_children_cpu()
 
