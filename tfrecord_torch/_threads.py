@@ -1,4 +1,5 @@
-"""Threads with one owner: a pool (:class:`OwnedPool`) and a producer loop (:class:`Producer`).
+"""Threads with one owner: a pool (:class:`OwnedPool`), a producer loop
+(:class:`Producer`) and a team of loops on shared state (:class:`Team`).
 
 Every pool the library starts is an :class:`OwnedPool` held by one object
 (a reader pool's range requests, a decode engine), which closes it when its
@@ -11,8 +12,10 @@ do not exist in the child. A submit after ``close()`` starts the pool again.
 :class:`Producer` is the one loop for "produce ahead in the background": one
 thread runs a source ahead of its consumer, bounded by a count or by bytes;
 the items and the source's error come out in order, and :meth:`Producer.close`
-stops the thread, closes the source on it and joins it. (The bottom layer:
-imports nothing of ours.)
+stops the thread, closes the source on it and joins it. :class:`Team` runs
+one loop on several threads (the per-sample path's decode threads, each
+taking the next group of records and decoding it), stopped and joined by
+its owner. (The bottom layer: imports nothing of ours.)
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-__all__ = ["OwnedPool", "Producer", "may_wait_for", "on_fsspec_loop"]
+__all__ = ["OwnedPool", "Producer", "Team", "may_wait_for", "on_fsspec_loop"]
 
 T = TypeVar("T")
 
@@ -332,3 +335,37 @@ class Producer(Generic[T]):
             self._channel.stop()  # no join: the thread ends after its current item
         except Exception:  # interpreter shutdown
             pass
+
+
+class Team:
+    """``threads`` threads named ``name_N``, each running ``run()`` once, for
+    work that loops on shared state rather than taking tasks; started by
+    :meth:`start`, joined by :meth:`close`, which first calls ``stop()`` (it
+    must make every ``run()`` return soon: wake its waits, end its loop).
+
+    Daemon threads: a team whose owner never closed it (an iterator left open
+    at the interpreter's exit) waits on its shared state, and must not hold
+    the exit as a pool's threads would (a pool joins its threads at exit).
+    The owner closes it however its work ends, so none outlives that work.
+    """
+
+    def __init__(self, threads: int, name: str, run: Callable[[], None], stop: Callable[[], None]) -> None:
+        self.name, self._count, self._run, self._stop = name, threads, run, stop
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> Team:
+        """Start the threads (once)."""
+        if not self._threads:
+            self._threads = [threading.Thread(target=self._run, name=f"{self.name}_{k}", daemon=True)
+                             for k in range(self._count)]
+            for thread in self._threads:
+                thread.start()
+        return self
+
+    def close(self) -> None:
+        """``stop()``, then join the threads (not from one of them, nor from fsspec's loop)."""
+        self._stop()
+        threads, self._threads = self._threads, []
+        for thread in threads:
+            if thread.is_alive() and may_wait_for(thread):
+                thread.join()

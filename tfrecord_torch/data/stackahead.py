@@ -39,6 +39,7 @@ worth came out and no collate told B) get no more slots.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -125,6 +126,10 @@ class _Slab:
         return torch.from_numpy(self._memory.take(nbytes)).view(dtype).view(shape)
 
 
+_DATA_PTR, _SIZE, _STRIDE = torch._C.TensorBase.data_ptr, torch._C.TensorBase.size, torch._C.TensorBase.stride
+_DTYPE = torch._C.TensorBase.dtype.__get__  # type: ignore[attr-defined]
+
+
 def _in_slot(value: Any, buffer: torch.Tensor, index: int) -> bool:
     """Whether ``value`` is slot ``index`` of ``buffer`` itself: a contiguous
     tensor of its shape and dtype at that slot's address (while the buffer
@@ -170,11 +175,13 @@ def decoding_into(slot: Slot | None, decode: Callable[[Any], Any], item: Any) ->
 
 
 class StackAhead:
-    """One iteration's slabs (see the module's doc). :meth:`slot` and
-    :meth:`skipped` run on the iterating thread as records are handed over
-    and come out; :meth:`Slot.slab.place <_Slab.place>` on the decode
-    threads; :meth:`told` and :meth:`whole` in the collate, on the thread
-    that iterates the DataLoader (the same thread, with ``num_workers=0``)."""
+    """One iteration's slabs (see the module's doc). :meth:`slots` runs on
+    the decode thread that takes records from the read (one at a time);
+    :meth:`skipped` and :meth:`came_out` on the iterating thread as records
+    come out; :meth:`Slot.slab.place <_Slab.place>` on the decode threads;
+    :meth:`told`, :meth:`whole` and :meth:`collated` in the collate, on the
+    thread that iterates the DataLoader (the same thread, with
+    ``num_workers=0``). A lock keeps the counts and slabs whole between them."""
 
     def __init__(self) -> None:
         self.size = _last_size  # B; 0 or 1: unknown, no slots
@@ -185,44 +192,56 @@ class StackAhead:
         self._out = 0  # items come out so far
         self._slabs: dict[int, _Slab] = {}
         self._memory = _MEMORY
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         """The iteration is over: of the buffers it used, :data:`KEPT_BETWEEN`
         bytes are kept for the next one (each pass over a dataset is a new
         iteration; one that started with none faulted its slabs in afresh)."""
-        self._slabs.clear()
+        with self._lock:
+            self._slabs.clear()
         self._memory.trim(KEPT_BETWEEN)
 
-    def slot(self) -> Slot | None:
-        """The slot of the next record handed over, or None (B unknown, or
-        the slot it would take was given already)."""
-        position = self._handed - self._skipped  # where it comes out, if none handed before it is skipped
-        self._handed += 1
-        if self.size < 2 or (not self._told and self._out > self.size):
-            return None  # B unknown; or a batch's worth came out and no collate told B: no DataLoader batches them
-        number, index = divmod(position, self.size)
-        if number < self._collated // self.size:  # a batch collated already: this record is not in it
-            return None
-        slab = self._slabs.get(number)
-        if slab is None:
-            slab = self._slabs[number] = _Slab(self.size, self._memory)
-        if index in slab.claimed:
-            return None
-        slab.claimed.add(index)
-        return Slot(slab, index)
+    def slots(self, count: int) -> list[Slot | None] | None:
+        """The slots of the next ``count`` records handed over, in order: each
+        None where B is unknown or the slot it would take was given already
+        (None: none has one)."""
+        with self._lock:
+            position = self._handed - self._skipped  # where the first comes out, if none handed before is skipped
+            self._handed += count
+            size = self.size
+            if size < 2 or (not self._told and self._out > size):
+                return None  # B unknown; or a batch's worth came out and no collate told B: no DataLoader batches them
+            first = self._collated // size  # batches before it were collated already: no record goes there
+            slots: list[Slot | None] = []
+            for number, index in map(divmod, range(position, position + count), itertools.repeat(size)):
+                if number < first:
+                    slots.append(None)
+                    continue
+                slab = self._slabs.get(number)
+                if slab is None:
+                    slab = self._slabs[number] = _Slab(size, self._memory)
+                if index in slab.claimed:
+                    slots.append(None)
+                    continue
+                slab.claimed.add(index)
+                slots.append(Slot(slab, index))
+            return slots
 
     def skipped(self) -> None:
         """A record handed over with a slot asked for came out skipped."""
-        self._skipped += 1
+        with self._lock:
+            self._skipped += 1
 
     def came_out(self) -> None:
         """An item with a slot asked for came out. The slabs of batches that
         came out before the last one are let go, collated or not (items
         iterated with no DataLoader: each item keeps its own slab alive, and
         this iteration none)."""
-        self._out += 1
-        if self.size >= 2 and self._out % self.size == 0:
-            self._let_go(self._out // self.size - 1)  # not the batch that just came out: its collate is next
+        with self._lock:
+            self._out += 1
+            if self.size >= 2 and self._out % self.size == 0:
+                self._let_go(self._out // self.size - 1)  # not the batch that just came out: its collate is next
 
     def told(self, size: int) -> None:
         """The collate of ``size`` of this iteration's items: B is the first
@@ -230,10 +249,11 @@ class StackAhead:
         global _last_size
         if size < 2 or (self._told and size <= self.size):
             return
-        self._told = True
-        if size != self.size:
-            self.size = _last_size = size
-            self._slabs.clear()  # slots of another size: those placed stay with their items
+        with self._lock:
+            self._told = True
+            if size != self.size:
+                self.size = _last_size = size
+                self._slabs.clear()  # slots of another size: those placed stay with their items
 
     def whole(self, key: str, values: list) -> torch.Tensor | None:
         """``torch.stack(values)`` without a copy when ``values`` are, in order,
@@ -246,23 +266,27 @@ class StackAhead:
             return None
         if not stacks_to_plain(values[0]):
             return None  # a type torch.stack keeps (tv_tensors' return type setting): the buffer is a plain tensor
-        with torch._C.DisableTorchFunctionSubclass():
+        if not all(isinstance(value, torch.Tensor) for value in values):
+            return None
+        with torch._C.DisableTorchFunctionSubclass():  # the tensor's own methods, not tv_tensors' Python
             start, step = buffer.data_ptr(), buffer[0].nbytes
+            # at the slot's address while the buffer is alive: a view of that slot, no other memory
+            if list(map(_DATA_PTR, values)) != list(range(start, start + len(values) * step, step)):
+                return None
             shape, strides, dtype = buffer.shape[1:], buffer.stride()[1:], buffer.dtype
-            for k, value in enumerate(values):
-                # at the slot's address while the buffer is alive: a view of that slot, no other memory
-                if (not isinstance(value, torch.Tensor) or value.data_ptr() != start + k * step or value.shape != shape
-                        or value.stride() != strides or value.dtype != dtype):
-                    return None
+            if (any(size != shape for size in map(_SIZE, values)) or any(s != strides for s in map(_STRIDE, values))
+                    or any(d is not dtype for d in map(_DTYPE, values))):
+                return None
         return buffer
 
     def collated(self, count: int) -> None:
         """A batch of ``count`` items was collated: the slabs of batches before the next are let go."""
-        self._collated += count
-        if self.size >= 2:
-            self._let_go(self._collated // self.size)
+        with self._lock:
+            self._collated += count
+            if self.size >= 2:
+                self._let_go(self._collated // self.size)
 
     def _let_go(self, below: int) -> None:
-        """The slabs of the batches before the ``below``-th let go."""
+        """The slabs of the batches before the ``below``-th let go (the lock held)."""
         for number in [n for n in self._slabs if n < below]:
             del self._slabs[number]

@@ -224,12 +224,13 @@ def _noted(item):
 
 
 def test_a_forked_worker_with_cores_to_spare_decodes_on_threads(good):
-    """One DataLoader worker given 2 decode threads uses them; its batches
-    equal the main process's."""
+    """One DataLoader worker given 2 decode threads uses them (they end once
+    the read has no more records for them); its batches equal the main
+    process's."""
     loader = DataLoader(_dataset(good, 2, transform=_noted), batch_size=16, num_workers=1)
     main = DataLoader(_dataset(good, 1), batch_size=16)
     batches = list(loader)
-    assert all(int(n) >= 1 for b in batches for n in b["decode_threads"])
+    assert all(int(n) >= 1 for n in batches[0]["decode_threads"])
     for b, m in zip(batches, main):
         assert torch.equal(b["image"], m["image"]) and torch.equal(b["label"], m["label"])
 
@@ -293,22 +294,22 @@ def test_the_records_held_ahead_are_bounded_by_their_bytes(good, monkeypatch):
 
 @pytest.mark.parametrize("group_bytes, most", [(4 << 20, 32), (1, 1)])
 def test_small_records_go_to_the_threads_in_groups(good, monkeypatch, group_bytes, most):
-    """Each hand-over to a decode thread costs the iterating thread a future:
-    once the records' size is known (one at a time until then), small records
-    go in groups of up to GROUP_RECORDS (8 KB images here, 32 a group), large
-    ones (over GROUP_BYTES) one at a time; the items are the same."""
-    from tfrecord_torch._threads import OwnedPool
+    """Each take from the read costs a decode thread a lock and the iterating
+    thread a wake-up: once the records' size is known (one at a time until
+    then), small records go in groups of up to GROUP_RECORDS (8 KB images
+    here, 32 a group), large ones (over GROUP_BYTES) one at a time; the
+    items are the same."""
     from tfrecord_torch.data import decodeahead
 
     monkeypatch.setattr(decodeahead, "GROUP_BYTES", group_bytes)
     sizes = []
-    submit = OwnedPool.submit
+    decode_all = decodeahead._decode_all
 
-    def counted(self, fn, *args):
-        sizes.append(len(args[1]))  # _decode_all(decode, items, slots, whole)
-        return submit(self, fn, *args)
+    def counted(decode, items, *args):
+        sizes.append(len(items))  # list.append: one step, safe from the decode threads
+        return decode_all(decode, items, *args)
 
-    monkeypatch.setattr(OwnedPool, "submit", counted)
+    monkeypatch.setattr(decodeahead, "_decode_all", counted)
     _same_items(list(_dataset(good, 2)), list(_dataset(good, 1)))
     assert sum(sizes) == N and max(sizes) == most
     if most > 1:
@@ -338,3 +339,87 @@ def test_local_records_are_read_ahead_on_a_thread_where_they_decode_on_threads(g
     assert labels == list(range(0, N, 8))
     assert len(readers) > 1 and set(readers) == {reader}
     assert not [t for t in threading.enumerate() if t.name.startswith("tfrecord")]  # joined
+
+
+def _counting_decodes(monkeypatch) -> list:
+    """The records whose decode began, in the order begun (on any thread)."""
+    from tfrecord_torch.data.recordspec import ExampleRecords
+
+    started: list = []
+    decoded = ExampleRecords.decoded
+
+    def counted(self, item):
+        started.append(item.record)  # list.append: one step, safe from the decode threads
+        return decoded(self, item)
+
+    monkeypatch.setattr(ExampleRecords, "decoded", counted)
+    return started
+
+
+def test_decode_threads_start_after_a_burst_of_takes_not_during_it(good, monkeypatch):
+    """A loop's next() takes a batch's records in a burst: the room it makes
+    is decoded into SETTLE after the last take (once next() returned), not
+    while the burst goes on, while more than half the records held ahead
+    are left."""
+    from tfrecord_torch.data import decodeahead
+
+    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 40 * (3 * 48 * 56 + 8))  # 40 records held ahead
+    monkeypatch.setattr(decodeahead, "SETTLE", 0.4)
+    started = _counting_decodes(monkeypatch)
+    it = iter(_dataset(good, 2))
+    try:
+        for _ in range(8):
+            next(it)
+        deadline = time.monotonic() + 10
+        while len(started) < 8 + 38 and time.monotonic() < deadline:  # the window fills (to within a group)
+            time.sleep(0.01)
+        time.sleep(0.5)
+        before = len(started)
+        for _ in range(8):  # a burst: 8 of the ~40 held ahead
+            next(it)
+        time.sleep(0.1)
+        assert len(started) == before  # settling: SETTLE (0.4 s) has not passed since the last take
+        deadline = time.monotonic() + 10
+        while len(started) == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(started) > before  # and then they decode into the room
+    finally:
+        it.close()
+    assert not _decode_threads()
+
+
+def test_a_loop_waiting_for_records_is_not_kept_waiting_by_the_settle(good, monkeypatch):
+    """A loop that takes every record as fast as they come waits for the
+    decode threads, which then go at once: the settle (here 30 s) never holds
+    them while the loop waits or fewer than half the records held ahead are left."""
+    from tfrecord_torch.data import decodeahead
+
+    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 16 * (3 * 48 * 56 + 8))
+    monkeypatch.setattr(decodeahead, "SETTLE", 30.0)
+    start = time.monotonic()
+    got = list(_dataset(good, 2))
+    assert time.monotonic() - start < 20  # one settle held would take 30 s
+    _same_items(got, list(_dataset(good, 1)))
+
+
+def test_an_iterator_left_open_does_not_hold_the_interpreters_exit(good, tmp_path):
+    """The decode threads wait for room while an iterator is left open; at
+    the interpreter's exit they must not hold it (as a pool's threads,
+    joined at exit, would: forever)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "left_open.py"
+    script.write_text(
+        "import torchvision  # noqa: F401\n"
+        "from tfrecord_torch import Batching, Image, ImageBatching, Int64, TFRecordDataset\n"
+        "from tfrecord_torch.data import decodeahead\n"
+        "decodeahead.AHEAD_BYTES = 16 * (3 * 48 * 56 + 8)  # fewer than the records: the threads wait for room\n"
+        f"ds = TFRecordDataset({good!r}, features={{'image': Image(), 'label': Int64()}},\n"
+        "                     batching=Batching(images=ImageBatching(threads=2)))\n"
+        "it = iter(ds)\n"
+        "next(it)\n"
+        "print('taken', flush=True)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "taken"
