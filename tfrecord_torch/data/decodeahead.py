@@ -243,10 +243,13 @@ class RecordDecoder:
         threads start with the first record and are joined when this
         generator ends, however it ends."""
         if self._threads == 1:
-            for position, item in items:
-                yield position, SKIPPED if item is None else self.decode(item)
-            return
-        yield from self._on_threads(iter(items))
+            return self._here(items)
+        return self._on_threads(iter(items))
+
+    def _here(self, items: Iterable[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
+        """:meth:`each` on the iterating thread."""
+        for position, item in items:
+            yield position, SKIPPED if item is None else self.decode(item)
 
     def _on_threads(self, source: Iterator[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
         """:meth:`each` with decode threads (:class:`_Groups`), joined however the iteration ends."""

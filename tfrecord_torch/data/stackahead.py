@@ -266,16 +266,17 @@ class StackAhead:
             return None
         if not stacks_to_plain(values[0]):
             return None  # a type torch.stack keeps (tv_tensors' return type setting): the buffer is a plain tensor
-        if not all(isinstance(value, torch.Tensor) for value in values):
+        count = len(values)
+        if list(map(type, values)).count(type(values[0])) != count or not isinstance(values[0], torch.Tensor):
             return None
         with torch._C.DisableTorchFunctionSubclass():  # the tensor's own methods, not tv_tensors' Python
             start, step = buffer.data_ptr(), buffer[0].nbytes
-            # at the slot's address while the buffer is alive: a view of that slot, no other memory
-            if list(map(_DATA_PTR, values)) != list(range(start, start + len(values) * step, step)):
-                return None
-            shape, strides, dtype = buffer.shape[1:], buffer.stride()[1:], buffer.dtype
-            if (any(size != shape for size in map(_SIZE, values)) or any(s != strides for s in map(_STRIDE, values))
-                    or any(d is not dtype for d in map(_DTYPE, values))):
+            # at the slot's address while the buffer is alive: a view of that slot, no other memory;
+            # of its shape, strides and type (a view of another shape, at the same address, is not it)
+            if (list(map(_DATA_PTR, values)) != list(range(start, start + count * step, step))
+                    or list(map(_SIZE, values)).count(buffer.shape[1:]) != count
+                    or list(map(_STRIDE, values)).count(buffer.stride()[1:]) != count
+                    or list(map(_DTYPE, values)).count(buffer.dtype) != count):
                 return None
         return buffer
 

@@ -300,3 +300,35 @@ def test_a_torch_function_mode_sees_the_batch_as_torch_stack_gives_it(tmp_path):
         got = list(DataLoader(ds, batch_size=10))
     assert all(type(b["image"]) is Marked for b in got)
     assert torch.equal(torch.cat([b["image"] for b in got]), torch.cat([b["image"] for b in plain]))
+
+
+@pytest.mark.parametrize("change", [
+    lambda image: image[:, : SIZE[0] // 2],  # a view at the slot's address, of another shape
+    lambda image: image.as_strided_(image.shape, (1, 3 * SIZE[1], 3)),  # the same shape, other strides, in place
+    lambda image: image.view(torch.int8),  # the same address and shape, another type
+])
+def test_a_value_changed_at_its_slots_address_is_stacked_as_torch_stack_gives_it(tmp_path, change):
+    """A collate_fn of one's own that changes the values (in place, or into
+    views at the same address) before default_collate gets what torch.stack
+    gives of the values it was handed, never the batch's buffer as the
+    decode threads wrote it."""
+    from torch.utils.data import default_collate
+
+    path = _write(tmp_path / "a.tfrecord")
+    ds = _dataset(path)
+    seen = []
+
+    def collate(batch):
+        for item in batch:
+            item["image"] = change(item["image"])
+        expected = torch.stack([item["image"] for item in batch])
+        got = default_collate(batch)
+        seen.append(got["image"].data_ptr() == batch[0]["image"].data_ptr())  # the buffer itself?
+        assert (got["image"].shape, got["image"].dtype) == (expected.shape, expected.dtype)
+        assert torch.equal(got["image"], expected)
+        return got
+
+    list(DataLoader(ds, batch_size=10))  # the batch size learned: the next epoch's records get slots
+    for _ in DataLoader(ds, batch_size=10, collate_fn=collate):
+        pass
+    assert len(seen) == N // 10 and not any(seen)
