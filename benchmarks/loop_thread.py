@@ -24,9 +24,13 @@ file PATH (Examples with an ``image`` JPEG and a ``label``,
   so wall above CPU is time the loop's thread waited for the GIL while the
   producer thread started its next batch;
 - the floor of torch's DataLoader itself: the same DataLoader over a
-  generator of ready items (a view of one buffer and a label each), its
+  generator of ready items (a view of one buffer and a label each, made
+  before the timing: a view is made where a record is decoded), its
   collate handing the images over and stacking the labels as
-  default_collate does.
+  default_collate does; timed after each step's sleep, as above, and back
+  to back with no sleep. The two differ by what a sleep costs the thread
+  that wakes from it: caches and predictors that other work (here, the
+  decode threads and the machine's other tenants) took over meanwhile.
 
 To compare two trees, run it in each (``PYTHONPATH=TREE``) in turn.
 """
@@ -106,12 +110,13 @@ def floor_loader(records: int):
     import torch.utils.data as tud
 
     images = torch.zeros(BATCH, 3, 256, 256, dtype=torch.uint8)
-    labels = [torch.tensor(i) for i in range(BATCH)]
+    # made before: a view of the buffer is made per record by whoever decodes it, not by the loop's thread
+    ready = [{"image": images[k], "label": torch.tensor(k)} for k in range(BATCH)]
 
     class Ready(tud.IterableDataset):
         def __iter__(self):
             for k in range(records):
-                yield {"image": images[k % BATCH], "label": labels[k % BATCH]}
+                yield ready[k % BATCH]
 
     def collate(batch):
         return {"image": images, "label": tud.default_collate([b["label"] for b in batch])}
@@ -137,15 +142,17 @@ def main() -> None:
     print(f"tfrecord_torch from {os.path.dirname(os.path.dirname(tfrecord_torch.__file__))}; "
           f"load average before {os.getloadavg()[0]:.2f}")
     print("| round | us a record (CPU) | ms a batch: CPU p10, p50 | wall p50 | batch mode: CPU p50, wall p50, mean "
-          "| DataLoader floor: CPU p50 |")
+          "| DataLoader floor: CPU p50 after a step, back to back |")
     print("|---:|---:|---:|---:|---:|---:|")
     for r in range(1, args.rounds + 1):
         record = per_record(ds, records)
         sample = per_batch(torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=0), args.step)
         batch = per_batch(torch.utils.data.DataLoader(batched, batch_size=None, num_workers=0), args.step)
         floor = per_batch(floor_loader(min(records, 24 * BATCH)), args.step, epochs=1)
+        hot = per_batch(floor_loader(min(records, 24 * BATCH)), 0.0, epochs=1)
         print(f"| {r} | {record:.1f} | {sample.cpu_p10:.2f}, {sample.cpu_p50:.2f} | {sample.wall_p50:.2f} "
-              f"| {batch.cpu_p50:.2f}, {batch.wall_p50:.2f}, {batch.wall_mean:.2f} | {floor.cpu_p50:.2f} |")
+              f"| {batch.cpu_p50:.2f}, {batch.wall_p50:.2f}, {batch.wall_mean:.2f} "
+              f"| {floor.cpu_p50:.2f}, {hot.cpu_p50:.3f} |")
     print(f"load average after {os.getloadavg()[0]:.2f}")
 
 
