@@ -363,9 +363,12 @@ class Team:
         return self
 
     def close(self) -> None:
-        """``stop()``, then join the threads (not from one of them, nor from fsspec's loop)."""
+        """``stop()``, then join the threads (not from one of them, nor from
+        fsspec's loop: a finalizer run there must not wait for a thread that
+        may wait for it; they end on their own once stopped)."""
         self._stop()
         threads, self._threads = self._threads, []
+        if threading.current_thread() in threads or on_fsspec_loop():
+            return
         for thread in threads:
-            if thread.is_alive() and may_wait_for(thread):
-                thread.join()
+            thread.join()

@@ -1,9 +1,12 @@
 """The one producer loop (:class:`tfrecord_torch._threads.Producer`): bounded
 by a count or by bytes, the items and the source's error in order, and a
 close from anywhere (another thread, while the consumer waits, while the
-producer waits for room or is mid-item) that ends and joins its thread; and
-the pool of one block of work (:class:`tfrecord_torch._threads.OwnedPool` as
-a context manager), which the scoped pools of the package use."""
+producer waits for room or is mid-item) that ends and joins its thread; the
+pool of one block of work (:class:`tfrecord_torch._threads.OwnedPool` as
+a context manager), which the scoped pools of the package use; and the team
+of loops (:class:`tfrecord_torch._threads.Team`) the decode threads run on,
+stopped and joined by its owner, from one of its own threads without a
+join."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import time
 
 import pytest
 
-from tfrecord_torch._threads import OwnedPool, Producer
+from tfrecord_torch._threads import OwnedPool, Producer, Team
 
 NAME = "tfrecord_torch-test-producer"
 
@@ -223,3 +226,70 @@ def test_the_shard_cache_version_check_runs_on_a_joined_thread(monkeypatch):
     with pytest.raises(shardcache.RemoteError, match="changed"):
         shardcache._CheckSoon("s3://b/k", 1, "v", None, "before copying it").result()
     assert not _alive("tfrecord_torch-copy-check")
+
+
+class _Loop:
+    """State a team's threads loop on until stopped. ``closer``: the thread
+    that closes the team while it holds ``gate``, which the others wait for
+    (a finalizer run on a team thread in the middle of its work)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.gate = threading.Lock()
+        self.holding = threading.Event()  # the closer holds the gate
+        self.stopped = False
+        self.ran: list[str] = []
+        self.team: Team | None = None
+        self.closer: str | None = None
+
+    def run(self) -> None:
+        name = threading.current_thread().name
+        with self.cond:
+            self.ran.append(name)
+            self.cond.notify_all()
+        if name == self.closer:
+            with self.gate:
+                self.holding.set()
+                time.sleep(0.05)  # the other thread waits for the gate
+                self.team.close()  # stops the others and joins none: one waits for this thread's gate
+        elif self.closer is not None:
+            assert self.holding.wait(30)
+            with self.gate:
+                pass
+        with self.cond:
+            while not self.stopped:
+                self.cond.wait()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+    def wait_ran(self, k: int) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.ran) >= k, 30)
+
+
+def test_a_team_runs_its_loop_on_each_thread_and_close_stops_and_joins_them():
+    loop = _Loop()
+    team = Team(3, "tfrecord_torch-test-team", loop.run, loop.stop).start()
+    loop.wait_ran(3)
+    threads = [t for t in threading.enumerate() if t.name.startswith("tfrecord_torch-test-team_")]
+    assert sorted(loop.ran) == [f"tfrecord_torch-test-team_{k}" for k in range(3)]
+    assert len(threads) == 3 and all(t.daemon for t in threads)  # an owner that never closes does not hold the exit
+    team.close()
+    assert loop.stopped and not _alive("tfrecord_torch-test-team")
+
+
+def test_a_team_closed_from_one_of_its_threads_stops_them_and_waits_for_none():
+    """A finalizer can run on any thread: a close from a team thread must
+    not join (it would wait for itself, or for a thread waiting on it)."""
+    loop = _Loop()
+    loop.closer = "tfrecord_torch-test-team-self_1"
+    loop.team = Team(2, "tfrecord_torch-test-team-self", loop.run, loop.stop)
+    loop.team.start()
+    for _ in range(1000):
+        if not _alive("tfrecord_torch-test-team-self"):
+            break
+        time.sleep(0.01)
+    assert loop.stopped and not _alive("tfrecord_torch-test-team-self")
