@@ -153,7 +153,11 @@ def test_compressed_shards_decode_on_threads_too(tmp_path):
     _same_items(got, list(_dataset(path, 1)))
 
 
-def test_a_break_leaves_no_decode_thread(good):
+def test_a_break_leaves_no_decode_thread(good, monkeypatch):
+    from tfrecord_torch.data import decodeahead
+
+    # fewer records held ahead than the file has: the threads wait for room (they end once the read ends)
+    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 16 * (3 * 48 * 56 + 8))
     for i, _ in enumerate(DataLoader(_dataset(good, 2), batch_size=8)):
         if i == 2:
             assert _decode_threads()
@@ -223,10 +227,13 @@ def _noted(item):
     return {**item, "decode_threads": len(_decode_threads())}
 
 
-def test_a_forked_worker_with_cores_to_spare_decodes_on_threads(good):
+def test_a_forked_worker_with_cores_to_spare_decodes_on_threads(good, monkeypatch):
     """One DataLoader worker given 2 decode threads uses them (they end once
-    the read has no more records for them); its batches equal the main
-    process's."""
+    the read has no more records for them: here fewer are held ahead than the
+    file has); its batches equal the main process's."""
+    from tfrecord_torch.data import decodeahead
+
+    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 16 * (3 * 48 * 56 + 8))  # the forked worker inherits it
     loader = DataLoader(_dataset(good, 2, transform=_noted), batch_size=16, num_workers=1)
     main = DataLoader(_dataset(good, 1), batch_size=16)
     batches = list(loader)
@@ -364,7 +371,7 @@ def test_decode_threads_start_after_a_burst_of_takes_not_during_it(good, monkeyp
     from tfrecord_torch.data import decodeahead
 
     monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 40 * (3 * 48 * 56 + 8))  # 40 records held ahead
-    monkeypatch.setattr(decodeahead, "SETTLE", 0.4)
+    monkeypatch.setattr(decodeahead, "SETTLE", 1.0)
     started = _counting_decodes(monkeypatch)
     it = iter(_dataset(good, 2))
     try:
@@ -378,7 +385,7 @@ def test_decode_threads_start_after_a_burst_of_takes_not_during_it(good, monkeyp
         for _ in range(8):  # a burst: 8 of the ~40 held ahead
             next(it)
         time.sleep(0.1)
-        assert len(started) == before  # settling: SETTLE (0.4 s) has not passed since the last take
+        assert len(started) == before  # settling: SETTLE (1 s) has not passed since the last take
         deadline = time.monotonic() + 10
         while len(started) == before and time.monotonic() < deadline:
             time.sleep(0.01)
