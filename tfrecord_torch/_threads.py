@@ -371,4 +371,5 @@ class Team:
         if threading.current_thread() in threads or on_fsspec_loop():
             return
         for thread in threads:
-            thread.join()
+            if thread.is_alive():  # not one that failed to start
+                thread.join()
