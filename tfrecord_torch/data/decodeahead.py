@@ -300,8 +300,14 @@ class RecordDecoder:
                 out = self.decode(item)
                 if stack is not None and isinstance(out, Item):
                     out.stacking = stack
-            elif type(out) is _Failed or fused.transform is not None or self._decoded < SIZED or position % SIZED == 0:
-                out = self._value(out, position, item, fused)  # else: the Item its thread made, as it is
+            elif type(out) is _Failed:
+                out = self._failed(out)
+            else:
+                if self._decoded < SIZED or position % SIZED == 0:  # sampled: a tv_tensor's nbytes is a Python call
+                    self._decoded += 1
+                    self._bytes += _nbytes(out)
+                if fused.transform is not None:  # else: the Item its thread made, as it is
+                    out = apply_transform(fused.transform, out, item.path, item.offset, item.record)
             if stack is not None:  # a slot was asked for it
                 if out is SKIPPED:
                     stack.skipped()
@@ -309,19 +315,12 @@ class RecordDecoder:
                     stack.came_out()
             yield position, out
 
-    def _value(self, decoded: Any, position: int, item: Located, fused: PerSample) -> Any:
-        """A record decoded on a thread as the item it gives (SKIPPED: reported)."""
-        if type(decoded) is _Failed:
-            if self._report is None or not isinstance(decoded.error, (CorruptRecordError, FeatureError)):
-                raise decoded.error
-            self._report(decoded.error)
-            return SKIPPED
-        if self._decoded < SIZED or position % SIZED == 0:  # sampled: a tv_tensor's nbytes goes through __torch_function__
-            self._decoded += 1
-            self._bytes += _nbytes(decoded)
-        if fused.transform is None:
-            return decoded  # made an Item on its thread (_decode_all)
-        return apply_transform(fused.transform, decoded, item.path, item.offset, item.record)
+    def _failed(self, failed: _Failed) -> Any:
+        """A record whose decode on a thread raised: SKIPPED once reported under ``on_error``, else its error."""
+        if self._report is None or not isinstance(failed.error, (CorruptRecordError, FeatureError)):
+            raise failed.error
+        self._report(failed.error)
+        return SKIPPED
 
 
 class _Failed(NamedTuple):

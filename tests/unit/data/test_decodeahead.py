@@ -76,6 +76,31 @@ def _same_items(a, b):
                 assert x[key] == y[key], key
 
 
+RECORD_BYTES = 3 * 48 * 56 + 8  # a decoded record's tensors: the image and the label
+
+
+def _hold_ahead(monkeypatch, records: int) -> None:
+    """At most ``records`` decoded records held ahead (the forked workers inherit it)."""
+    from tfrecord_torch.data import decodeahead
+
+    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", records * RECORD_BYTES)
+
+
+def _counting_decodes(monkeypatch) -> list:
+    """The records whose decode began, in the order begun (on any thread)."""
+    from tfrecord_torch.data.recordspec import ExampleRecords
+
+    started: list = []
+    decoded = ExampleRecords.decoded
+
+    def counted(self, item):
+        started.append(item.record)  # list.append: one step, safe from the decode threads
+        return decoded(self, item)
+
+    monkeypatch.setattr(ExampleRecords, "decoded", counted)
+    return started
+
+
 def _text(value):
     """``value``'s text without object addresses (Pillow names its BytesIO)."""
     return re.sub(r"0x[0-9a-f]+", "0x", str(value))
@@ -154,10 +179,7 @@ def test_compressed_shards_decode_on_threads_too(tmp_path):
 
 
 def test_a_break_leaves_no_decode_thread(good, monkeypatch):
-    from tfrecord_torch.data import decodeahead
-
-    # fewer records held ahead than the file has: the threads wait for room (they end once the read ends)
-    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 16 * (3 * 48 * 56 + 8))
+    _hold_ahead(monkeypatch, 16)  # fewer than the file has: the threads wait for room (they end once the read ends)
     for i, _ in enumerate(DataLoader(_dataset(good, 2), batch_size=8)):
         if i == 2:
             assert _decode_threads()
@@ -231,9 +253,7 @@ def test_a_forked_worker_with_cores_to_spare_decodes_on_threads(good, monkeypatc
     """One DataLoader worker given 2 decode threads uses them (they end once
     the read has no more records for them: here fewer are held ahead than the
     file has); its batches equal the main process's."""
-    from tfrecord_torch.data import decodeahead
-
-    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 16 * (3 * 48 * 56 + 8))  # the forked worker inherits it
+    _hold_ahead(monkeypatch, 16)  # the forked worker inherits it
     loader = DataLoader(_dataset(good, 2, transform=_noted), batch_size=16, num_workers=1)
     main = DataLoader(_dataset(good, 1), batch_size=16)
     batches = list(loader)
@@ -280,18 +300,8 @@ def test_records_read_before_a_corrupt_one_come_out_before_its_error(tmp_path):
 def test_the_records_held_ahead_are_bounded_by_their_bytes(good, monkeypatch):
     """At most ``AHEAD_BYTES`` of decoded records (here 10 images' worth) are
     decoded ahead of the one taken, once the first ones' size is known."""
-    from tfrecord_torch.data import decodeahead
-    from tfrecord_torch.data.recordspec import ExampleRecords
-
-    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 10 * (3 * 48 * 56 + 8))  # the image and the label
-    started = []
-    decoded = ExampleRecords.decoded
-
-    def counted(self, item):
-        started.append(item.record)  # list.append: one step, safe from the decode threads
-        return decoded(self, item)
-
-    monkeypatch.setattr(ExampleRecords, "decoded", counted)
+    _hold_ahead(monkeypatch, 10)
+    started = _counting_decodes(monkeypatch)
     ahead = []
     for taken, _ in enumerate(_dataset(good, 2), start=1):
         time.sleep(0.003)  # a slow loop: the threads decode as far ahead as they may
@@ -348,21 +358,6 @@ def test_local_records_are_read_ahead_on_a_thread_where_they_decode_on_threads(g
     assert not [t for t in threading.enumerate() if t.name.startswith("tfrecord")]  # joined
 
 
-def _counting_decodes(monkeypatch) -> list:
-    """The records whose decode began, in the order begun (on any thread)."""
-    from tfrecord_torch.data.recordspec import ExampleRecords
-
-    started: list = []
-    decoded = ExampleRecords.decoded
-
-    def counted(self, item):
-        started.append(item.record)  # list.append: one step, safe from the decode threads
-        return decoded(self, item)
-
-    monkeypatch.setattr(ExampleRecords, "decoded", counted)
-    return started
-
-
 def test_decode_threads_start_after_a_burst_of_takes_not_during_it(good, monkeypatch):
     """A loop's next() takes a batch's records in a burst: the room it makes
     is decoded into SETTLE after the last take (once next() returned), not
@@ -370,7 +365,7 @@ def test_decode_threads_start_after_a_burst_of_takes_not_during_it(good, monkeyp
     are left."""
     from tfrecord_torch.data import decodeahead
 
-    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 40 * (3 * 48 * 56 + 8))  # 40 records held ahead
+    _hold_ahead(monkeypatch, 40)
     monkeypatch.setattr(decodeahead, "SETTLE", 1.0)
     started = _counting_decodes(monkeypatch)
     it = iter(_dataset(good, 2))
@@ -401,7 +396,7 @@ def test_a_loop_waiting_for_records_is_not_kept_waiting_by_the_settle(good, monk
     them while the loop waits or fewer than half the records held ahead are left."""
     from tfrecord_torch.data import decodeahead
 
-    monkeypatch.setattr(decodeahead, "AHEAD_BYTES", 16 * (3 * 48 * 56 + 8))
+    _hold_ahead(monkeypatch, 16)
     monkeypatch.setattr(decodeahead, "SETTLE", 30.0)
     start = time.monotonic()
     got = list(_dataset(good, 2))
@@ -421,7 +416,7 @@ def test_an_iterator_left_open_does_not_hold_the_interpreters_exit(good, tmp_pat
         "import torchvision  # noqa: F401\n"
         "from tfrecord_torch import Batching, Image, ImageBatching, Int64, TFRecordDataset\n"
         "from tfrecord_torch.data import decodeahead\n"
-        "decodeahead.AHEAD_BYTES = 16 * (3 * 48 * 56 + 8)  # fewer than the records: the threads wait for room\n"
+        f"decodeahead.AHEAD_BYTES = {16 * RECORD_BYTES}  # fewer than the records: the threads wait for room\n"
         f"ds = TFRecordDataset({good!r}, features={{'image': Image(), 'label': Int64()}},\n"
         "                     batching=Batching(images=ImageBatching(threads=2)))\n"
         "it = iter(ds)\n"
