@@ -7,7 +7,9 @@ worker, each key's values are stacked into a shared-memory segment the
 worker uses again once the main process let go of the batch
 (:class:`~tfrecord_torch.data.transport.stacking.Stacker`), where torch
 would make a new segment per tensor per batch; the main process receives the
-same plain tensors either way. Registered in torch's
+same plain tensors either way. Either way, values that are, in order, every
+slot of their batch's buffer (decoded there:
+:mod:`~tfrecord_torch.data.stackahead`) are that buffer, copied nowhere. Registered in torch's
 ``default_collate_fn_map`` for :class:`~tfrecord_torch.features.items.Item`
 when the datasets are imported; a ``collate_fn`` of one's own is not
 affected unless it calls default_collate itself.
@@ -26,6 +28,7 @@ import numpy as np
 import torch.utils.data
 from torch.utils.data._utils.collate import default_collate_fn_map
 
+from tfrecord_torch.data.stackahead import StackAhead
 from tfrecord_torch.data.transport.byvalue import by_value_in_worker
 from tfrecord_torch.data.transport.packed import PackedLists
 from tfrecord_torch.data.transport.shipped import inline_small
@@ -47,15 +50,25 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     reused shared memory."""
     if torch.utils.data.get_worker_info() is None:
         return _collate_here(batch, collate_fn_map)
+    owner = _owner(batch)
+    if owner is not None:
+        owner.told(len(batch))
     stacked: list[int] = []
 
     def stack(key: object, values: list) -> torch.Tensor | None:
+        whole = None if owner is None else owner.whole(key, values)  # decoded into the batch's segment
+        if whole is not None:
+            return whole
         out = _STACKER.stack(key, values)
         if out is not None:
             stacked.append(out.nbytes)
         return out
 
-    out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
+    try:
+        out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
+    finally:
+        if owner is not None:
+            owner.collated(len(batch))
     keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
     sent()  # torch puts it in its queue next: the next item starts after a yield (workersend)
     return out
@@ -65,7 +78,7 @@ def _collate_here(batch: list, collate_fn_map: dict | None) -> dict:
     """A batch collated in the main process: values that are their batch's
     slots (stacked on the decode threads) as their buffer, others stacked
     here (:func:`stack_on_this_thread`) or as default_collate does."""
-    owner = getattr(batch[0], "stacking", None) if batch and isinstance(batch[0], Item) else None
+    owner = _owner(batch)
     if owner is None:
         return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack_on_this_thread)
     owner.told(len(batch))
@@ -78,6 +91,11 @@ def _collate_here(batch: list, collate_fn_map: dict | None) -> dict:
         return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack)
     finally:
         owner.collated(len(batch))
+
+
+def _owner(batch: list) -> StackAhead | None:
+    """The iteration whose slots the batch's large tensors may be in (None: no slots)."""
+    return getattr(batch[0], "stacking", None) if batch and isinstance(batch[0], Item) else None
 
 
 def detection_collate(batch: list, *, image: str = "image") -> tuple[list, list[dict]]:

@@ -17,10 +17,13 @@ the package) is decoded on the iterating thread, as is every record when one
 thread is all the process has
 (:func:`~tfrecord_torch.features.images.engine.default_threads`).
 
-In the main process, with no transform, the decode threads also copy each
-record's images into its slot of its batch's buffer, so that the collate of
-``DataLoader(ds, batch_size=B)`` copies nothing on the loop's thread
-(:mod:`~tfrecord_torch.data.stackahead`).
+With no transform, each record's images are decoded into (or copied into)
+its slot of its batch's buffer, so that the collate of
+``DataLoader(ds, batch_size=B)`` copies nothing
+(:mod:`~tfrecord_torch.data.stackahead`): in the main process on the decode
+threads, off the loop's thread; in a DataLoader worker (on its decode
+threads, or on its iterating thread when it has one core) into the shared
+memory the batch is sent in.
 
 Each take costs a lock and a wake-up, so once the records' size is known
 small ones go in groups: about :data:`GROUP_BYTES` decoded, at most
@@ -52,7 +55,7 @@ from torch.utils.data import get_worker_info
 from tfrecord_torch._threads import Team
 from tfrecord_torch.data.reading import SKIPPED, Located
 from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
-from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into
+from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into, loader_takes_items_here
 from tfrecord_torch.errors import CorruptRecordError, FeatureError
 from tfrecord_torch.features.images.engine import default_threads
 from tfrecord_torch.features.items import Item, as_item
@@ -214,9 +217,11 @@ class RecordDecoder:
         count = threads or default_threads()
         self._threads = count if self._ahead is not None and count > 1 else 1
         self._decoded = self._bytes = 0  # records sized (see SIZED), and their tensors' bytes
-        in_worker = get_worker_info() is not None  # a worker stacks into shared memory
+        self._in_worker = in_worker = get_worker_info() is not None  # a worker stacks into shared memory
         self._settling = 0.0 if in_worker else SETTLE  # the loop's next() is the main process's
-        self._stack = StackAhead() if self._threads > 1 and self._first.transform is None and not in_worker else None
+        # the batches' slots: where the decode threads run beside the loop, or in a worker (its shared memory)
+        placed = self._ahead is not None and self._first.transform is None and (self._threads > 1 or in_worker)
+        self._stack = StackAhead(shared=in_worker) if placed else None
 
     @property
     def threads(self) -> int:
@@ -242,17 +247,36 @@ class RecordDecoder:
         (an item None, left out by the read, gives SKIPPED). The decode
         threads start with the first record and are joined when this
         generator ends, however it ends."""
-        if self._threads == 1:
-            return self._here(items)
-        return self._on_threads(iter(items))
+        if self._threads > 1:
+            return self._on_threads(iter(items))
+        return self._here(items) if self._stack is None else self._placed_here(items)
 
     def _here(self, items: Iterable[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
         """:meth:`each` on the iterating thread."""
         for position, item in items:
             yield position, SKIPPED if item is None else self.decode(item)
 
+    def _placed_here(self, items: Iterable[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
+        """:meth:`each` on the iterating thread of a DataLoader worker, each
+        record decoded into its slot of its batch's shared memory (a group
+        of one record, finished as the threads' are)."""
+        assert self._stack is not None
+        if not loader_takes_items_here():  # the items may leave the worker: their memory is their own
+            self._stack = None
+            yield from self._here(items)
+            return
+        try:
+            for position, item in items:
+                records = [(position, item)]
+                slots = None if item is None else self._stack.slots(1)
+                yield from self._finish(_Group(records, self._decode_group(records, slots)))
+        finally:
+            self._stack.close()
+
     def _on_threads(self, source: Iterator[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
         """:meth:`each` with decode threads (:class:`_Groups`), joined however the iteration ends."""
+        if self._stack is not None and self._in_worker and not loader_takes_items_here():
+            self._stack = None  # the items may leave the worker: their memory is their own
         groups = _Groups(self, source)
         team = Team(self._threads, "tfrecord-decode", groups.run, groups.stop)
         try:

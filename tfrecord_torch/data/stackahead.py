@@ -1,4 +1,6 @@
-"""Batches stacked on the per-sample path's decode threads, in the main process.
+"""Batches stacked where the per-sample path decodes: on the main process's
+decode threads, and in a DataLoader worker into the shared memory its batch
+is sent in.
 
 ``DataLoader(ds, batch_size=B)`` with ``num_workers=0`` stacks each batch's
 images in ``next()``, on the loop's own thread: B images copied (12.5 MB for
@@ -31,7 +33,23 @@ and of the next ones, once nothing refers to them
 (:class:`~tfrecord_torch.features.reused.Reused`: no batch, item or view
 of them alive): fresh memory faulted its pages in, a third more CPU per
 batch. An iteration that ends leaves the next up to :data:`KEPT_BETWEEN`
-bytes of them. An item kept alone keeps its batch's buffer. The iteration lets go of a slab once its batch
+bytes of them.
+
+In a DataLoader worker the same slots lie in shared memory (a pool of
+segments, :class:`~tfrecord_torch.data.transport.shipped.SharedBuffers`),
+filled on the worker's decode threads or, with one core, on its iterating
+thread; a batch that is every slot of its slab is sent as that segment
+(:class:`~tfrecord_torch.data.transport.shipped.Shipped`), which the worker
+writes again once the main process let go of the batch. Where a worker
+would otherwise stack each batch of 64 1024x768 images (151 MiB) into its
+segment, it copies nothing; and a worker forked for a pass decodes into the
+last pass's segments (:mod:`~tfrecord_torch.data.transport.spares`), whose
+pages are in memory, not into fresh heap faulted in page by page. Only where
+the DataLoader batches the items with default_collate
+(:func:`loader_takes_items_here`). The batch size a worker's collate told is
+kept in a page shared with the processes forked after the main process
+imported this module, so that workers forked for the next pass give their
+first batches slots too. An item kept alone keeps its batch's buffer. The iteration lets go of a slab once its batch
 came out, collated or not; items iterated with no DataLoader (a batch's
 worth came out and no collate told B) get no more slots.
 """
@@ -40,18 +58,23 @@ from __future__ import annotations
 
 import functools
 import itertools
+import mmap
+import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from tfrecord_torch._dtypes import numpy_dtype
+from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
 from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
 from tfrecord_torch.features.reused import Reused
 
-__all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into"]
+__all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into", "loader_takes_items_here"]
 
 PLACED_BYTES = 64 << 10  # a tensor this large or larger goes into its slot; smaller ones are stacked as before
 
@@ -59,9 +82,79 @@ KEPT = 12  # buffers kept to use again: the batches held ahead (64 MiB of record
 LARGEST = 256 << 20  # the largest buffer kept, as the loop thread's stacking keeps (64 1024x768 images: 151 MiB)
 KEPT_BETWEEN = 256 << 20  # of those, the bytes kept from an iteration's end for the next one
 
-# The slabs' memory, the process's: used again by the next iteration (a forked child starts with none)
+# The slabs' memory in the main process: used again by the next iteration (a forked child starts with none)
 _MEMORY = Reused(slab=1 << 20, keep=KEPT, largest=LARGEST)  # slab: carved, for small batches only
-_last_size = 0  # the last batch size a collate of this process's items told (a guess for the next iteration)
+# In a DataLoader worker, shared memory the batch is sent in: a segment used again once the main process
+# let go of its batch (a forked worker takes up the last one's, :mod:`.transport.spares`); a slab may
+# hold two large keys (an image and its mask)
+_SHARED = SharedBuffers(2 * SLOTS)
+
+
+class _LastSize:
+    """The last batch size a collate of items told, in this process and the
+    processes forked from it (a guess for the next iteration's slots). A
+    DataLoader worker's collate tells it, the main process never does; held
+    in a page shared with the processes forked after it was made (at
+    import, in the main process), so that workers forked for the next pass
+    slot their first batch too. A spawned process has its own."""
+
+    def __init__(self) -> None:
+        try:
+            self._cell: mmap.mmap | None = mmap.mmap(-1, 8)  # MAP_SHARED | MAP_ANONYMOUS: no file, no descriptor
+        except (OSError, ValueError):  # pragma: no cover - a platform with no anonymous shared mapping
+            self._cell = None
+        self._here = 0
+
+    def get(self) -> int:
+        if self._cell is None:
+            return self._here
+        return int.from_bytes(self._cell[:8], "little")
+
+    def set(self, size: int) -> None:
+        self._here = size
+        if self._cell is not None:
+            self._cell[:8] = size.to_bytes(8, "little")  # one 8-byte store: a reader sees a size told
+
+
+_LAST_SIZE = _LastSize()
+
+
+class _HeapSlabs:
+    """Slab buffers of the main process's reused memory, handed over as they are."""
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        return torch.from_numpy(_MEMORY.take(nbytes)).view(dtype).view(shape), None
+
+    @staticmethod
+    def ship(buffer: torch.Tensor, token: Any) -> torch.Tensor:
+        return buffer
+
+    @staticmethod
+    def close() -> None:
+        _MEMORY.trim(KEPT_BETWEEN)
+
+
+class _SharedSlabs:
+    """Slab buffers of a DataLoader worker: segments of shared memory, each
+    batch sent as a :class:`~.transport.shipped.Shipped` tensor over its
+    slab's buffer (nothing copied to send it)."""
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
+        as_numpy = numpy_dtype(dtype)
+        assert as_numpy is not None  # _placeable: a dtype NumPy has
+        out, token = _SHARED.take(shape, as_numpy, zero=False)
+        return out, token
+
+    @staticmethod
+    def ship(buffer: torch.Tensor, token: Any) -> torch.Tensor:
+        return SharedBuffers.ship(buffer, token)
+
+    @staticmethod
+    def close() -> None:
+        pass  # the pool keeps its segments (at most its slots) for the next batches
 
 
 class Slot(NamedTuple):
@@ -77,19 +170,23 @@ class _Slab:
     a JPEG decoder writes RGB planes into (:meth:`planes_slot`), the buffer
     of the first key whose values are found there."""
 
-    __slots__ = ("_lock", "_memory", "_planes", "claimed", "size", "tensors")
+    __slots__ = ("_lock", "_memory", "_planes", "_tokens", "claimed", "size", "tensors")
 
-    def __init__(self, size: int, memory: Reused) -> None:
+    def __init__(self, size: int, memory: _HeapSlabs | _SharedSlabs) -> None:
         self.size, self._memory = size, memory
         self.claimed: set[int] = set()  # slots given (on the iterating thread only)
         self.tensors: dict[str, torch.Tensor] = {}
         self._planes: np.ndarray | None = None
+        self._tokens: dict[int, Any] = {}  # a buffer's address -> what sends it (its memory's ship)
         self._lock = threading.Lock()
 
     def planes_slot(self, index: int, shape: tuple[int, int, int]) -> np.ndarray | None:
         """Slot ``index`` of the planes buffer, for a JPEG decoded to planes of
         ``shape`` (:func:`~tfrecord_torch.features.images.jpeg.planes_into`);
-        None for a shape other than the first one's."""
+        None for a shape other than the first one's, or planes too small to
+        be placed (:data:`PLACED_BYTES`: they are stacked as before)."""
+        if shape[0] * shape[1] * shape[2] < PLACED_BYTES:
+            return None
         with self._lock:
             if self._planes is None:
                 self._planes = self._empty((self.size, *shape), torch.uint8).numpy()
@@ -121,9 +218,15 @@ class _Slab:
         return slot if type(value) is torch.Tensor else slot.as_subclass(type(value))
 
     def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialised tensor over memory no batch, item or view refers to."""
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        return torch.from_numpy(self._memory.take(nbytes)).view(dtype).view(shape)
+        """(the lock held) An uninitialised tensor over memory no batch, item or view refers to."""
+        out, token = self._memory.empty(shape, dtype)
+        self._tokens[out.data_ptr()] = token
+        return out
+
+    def shipped(self, buffer: torch.Tensor) -> torch.Tensor:
+        """``buffer`` (one of this slab's) as the collate gives it: in a
+        worker, sent over its segment."""
+        return self._memory.ship(buffer, self._tokens.get(buffer.data_ptr()))
 
 
 _DATA_PTR, _SIZE, _STRIDE = torch._C.TensorBase.data_ptr, torch._C.TensorBase.size, torch._C.TensorBase.stride
@@ -162,6 +265,33 @@ def _plain_types() -> tuple[type, ...]:
 _PLAIN: tuple[type, ...] | None = None
 
 
+def loader_takes_items_here() -> bool:
+    """In a DataLoader worker, on the thread its fetcher takes items on:
+    whether the fetcher batches them (``batch_size``) with torch's
+    default_collate, which collates :class:`~tfrecord_torch.features.items.Item`
+    with this package's collate: then every batch whose items fill their
+    slab is sent as the slab's segment, nothing copied. Items sent one by
+    one (``batch_size=None``) or through a ``collate_fn`` of the user's get
+    no slots: what of them leaves the worker torch copies into shared memory
+    of its own when it pickles them (a storage not yet shared moves), so a
+    slot would only have cost a segment."""
+    from torch.utils.data._utils import collate, fetch
+
+    from tfrecord_torch.data.collating import collate_worker_items
+    from tfrecord_torch.features.items import Item
+
+    fetches = (fetch._IterableDatasetFetcher.fetch.__code__, fetch._MapDatasetFetcher.fetch.__code__)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code not in fetches:
+        frame = frame.f_back
+    if frame is None:
+        return False  # not taken by a fetcher on this thread
+    fetcher = frame.f_locals.get("self")
+    return (getattr(fetcher, "auto_collation", False) is True
+            and getattr(fetcher, "collate_fn", None) is collate.default_collate
+            and collate.default_collate_fn_map.get(Item) is collate_worker_items)
+
+
 def decoding_into(slot: Slot | None, decode: Callable[[Any], Any], item: Any) -> Any:
     """``decode(item)`` on this decode thread, a JPEG it decodes to planes
     written straight into ``slot`` (if any, and if of the slab's shape)."""
@@ -183,24 +313,25 @@ class StackAhead:
     thread that iterates the DataLoader (the same thread, with
     ``num_workers=0``). A lock keeps the counts and slabs whole between them."""
 
-    def __init__(self) -> None:
-        self.size = _last_size  # B; 0 or 1: unknown, no slots
+    def __init__(self, *, shared: bool = False) -> None:
+        self.size = _LAST_SIZE.get()  # B; 0 or 1: unknown, no slots
         self._told = False  # whether this iteration's collate told B yet
         self._handed = 0  # records handed over with a slot asked for
         self._skipped = 0  # of those, skipped when they came out
         self._collated = 0  # items collated so far
         self._out = 0  # items come out so far
         self._slabs: dict[int, _Slab] = {}
-        self._memory = _MEMORY
+        self._memory = _SharedSlabs() if shared else _HeapSlabs()
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """The iteration is over: of the buffers it used, :data:`KEPT_BETWEEN`
-        bytes are kept for the next one (each pass over a dataset is a new
-        iteration; one that started with none faulted its slabs in afresh)."""
+        """The iteration is over: of the main process's buffers it used,
+        :data:`KEPT_BETWEEN` bytes are kept for the next one (each pass over
+        a dataset is a new iteration; one that started with none faulted its
+        slabs in afresh); a worker's segments stay in its pool."""
         with self._lock:
             self._slabs.clear()
-        self._memory.trim(KEPT_BETWEEN)
+        self._memory.close()
 
     def slots(self, count: int) -> list[Slot | None] | None:
         """The slots of the next ``count`` records handed over, in order: each
@@ -246,19 +377,21 @@ class StackAhead:
     def told(self, size: int) -> None:
         """The collate of ``size`` of this iteration's items: B is the first
         size told, or a larger one (a shorter batch is the epoch's last)."""
-        global _last_size
         if size < 2 or (self._told and size <= self.size):
             return
         with self._lock:
             self._told = True
             if size != self.size:
-                self.size = _last_size = size
+                self.size = size
                 self._slabs.clear()  # slots of another size: those placed stay with their items
+            if size != _LAST_SIZE.get():
+                _LAST_SIZE.set(size)
 
-    def whole(self, key: str, values: list) -> torch.Tensor | None:
+    def whole(self, key: Any, values: list) -> torch.Tensor | None:
         """``torch.stack(values)`` without a copy when ``values`` are, in order,
         every slot of ``key``'s buffer in the slab of the batch being
-        collated: the buffer itself (plain tensor, contiguous); else None."""
+        collated: the buffer itself (plain tensor, contiguous; in a worker,
+        sent over its segment); else None."""
         number = self._collated // self.size if self.size >= 2 else -1
         slab = self._slabs.get(number)
         buffer = None if slab is None else slab.tensors.get(key)
@@ -278,7 +411,8 @@ class StackAhead:
                     or list(map(_STRIDE, values)).count(buffer.stride()[1:]) != count
                     or list(map(_DTYPE, values)).count(buffer.dtype) != count):
                 return None
-        return buffer
+        assert slab is not None
+        return slab.shipped(buffer)
 
     def collated(self, count: int) -> None:
         """A batch of ``count`` items was collated: the slabs of batches before the next are let go."""

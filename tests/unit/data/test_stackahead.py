@@ -332,3 +332,21 @@ def test_a_value_changed_at_its_slots_address_is_stacked_as_torch_stack_gives_it
     for _ in DataLoader(ds, batch_size=10, collate_fn=collate):
         pass
     assert len(seen) == N // 10 and not any(seen)
+
+
+def test_images_too_small_to_place_take_no_slab_memory(tmp_path, memory, copied):
+    """Planes under PLACED_BYTES (64x64 RGB: 12 KB) are stacked on the loop's
+    thread as before, and no slab buffer is made for them."""
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "small.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(40):
+            pixels = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+            w.write(make_example({"image": png_bytes(pixels, "JPEG", quality=90), "label": i}))
+    ds = _dataset(path)
+    images, _ = _expected(ds)
+    for _ in range(2):
+        got = list(DataLoader(ds, batch_size=8))
+        assert torch.equal(torch.cat([b["image"] for b in got]), images)
+    assert len(copied) == 10  # every batch stacked here
+    assert memory._slabs == [] and memory._large == []  # the slabs' memory never asked

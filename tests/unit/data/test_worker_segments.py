@@ -1,16 +1,21 @@
 """Batches and items from DataLoader workers over shared-memory segments the
 workers write again: what the main process holds is never written over,
 checked with records shuffled anew each epoch (a segment written over with
-the same records in the same order would look unchanged)."""
+the same records in the same order would look unchanged). A worker decodes
+its images straight into the segment their batch is sent in, where nothing
+but that batch leaves the worker."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from helpers import png_bytes
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
+from tfrecord_torch.data import stackahead
+from tfrecord_torch.data.transport.stacking import Stacker
 
 N = 100
 SIZE = (160, 200)  # 96,000 bytes of planes: sent over a segment
@@ -59,3 +64,68 @@ def test_batches_a_worker_sent_are_kept_across_shuffled_epochs(tmp_path):
         kept.extend(b for k, b in enumerate(loader) if (epoch + k) % 2 == 0)
     for b in kept:  # after later epochs decoded other records into the segments let go
         assert torch.equal(b["image"], torch.stack([want[int(label)] for label in b["label"]]))
+
+
+@pytest.fixture
+def stacked_in_workers(monkeypatch):
+    """The batches whose images a worker's collate stacked (copied), counted
+    across the workers in shared memory; the others were decoded into their
+    batch's segment and sent as it is."""
+    count = torch.zeros(1, dtype=torch.int64).share_memory_()
+    stack = Stacker.stack
+
+    def counting(self, key, values):
+        if key == "image":
+            count.add_(1)  # one worker at a time per batch: a lost addition would only lower the count
+        return stack(self, key, values)
+
+    monkeypatch.setattr(Stacker, "stack", counting)
+    return count
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_workers_images_are_decoded_into_the_segment_their_batch_is_sent_in(tmp_path, stacked_in_workers,
+                                                                              monkeypatch, threads):
+    """In a worker, each image is decoded into its slot of its batch's
+    shared memory, and the batch is sent as that segment: nothing is copied
+    to collate it. Workers forked for the next pass know the batch size the
+    last pass's workers told, so their first batches come that way too."""
+    monkeypatch.setattr(stackahead, "_LAST_SIZE", stackahead._LastSize())  # this test's own: no size known yet
+    path = _write(tmp_path / "a.tfrecord")
+    want = _images_by_label(path)
+    ds = TFRecordDataset(path, features={"image": Image(), "label": Int64()},
+                         batching=Batching(images=ImageBatching(threads=threads)))
+    for epoch in range(2):
+        stacked_in_workers.zero_()
+        got = list(DataLoader(ds, batch_size=10, num_workers=2))  # workers forked for each pass
+        assert sorted(torch.cat([b["label"] for b in got]).tolist()) == list(range(N))
+        for b in got:
+            assert type(b["image"]) is torch.Tensor and b["image"].is_contiguous()
+            assert torch.equal(b["image"], torch.stack([want[int(label)] for label in b["label"]]))
+        if epoch == 1:  # (the first pass stacked what a worker took before its first collate told the size)
+            assert int(stacked_in_workers) == 0
+
+
+def test_items_that_leave_a_worker_by_themselves_are_never_written_over(tmp_path, monkeypatch, counted):
+    """Items sent one by one (batch_size=None), or kept by a collate_fn of
+    one's own, leave the worker as they are: what the main process holds of
+    them is never written over by later epochs, and items sent one by one
+    take no batch segment, even with a batch size known from before."""
+    monkeypatch.setattr(stackahead, "_LAST_SIZE", stackahead._LastSize())
+    stackahead._LAST_SIZE.set(10)  # a guess from an earlier loader: the first items would get slots
+    path = _write(tmp_path / "a.tfrecord")
+    want = _images_by_label(path)
+    ds = _dataset(path, shuffle=True, seed=3)  # each epoch's records in another order
+    alone = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    with_items = DataLoader(ds, batch_size=10, num_workers=2, persistent_workers=True,
+                            collate_fn=lambda items: (default_collate(items), items))
+    kept = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        kept.extend(alone)
+        if epoch == 0:
+            assert counted.tolist() == [0, 0]  # no segment taken for items sent one by one
+        kept.extend(item for _, items in with_items for item in items)  # the batches let go, the items kept
+    assert len(kept) == 2 * 3 * N
+    for item in kept:  # after later epochs decoded other records into the workers' segments
+        assert torch.equal(item["image"], want[int(item["label"])])
