@@ -13,7 +13,16 @@ import torch
 from helpers import png_bytes
 from torch.utils.data import DataLoader, default_collate
 
-from tfrecord_torch import Batching, Image, ImageBatching, Int64, RecordWriter, TFRecordDataset, make_example
+from tfrecord_torch import (
+    Batching,
+    Image,
+    ImageBatching,
+    Int64,
+    Mask,
+    RecordWriter,
+    TFRecordDataset,
+    make_example,
+)
 from tfrecord_torch.data import stackahead
 from tfrecord_torch.data.transport.stacking import Stacker
 
@@ -68,14 +77,14 @@ def test_batches_a_worker_sent_are_kept_across_shuffled_epochs(tmp_path):
 
 @pytest.fixture
 def stacked_in_workers(monkeypatch):
-    """The batches whose images a worker's collate stacked (copied), counted
+    """The batches whose images (or masks) a worker's collate stacked (copied), counted
     across the workers in shared memory; the others were decoded into their
     batch's segment and sent as it is."""
     count = torch.zeros(1, dtype=torch.int64).share_memory_()
     stack = Stacker.stack
 
     def counting(self, key, values):
-        if key == "image":
+        if key in ("image", "mask"):
             count.add_(1)  # one worker at a time per batch: a lost addition would only lower the count
         return stack(self, key, values)
 
@@ -83,7 +92,7 @@ def stacked_in_workers(monkeypatch):
     return count
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 8])  # on the worker's iterating thread, or on its decode threads
 def test_a_workers_images_are_decoded_into_the_segment_their_batch_is_sent_in(tmp_path, stacked_in_workers,
                                                                               monkeypatch, threads):
     """In a worker, each image is decoded into its slot of its batch's
@@ -129,3 +138,34 @@ def test_items_that_leave_a_worker_by_themselves_are_never_written_over(tmp_path
     assert len(kept) == 2 * 3 * N
     for item in kept:  # after later epochs decoded other records into the workers' segments
         assert torch.equal(item["image"], want[int(item["label"])])
+
+
+def test_two_large_keys_of_a_worker_go_into_their_segments_and_stay_as_sent(tmp_path, stacked_in_workers,
+                                                                             monkeypatch):
+    """An image and a mask a record (two segments a batch): the batches kept
+    across shuffled epochs of persistent workers stay as they were sent, and
+    after the first epoch none is copied in the worker's collate."""
+    monkeypatch.setattr(stackahead, "_LAST_SIZE", stackahead._LastSize())
+    rng = np.random.default_rng(2)
+    path = str(tmp_path / "masks.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(N):
+            pixels = rng.integers(0, 255, (*SIZE, 3), dtype=np.uint8)
+            mask = (rng.integers(0, 4, (SIZE[0] * 2, SIZE[1] * 2, 1), dtype=np.uint8) * 60)
+            w.write(make_example({"image": png_bytes(pixels, "JPEG", quality=90),
+                                  "mask": png_bytes(mask[..., 0], "PNG"), "label": i}))
+    features = {"image": Image(), "mask": Mask(), "label": Int64()}
+    want = {int(item["label"]): item for item in TFRecordDataset(path, features=features)}
+    ds = TFRecordDataset(path, features=features, shuffle=True, seed=5,
+                         batching=Batching(images=ImageBatching(threads=1)))
+    loader = DataLoader(ds, batch_size=10, num_workers=2, persistent_workers=True)
+    kept = []
+    for epoch in range(4):
+        ds.set_epoch(epoch)
+        stacked_in_workers.zero_()
+        kept.extend(b for k, b in enumerate(loader) if (epoch + k) % 2 == 0)
+        if epoch > 0:
+            assert int(stacked_in_workers) == 0
+    for b in kept:
+        for key in ("image", "mask"):
+            assert torch.equal(b[key], torch.stack([want[int(label)][key] for label in b["label"]]))
