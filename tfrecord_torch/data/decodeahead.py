@@ -53,9 +53,10 @@ import torch
 from torch.utils.data import get_worker_info
 
 from tfrecord_torch._threads import Team
+from tfrecord_torch.data.collating import loader_takes_items_here
 from tfrecord_torch.data.reading import SKIPPED, Located
 from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
-from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into, loader_takes_items_here
+from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into
 from tfrecord_torch.errors import CorruptRecordError, FeatureError
 from tfrecord_torch.features.images.engine import default_threads
 from tfrecord_torch.features.items import Item, as_item

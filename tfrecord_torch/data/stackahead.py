@@ -46,7 +46,7 @@ segment, it copies nothing; and a worker forked for a pass decodes into the
 last pass's segments (:mod:`~tfrecord_torch.data.transport.spares`), whose
 pages are in memory, not into fresh heap faulted in page by page. Only where
 the DataLoader batches the items with default_collate
-(:func:`loader_takes_items_here`). The batch size a worker's collate told is
+(:func:`~tfrecord_torch.data.collating.loader_takes_items_here`). The batch size a worker's collate told is
 kept in a page shared with the processes forked after the main process
 imported this module, so that workers forked for the next pass give their
 first batches slots too. An item kept alone keeps its batch's buffer. The iteration lets go of a slab once its batch
@@ -59,10 +59,8 @@ from __future__ import annotations
 import functools
 import itertools
 import mmap
-import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -74,7 +72,7 @@ from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
 from tfrecord_torch.features.reused import Reused
 
-__all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into", "loader_takes_items_here"]
+__all__ = ["PLACED_BYTES", "Slot", "StackAhead", "decoding_into"]
 
 PLACED_BYTES = 64 << 10  # a tensor this large or larger goes into its slot; smaller ones are stacked as before
 
@@ -263,33 +261,6 @@ def _plain_types() -> tuple[type, ...]:
 
 
 _PLAIN: tuple[type, ...] | None = None
-
-
-def loader_takes_items_here() -> bool:
-    """In a DataLoader worker, on the thread its fetcher takes items on:
-    whether the fetcher batches them (``batch_size``) with torch's
-    default_collate, which collates :class:`~tfrecord_torch.features.items.Item`
-    with this package's collate: then every batch whose items fill their
-    slab is sent as the slab's segment, nothing copied. Items sent one by
-    one (``batch_size=None``) or through a ``collate_fn`` of the user's get
-    no slots: what of them leaves the worker torch copies into shared memory
-    of its own when it pickles them (a storage not yet shared moves), so a
-    slot would only have cost a segment."""
-    from torch.utils.data._utils import collate, fetch
-
-    from tfrecord_torch.data.collating import collate_worker_items
-    from tfrecord_torch.features.items import Item
-
-    fetches = (fetch._IterableDatasetFetcher.fetch.__code__, fetch._MapDatasetFetcher.fetch.__code__)
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code not in fetches:
-        frame = frame.f_back
-    if frame is None:
-        return False  # not taken by a fetcher on this thread
-    fetcher = frame.f_locals.get("self")
-    return (getattr(fetcher, "auto_collation", False) is True
-            and getattr(fetcher, "collate_fn", None) is collate.default_collate
-            and collate.default_collate_fn_map.get(Item) is collate_worker_items)
 
 
 def decoding_into(slot: Slot | None, decode: Callable[[Any], Any], item: Any) -> Any:
