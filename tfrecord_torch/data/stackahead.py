@@ -33,7 +33,10 @@ and of the next ones, once nothing refers to them
 (:class:`~tfrecord_torch.features.reused.Reused`: no batch, item or view
 of them alive): fresh memory faulted its pages in, a third more CPU per
 batch. An iteration that ends leaves the next up to :data:`KEPT_BETWEEN`
-bytes of them.
+bytes of them. An item kept alone keeps its batch's buffer. The iteration
+lets go of a slab once its batch came out, collated or not; items iterated
+with no DataLoader (a batch's worth came out and no collate told B) get no
+more slots.
 
 In a DataLoader worker the same slots lie in shared memory (a pool of
 segments, :class:`~tfrecord_torch.data.transport.shipped.SharedBuffers`),
@@ -46,12 +49,10 @@ segment, it copies nothing; and a worker forked for a pass decodes into the
 last pass's segments (:mod:`~tfrecord_torch.data.transport.spares`), whose
 pages are in memory, not into fresh heap faulted in page by page. Only where
 the DataLoader batches the items with default_collate
-(:func:`~tfrecord_torch.data.collating.loader_takes_items_here`). The batch size a worker's collate told is
-kept in a page shared with the processes forked after the main process
-imported this module, so that workers forked for the next pass give their
-first batches slots too. An item kept alone keeps its batch's buffer. The iteration lets go of a slab once its batch
-came out, collated or not; items iterated with no DataLoader (a batch's
-worth came out and no collate told B) get no more slots.
+(:func:`~tfrecord_torch.data.collating.loader_takes_items_here`). The batch
+size a worker's collate told is kept in a page shared with the processes
+forked after the main process imported this module, so that workers forked
+for the next pass give their first batches slots too.
 """
 
 from __future__ import annotations
@@ -90,11 +91,12 @@ _SHARED = SharedBuffers(2 * SLOTS)
 
 class _LastSize:
     """The last batch size a collate of items told, in this process and the
-    processes forked from it (a guess for the next iteration's slots). A
-    DataLoader worker's collate tells it, the main process never does; held
-    in a page shared with the processes forked after it was made (at
-    import, in the main process), so that workers forked for the next pass
-    slot their first batch too. A spawned process has its own."""
+    processes forked from it (a guess for the next iteration's slots): the
+    main process's collate (``num_workers=0``) or a worker's. Held in a page
+    shared with the processes forked after it was made (at import, in the
+    main process), where the main process sees what its workers told, so
+    that workers forked for the next pass slot their first batch too. A
+    spawned process has its own."""
 
     def __init__(self) -> None:
         try:
