@@ -21,9 +21,9 @@ With no transform, each record's images are decoded into (or copied into)
 its slot of its batch's buffer, so that the collate of
 ``DataLoader(ds, batch_size=B)`` copies nothing
 (:mod:`~tfrecord_torch.data.stackahead`): in the main process on the decode
-threads, off the loop's thread; in a DataLoader worker (on its decode
-threads, or on its iterating thread when it has one core) into the shared
-memory the batch is sent in.
+threads, off the loop's thread; in a DataLoader worker with one core (no
+decode threads), on its iterating thread into the shared memory the batch
+is sent in.
 
 Each take costs a lock and a wake-up, so once the records' size is known
 small ones go in groups: about :data:`GROUP_BYTES` decoded, at most
@@ -218,10 +218,12 @@ class RecordDecoder:
         count = threads or default_threads()
         self._threads = count if self._ahead is not None and count > 1 else 1
         self._decoded = self._bytes = 0  # records sized (see SIZED), and their tensors' bytes
-        self._in_worker = in_worker = get_worker_info() is not None  # a worker stacks into shared memory
+        in_worker = get_worker_info() is not None  # a worker stacks into shared memory
         self._settling = 0.0 if in_worker else SETTLE  # the loop's next() is the main process's
-        # the batches' slots: where the decode threads run beside the loop, or in a worker (its shared memory)
-        placed = self._ahead is not None and self._first.transform is None and (self._threads > 1 or in_worker)
+        # the batches' slots: where the decode threads run beside the loop, or in a worker with one thread (its
+        # shared memory; a worker's decode threads, 64 MiB of records ahead, would fill a segment per batch ahead)
+        placed = self._ahead is not None and self._first.transform is None and \
+            (self._threads > 1 and not in_worker or self._threads == 1 and in_worker)
         self._stack = StackAhead(shared=in_worker) if placed else None
 
     @property
@@ -276,8 +278,6 @@ class RecordDecoder:
 
     def _on_threads(self, source: Iterator[tuple[int, Located | None]]) -> Iterator[tuple[int, Any]]:
         """:meth:`each` with decode threads (:class:`_Groups`), joined however the iteration ends."""
-        if self._stack is not None and self._in_worker and not loader_takes_items_here():
-            self._stack = None  # the items may leave the worker: their memory is their own
         groups = _Groups(self, source)
         team = Team(self._threads, "tfrecord-decode", groups.run, groups.stop)
         try:

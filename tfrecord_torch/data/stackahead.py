@@ -38,10 +38,10 @@ lets go of a slab once its batch came out, collated or not; items iterated
 with no DataLoader (a batch's worth came out and no collate told B) get no
 more slots.
 
-In a DataLoader worker the same slots lie in shared memory (a pool of
+In a DataLoader worker with one core (as many workers as cores, the usual
+spelling; no decode threads) the same slots lie in shared memory (a pool of
 segments, :class:`~tfrecord_torch.data.transport.shipped.SharedBuffers`),
-filled on the worker's decode threads or, with one core, on its iterating
-thread; a batch that is every slot of its slab is sent as that segment
+filled on its iterating thread; a batch that is every slot of its slab is sent as that segment
 (:class:`~tfrecord_torch.data.transport.shipped.Shipped`), which the worker
 writes again once the main process let go of the batch. Where a worker
 would otherwise stack each batch of 64 1024x768 images (151 MiB) into its

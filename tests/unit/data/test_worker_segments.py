@@ -92,13 +92,15 @@ def stacked_in_workers(monkeypatch):
     return count
 
 
-@pytest.mark.parametrize("threads", [1, 2, 8])  # on the worker's iterating thread, or on its decode threads
+@pytest.mark.parametrize("threads", [1, 2])
 def test_a_workers_images_are_decoded_into_the_segment_their_batch_is_sent_in(tmp_path, stacked_in_workers,
                                                                               monkeypatch, threads):
-    """In a worker, each image is decoded into its slot of its batch's
-    shared memory, and the batch is sent as that segment: nothing is copied
-    to collate it. Workers forked for the next pass know the batch size the
-    last pass's workers told, so their first batches come that way too."""
+    """In a worker with one core, each image is decoded into its slot of its
+    batch's shared memory, and the batch is sent as that segment: nothing is
+    copied to collate it. Workers forked for the next pass know the batch
+    size the last pass's workers told, so their first batches come that way
+    too. A worker with decode threads stacks its batches in its collate, as
+    before (its threads hold records ahead: a segment per batch ahead)."""
     monkeypatch.setattr(stackahead, "_LAST_SIZE", stackahead._LastSize())  # this test's own: no size known yet
     path = _write(tmp_path / "a.tfrecord")
     want = _images_by_label(path)
@@ -112,7 +114,7 @@ def test_a_workers_images_are_decoded_into_the_segment_their_batch_is_sent_in(tm
             assert type(b["image"]) is torch.Tensor and b["image"].is_contiguous()
             assert torch.equal(b["image"], torch.stack([want[int(label)] for label in b["label"]]))
         if epoch == 1:  # (the first pass stacked what a worker took before its first collate told the size)
-            assert int(stacked_in_workers) == 0
+            assert int(stacked_in_workers) == (0 if threads == 1 else N // 10)
 
 
 def test_items_that_leave_a_worker_by_themselves_are_never_written_over(tmp_path, monkeypatch, counted):
