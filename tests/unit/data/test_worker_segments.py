@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import png_bytes
-from torch.utils.data import DataLoader, default_collate
+from torch.utils.data import DataLoader, default_collate, get_worker_info
 
 from tfrecord_torch import (
     Batching,
@@ -80,16 +80,30 @@ def stacked_in_workers(monkeypatch):
     """The batches whose images (or masks) a worker's collate stacked (copied), counted
     across the workers in shared memory; the others were decoded into their
     batch's segment and sent as it is."""
-    count = torch.zeros(1, dtype=torch.int64).share_memory_()
+    counts = torch.zeros(16, dtype=torch.int64).share_memory_()  # a row a worker: two adding to one could lose one
     stack = Stacker.stack
 
     def counting(self, key, values):
         if key in ("image", "mask"):
-            count.add_(1)  # one worker at a time per batch: a lost addition would only lower the count
+            info = get_worker_info()
+            counts[0 if info is None else info.id + 1] += 1
         return stack(self, key, values)
 
     monkeypatch.setattr(Stacker, "stack", counting)
-    return count
+    return _Total(counts)
+
+
+class _Total:
+    """The workers' counts, summed when read."""
+
+    def __init__(self, counts):
+        self._counts = counts
+
+    def __int__(self):
+        return int(self._counts.sum())
+
+    def zero_(self):
+        self._counts.zero_()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
