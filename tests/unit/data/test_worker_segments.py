@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import png_bytes
-from torch.utils.data import DataLoader, default_collate, get_worker_info
+from torch.utils.data import DataLoader, default_collate
 
 from tfrecord_torch import (
     Batching,
@@ -24,7 +24,6 @@ from tfrecord_torch import (
     make_example,
 )
 from tfrecord_torch.data import stackahead
-from tfrecord_torch.data.transport.stacking import Stacker
 
 N = 100
 SIZE = (160, 200)  # 96,000 bytes of planes: sent over a segment
@@ -73,37 +72,6 @@ def test_batches_a_worker_sent_are_kept_across_shuffled_epochs(tmp_path):
         kept.extend(b for k, b in enumerate(loader) if (epoch + k) % 2 == 0)
     for b in kept:  # after later epochs decoded other records into the segments let go
         assert torch.equal(b["image"], torch.stack([want[int(label)] for label in b["label"]]))
-
-
-@pytest.fixture
-def stacked_in_workers(monkeypatch):
-    """The batches whose images (or masks) a worker's collate stacked (copied), counted
-    across the workers in shared memory; the others were decoded into their
-    batch's segment and sent as it is."""
-    counts = torch.zeros(16, dtype=torch.int64).share_memory_()  # a row a worker: two adding to one could lose one
-    stack = Stacker.stack
-
-    def counting(self, key, values):
-        if key in ("image", "mask"):
-            info = get_worker_info()
-            counts[0 if info is None else info.id + 1] += 1
-        return stack(self, key, values)
-
-    monkeypatch.setattr(Stacker, "stack", counting)
-    return _Total(counts)
-
-
-class _Total:
-    """The workers' counts, summed when read."""
-
-    def __init__(self, counts):
-        self._counts = counts
-
-    def __int__(self):
-        return int(self._counts.sum())
-
-    def zero_(self):
-        self._counts.zero_()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
