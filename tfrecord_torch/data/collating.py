@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-from types import FrameType
 
 import numpy as np
 import torch.utils.data
@@ -41,8 +39,7 @@ from tfrecord_torch.features.collate import BatchMemory, detection_lists, use_ba
 from tfrecord_torch.features.items import Item, collate_items
 from tfrecord_torch.features.reused import Reused
 
-__all__ = ["WorkerBatchMemory", "collate_worker_items", "detection_collate", "loader_takes_items_here",
-           "stack_on_this_thread"]
+__all__ = ["WorkerBatchMemory", "collate_worker_items", "detection_collate", "stack_on_this_thread"]
 
 _STACKER = Stacker()
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: torch copies fewer elements than this on the calling thread
@@ -94,30 +91,6 @@ def _collate_here(batch: list, collate_fn_map: dict | None) -> dict:
         return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack)
     finally:
         owner.collated(len(batch))
-
-
-def loader_takes_items_here() -> bool:
-    """In a DataLoader worker, on the thread its fetcher takes items on:
-    whether the fetcher batches them (``batch_size``) with torch's
-    default_collate, which collates :class:`~tfrecord_torch.features.items.Item`
-    with this package's collate: then every batch whose items fill their
-    slab is sent as the slab's segment, nothing copied. Items sent one by
-    one (``batch_size=None``) or through a ``collate_fn`` of the user's get
-    no slots: what of them leaves the worker torch copies into shared memory
-    of its own when it pickles them (a storage not yet shared moves), so a
-    slot would only have cost a segment."""
-    from torch.utils.data._utils import collate, fetch
-
-    fetches = (fetch._IterableDatasetFetcher.fetch.__code__, fetch._MapDatasetFetcher.fetch.__code__)
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code not in fetches:
-        frame = frame.f_back
-    if frame is None:
-        return False  # not taken by a fetcher on this thread
-    fetcher = frame.f_locals.get("self")
-    return (getattr(fetcher, "auto_collation", False) is True
-            and getattr(fetcher, "collate_fn", None) is collate.default_collate
-            and collate.default_collate_fn_map.get(Item) is collate_worker_items)
 
 
 def _owner(batch: list) -> StackAhead | None:

@@ -53,7 +53,6 @@ import torch
 from torch.utils.data import get_worker_info
 
 from tfrecord_torch._threads import Team
-from tfrecord_torch.data.collating import loader_takes_items_here
 from tfrecord_torch.data.reading import SKIPPED, Located
 from tfrecord_torch.data.recordspec import PerSample, decode_or_skip
 from tfrecord_torch.data.stackahead import Slot, StackAhead, decoding_into
@@ -264,10 +263,6 @@ class RecordDecoder:
         record decoded into its slot of its batch's shared memory (a group
         of one record, finished as the threads' are)."""
         assert self._stack is not None
-        if not loader_takes_items_here():  # the items may leave the worker: their memory is their own
-            self._stack = None
-            yield from self._here(items)
-            return
         try:
             for position, item in items:
                 records = [(position, item)]

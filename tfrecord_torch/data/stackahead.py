@@ -47,12 +47,16 @@ writes again once the main process let go of the batch. Where a worker
 would otherwise stack each batch of 64 1024x768 images (151 MiB) into its
 segment, it copies nothing; and a worker forked for a pass decodes into the
 last pass's segments (:mod:`~tfrecord_torch.data.transport.spares`), whose
-pages are in memory, not into fresh heap faulted in page by page. Only where
-the DataLoader batches the items with default_collate
-(:func:`~tfrecord_torch.data.collating.loader_takes_items_here`). The batch
+pages are in memory, not into fresh heap faulted in page by page. The batch
 size a worker's collate told is kept in a page shared with the processes
 forked after the main process imported this module, so that workers forked
-for the next pass give their first batches slots too.
+for the next pass give their first batches slots too. An item that leaves
+the worker by itself (``batch_size=None``, or kept by a ``collate_fn`` of the
+user's) is no concern of the segment's: its tensor's storage is its slot's
+own, not shared, and torch copies a storage into shared memory of its own
+when it pickles it, so the worker writing the segment again changes nothing
+the main process holds. Without a collate, slots stop after a batch's worth
+of items (as in the main process).
 """
 
 from __future__ import annotations

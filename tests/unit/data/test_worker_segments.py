@@ -101,9 +101,12 @@ def test_a_workers_images_are_decoded_into_the_segment_their_batch_is_sent_in(tm
 
 def test_items_that_leave_a_worker_by_themselves_are_never_written_over(tmp_path, monkeypatch, counted):
     """Items sent one by one (batch_size=None), or kept by a collate_fn of
-    one's own, leave the worker as they are: what the main process holds of
-    them is never written over by later epochs, and items sent one by one
-    take no batch segment, even with a batch size known from before."""
+    one's own, leave the worker in memory of their own: what the main
+    process holds of them is never written over by later epochs, though
+    their slots' segments are written again. With a batch size known from
+    before, items sent one by one take slots for a batch's worth of items
+    only (no collate tells the size): a slab a worker, and the one the next
+    item opens."""
     monkeypatch.setattr(stackahead, "_LAST_SIZE", stackahead._LastSize())
     stackahead._LAST_SIZE.set(10)  # a guess from an earlier loader: the first items would get slots
     path = _write(tmp_path / "a.tfrecord")
@@ -117,7 +120,7 @@ def test_items_that_leave_a_worker_by_themselves_are_never_written_over(tmp_path
         ds.set_epoch(epoch)
         kept.extend(alone)
         if epoch == 0:
-            assert counted.tolist() == [0, 0]  # no segment taken for items sent one by one
+            assert sum(counted.tolist()) <= 2 * 2
         kept.extend(item for _, items in with_items for item in items)  # the batches let go, the items kept
     assert len(kept) == 2 * 3 * N
     for item in kept:  # after later epochs decoded other records into the workers' segments
