@@ -149,8 +149,7 @@ class _SharedSlabs:
     def empty(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
         as_numpy = numpy_dtype(dtype)
         assert as_numpy is not None  # _placeable: a dtype NumPy has
-        out, token = _SHARED.take(shape, as_numpy, zero=False)
-        return out, token
+        return _SHARED.take(shape, as_numpy, zero=False)
 
     @staticmethod
     def ship(buffer: torch.Tensor, token: Any) -> torch.Tensor:
