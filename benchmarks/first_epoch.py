@@ -268,7 +268,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         return serve(args)
-    os.environ["TFRECORD_TORCH_CACHE"] = tempfile.mkdtemp(prefix="first-epoch-index-")  # an empty index cache
+    with tempfile.TemporaryDirectory(prefix="first-epoch-index-") as cache:  # an empty index cache, removed after
+        os.environ["TFRECORD_TORCH_CACHE"] = cache
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     bucket = Bucket(args, args.shards, args.bandwidth)
     try:
         peer = limit(bucket, args.batch)

@@ -498,18 +498,19 @@ def test_quick_run_of_the_bucket_benchmark_with_its_peers(tmp_path):
 
 
 @pytest.mark.slow
-def test_small_run_of_the_first_epoch_benchmark():
+def test_small_run_of_the_first_epoch_benchmark(tmp_path):
     """benchmarks/first_epoch.py on a few small generated shards: both first-batch rows
     fetch a fraction of the shards, and epoch 0 fetches each byte once, epoch 1 (ranges
-    by the cached indexes) no second pass to index."""
+    by the cached indexes) no second pass to index. Its index cache goes when it ends."""
     import re
 
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "first_epoch.py"), "--shards", "40",
                            "--shard-mb", "0.5", "--record-kb", "4", "--buffer", "50", "--batch", "8",
                            "--latency", "0.005", "--epoch-shards", "4"],
                           cwd=ROOT, check=False, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp_path.glob("first-epoch-index-*"))
     fractions = [float(f) for f in re.findall(r"MB of shards fetched \(([\d.]+) of the data\)", proc.stdout)]
     assert len(fractions) == 2 and all(f < 0.25 for f in fractions), proc.stdout
     zero, one = (float(x) for x in re.search(r"epoch 0 fetched ([\d.]+)x the data, epoch 1 .* ([\d.]+)x",
