@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.cases.image_peers import add_image_peers
 from benchmarks.cases.images import IMAGE_BATCH, _image_tally, jpegs_in_memory, on_threads
-from benchmarks.harness.registry import case, dataset, target, worker
+from benchmarks.harness.registry import SPEC, case, dataset, target, worker
 
 CROP = 224
 
@@ -245,7 +245,7 @@ def _dali_index(path: str) -> str:
             (length,) = struct.unpack("<Q", f.read(8))
             lines.append(f"{offset} {length + 16}\n")
             offset += length + 16
-    index = os.path.join(tempfile.mkdtemp(), "dali.idx")
+    index = os.path.join(tempfile.mkdtemp(dir=SPEC.get("scratch")), "dali.idx")  # in the run's scratch folder
     with open(index, "w") as f:
         f.writelines(lines)
     return index
