@@ -296,6 +296,7 @@ class _Filler:
         self._pending: set[str] = set()  # queued or being copied
         self._ended: dict[str, list[Callable[[], None]]] = {}  # called when the url's fill ends
         self._busy = 0  # threads copying a shard
+        self._taking = 0  # threads that will take another shard (not those ending: alive a while yet)
         self._threads: list[threading.Thread] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -312,7 +313,8 @@ class _Filler:
             self._queue.append(url)
             self._cond.notify_all()  # a thread waiting for held fills may take this one
             self._threads = [t for t in self._threads if t.is_alive()]
-            if len(self._threads) < self.copies.fills:
+            if self._taking < self.copies.fills:  # (a thread that found the queue empty is ending)
+                self._taking += 1
                 thread = threading.Thread(target=self._run, daemon=True, name="tfrecord_torch-copy-ahead")
                 self._threads.append(thread)
                 thread.start()
@@ -342,11 +344,13 @@ class _Filler:
         while True:
             with self._cond:
                 if self._stop.is_set() or not self._queue:
+                    self._taking -= 1  # this thread ends: a request from now on starts another
                     return None
                 queued = list(self._queue)
             free = next((url for url in queued if not self._locked(url)), None)
             with self._cond:
                 if self._stop.is_set():
+                    self._taking -= 1
                     return None
                 if free is None:
                     self._cond.wait(RECHECK)
@@ -364,24 +368,30 @@ class _Filler:
             return False
 
     def _run(self) -> None:
-        while True:
-            url = self._take()
-            if url is None:
-                return
-            try:
-                fd = self.copies.open(url, cancel=self._stop)
-            except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
-                log.debug("copying %s in the background failed: %s", url, e)
-                fd = None
-            if fd is not None:
-                os.close(fd)
-                self.copies.filled(url)
-            with self._cond:
-                self._pending.discard(url)
-                self._busy -= 1
-                ended = self._ended.pop(url, [])
-            for call in ended:
-                call()
+        url: str | None = ""
+        try:
+            while True:
+                url = self._take()
+                if url is None:  # (_take counted this thread out)
+                    return
+                try:
+                    fd = self.copies.open(url, cancel=self._stop)
+                except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
+                    log.debug("copying %s in the background failed: %s", url, e)
+                    fd = None
+                if fd is not None:
+                    os.close(fd)
+                    self.copies.filled(url)
+                with self._cond:
+                    self._pending.discard(url)
+                    self._busy -= 1
+                    ended = self._ended.pop(url, [])
+                for call in ended:
+                    call()
+        finally:
+            if url is not None:  # ended by an error: a request from now on starts another thread
+                with self._cond:
+                    self._taking -= 1
 
     def close(self, finish: bool = False) -> None:
         if finish:  # each thread ends when the queue is empty

@@ -222,3 +222,38 @@ def test_large_shards_are_copied_ahead_one_at_a_time(gated_objects, tmp_path):
         ahead.close()
         copies.close()
     assert state["peak"] == 1
+
+
+def test_a_shard_asked_for_while_every_fill_thread_ends_is_still_copied(tmp_path, monkeypatch):
+    # A fill thread that found the queue empty is still alive for a moment as it ends (longer
+    # when it waits for the GIL). A shard asked for then, with every thread in that moment,
+    # started no thread and was never copied: a reader following its copy waited for a fill
+    # that would not begin.
+    monkeypatch.setattr(copies_module, "FILLS", 1)
+    urls = [f"memory://copyend/{k}.tfrecord" for k in range(2)]
+    for url in urls:
+        fsspec.filesystem("memory").pipe_file(url, os.urandom(2000))
+    ending, ended = threading.Event(), threading.Event()
+    take = copies_module._Filler._take
+
+    def slow_end(self):
+        url = take(self)
+        if url is None and not ended.is_set():  # the first thread to end lingers as it ends
+            ending.set()
+            ended.wait(5)
+        return url
+
+    monkeypatch.setattr(copies_module._Filler, "_take", slow_end)
+    cache = ShardCache(str(tmp_path / "shards"))
+    copies = ShardCopies(cache, {url: fs.size_and_version(url) for url in urls})
+    try:
+        assert copies.open_now(urls[0]) is None  # copied in the background by the one thread
+        assert ending.wait(20)  # which found nothing more to copy, and is ending
+        assert copies.open_now(urls[1]) is None
+        assert _wait_for(lambda: copies.held(urls[1]), 5)
+    finally:
+        ended.set()
+        copies.close()
+        for url in urls:
+            fsspec.filesystem("memory").rm_file(url)
+    assert shard_cache_usage(cache) == (2, 4000)
