@@ -314,10 +314,10 @@ class _Filler:
             self._cond.notify_all()  # a thread waiting for held fills may take this one
             self._threads = [t for t in self._threads if t.is_alive()]
             if self._taking < self.copies.fills:  # (a thread that found the queue empty is ending)
-                self._taking += 1
                 thread = threading.Thread(target=self._run, daemon=True, name="tfrecord_torch-copy-ahead")
-                self._threads.append(thread)
                 thread.start()
+                self._taking += 1  # (the thread counts itself out under this lock, taken after this)
+                self._threads.append(thread)
 
     def queued(self, url: str) -> bool:
         """Whether ``url`` waits behind other fills: queued further back than
