@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch.utils.data
@@ -49,46 +50,39 @@ def collate_worker_items(batch: list, *, collate_fn_map: dict | None = None) -> 
     """default_collate of a batch of items; in a DataLoader worker, over
     reused shared memory."""
     if torch.utils.data.get_worker_info() is None:
-        return _collate_here(batch, collate_fn_map)
-    owner = _owner(batch)
-    if owner is not None:
-        owner.told(len(batch))
+        return _collate_with_slots(batch, collate_fn_map, stack_on_this_thread)
     stacked: list[int] = []
 
     def stack(key: object, values: list) -> torch.Tensor | None:
-        whole = None if owner is None else owner.whole(key, values)  # decoded into the batch's segment
-        if whole is not None:
-            return whole
         out = _STACKER.stack(key, values)
         if out is not None:
             stacked.append(out.nbytes)
         return out
 
-    try:
-        out = inline_small(collate_items(batch, collate_fn_map=collate_fn_map, stack=stack))
-    finally:
-        if owner is not None:
-            owner.collated(len(batch))
+    out = inline_small(_collate_with_slots(batch, collate_fn_map, stack))
     keep_for_batches(sum(stacked))  # before the samples are let go: their heap stays for the next batch
     sent()  # torch puts it in its queue next: the next item starts after a yield (workersend)
     return out
 
 
-def _collate_here(batch: list, collate_fn_map: dict | None) -> dict:
-    """A batch collated in the main process: values that are their batch's
-    slots (stacked on the decode threads) as their buffer, others stacked
-    here (:func:`stack_on_this_thread`) or as default_collate does."""
+def _collate_with_slots(batch: list, collate_fn_map: dict | None,
+                        stack: Callable[[object, list], torch.Tensor | None]) -> dict:
+    """collate_items of ``batch``: values that are, in order, every slot of
+    their batch's buffer (decoded there: on the main process's decode threads,
+    or into a worker's segment) as that buffer, others by ``stack`` (the main
+    process: :func:`stack_on_this_thread`; a worker: its shared memory) or as
+    default_collate does."""
     owner = _owner(batch)
     if owner is None:
-        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack_on_this_thread)
+        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack)
     owner.told(len(batch))
 
-    def stack(key: object, values: list) -> torch.Tensor | None:
+    def placed(key: object, values: list) -> torch.Tensor | None:
         whole = owner.whole(key, values)
-        return whole if whole is not None else stack_on_this_thread(key, values)
+        return whole if whole is not None else stack(key, values)
 
     try:
-        return collate_items(batch, collate_fn_map=collate_fn_map, stack=stack)
+        return collate_items(batch, collate_fn_map=collate_fn_map, stack=placed)
     finally:
         owner.collated(len(batch))
 

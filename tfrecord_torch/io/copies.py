@@ -368,30 +368,32 @@ class _Filler:
             return False
 
     def _run(self) -> None:
-        url: str | None = ""
         try:
-            while True:
-                url = self._take()
-                if url is None:  # (_take counted this thread out)
-                    return
-                try:
-                    fd = self.copies.open(url, cancel=self._stop)
-                except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
-                    log.debug("copying %s in the background failed: %s", url, e)
-                    fd = None
-                if fd is not None:
-                    os.close(fd)
-                    self.copies.filled(url)
-                with self._cond:
-                    self._pending.discard(url)
-                    self._busy -= 1
-                    ended = self._ended.pop(url, [])
-                for call in ended:
-                    call()
-        finally:
-            if url is not None:  # ended by an error: a request from now on starts another thread
-                with self._cond:
-                    self._taking -= 1
+            self._copy_until_empty()
+        except BaseException:  # ended by an error: a request from now on starts another thread
+            with self._cond:
+                self._taking -= 1
+            raise
+
+    def _copy_until_empty(self) -> None:
+        while True:
+            url = self._take()
+            if url is None:  # (_take counted this thread out)
+                return
+            try:
+                fd = self.copies.open(url, cancel=self._stop)
+            except Exception as e:  # the reader meets it again (reading the bucket) and raises it there
+                log.debug("copying %s in the background failed: %s", url, e)
+                fd = None
+            if fd is not None:
+                os.close(fd)
+                self.copies.filled(url)
+            with self._cond:
+                self._pending.discard(url)
+                self._busy -= 1
+                ended = self._ended.pop(url, [])
+            for call in ended:
+                call()
 
     def close(self, finish: bool = False) -> None:
         if finish:  # each thread ends when the queue is empty
