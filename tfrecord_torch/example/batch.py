@@ -10,6 +10,12 @@ are read out of the matrix with numpy. For varints the continuation bits
 count as structure, so their boundaries are known too. Records that match no
 template are decoded one by one (the compiled decoder, else protobuf), so the
 result never depends on which path was taken (the tests check this).
+
+A length group whose records hold more bytes values than their numeric
+features pay for (:func:`_worth_a_template`) is decoded one by one too: the
+compiled decoder copies a value (an image, an array) once where the matrix
+copies it three times (joined, read out as a column, cut into rows), and those
+copies cost more than the numpy read of a few numbers saves.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ __all__ = ["parse_example_batch", "parse_record_batch"]
 
 _MIN_GROUP = 4  # fewer same-length records than this are not worth a template
 _MAX_LAYOUTS = 4  # templates tried per length group before falling back
+# The bytes values a numeric feature pays for in a templated group: per record, the matrix costs
+# about 1.5 us per KiB of values more than decoding one by one, which costs about 0.7 us per numeric
+# feature more (benchmarks/parse_batch.py, batches of 64 records).
+_VALUE_BYTES_PER_NUMERIC = 512
 
 BatchLayout = Template  # the name the batch parser's tests know its template by
 
@@ -59,14 +69,19 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
     columns: dict[str, list] = {}  # key -> list of (row indices, values) pieces
     slow: list[int] = []
     for length, members in rows.groups(_MIN_GROUP, slow):
+        layout = Template.compile(rows.payload(int(members[0])))
+        if layout is None or not _worth_a_template(layout):
+            slow.extend(members.tolist())
+            continue
         matrix = rows.matrix(members, length)
         todo = np.arange(len(members))
-        for _ in range(_MAX_LAYOUTS):
+        for attempt in range(_MAX_LAYOUTS):
             if not len(todo):
                 break
-            layout = Template.compile(matrix[todo[0]].tobytes())
-            if layout is None:
-                break
+            if attempt:
+                layout = Template.compile(matrix[todo[0]].tobytes())
+                if layout is None or not _worth_a_template(layout):
+                    break
             sub = matrix if len(todo) == len(matrix) else matrix[todo]
             match = layout.matches(sub)
             hits = int(match.sum())
@@ -92,6 +107,15 @@ def _parse_batch(records: Sequence[Bytes] | Chunk, parse_one: Any) -> dict[str, 
         for key in keys:
             columns.setdefault(key, []).append((slow_rows, [p.get(key) for p in parsed]))
     return {key: _assemble(pieces, n) for key, pieces in sorted(columns.items())}
+
+
+def _worth_a_template(layout: Template) -> bool:
+    """Whether a group of records of ``layout`` reads faster from its byte
+    matrix than one by one: its bytes values are at most
+    :data:`_VALUE_BYTES_PER_NUMERIC` per numeric feature."""
+    kinds = [kind for kind, _ in layout.columns.values()]
+    values = sum(b - a for kind, runs in layout.columns.values() if kind == "bytes" for a, b in runs)
+    return values <= _VALUE_BYTES_PER_NUMERIC * sum(kind in ("float", "int64") for kind in kinds)
 
 
 def parse_record_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray | list]:

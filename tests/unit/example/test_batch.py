@@ -160,3 +160,23 @@ def test_records_of_different_lengths_parse_with_no_python_call_per_record():
 
     assert_same(batch(64))
     assert python_calls(parse_example_batch, batch(64)) == python_calls(parse_example_batch, batch(8))
+
+
+def test_records_mostly_one_large_value_parse_one_by_one(monkeypatch):
+    """Records of one length whose bytes are mostly a value (a raw array, an
+    image) are decoded one by one: the byte matrix would copy each value three
+    times (28x slower at 64 KiB, benchmarks/parse_batch.py). Records of numbers
+    still read from the matrix. The values are protobuf's either way."""
+    from tfrecord_torch.example import batch as batch_module
+
+    built = []
+    matrix = batch_module._Rows.matrix
+    monkeypatch.setattr(batch_module._Rows, "matrix", lambda self, *a: built.append(a) or matrix(self, *a))
+    rng = np.random.default_rng(0)
+    large = [make_example({"data": rng.integers(0, 256, 100_000, np.uint8).tobytes(), "label": i}) for i in range(16)]
+    got = assert_same(large)
+    assert built == [] and got["label"].shape == (16, 1)
+    numbers = [make_example({"data": bytes([i]) * 64, **{f"f{k}": [float(i)] * 4 for k in range(8)}})
+               for i in range(16)]
+    assert_same(numbers)
+    assert len(built) == 1
