@@ -46,6 +46,10 @@ REQUIRED = {
     ("small_loader", "ours num_workers=2"),
     ("small_loader", "tf.data batch+parse_example"),
     ("small_loader", "tfrecord + DataLoader"),
+    ("arrays_loader", "ours batch mode"),
+    ("arrays_loader", "ours batch mode, 2 workers"),
+    ("arrays_loader", "ours per sample, 2 workers"),
+    ("arrays_loader", "tf.data batch+parse_example+decode_raw"),
     ("yt8m_padded", "ours"),
     ("yt8m_padded", "ours torch threads=1"),
     ("yt8m_padded", "tf.data padded_batch"),
@@ -563,3 +567,16 @@ def test_small_run_of_the_loop_thread_benchmark(tmp_path):
     assert float(record) > 0 and all(float(x) > 0 for x in batch.split(",")) and float(wall) > 0
     assert all(float(x) > 0 for x in floor.split(",")) and len(floor.split(",")) == 2  # after a step, back to back
     assert all(float(x) > 0 for x in batch_mode.split(",")) and len(batch_mode.split(",")) == 3
+
+
+def test_the_batch_parser_benchmark_prints_both_paths_and_the_rules_pick():
+    """benchmarks/parse_batch.py: a cell per length and feature count, the
+    faster path named; a value of 64 KiB beside one number parses one by one."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "parse_batch.py"), "--lengths",
+                           "1024,65536", "--numeric", "0,32", "--repeats", "2", "--batch", "16"],
+                          cwd=ROOT, check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| 1,024 |")
+            or line.startswith("| 65,536 |")}
+    assert set(rows) == {"1,024", "65,536"}, proc.stdout
+    assert rows["65,536"].split("|")[2].count("(one by one)") == 1, rows

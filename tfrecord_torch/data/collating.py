@@ -212,9 +212,9 @@ class WorkerBatchMemory(BatchMemory):
     each tensor of each batch and pass its file descriptor in a socket round
     trip. In the main process, plain tensors."""
 
-    def empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def empty(self, key: object, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if torch.utils.data.get_worker_info() is not None:
-            out = _STACKER.empty(("padded", key), shape, dtype)
+            out = _STACKER.empty(("made", key), shape, dtype)
             if out is not None:
                 return out
             return torch.empty(shape, dtype=dtype)

@@ -12,18 +12,19 @@ from torch.utils.data import default_collate
 from tfrecord_torch._dtypes import numpy_dtype
 from tfrecord_torch.features.reused import Reused
 
-__all__ = ["BatchMemory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
+__all__ = ["BatchMemory", "batch_memory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
 
 
 class BatchMemory:
-    """Where :func:`pad_collate` makes its padded batches, and what it does
-    with a batch before returning it: plain tensors here. The datasets'
-    layer installs one that, in a DataLoader worker, pads into shared
-    memory the worker uses again and sends small tensors by value
+    """Where :func:`pad_collate` makes its padded batches (and batch mode its
+    columns of fixed-shape :class:`~tfrecord_torch.RawTensor` values), and
+    what it does with a batch before returning it: plain tensors here. The
+    datasets' layer installs one that, in a DataLoader worker, makes them in
+    shared memory the worker uses again and sends small tensors by value
     (:func:`use_batch_memory`)."""
 
-    def empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialized tensor of ``shape`` and ``dtype`` for ``key``'s padded
+    def empty(self, key: object, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialized tensor of ``shape`` and ``dtype`` for ``key``'s
         batch: over memory used again once the batches made in it are gone
         (:mod:`~tfrecord_torch.features.reused`), for dtypes NumPy has."""
         as_numpy = numpy_dtype(dtype)
@@ -44,6 +45,11 @@ def use_batch_memory(memory: BatchMemory) -> None:
     """Make :func:`pad_collate`'s batches with ``memory`` from now on, in this process."""
     global _MEMORY
     _MEMORY = memory
+
+
+def batch_memory() -> BatchMemory:
+    """Where this process makes its batches (:func:`use_batch_memory`)."""
+    return _MEMORY
 
 
 def pad_collate(batch: list, *, keys: Sequence[str] = ("image", "mask"), value: int = 0,

@@ -23,6 +23,7 @@ import torch
 
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.example.codec import JoinedSteps, PlannedKey
+from tfrecord_torch.features.collate import batch_memory
 from tfrecord_torch.features.images.decode import (  # noqa: F401
     FRAMES,
     IMAGE_MODES,
@@ -440,6 +441,35 @@ class RawTensor(Feature):
         except ValueError:
             raise FeatureError(self.key, f"{array.size} values do not fit shape {self.shape}") from None
         return torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True))
+
+    def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
+        """A batch's values: of a fixed ``shape`` (no -1), one tensor [B,
+        *shape], as the per-sample path's collate stacks them (uncompressed
+        values of the right length copied once, straight into it); else a
+        list of B tensors. A default that is not a tensor of ``shape``
+        leaves the column a list. The tensor is made where the process makes
+        its batches (:func:`~tfrecord_torch.features.collate.batch_memory`:
+        in a DataLoader worker, a shared-memory segment it uses again)."""
+        if -1 in self.shape:
+            return super().decode_column(column, records)
+        row = math.prod(self.shape) * self.dtype.itemsize
+        if row and not self.zlib:
+            values = [v[0] for v in column if v is not None and len(v) == 1 and type(v[0]) is bytes
+                      and len(v[0]) == row]
+            if values and len(values) == len(column):
+                out = batch_memory().empty(("RawTensor", self.key), (len(values), *self.shape), self._torch_dtype())
+                array = out.numpy()
+                rows = array.reshape(len(values), -1).view(np.uint8)
+                for i, value in enumerate(values):
+                    rows[i] = np.frombuffer(value, np.uint8)
+                if not self.dtype.isnative:
+                    array.byteswap(inplace=True)  # the values' bytes, in this machine's order
+                return out
+        decoded = super().decode_column(column, records)  # the errors a record's decode raises, defaults
+        if decoded and all(isinstance(v, torch.Tensor) and v.shape == self.shape and v.dtype == decoded[0].dtype
+                           for v in decoded):
+            return torch.stack(decoded)
+        return decoded
 
     def decode_steps(self, lists: dict, *, has_lists: bool) -> torch.Tensor:
         """Array bytes, one value per step, as one tensor [T, *shape], as

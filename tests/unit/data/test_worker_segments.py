@@ -19,6 +19,7 @@ from tfrecord_torch import (
     ImageBatching,
     Int64,
     Mask,
+    RawTensor,
     RecordWriter,
     TFRecordDataset,
     make_example,
@@ -156,3 +157,33 @@ def test_two_large_keys_of_a_worker_go_into_their_segments_and_stay_as_sent(tmp_
     for b in kept:
         for key in ("image", "mask"):
             assert torch.equal(b[key], torch.stack([want[int(label)][key] for label in b["label"]]))
+
+
+def test_batch_modes_raw_arrays_travel_in_reused_segments_and_stay_as_sent(tmp_path, counted):
+    """Batch mode's column of fixed-shape RawTensor values (100 KB a record)
+    is made in a segment the worker writes again, not one new segment a
+    batch passed by file descriptor: batches kept across shuffled epochs of
+    persistent workers stay as they were sent."""
+    path = str(tmp_path / "raw.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(N):
+            w.write(make_example({"x": np.full(100_000, i, np.uint8).tobytes(), "label": i}))
+    ds = TFRecordDataset(path, features={"x": RawTensor(shape=(100, 1000)), "label": Int64()}, batch_size=5,
+                         shuffle=True, seed=7)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+
+    def right(b):
+        return b["x"].shape == (5, 100, 1000) and \
+            torch.equal(b["x"], b["label"].to(torch.uint8).view(5, 1, 1).expand(5, 100, 1000))
+
+    for epoch in range(2):  # each batch let go: its segment is written again
+        ds.set_epoch(epoch)
+        assert all(right(b) for b in loader)
+    reused, allocated = counted.tolist()
+    assert reused + allocated == 2 * N // 5  # every batch's column made in a worker's segment
+    assert allocated <= 2 * 6
+    kept = []
+    for epoch in range(2, 5):
+        ds.set_epoch(epoch)
+        kept.extend(b for k, b in enumerate(loader) if (epoch + k) % 2 == 0)
+    assert len(kept) >= N // 5 and all(map(right, kept))  # after later epochs wrote the segments let go
