@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch.utils.data
@@ -32,7 +33,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 from tfrecord_torch.data.stackahead import StackAhead
 from tfrecord_torch.data.transport.byvalue import by_value_in_worker
 from tfrecord_torch.data.transport.packed import PackedLists
-from tfrecord_torch.data.transport.shipped import inline_small
+from tfrecord_torch.data.transport.shipped import INLINE_BYTES, inline_small
 from tfrecord_torch.data.transport.stacking import Stacker, stackable_dtype, stacks_to_plain
 from tfrecord_torch.data.workerheap import keep_for_batches
 from tfrecord_torch.data.workersend import sent
@@ -220,8 +221,28 @@ class WorkerBatchMemory(BatchMemory):
             return torch.empty(shape, dtype=dtype)
         return super().empty(key, shape, dtype)
 
-    def finish(self, batch: dict) -> dict:
-        return inline_small(batch)
+    def finish(self, batch: Any) -> Any:
+        """``batch`` to send: in a DataLoader worker, each plain contiguous
+        tensor of a dict over 64 KiB copied into a reused segment of its key's
+        own (torch would make a new segment for it and pass its descriptor in
+        a socket round trip), the small ones sent by value."""
+        if not isinstance(batch, dict) or torch.utils.data.get_worker_info() is None:
+            return batch
+        return inline_small({key: _in_segment(key, value) for key, value in batch.items()})
+
+
+def _in_segment(key: object, value: Any) -> Any:
+    """``value``, a plain contiguous CPU tensor over 64 KiB, copied into a
+    reused segment (:meth:`Stacker.empty`); anything else, or when every
+    segment of the key is still held, ``value`` as it is."""
+    if type(value) is not torch.Tensor or value.nbytes <= INLINE_BYTES or value.requires_grad or \
+            value.device.type != "cpu" or value.layout != torch.strided or not value.is_contiguous():
+        return value
+    out = _STACKER.empty(("sent", key), tuple(value.shape), value.dtype)
+    if out is None:
+        return value
+    out.copy_(value)
+    return out
 
 
 default_collate_fn_map[Item] = collate_worker_items

@@ -29,8 +29,8 @@ from torch.utils.data import default_collate
 
 from tfrecord_torch._pending import Done, Later, Pending
 from tfrecord_torch.data.transport.buffers import BatchBuffers
-from tfrecord_torch.data.transport.shipped import inline_small
 from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.collate import batch_memory
 from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
 from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
 from tfrecord_torch.features.images.objects import transform_objects
@@ -329,7 +329,7 @@ class ImageBatches:
     def finish(self, batch: Any) -> Any:
         """The dataset's transform on a decoded batch, if it takes batches."""
         out = self.transform(batch) if self.transform is not None and not self.per_record else batch
-        return inline_small(out)
+        return batch_memory().finish(out)
 
     def _stacked(self, batch: dict) -> dict:
         """``batch``, checked: every image and mask feature is one tensor."""

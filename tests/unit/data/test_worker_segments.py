@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from tfrecord_torch import (
     Batching,
+    Float,
     Image,
     ImageBatching,
     Int64,
@@ -187,3 +188,36 @@ def test_batch_modes_raw_arrays_travel_in_reused_segments_and_stay_as_sent(tmp_p
         ds.set_epoch(epoch)
         kept.extend(b for k, b in enumerate(loader) if (epoch + k) % 2 == 0)
     assert len(kept) >= N // 5 and all(map(right, kept))  # after later epochs wrote the segments let go
+
+
+def test_batch_modes_number_columns_travel_in_reused_segments_and_stay_as_sent(tmp_path, counted):
+    """Batch mode's column of a fixed-shape Float ([B, 32] float32, 128 KiB a
+    batch of 1,024) leaves a worker in a reused segment, not a new segment a
+    batch passed by file descriptor; a batch transform's non-contiguous
+    result is sent as torch sends it. Kept batches stay as sent."""
+    path = str(tmp_path / "small.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(8192):
+            w.write(make_example({"x": [float(i)] * 32, "label": i}))
+    spec = {"x": Float(shape=(32,)), "label": Int64()}
+
+    def right(b):
+        return torch.equal(b["x"], b["label"].to(torch.float32)[:, None].expand(-1, 32))
+
+    ds = TFRecordDataset(path, features=spec, batch_size=1024, shuffle=True, seed=1)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        assert all(right(b) for b in loader)
+    reused, allocated = counted.tolist()
+    assert reused + allocated == 2 * 8 and allocated <= 2 * 6
+    kept = []
+    for epoch in range(2, 5):
+        ds.set_epoch(epoch)
+        kept.extend(b for k, b in enumerate(loader) if (epoch + k) % 2 == 0)
+    assert len(kept) >= 8 and all(map(right, kept))
+    transposed = TFRecordDataset(path, features=spec, batch_size=1024,
+                                 transform=lambda b: {**b, "x": b["x"].t()})
+    for b in DataLoader(transposed, batch_size=None, num_workers=2):
+        assert b["x"].shape == (32, len(b["label"])) and torch.equal(b["x"].t(), b["label"].to(torch.float32)[:, None]
+                                                                     .expand(-1, 32))
