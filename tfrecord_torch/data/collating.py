@@ -224,11 +224,13 @@ class WorkerBatchMemory(BatchMemory):
     def finish(self, batch: Any) -> Any:
         """``batch`` to send: in a DataLoader worker, each plain contiguous
         tensor of a dict over 64 KiB copied into a reused segment of its key's
-        own (torch would make a new segment for it and pass its descriptor in
-        a socket round trip), the small ones sent by value."""
+        own, the small ones and the tensors of its lists (a batch's values of
+        varying length, its boxes) sent by value -- where torch would make a
+        new segment for each and pass its descriptor in a socket round trip."""
         if not isinstance(batch, dict) or torch.utils.data.get_worker_info() is None:
             return batch
-        return inline_small({key: _in_segment(key, value) for key, value in batch.items()})
+        return inline_small({key: by_value_in_worker(value) if isinstance(value, list) else _in_segment(key, value)
+                             for key, value in batch.items()})
 
 
 def _in_segment(key: object, value: Any) -> Any:

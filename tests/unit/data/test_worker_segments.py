@@ -221,3 +221,29 @@ def test_batch_modes_number_columns_travel_in_reused_segments_and_stay_as_sent(t
     for b in DataLoader(transposed, batch_size=None, num_workers=2):
         assert b["x"].shape == (32, len(b["label"])) and torch.equal(b["x"].t(), b["label"].to(torch.float32)[:, None]
                                                                      .expand(-1, 32))
+
+
+def test_batch_modes_lists_of_tensors_leave_a_worker_by_value(tmp_path, monkeypatch):
+    """Batch mode gives values of varying length as a list of B tensors; a
+    worker sends them inside the message, not each in a new segment whose
+    descriptor the main process fetches in a socket round trip (64 a batch:
+    2,539 records/s with 2 workers against 122k without, a probe of 2,048
+    records)."""
+    from multiprocessing import resource_sharer
+
+    fetched = []  # descriptors the main process fetched from a worker (a worker never calls it)
+    detach = resource_sharer.DupFd.detach
+    monkeypatch.setattr(resource_sharer.DupFd, "detach", lambda self: fetched.append(1) or detach(self))
+    path = str(tmp_path / "varlen.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(256):
+            w.write(make_example({"ids": list(range(i % 7 + 1)), "raw": bytes([i % 256]) * (i % 5 + 1), "label": i}))
+    ds = TFRecordDataset(path, features={"ids": Int64(shape=None), "raw": RawTensor(shape=(-1,)), "label": Int64()},
+                         batch_size=64)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert len(batches) == 4 and fetched == []
+    for b in batches:
+        assert isinstance(b["ids"], list) and len(b["ids"]) == 64
+        for label, ids, raw in zip(b["label"].tolist(), b["ids"], b["raw"]):
+            assert type(ids) is torch.Tensor and ids.tolist() == list(range(label % 7 + 1))
+            assert raw.tolist() == [label % 256] * (label % 5 + 1)
