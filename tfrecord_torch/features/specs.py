@@ -324,7 +324,7 @@ class _Numeric(Feature):
         if isinstance(column, np.ndarray):
             column = list(column)
         values = [self.decode({self.key: v} if v is not None else {}) for v in column]
-        return torch.stack(values) if self.shape is not None else values
+        return _stacked(values, self.shape)
 
 
 _DECODING = ("decode", "decode_owned", "convert", "finish", "raw")  # what the compiled reader does instead
@@ -465,11 +465,7 @@ class RawTensor(Feature):
                 if not self.dtype.isnative:
                     array.byteswap(inplace=True)  # the values' bytes, in this machine's order
                 return out
-        decoded = super().decode_column(column, records)  # the errors a record's decode raises, defaults
-        if decoded and all(isinstance(v, torch.Tensor) and v.shape == self.shape and v.dtype == decoded[0].dtype
-                           for v in decoded):
-            return torch.stack(decoded)
-        return decoded
+        return _stacked(super().decode_column(column, records), self.shape)  # a record's errors, defaults
 
     def decode_steps(self, lists: dict, *, has_lists: bool) -> torch.Tensor:
         """Array bytes, one value per step, as one tensor [T, *shape], as
@@ -537,6 +533,19 @@ class RawTensor(Feature):
 
     def _torch_dtype(self) -> torch.dtype:
         return torch.from_numpy(np.zeros(0, self.dtype.newbyteorder("="))).dtype
+
+
+def _stacked(values: list, shape: tuple | None) -> torch.Tensor | list:
+    """A batch column of a fixed ``shape`` (no -1) as one tensor [B, *shape]
+    when every value is a tensor of that shape and one dtype (defaults may
+    not be); else ``values``, a list, as for values of varying length."""
+    if shape is None or -1 in shape or not values:
+        return values
+    first = values[0]
+    if all(isinstance(v, torch.Tensor) and v.shape == shape and v.dtype == getattr(first, "dtype", None)
+           for v in values):
+        return torch.stack(values)
+    return values
 
 
 def bind(spec: dict) -> dict:

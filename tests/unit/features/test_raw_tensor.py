@@ -89,3 +89,35 @@ def test_a_value_of_the_wrong_length_is_named_as_per_sample(tmp_path):
         list(TFRecordDataset(path, features=spec, batch_size=4))
     assert "5 values do not fit shape (2, 3)" in str(batched.value)
     assert str(batched.value) == str(per_sample.value)
+
+
+def test_batches_made_from_eight_threads_at_once_hold_their_own_values(tmp_path):
+    """Each thread's batch-mode iteration makes its RawTensor batches in the
+    process's reused batch memory: none is handed the memory of a batch
+    another thread still holds."""
+    import threading
+
+    arrays = [np.full((50, 40), i, np.uint8) for i in range(64)]
+    path = _write(tmp_path / "t.tfrecord", arrays)
+    spec = {"x": RawTensor(shape=(50, 40)), "label": Int64()}
+    kept: list = []
+    errors: list = []
+
+    def read(seed):
+        try:
+            mine = [b for _ in range(3) for b in TFRecordDataset(path, features=spec, batch_size=8, shuffle=True,
+                                                                 seed=seed)]
+            kept.append(mine)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(kept) == 8
+    for batches in kept:  # every batch held until all threads ended
+        assert len(batches) == 24
+        for b in batches:
+            assert torch.equal(b["x"], b["label"].to(torch.uint8).view(-1, 1, 1).expand(-1, 50, 40))

@@ -33,6 +33,7 @@ class Tiny(tfds.core.GeneratorBasedBuilder):
                 "small": tfds.features.Tensor(shape=(2,), dtype=np.int32),
                 "byte": tfds.features.Tensor(shape=(), dtype=np.uint8),
                 "wide": tfds.features.Tensor(shape=(2,), dtype=np.float64),
+                "blob": tfds.features.Tensor(shape=(4, 5), dtype=np.float32, encoding="bytes"),
                 "flags": tfds.features.Sequence(np.bool_),
                 "objects": tfds.features.Sequence({"bbox": tfds.features.BBoxFeature(), "kind": np.int64}),
             }),
@@ -56,6 +57,7 @@ class Tiny(tfds.core.GeneratorBasedBuilder):
                       "small": [-(2 ** 31), i],
                       "byte": 250 + i % 3,
                       "wide": [0.1 * i, 1e300],
+                      "blob": rng.standard_normal((4, 5)).astype(np.float32),
                       "flags": [j % 2 == 0 for j in range(k)],
                       "objects": {"bbox": [tfds.features.BBox(0.1 * j, 0.2, 0.5, 0.6) for j in range(k)],
                                   "kind": list(range(k))}}
@@ -127,6 +129,22 @@ def test_every_feature_reads_as_tfds_as_numpy_gives_it(tiny):
                 assert np.array_equal(got, expected), key
     depth = next(iter(tfds_dataset(folder, "train")))["depth"]
     assert str(depth.dtype) == "torch.uint16" and int(depth.numpy().max()) > 255  # exact, not saturated
+
+
+@pytest.mark.slow  # seconds of interpreters or workers starting: CI's set
+def test_batch_mode_gives_a_tensor_of_bytes_encoding_as_tfds_batches_it(tiny):
+    """A Tensor feature with encoding="bytes" (a RawTensor here) comes in
+    batch mode as one tensor [B, 4, 5], TFDS's rows stacked, from the main
+    process and from workers alike."""
+    from torch.utils.data import DataLoader
+
+    folder, oracle = tiny
+    want = torch.tensor([row["blob"] for row in oracle["train"]], dtype=torch.float32)
+    for workers in (0, 2):
+        ds = tfds_dataset(folder, "train", batch_size=4)
+        batches = list(DataLoader(ds, batch_size=None, num_workers=workers))
+        assert [tuple(b["blob"].shape) for b in batches] == [(4, 4, 5), (2, 4, 5)]
+        assert torch.equal(torch.cat([b["blob"] for b in batches]), want)
 
 
 def test_supervised_pairs_and_class_names(tiny):
