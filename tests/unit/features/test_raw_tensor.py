@@ -95,28 +95,20 @@ def test_batches_made_from_eight_threads_at_once_hold_their_own_values(tmp_path)
     """Each thread's batch-mode iteration makes its RawTensor batches in the
     process's reused batch memory: none is handed the memory of a batch
     another thread still holds."""
-    import threading
+    import itertools
 
-    arrays = [np.full((50, 40), i, np.uint8) for i in range(64)]
-    path = _write(tmp_path / "t.tfrecord", arrays)
+    from helpers import in_threads
+
+    path = _write(tmp_path / "t.tfrecord", [np.full((50, 40), i, np.uint8) for i in range(64)])
     spec = {"x": RawTensor(shape=(50, 40)), "label": Int64()}
+    seeds = itertools.count()
     kept: list = []
-    errors: list = []
 
-    def read(seed):
-        try:
-            mine = [b for _ in range(3) for b in TFRecordDataset(path, features=spec, batch_size=8, shuffle=True,
-                                                                 seed=seed)]
-            kept.append(mine)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def read():
+        ds = TFRecordDataset(path, features=spec, batch_size=8, shuffle=True, seed=next(seeds))
+        kept.append([b for _ in range(3) for b in ds])
 
-    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and len(kept) == 8
+    assert in_threads(read) == [] and len(kept) == 8
     for batches in kept:  # every batch held until all threads ended
         assert len(batches) == 24
         for b in batches:
