@@ -33,6 +33,7 @@ from tfrecord_torch.example.tensorproto import (
     dtype_named,
     encode_tensor_proto,
 )
+from tfrecord_torch.features.collate import batch_memory
 from tfrecord_torch.features.specs import _REQUIRED, Feature
 
 __all__ = ["SerializedTensor", "parse_tensor", "serialize_tensor", "tf_dtype", "to_torch"]
@@ -245,9 +246,18 @@ class SerializedTensor(Feature):
         return self.default.clone() if isinstance(self.default, torch.Tensor) else self.default
 
     def decode_column(self, column: Any, records: Callable[[], list[dict]]) -> Any:
+        """A batch's values: of a known dtype and fixed shape, one tensor [B,
+        *shape] made where the process makes its batches
+        (:func:`~tfrecord_torch.features.collate.batch_memory`: in a DataLoader
+        worker, a segment it uses again); else a list of B values."""
         values = [self.decode({self.key: v} if v is not None else {}) for v in column]
         if self._stackable() and values and all(isinstance(v, torch.Tensor) for v in values):
-            return torch.stack(values)
+            first = values[0]
+            if any(v.shape != first.shape or v.dtype != first.dtype for v in values):
+                return values  # a default of another shape or dtype
+            out = batch_memory().empty(("SerializedTensor", self.key), (len(values), *first.shape), first.dtype)
+            torch.stack(values, out=out)
+            return out
         return values
 
     def _stackable(self) -> bool:

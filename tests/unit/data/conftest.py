@@ -47,6 +47,22 @@ def stacked_in_workers(monkeypatch):
     return counts
 
 
+@pytest.fixture
+def made_or_sent(monkeypatch):
+    """Batch tensors of a worker's batch memory, counted in the DataLoader's
+    workers: [made in their segment (``BatchMemory.empty``), copied into one
+    as the batch is sent (``BatchMemory.finish``)]."""
+    counts = _Summed(2)
+    empty = Stacker.empty
+
+    def counting(self, key, shape, dtype):
+        counts.add(0 if key[0] == "made" else 1)
+        return empty(self, key, shape, dtype)
+
+    monkeypatch.setattr(Stacker, "empty", counting)
+    return counts
+
+
 class _Summed:
     """Counts kept in the DataLoader's workers, summed over workers when read.
 

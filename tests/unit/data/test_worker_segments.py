@@ -22,8 +22,10 @@ from tfrecord_torch import (
     Mask,
     RawTensor,
     RecordWriter,
+    SerializedTensor,
     TFRecordDataset,
     make_example,
+    serialize_tensor,
 )
 from tfrecord_torch.data import stackahead
 
@@ -247,3 +249,18 @@ def test_batch_modes_lists_of_tensors_leave_a_worker_by_value(tmp_path, monkeypa
         for label, ids, raw in zip(b["label"].tolist(), b["ids"], b["raw"]):
             assert type(ids) is torch.Tensor and ids.tolist() == list(range(label % 7 + 1))
             assert raw.tolist() == [label % 256] * (label % 5 + 1)
+
+
+def test_batch_modes_serialized_tensors_are_stacked_in_their_segment(tmp_path, made_or_sent):
+    """A column of serialized tensors of a fixed shape is stacked straight
+    into the segment its batch is sent in, not stacked and then copied there."""
+    path = str(tmp_path / "tensors.tfrecord")
+    with RecordWriter(path) as w:
+        for i in range(256):
+            w.write(make_example({"t": serialize_tensor(torch.full((100, 100), float(i))), "label": i}))
+    ds = TFRecordDataset(path, features={"t": SerializedTensor(dtype="float32", shape=(100, 100)), "label": Int64()},
+                         batch_size=64)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert made_or_sent.tolist() == [4, 0]
+    for b in batches:
+        assert torch.equal(b["t"], b["label"].to(torch.float32).view(-1, 1, 1).expand(-1, 100, 100))
