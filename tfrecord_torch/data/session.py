@@ -157,11 +157,12 @@ class ReadSession:
 
     @property
     def first_far(self) -> int:
-        """Bytes past what a fill has written beyond which a first read goes
-        to the bucket: the budget's ``first``, a fill's first range (its
-        records wait for no more; a range request of a record costs one round
-        trip, and a fill begun at the same time reaches 16 MiB several
-        later). A property: a lasting session's first reads are each process's."""
+        """The bytes of a fill's first range a first read waits for: the
+        budget's ``first``. Records past them that the fill has not written
+        come from the bucket, waiting for no later range (a range request of
+        a record costs one round trip, and a fill begun at the same time
+        reaches 16 MiB several later). A property: a lasting session's first
+        reads are each process's."""
         return self.budget.first
 
     def _copies(self, remote: RemoteShards, scatter: Scatter | None) -> ShardCopies | None:

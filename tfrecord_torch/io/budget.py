@@ -100,10 +100,11 @@ class ReadBudget:
     Attributes:
         first: bytes of an iteration's first read, of an in-order read's
             first window and of a shard-cache fill's first range; each next
-            one twice the one before (:meth:`ramp`). Also how far past what a
-            fill has written an iteration's first reads wait for it (further
-            records come from the bucket). Smaller: the first records sooner;
-            larger: fewer requests on a bucket far away.
+            one twice the one before (:meth:`ramp`). Also the bytes of a
+            fill's first range that an iteration's first reads wait for:
+            records past them that the fill has not written yet come from the
+            bucket, never waiting for a later range. Smaller: the first
+            records sooner; larger: fewer requests on a bucket far away.
         early: the reads of a shuffled iteration that begin before it has
             read this many bytes are its early ones (they wait for no fill's
             later ranges).

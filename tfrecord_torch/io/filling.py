@@ -73,13 +73,16 @@ class FillView:
         """Whether reads come from the complete copy."""
         return self._complete is not None
 
-    def read(self, offset: int, size: int, *, far: int | None = None) -> bytes | None | Far:
+    def read(self, offset: int, size: int, *, far: int | None = None, within: int | None = None
+             ) -> bytes | None | Far:
         """``size`` bytes at ``offset`` (fewer at the object's end), once the
         fill has written them; None when no fill will: read the bucket.
 
         ``far``: return :data:`FAR` at once (read these bytes from the bucket,
         the fill goes on) when they end more than ``far`` bytes past what the
-        fill has written; None: wait for it.
+        fill has written; None: wait for it. ``within`` (with ``far``): also
+        when they are not written yet and end past byte ``within`` of the
+        object: a first read waits for the fill's first range and no later one.
         """
         want = min(offset + size, self.size)
         while True:
@@ -98,7 +101,7 @@ class FillView:
                 continue
             if written is None:
                 return None
-            if far is not None and (written < 0 or want - written > far):
+            if far is not None and (written < 0 or want - written > far or (within is not None and want > within)):
                 return FAR
             time.sleep(POLL)
 

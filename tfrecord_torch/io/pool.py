@@ -173,6 +173,8 @@ class Reader:
         them from the bucket when they lie more than ``far`` bytes (default
         the budget's ``far``) past what the fill has written (a random read far
         ahead of a fill just begun: one range request costs less than the wait).
+        A ``far`` given is a first read's (:attr:`ReadBudget.first`): it waits
+        only for bytes in the fill's first ``far`` bytes, never for a later range.
         """
         self._open()
         if self._local:
@@ -182,7 +184,8 @@ class Reader:
             return data
         view = self._view
         if view is not None:
-            filled = view.read(offset, size, far=None if wait else self.budget.far if far is None else far)
+            filled = view.read(offset, size, far=None if wait else self.budget.far if far is None else far,
+                               within=None if wait else far)
             if isinstance(filled, bytes):
                 return filled
             if filled is None:  # no fill will bring these bytes: the bucket, from now on

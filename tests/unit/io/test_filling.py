@@ -187,3 +187,45 @@ def test_a_read_that_need_not_wait_does_not_wait_for_a_fill_queued_behind_others
     reader.close()
     copies.close(finish=True)
     fsspec.filesystem("memory").rm_file(url)
+
+
+def test_a_first_read_waits_for_the_fills_first_range_and_no_later_one(tmp_path):
+    """A first read (``far`` given: the budget's ``first``) takes the bytes
+    the fill has written and goes to the bucket for any past the fill's first
+    range, however near what the fill has written: it never waits for a later
+    range. Before, with the first range written, a record within ``far``
+    bytes past it waited for the second range (a test under load timed out
+    on it)."""
+    import fsspec
+
+    from tfrecord_torch.io import atomic, pool
+    from tfrecord_torch.io.copies import ShardCopies
+
+    data = os.urandom(5_000)
+    url = "memory://filltest/first.tfrecord"
+    fsspec.filesystem("memory").pipe_file(url, data)
+    size, version = fs.size_and_version(url)
+    cache = ShardCache(str(tmp_path / "cache"))
+    os.makedirs(cache.folder)
+    entry = shardcache.entry_path(cache, url, size, version)
+    lock = atomic.lock_file(entry + ".lock", wait=True)  # a fill of ours, live, that writes no more
+    fill = shardcache._create_fill(fill_path(entry))
+    os.write(fill, b"F" * 380)  # its first range: 300 bytes, up to a record's end
+    copies = ShardCopies(cache, {url: (size, version)})
+    reader = pool.Reader(url, copies=copies, budget=ReadBudget(first=300, far=16_000))
+    got: list = []
+    past = threading.Thread(target=lambda: got.append(reader.read(380, 76, wait=False, far=300)))
+    try:
+        assert reader.read(0, 380, wait=False, far=300) == b"F" * 380  # written: the fill's
+        past.start()
+        past.join(5)
+        assert not past.is_alive()  # it did not wait for the fill's next range
+        assert got == [data[380:456]]  # past the first range: the bucket's
+    finally:
+        shardcache._give_up(fill, fill_path(entry))
+        atomic.unlock(entry + ".lock", lock)
+    if past.ident:  # started: it ends once the fill is given up
+        past.join(30)
+    reader.close()
+    copies.close(finish=True)
+    fsspec.filesystem("memory").rm_file(url)
