@@ -3,6 +3,7 @@ process reads the part written (and nothing from the bucket), a killed
 filler's file is never read, and a fill given up is cut before it is let go,
 so no byte of it is read after."""
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -129,14 +130,18 @@ def test_a_fill_given_up_is_cut_before_it_is_let_go(tmp_path, monkeypatch):
     assert os.listdir(cache.folder) == []
 
 
-def test_a_random_read_far_past_the_fill_goes_to_the_bucket(tmp_path):
+@contextlib.contextmanager
+def _live_fill(tmp_path, name: str, data: bytes, written: bytes, budget: ReadBudget):
+    """A shard in a memory bucket, a fill of ours of it that holds its lock
+    and has written ``written`` (bytes the bucket need not hold: where a read
+    came from shows) and writes no more, and a reader of the shard; yields
+    (reader, give_up): ``give_up()`` cuts the fill and lets it go."""
     import fsspec
 
     from tfrecord_torch.io import atomic, pool
     from tfrecord_torch.io.copies import ShardCopies
 
-    data = os.urandom(50_000)
-    url = "memory://filltest/far.tfrecord"
+    url = f"memory://filltest/{name}.tfrecord"
     fsspec.filesystem("memory").pipe_file(url, data)
     size, version = fs.size_and_version(url)
     cache = ShardCache(str(tmp_path / "cache"))
@@ -144,20 +149,34 @@ def test_a_random_read_far_past_the_fill_goes_to_the_bucket(tmp_path):
     entry = shardcache.entry_path(cache, url, size, version)
     lock = atomic.lock_file(entry + ".lock", wait=True)  # a fill of ours: the reader's own fill waits for it
     fill = shardcache._create_fill(fill_path(entry))
-    os.write(fill, b"F" * 10_000)  # bytes the bucket does not hold: where a read came from shows
+    os.write(fill, written)
     copies = ShardCopies(cache, {url: (size, version)})
-    reader = pool.Reader(url, copies=copies, budget=ReadBudget(far=1_000))
+    reader = pool.Reader(url, copies=copies, budget=budget)
+    given_up: list = []
+
+    def give_up():
+        if not given_up:
+            given_up.append(True)
+            shardcache._give_up(fill, fill_path(entry))
+            atomic.unlock(entry + ".lock", lock)
+
     try:
+        yield reader, give_up
+    finally:
+        give_up()
+        reader.close()
+        copies.close(finish=True)
+        fsspec.filesystem("memory").rm_file(url)
+
+
+def test_a_random_read_far_past_the_fill_goes_to_the_bucket(tmp_path):
+    data = os.urandom(50_000)
+    with _live_fill(tmp_path, "far", data, b"F" * 10_000, ReadBudget(far=1_000)) as (reader, give_up):
         assert reader.read(0, 5_000) == b"F" * 5_000  # the fill's
         assert reader.read(30_000, 1_000, wait=False) == data[30_000:31_000]  # far past it: the bucket's
         assert reader.read(9_500, 400, wait=False) == b"F" * 400  # the fill is still read
-    finally:
-        shardcache._give_up(fill, fill_path(entry))
-        atomic.unlock(entry + ".lock", lock)
-    assert reader.read(0, 5_000) == data[:5_000]  # the reader's own fill, or the bucket: never the given-up bytes
-    reader.close()
-    copies.close(finish=True)
-    fsspec.filesystem("memory").rm_file(url)
+        give_up()
+        assert reader.read(0, 5_000) == data[:5_000]  # the reader's own fill, or the bucket: never the given-up bytes
 
 
 def test_a_read_that_need_not_wait_does_not_wait_for_a_fill_queued_behind_others(tmp_path):
@@ -196,36 +215,18 @@ def test_a_first_read_waits_for_the_fills_first_range_and_no_later_one(tmp_path)
     range. Before, with the first range written, a record within ``far``
     bytes past it waited for the second range (a test under load timed out
     on it)."""
-    import fsspec
-
-    from tfrecord_torch.io import atomic, pool
-    from tfrecord_torch.io.copies import ShardCopies
-
     data = os.urandom(5_000)
-    url = "memory://filltest/first.tfrecord"
-    fsspec.filesystem("memory").pipe_file(url, data)
-    size, version = fs.size_and_version(url)
-    cache = ShardCache(str(tmp_path / "cache"))
-    os.makedirs(cache.folder)
-    entry = shardcache.entry_path(cache, url, size, version)
-    lock = atomic.lock_file(entry + ".lock", wait=True)  # a fill of ours, live, that writes no more
-    fill = shardcache._create_fill(fill_path(entry))
-    os.write(fill, b"F" * 380)  # its first range: 300 bytes, up to a record's end
-    copies = ShardCopies(cache, {url: (size, version)})
-    reader = pool.Reader(url, copies=copies, budget=ReadBudget(first=300, far=16_000))
     got: list = []
-    past = threading.Thread(target=lambda: got.append(reader.read(380, 76, wait=False, far=300)))
-    try:
-        assert reader.read(0, 380, wait=False, far=300) == b"F" * 380  # written: the fill's
-        past.start()
-        past.join(5)
-        assert not past.is_alive()  # it did not wait for the fill's next range
-        assert got == [data[380:456]]  # past the first range: the bucket's
-    finally:
-        shardcache._give_up(fill, fill_path(entry))
-        atomic.unlock(entry + ".lock", lock)
-    if past.ident:  # started: it ends once the fill is given up
-        past.join(30)
-    reader.close()
-    copies.close(finish=True)
-    fsspec.filesystem("memory").rm_file(url)
+    with _live_fill(tmp_path, "first", data, b"F" * 380, ReadBudget(first=300, far=16_000)) as (reader, give_up):
+        # the fill's first range (300 bytes, up to a record's end) is written, and no more
+        past = threading.Thread(target=lambda: got.append(reader.read(380, 76, wait=False, far=300)))
+        try:
+            assert reader.read(0, 380, wait=False, far=300) == b"F" * 380  # written: the fill's
+            past.start()
+            past.join(5)
+            assert not past.is_alive()  # it did not wait for the fill's next range
+            assert got == [data[380:456]]  # past the first range: the bucket's
+        finally:
+            give_up()
+            if past.ident:  # started: it ends once the fill is given up
+                past.join(30)
