@@ -113,9 +113,9 @@ def _worth_a_template(layout: Template) -> bool:
     """Whether a group of records of ``layout`` reads faster from its byte
     matrix than one by one: its bytes values are at most
     :data:`_VALUE_BYTES_PER_NUMERIC` per numeric feature."""
-    kinds = [kind for kind, _ in layout.columns.values()]
-    values = sum(b - a for kind, runs in layout.columns.values() if kind == "bytes" for a, b in runs)
-    return values <= _VALUE_BYTES_PER_NUMERIC * sum(kind in ("float", "int64") for kind in kinds)
+    columns = layout.columns.values()
+    values = sum(b - a for kind, runs in columns if kind == "bytes" for a, b in runs)
+    return values <= _VALUE_BYTES_PER_NUMERIC * sum(kind in ("float", "int64") for kind, _ in columns)
 
 
 def parse_record_batch(records: Sequence[Bytes] | Chunk) -> dict[str, np.ndarray | list]:

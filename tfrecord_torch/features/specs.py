@@ -324,7 +324,7 @@ class _Numeric(Feature):
         if isinstance(column, np.ndarray):
             column = list(column)
         values = [self.decode({self.key: v} if v is not None else {}) for v in column]
-        return _stacked(values, self.shape)
+        return stacked_column(values, self.shape, (type(self).__name__, self.key))
 
 
 _DECODING = ("decode", "decode_owned", "convert", "finish", "raw")  # what the compiled reader does instead
@@ -465,7 +465,8 @@ class RawTensor(Feature):
                 if not self.dtype.isnative:
                     array.byteswap(inplace=True)  # the values' bytes, in this machine's order
                 return out
-        return _stacked(super().decode_column(column, records), self.shape)  # a record's errors, defaults
+        decoded = super().decode_column(column, records)  # a record's errors, defaults
+        return stacked_column(decoded, self.shape, ("RawTensor", self.key))
 
     def decode_steps(self, lists: dict, *, has_lists: bool) -> torch.Tensor:
         """Array bytes, one value per step, as one tensor [T, *shape], as
@@ -535,17 +536,21 @@ class RawTensor(Feature):
         return torch.from_numpy(np.zeros(0, self.dtype.newbyteorder("="))).dtype
 
 
-def _stacked(values: list, shape: tuple | None) -> torch.Tensor | list:
-    """A batch column of a fixed ``shape`` (no -1) as one tensor [B, *shape]
-    when every value is a tensor of that shape and one dtype (defaults may
-    not be); else ``values``, a list, as for values of varying length."""
+def stacked_column(values: list, shape: tuple | None, key: object) -> torch.Tensor | list:
+    """A batch column of a fixed ``shape`` (no -1) as one tensor [B, *shape],
+    stacked where the process makes its batches (:func:`batch_memory`, under
+    ``key``), when every value is a tensor of that shape and one dtype
+    (defaults may not be); else ``values``, a list, as for values of varying
+    length."""
     if shape is None or -1 in shape or not values:
         return values
     first = values[0]
-    if all(isinstance(v, torch.Tensor) and v.shape == shape and v.dtype == getattr(first, "dtype", None)
-           for v in values):
-        return torch.stack(values)
-    return values
+    if not all(isinstance(v, torch.Tensor) and v.shape == shape and v.dtype == getattr(first, "dtype", None)
+               for v in values):
+        return values
+    out = batch_memory().empty(key, (len(values), *shape), first.dtype)
+    torch.stack(values, out=out)
+    return out
 
 
 def bind(spec: dict) -> dict:

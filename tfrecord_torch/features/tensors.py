@@ -33,8 +33,7 @@ from tfrecord_torch.example.tensorproto import (
     dtype_named,
     encode_tensor_proto,
 )
-from tfrecord_torch.features.collate import batch_memory
-from tfrecord_torch.features.specs import _REQUIRED, Feature
+from tfrecord_torch.features.specs import _REQUIRED, Feature, stacked_column
 
 __all__ = ["SerializedTensor", "parse_tensor", "serialize_tensor", "tf_dtype", "to_torch"]
 
@@ -251,14 +250,9 @@ class SerializedTensor(Feature):
         (:func:`~tfrecord_torch.features.collate.batch_memory`: in a DataLoader
         worker, a segment it uses again); else a list of B values."""
         values = [self.decode({self.key: v} if v is not None else {}) for v in column]
-        if self._stackable() and values and all(isinstance(v, torch.Tensor) for v in values):
-            first = values[0]
-            if any(v.shape != first.shape or v.dtype != first.dtype for v in values):
-                return values  # a default of another shape or dtype
-            out = batch_memory().empty(("SerializedTensor", self.key), (len(values), *first.shape), first.dtype)
-            torch.stack(values, out=out)
-            return out
-        return values
+        if not self._stackable():
+            return values
+        return stacked_column(values, self.shape, ("SerializedTensor", self.key))
 
     def _stackable(self) -> bool:
         return self.dtype is not None and self.dtype.storage is not None and self.shape is not None and \
