@@ -20,13 +20,19 @@ case("small_loader", dataset="examples_small", unit="records/s", repeats=3, quic
 _SMALL_SPEC = 'features={"label": Int64(), "x": Float(shape=(32,))}'
 
 
-def _small_loader_ours(path, workers: int):
+def _small_loader_ours(path, workers: int, shuffle: bool = False):
     import torch.utils.data
 
     from tfrecord_torch import Float, Int64, TFRecordDataset
 
-    ds = TFRecordDataset(path, features={"label": Int64(), "x": Float(shape=(32,))}, batch_size=BATCH)
-    return lambda: _batch_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+    ds = TFRecordDataset(path, features={"label": Int64(), "x": Float(shape=(32,))}, batch_size=BATCH,
+                         shuffle=shuffle)
+    epochs = iter(range(1 << 30))
+
+    def run():
+        ds.set_epoch(next(epochs))  # a new order each pass, as a training loop's epochs
+        return _batch_tally(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+    return run
 
 
 @worker("small_loader", "ours",
@@ -42,6 +48,37 @@ def small_loader_ours(path):
              "main process through shared memory")
 def small_loader_ours2(path):
     return _small_loader_ours(path, 2)
+
+
+@worker("small_loader", "ours shuffled",
+        note=f"TFRecordDataset(path, {_SMALL_SPEC}, batch_size={BATCH}, shuffle=True), set_epoch each pass, "
+             "through DataLoader(batch_size=None, num_workers=0): every record once per pass in a global "
+             "permutation (its records read where they lie in the file)")
+def small_loader_ours_shuffled(path):
+    return _small_loader_ours(path, 0, shuffle=True)
+
+
+@worker("small_loader", "ours shuffled num_workers=2",
+        note="the same with num_workers=2 (the permutation dealt over the workers, each record once)")
+def small_loader_ours_shuffled2(path):
+    return _small_loader_ours(path, 2, shuffle=True)
+
+
+@worker("small_loader", "tf.data shuffle+batch+parse_example",
+        note=f"TFRecordDataset.shuffle(10_000).batch({BATCH}).map(tf.io.parse_example).as_numpy_iterator(): "
+             "tf.data's usual shuffle, a buffer of 10,000 records over the file read in order (not a "
+             "permutation of the file); CRCs checked")
+def small_shuffled_tf(path):
+    import tensorflow as tf
+
+    from benchmarks.cases.small import _tf_desc
+
+    desc = _tf_desc(tf)
+
+    def run():
+        ds = tf.data.TFRecordDataset(path).shuffle(10_000).batch(BATCH).map(lambda b: tf.io.parse_example(b, desc))
+        return _batch_tally(ds.as_numpy_iterator())
+    return run
 
 
 worker("small_loader", "tf.data batch+parse_example",

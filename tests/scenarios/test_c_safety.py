@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 from helpers import png_bytes
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfrecord_torch import (
@@ -373,6 +373,14 @@ def read_frames(path, index, r0, r1, verify=True, crc=crc32c):
         os.close(fd)
 
 
+def read_records(path, index, records, verify=True, crc=crc32c):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return frames.read_records(fd, index, np.asarray(records, np.int64), verify, crc)
+    finally:
+        os.close(fd)
+
+
 BIG = 2**63 - 1
 CRAFTED = [
     [[16, BIG]],  # offset + size overflows
@@ -399,6 +407,8 @@ def test_crafted_index_rows_are_left_to_the_usual_path(tmp_path, rows):
     for verify in (True, False):
         assert read_frames(path, index, 0, len(rows), verify) is None
         assert frames.cut_frames(path.read_bytes(), index, 0, len(rows), verify, crc32c) is None
+        for records in (np.arange(len(rows)), np.arange(len(rows))[::-1].copy()):
+            assert read_records(path, index, records, verify) is None
         for r in range(len(rows)):
             fd = os.open(path, os.O_RDONLY)
             try:
@@ -406,6 +416,39 @@ def test_crafted_index_rows_are_left_to_the_usual_path(tmp_path, rows):
                 assert codec.read_example(fd, int(index[r, 0]), int(index[r, 1]), verify) is None
             finally:
                 os.close(fd)
+
+
+_ROW_VALUES = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, 12, 15, 16, 17, 2**31, 2**32, 2**40,
+                                                                           2**63 - 1 - (64 << 20), 2**63 - 1, -1]),
+                        st.integers(0, 6000))
+
+
+@compiled
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # read only
+@given(changes=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1), _ROW_VALUES), max_size=4),
+       records=st.lists(st.integers(-3, 8), min_size=1, max_size=12), verify=st.booleans())
+def test_read_records_of_mutated_rows_gives_the_frames_or_none(shard, changes, records, verify):
+    """Index rows changed to any value and any record numbers: read_records
+    gives None or exactly the payloads the Python path reads at those rows
+    (os.pread and parse_frame), never a read outside its buffers (run under
+    ASan by test_sanitizers.py)."""
+    from tfrecord_torch.records.framing import parse_frame
+
+    path, index, _ = shard
+    index = index.copy()
+    for row, column, value in changes:
+        index[row, column] = value
+    got = read_records(path, index, records, verify)
+    if got is None:
+        return
+    assert all(0 <= r < len(index) for r in records)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for r, payload in zip(records, got):
+            offset, size = int(index[r, 0]), int(index[r, 1])
+            assert payload == parse_frame(os.pread(fd, size, offset), name="f", offset=offset, record=r, verify=verify)
+    finally:
+        os.close(fd)
 
 
 @compiled
@@ -424,5 +467,8 @@ def test_an_index_changed_during_the_read_does_not_move_the_frames(shard, change
         return crc32c(data)
 
     assert read_frames(path, index, 0, 6, True, crc) == payloads
+    index[:] = load_index(f"{path}.index")
+    records = np.array([5, 1, 3, 2], np.int64)
+    assert read_records(path, index, records, True, crc) == [payloads[r] for r in records]
     index[:] = load_index(f"{path}.index")
     assert frames.cut_frames(path.read_bytes(), index, 0, 6, True, crc) == payloads

@@ -15,7 +15,13 @@ from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.imagebatch import ImageBatches
 from tfrecord_torch.data.iteration import Reader, ShardReads, Share
 from tfrecord_torch.data.prefetch import Started, ahead
-from tfrecord_torch.data.reading import Located, ReadContext, fetch_runs, fetch_runs_together, fetch_scattered
+from tfrecord_torch.data.reading import (
+    Located,
+    ReadContext,
+    fetch_runs,
+    fetch_runs_together,
+    gather_scattered,
+)
 from tfrecord_torch.data.recordspec import BatchRun, RecordBatch, RecordSpec
 from tfrecord_torch.data.session import ReadSession, Scatter
 from tfrecord_torch.features.images.engine import ImageBatching
@@ -140,9 +146,8 @@ class BatchPipeline:
             return payloads, lambda: [i for r in runs for i in r.items()]
         shards, records = plan.pairs(a, b)
         session.began(shards)
-        found = fetch_scattered(self.paths, self.indexes, shards, records, context)
-        items = [i for i in found if i is not None]
-        return [i.payload for i in items], lambda: items
+        found = gather_scattered(self.paths, self.indexes, shards, records, context)
+        return found.payloads(), lambda: [i for i in found.items() if i is not None]
 
     def image_batches(self, where: tuple[int, ...]) -> ImageBatches:
         """The batch decoder of one iterator; ``where`` adds to the crop seed."""

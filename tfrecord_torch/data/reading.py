@@ -3,6 +3,7 @@ or by streaming whole shards, each payload with where it came from."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -29,13 +30,13 @@ from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.io.listing import ListingCheck, changed_since_listed
 from tfrecord_torch.records.crc import crc32c
-from tfrecord_torch.records.frames import cut_frames, read_frames
+from tfrecord_torch.records.frames import compiled_frames, cut_frames, read_frames, read_records
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
 
-__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "fetch", "fetch_runs", "fetch_runs_together", "fetch_scattered",
-           "interleave", "locate", "parse_located", "stream_shard"]
+__all__ = ["SKIPPED", "Located", "ReadContext", "Run", "Scattered", "fetch", "fetch_runs", "fetch_runs_together",
+           "fetch_scattered", "gather_scattered", "interleave", "locate", "parse_located", "stream_shard"]
 
 
 
@@ -56,8 +57,8 @@ class Run(NamedTuple):
     numbers: np.ndarray
 
     def items(self) -> list[Located]:
-        return [Located(p, self.path, o, r)
-                for p, o, r in zip(self.payloads, self.offsets.tolist(), self.numbers.tolist())]
+        return list(map(Located._make, zip(self.payloads, itertools.repeat(self.path), self.offsets.tolist(),
+                                           self.numbers.tolist())))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,9 +115,14 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
     long, up to its ``window`` (16 MiB) each of a local file; for a URL, up to its ``requests.longest``
     (4 MiB) each, several requests in flight while a window is cut), each cut and
     checked by one compiled call (:func:`~tfrecord_torch.records.frames.cut_frames`),
-    or scanned where that does not vouch for its frames; other records are read
-    together by :func:`~tfrecord_torch.io.ranges.read_ranges` (near ones in
-    one request, the requests of a URL in flight at once). With a ``report``
+    or scanned where that does not vouch for its frames. Other records of a
+    local file are read and checked by one compiled call
+    (:func:`~tfrecord_torch.records.frames.read_records`: a ``preadv`` per
+    stretch of adjacent records, the GIL released once); those of a URL, or
+    those that call does not vouch for, together by
+    :func:`~tfrecord_torch.io.ranges.read_ranges` (near ones in one request,
+    the requests of a URL in flight at once), each checked by
+    :func:`~tfrecord_torch.records.framing.parse_frame`, which names a bad one. With a ``report``
     in the context, bad records are reported and skipped; when a bad length
     ends a window's scan, reading resumes at the next record through the index.
     """
@@ -134,6 +140,13 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
                 return
             yield from _windows(path, index, int(records[0]), int(records[-1]), reader, context)
             return
+        fd = reader.descriptor()  # a local file: one compiled read and check, if the records are sound
+        if fd is not None:
+            numbers = np.ascontiguousarray(records, np.int64)
+            payloads = read_records(fd, index, numbers, verify, crc32c)
+            if payloads is not None:
+                yield Run(payloads, path, index[numbers, 0], numbers)
+                return
         rows = index[records]
         yield _parse_run(path, index, records, ranges.read_ranges(reader, rows[:, 0].tolist(), rows[:, 1].tolist()),
                          context)
@@ -160,18 +173,30 @@ def _parse_run(path: str, index: np.ndarray, records: np.ndarray, frames: list[b
 
 def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records: np.ndarray,
                     context: ReadContext = _DEFAULT) -> list[Located | None]:
+    """Records from many shards, in the given order (see
+    :func:`gather_scattered`): item ``i`` is record ``records[i]`` of shard
+    ``shards[i]``, or None where the context's ``report`` skipped a bad
+    record."""
+    return gather_scattered(paths, indexes, shards, records, context).items()
+
+
+def gather_scattered(paths: list[str], indexes: list, shards: np.ndarray, records: np.ndarray,
+                     context: ReadContext = _DEFAULT) -> Scattered:
     """Records from many shards, in the given order, read shard by shard in
-    ascending offsets: local shards with one positioned read per run of
-    consecutive records and per record elsewhere, never a seek back; remote
+    ascending offsets: a local shard's by one compiled call (a positioned
+    read per stretch of adjacent records, never a seek back; without the
+    compiled reader, one per run of consecutive records and one per record
+    elsewhere); remote
     shards with the requests of all shards in flight together (near records
     in one request, see :mod:`tfrecord_torch.io.ranges`), except a single
     run of consecutive records of one shard (an in-order read), read as
     :func:`fetch_runs` reads it: scanned whole, from the shard's local copy
-    with one compiled read once it is complete. Item ``i`` is
-    record ``records[i]`` of shard ``shards[i]``, or None where the
-    context's ``report`` skipped a bad record."""
-    found: dict[tuple[int, int], Located] = {}
-    wanted = {shard: np.unique(records[shards == shard]) for shard in np.unique(shards).tolist()}
+    with one compiled read once it is complete. The records
+    found, by position asked: :class:`Scattered`."""
+    read: dict[int, list[Run]] = collections.defaultdict(list)  # per shard, the runs read of it
+    one = len(shards) and shards[0] == shards[-1] and (shards == shards[0]).all()
+    wanted = {int(shards[0]): _distinct(records)} if one else \
+        {shard: _distinct(records[shards == shard]) for shard in _distinct(shards).tolist()}
     remote = [shard for shard in wanted if is_url(paths[shard])]
     if len(remote) > 1 and context.windows is None and all(_consecutive(wanted[s]) for s in remote):
         # runs of consecutive records of several shards (an in-order read of small shards), fetched
@@ -179,9 +204,7 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
         for shard, together in zip(remote, fetch_runs_together([paths[s] for s in remote],
                                                           [indexes[s] for s in remote], [wanted[s] for s in remote],
                                                           context)):
-            for run in together:
-                for item in run.items():
-                    found[(shard, item.record)] = item
+            read[shard] += together
         wanted = {shard: w for shard, w in wanted.items() if shard not in remote}
         remote = []
     elif len(wanted) == 1 and remote and _one_run(wanted[remote[0]]) and \
@@ -190,18 +213,77 @@ def fetch_scattered(paths: list[str], indexes: list, shards: np.ndarray, records
     if remote:
         for shard, run in zip(remote, _fetch_remote([paths[s] for s in remote], [indexes[s] for s in remote],
                                                     [wanted[s] for s in remote], context)):
-            for item in run.items():
-                found[(shard, item.record)] = item
+            read[shard].append(run)
     for shard in wanted.keys() - set(remote):
-        cuts = np.flatnonzero(np.diff(wanted[shard]) != 1) + 1
-        runs = np.split(wanted[shard], cuts)
-        singles = [r for r in runs if len(r) == 1]
-        pieces = [r for r in runs if len(r) > 1] + ([np.concatenate(singles)] if singles else [])
-        for piece in pieces:
-            for run in fetch_runs(paths[shard], indexes[shard], piece, context):
-                for item in run.items():
-                    found[(shard, item.record)] = item
-    return [found.get(key) for key in zip(shards.tolist(), records.tolist())]
+        for piece in _pieces(wanted[shard], is_url(paths[shard])):
+            read[shard] += fetch_runs(paths[shard], indexes[shard], piece, context)
+    return Scattered(shards, records, read)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-d integer array, at a quarter of its cost."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def _pieces(records: np.ndarray, url: bool) -> list[np.ndarray]:
+    """How :func:`fetch_scattered` hands a shard's wanted ``records``
+    (ascending) to :func:`fetch_runs`: a local shard's all at once where
+    the compiled reader reads them (one call, adjacent ones in one
+    ``preadv``); otherwise each run of consecutive records on its own (read
+    in windows) and the lone records together."""
+    if not url and compiled_frames():
+        return [records]
+    runs = np.split(records, np.flatnonzero(np.diff(records) != 1) + 1)
+    singles = [r for r in runs if len(r) == 1]
+    return [r for r in runs if len(r) > 1] + ([np.concatenate(singles)] if singles else [])
+
+
+class Scattered:
+    """The records :func:`gather_scattered` read, by position asked:
+    position ``i`` is record ``records[i]`` of shard ``shards[i]`` found in
+    the runs read of that shard, or None (a record they left out). The
+    payloads are placed in order without an object per record; the
+    located items only when asked for (a batch's errors need them)."""
+
+    def __init__(self, shards: np.ndarray, records: np.ndarray, read: dict[int, list[Run]]) -> None:
+        self._count = len(records)
+        # per shard: its path, payloads, offsets and numbers, the positions asked of it that were found,
+        # and the payload index of each
+        self._found: list[tuple[str, list, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        for shard, runs in read.items():
+            numbers = np.concatenate([run.numbers for run in runs]) if len(runs) > 1 else runs[0].numbers
+            if not len(numbers):
+                continue
+            offsets = np.concatenate([run.offsets for run in runs]) if len(runs) > 1 else runs[0].offsets
+            payloads = runs[0].payloads if len(runs) == 1 else [p for run in runs for p in run.payloads]
+            order = np.argsort(numbers, kind="stable")
+            at = np.flatnonzero(shards == shard)  # the positions that ask for this shard's records
+            asked = records[at]
+            k = order[np.minimum(np.searchsorted(numbers[order], asked), len(numbers) - 1)]
+            hit = numbers[k] == asked
+            self._found.append((runs[0].path, payloads, offsets, numbers, at[hit], k[hit]))
+
+    def payloads(self) -> list[bytes]:
+        """The payloads found, in the order asked (those left out skipped)."""
+        if len(self._found) == 1 and len(self._found[0][4]) == self._count:  # one shard, every record found
+            _, payloads, _, _, _, k = self._found[0]
+            return [payloads[j] for j in k.tolist()]
+        out: list = [None] * self._count
+        for _, payloads, _, _, at, k in self._found:
+            for pos, j in zip(at.tolist(), k.tolist()):
+                out[pos] = payloads[j]
+        return [p for p in out if p is not None]
+
+    def items(self) -> list[Located | None]:
+        """Each position's record with where it lies, None where left out."""
+        out: list[Located | None] = [None] * self._count
+        for path, payloads, offsets, numbers, at, k in self._found:
+            for pos, j, r, offset in zip(at.tolist(), k.tolist(), numbers[k].tolist(), offsets[k].tolist()):
+                out[pos] = Located._make((payloads[j], path, offset, r))
+        return out
 
 
 @contextlib.contextmanager

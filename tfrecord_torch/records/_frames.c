@@ -1,5 +1,5 @@
-/* Framed records of an indexed shard read in C: a run of adjacent records
- * (records/frames.py) read straight into their payloads, lengths and CRCs checked.
+/* Framed records of an indexed shard read in C: a run of adjacent records, or records anywhere in the
+ * shard (records/frames.py), read straight into their payloads, lengths and CRCs checked.
  * Built with _crc32c.c (the same CRC-32C _fastwire's one-record reads use);
  * numpy's C API reads the index. */
 #define PY_SSIZE_T_CLEAN
@@ -85,85 +85,67 @@ static int payload_crc(const uint8_t *data, uint64_t length, PyObject *payload, 
     return 0;
 }
 
-/* Reads frames [0, n) of spans into payloads' bytes and heads (16 bytes per frame: its header's 12,
- * then its footer's 4), from file offset start; 0, or -1 on a short read or an error. */
-static int read_into(int fd, int64_t start, const int64_t *spans, Py_ssize_t n, PyObject *payloads,
-                     uint8_t *heads) {
+/* Reads frames [0, n) of spans into payloads' bytes (at data[r]) and heads (16 bytes per frame: its
+ * header's 12, then its footer's 4): one preadv per stretch of adjacent frames (and per IOV_BATCH / 3
+ * frames), all of it with the GIL released (the caller's list and bytes stay alive and unseen meanwhile);
+ * 0, or -1 on a short read or an error. */
+static int read_into(int fd, const int64_t *spans, Py_ssize_t n, char *const *data, uint8_t *heads) {
     struct iovec iov[IOV_BATCH];
-    int count = 0;
-    int64_t pos = start, want = 0;
+    int count = 0, failed = 0;
+    int64_t pos = 0, want = 0;
     Py_ssize_t r;
-    ssize_t got;
 
-    /* the bytes lie in this order: header 0 (12), payload 0, footer 0 + header 1 (16: adjacent in
-     * heads), payload 1, ..., footer n-1 (4) */
-    for (r = 0; r <= n; r++) {
-        if (count + 2 > IOV_BATCH) { /* room for this record's two iovecs, or read what is queued */
-            Py_BEGIN_ALLOW_THREADS
-            got = preadv(fd, iov, count, (off_t)pos);
-            Py_END_ALLOW_THREADS
-            if (got != (ssize_t)want) {
-                return -1;
-            }
-            pos += want;
+    Py_BEGIN_ALLOW_THREADS
+    for (r = 0; r <= n && !failed; r++) {
+        /* queued reads end here: at the end, before a frame that does not follow the one before, or
+         * when a frame's three iovecs would not fit */
+        if (count > 0 && (r == n || spans[2 * r] != pos + want || count + 3 > IOV_BATCH)) {
+            failed = preadv(fd, iov, count, (off_t)pos) != (ssize_t)want;
             count = 0;
             want = 0;
         }
-        if (r == 0) {
-            iov[count].iov_base = heads;
-            iov[count++].iov_len = 12;
-            want += 12;
-        } else {
-            iov[count].iov_base = heads + 16 * (r - 1) + 12;
-            iov[count++].iov_len = r < n ? 16 : 4;
-            want += r < n ? 16 : 4;
+        if (r == n || failed) {
+            break;
         }
-        if (r < n) {
-            iov[count].iov_base = PyBytes_AS_STRING(PyList_GET_ITEM(payloads, r));
-            iov[count++].iov_len = (size_t)(spans[2 * r + 1] - 16);
-            want += spans[2 * r + 1] - 16;
+        if (count == 0) {
+            pos = spans[2 * r];
         }
+        iov[count].iov_base = heads + 16 * r;
+        iov[count++].iov_len = 12;
+        iov[count].iov_base = data[r];
+        iov[count++].iov_len = (size_t)(spans[2 * r + 1] - 16);
+        iov[count].iov_base = heads + 16 * r + 12;
+        iov[count++].iov_len = 4;
+        want += spans[2 * r + 1];
     }
-    Py_BEGIN_ALLOW_THREADS
-    got = preadv(fd, iov, count, (off_t)pos);
     Py_END_ALLOW_THREADS
-    return got == (ssize_t)want ? 0 : -1;
+    return failed ? -1 : 0;
 }
 
-static PyObject *read_frames(PyObject *self, PyObject *args) {
-    int fd, verify;
-    Py_ssize_t r0, r1, r, n;
-    PyObject *index, *crc, *out = NULL;
-    PyArrayObject *ix;
-    int64_t *spans = NULL, start, end;
+/* The payloads of the n frames of spans (offsets and frame sizes, a copy of the caller's rows, freed
+ * here), read from fd and checked; None (the caller's own path reads them) for a span outside
+ * [0, INT64_MAX - MAX_SPAN], a frame under 16 bytes, more than MAX_SPAN bytes in all, frames that must be
+ * adjacent and are not, a short read, or a length or CRC that does not match. */
+static PyObject *read_spans(int fd, int64_t *spans, Py_ssize_t n, int adjacent, int verify, PyObject *crc) {
+    PyObject *out = NULL;
     uint8_t *heads = NULL;
+    char **data = NULL;
+    int64_t total = 0;
+    Py_ssize_t r;
 
-    if (!PyArg_ParseTuple(args, "iOnnpO", &fd, &index, &r0, &r1, &verify, &crc)) {
-        return NULL;
-    }
-    if (!rows_usable(index, r0, r1)) {
-        Py_RETURN_NONE;
-    }
-    ix = (PyArrayObject *)index;
-    n = r1 - r0;
-    if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
-        return PyErr_NoMemory();
-    }
-    memcpy(spans, (const int64_t *)PyArray_DATA(ix) + 2 * r0, sizeof(int64_t) * 2 * (size_t)n);
-    /* each sum below stays under start + MAX_SPAN, which cannot overflow */
-    start = end = spans[0];
-    if (start < 0 || start > INT64_MAX - MAX_SPAN || (int64_t)(off_t)start != start ||
-        (int64_t)(off_t)(start + MAX_SPAN) != start + MAX_SPAN) {
-        goto fallback;
-    }
     for (r = 0; r < n; r++) {
-        if (spans[2 * r] != end || spans[2 * r + 1] < 16 || spans[2 * r + 1] > MAX_SPAN - (end - start)) {
+        int64_t at = spans[2 * r], frame = spans[2 * r + 1];
+        /* at + frame stays under INT64_MAX; total stays under MAX_SPAN */
+        if (at < 0 || at > INT64_MAX - MAX_SPAN || (int64_t)(off_t)(at + MAX_SPAN) != at + MAX_SPAN ||
+            frame < 16 || frame > MAX_SPAN - total ||
+            (adjacent && r > 0 && at != spans[2 * r - 2] + spans[2 * r - 1])) {
             goto fallback;
         }
-        end += spans[2 * r + 1];
+        total += frame;
     }
     /* n frames of at least 16 bytes each fit in MAX_SPAN: 16 * n cannot overflow */
-    if ((heads = PyMem_Malloc(16 * (size_t)n)) == NULL || (out = PyList_New(n)) == NULL) {
+    if ((heads = PyMem_Malloc(16 * (size_t)n)) == NULL || (data = PyMem_Malloc(sizeof(char *) * (size_t)n)) == NULL ||
+        (out = PyList_New(n)) == NULL) {
         goto error;
     }
     for (r = 0; r < n; r++) { /* filled below, before anyone else sees them */
@@ -172,8 +154,9 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
             goto error;
         }
         PyList_SET_ITEM(out, r, payload);
+        data[r] = PyBytes_AS_STRING(payload);
     }
-    if (read_into(fd, start, spans, n, out, heads) != 0) {
+    if (read_into(fd, spans, n, data, heads) != 0) {
         goto fallback;
     }
     for (r = 0; r < n; r++) {
@@ -197,17 +180,83 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     }
     PyMem_Free(spans);
     PyMem_Free(heads);
+    PyMem_Free(data);
     return out;
 fallback:
     Py_XDECREF(out);
     PyMem_Free(spans);
     PyMem_Free(heads);
+    PyMem_Free(data);
     Py_RETURN_NONE;
 error:
     Py_XDECREF(out);
     PyMem_Free(spans);
     PyMem_Free(heads);
+    PyMem_Free(data);
     return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+}
+
+static PyObject *read_frames(PyObject *self, PyObject *args) {
+    int fd, verify;
+    Py_ssize_t r0, r1, n;
+    PyObject *index, *crc;
+    int64_t *spans;
+
+    if (!PyArg_ParseTuple(args, "iOnnpO", &fd, &index, &r0, &r1, &verify, &crc)) {
+        return NULL;
+    }
+    if (!rows_usable(index, r0, r1)) {
+        Py_RETURN_NONE;
+    }
+    n = r1 - r0;
+    if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
+        return PyErr_NoMemory();
+    }
+    memcpy(spans, (const int64_t *)PyArray_DATA((PyArrayObject *)index) + 2 * r0, sizeof(int64_t) * 2 * (size_t)n);
+    return read_spans(fd, spans, n, 1, verify, crc);
+}
+
+/* read_records(fd, index, records, verify, crc): the records numbered in records (a C-contiguous int64
+ * array of one dimension, numbers in [0, len(index)), at most MAX_SPAN / 16 of them; in any order, best
+ * ascending) read and checked as read_frames reads a run: adjacent ones with one preadv, all of them with
+ * the GIL released once. None where read_frames would give None, or for a records array or number it
+ * cannot use. */
+static PyObject *read_records(PyObject *self, PyObject *args) {
+    int fd, verify;
+    Py_ssize_t r, n, rows;
+    PyObject *index, *records, *crc;
+    PyArrayObject *ix, *numbers;
+    const int64_t *table, *wanted;
+    int64_t *spans;
+
+    if (!PyArg_ParseTuple(args, "iOOpO", &fd, &index, &records, &verify, &crc)) {
+        return NULL;
+    }
+    ix = (PyArrayObject *)index;
+    numbers = (PyArrayObject *)records;
+    if (!PyArray_Check(records) || PyArray_NDIM(numbers) != 1 || PyArray_TYPE(numbers) != NPY_INT64 ||
+        !PyArray_IS_C_CONTIGUOUS(numbers) || PyArray_DIM(numbers, 0) < 1 ||
+        PyArray_DIM(numbers, 0) > MAX_SPAN / 16 || !PyArray_Check(index) || PyArray_NDIM(ix) != 2 ||
+        PyArray_DIM(ix, 1) != 2 || PyArray_TYPE(ix) != NPY_INT64 || !PyArray_IS_C_CONTIGUOUS(ix)) {
+        Py_RETURN_NONE;
+    }
+    n = PyArray_DIM(numbers, 0);
+    rows = PyArray_DIM(ix, 0);
+    table = (const int64_t *)PyArray_DATA(ix);
+    wanted = (const int64_t *)PyArray_DATA(numbers);
+    if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (r = 0; r < n; r++) { /* copied before crc (Python code) runs: later changes to either array do not count */
+        int64_t number = wanted[r];
+        if (number < 0 || number >= rows) {
+            PyMem_Free(spans);
+            Py_RETURN_NONE;
+        }
+        spans[2 * r] = table[2 * number];
+        spans[2 * r + 1] = table[2 * number + 1];
+    }
+    return read_spans(fd, spans, n, 0, verify, crc);
 }
 
 /* cut_frames(data, index, r0, r1, verify, crc): records r0..r1-1 of a shard, adjacent in the file, cut from
@@ -302,6 +351,9 @@ static PyMethodDef methods[] = {
     {"read_frames", read_frames, METH_VARARGS,
      "read_frames(fd, index, r0, r1, verify, crc): the payloads of adjacent records r0..r1-1, read at once and "
      "checked; None where the caller must read them its own way."},
+    {"read_records", read_records, METH_VARARGS,
+     "read_records(fd, index, records, verify, crc): the payloads of the records numbered in records (int64, "
+     "best ascending), read at once and checked; None where the caller must read them its own way."},
     {"cut_frames", cut_frames, METH_VARARGS,
      "cut_frames(data, index, r0, r1, verify, crc): the payloads of adjacent records r0..r1-1 cut from data (the "
      "file's bytes from record r0's offset on) and checked; None where the caller must read them its own way."},

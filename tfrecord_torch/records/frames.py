@@ -1,10 +1,12 @@
-"""A run of adjacent records of an indexed shard, read at once.
+"""Records of an indexed shard, read at once.
 
 :func:`read_frames` reads records ``r0`` to ``r1 - 1`` of a local shard, each
-payload straight into its bytes object (a ``preadv`` per 511 records, no
+payload straight into its bytes object (a ``preadv`` per 341 records, no
 buffer of the whole run to fault in and copy out), and checks each frame
 (its length against the index, both CRCs when asked), in C where
-``records/_frames.c`` was built. It never raises for bad data: anything it
+``records/_frames.c`` was built; :func:`read_records` does the same for
+records anywhere in the shard (a shuffled batch's), a ``preadv`` per stretch
+of adjacent ones, the GIL released once for all of them. It never raises for bad data: anything it
 does not vouch for is left to the usual path
 (:func:`~tfrecord_torch.records.scan.scan` and
 :func:`~tfrecord_torch.records.framing.parse_frame`), which names the file,
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["compiled_frames", "cut_frames", "read_frames"]
+__all__ = ["compiled_frames", "cut_frames", "read_frames", "read_records"]
 
 
 def _compiled():  # the compiled reader, or None (not built, or a big-endian machine)
@@ -55,6 +57,17 @@ def read_frames(fd: int, index: np.ndarray, r0: int, r1: int, verify: bool,
     return None
 
 
+def read_records(fd: int, index: np.ndarray, records: np.ndarray, verify: bool,
+                 crc: Callable[[bytes], int]) -> list[bytes] | None:
+    """The payloads of the records numbered in ``records`` (int64, one
+    dimension; read in the order given, best ascending) of a local shard,
+    read from ``fd`` and checked as :func:`read_frames` checks a run; None
+    where the usual path must read them (a number outside the index, over 64 MiB
+    at once, a short read, a length or CRC that does not match). Without the
+    compiled reader, None."""
+    return None
+
+
 def cut_frames(data: bytes, index: np.ndarray, r0: int, r1: int, verify: bool,
                crc: Callable[[bytes], int]) -> list[bytes] | None:
     """The payloads of records ``r0`` to ``r1 - 1`` of a shard, adjacent in
@@ -69,4 +82,5 @@ def cut_frames(data: bytes, index: np.ndarray, r0: int, r1: int, verify: bool,
 
 if _FRAMES is not None:
     read_frames = _FRAMES.read_frames  # noqa: F811
+    read_records = _FRAMES.read_records  # noqa: F811
     cut_frames = _FRAMES.cut_frames  # noqa: F811

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 import tfrecord_torch as tt
-from tfrecord_torch.data.reading import ReadContext, fetch, fetch_scattered
+from tfrecord_torch.data import reading
+from tfrecord_torch.data.reading import ReadContext, fetch, fetch_scattered, gather_scattered
 from tfrecord_torch.errors import CorruptRecordError
-from tfrecord_torch.io.pool import ReaderPool
+from tfrecord_torch.io.pool import Reader, ReaderPool
+from tfrecord_torch.records import frames
 from tfrecord_torch.records.index import scan_index
 
 
@@ -57,6 +59,51 @@ def test_scattered_records_come_in_the_order_asked(tmp_path):
     shards, records = np.zeros(4, np.int64), np.array([3, 0, 5, 1])
     found = fetch_scattered([path], [index], shards, records, ReadContext(verify=False))
     assert [i.record for i in found] == [3, 0, 5, 1]
+
+
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+def test_scattered_local_records_are_read_by_one_compiled_call(tmp_path, monkeypatch):
+    """A shuffled batch's records of a local shard: one compiled read of
+    them all (no Python read and frame check per record), the same items."""
+    path, index = _shard(tmp_path, n=40)
+    calls = []
+    monkeypatch.setattr(Reader, "read", lambda self, *a, **k: calls.append(a) or b"")
+    order = np.random.default_rng(0).permutation(40)[:12]  # far apart, some adjacent
+    shards = np.zeros(12, np.int64)
+    found = fetch_scattered([path], [index], shards, order, ReadContext())
+    assert [bytes(i.payload) for i in found] == [f"record {r}".encode() for r in order.tolist()]
+    assert [i.offset for i in found] == [int(index[r, 0]) for r in order.tolist()]
+    payloads = gather_scattered([path], [index], shards, order, ReadContext()).payloads()
+    assert payloads == [f"record {r}".encode() for r in order.tolist()]
+    assert calls == []
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_scattered_records_of_several_shards_with_a_bad_one_and_repeats(tmp_path, monkeypatch, compiled):
+    """Records of two shards asked in any order, some twice, one of them bad
+    under a reporter: each position gets its record (None for the bad one,
+    reported once), and the payloads come in the order asked without it,
+    by the compiled reader or without it."""
+    if not compiled:
+        monkeypatch.setattr(reading, "compiled_frames", lambda: False)
+        monkeypatch.setattr(reading, "read_records", lambda *a: None)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    path_a, index_a = _shard(tmp_path / "a", n=30, bad=7)
+    path_b, index_b = _shard(tmp_path / "b", n=30)
+    shards = np.array([1, 0, 0, 1, 0, 0, 1, 0], np.int64)
+    records = np.array([4, 7, 8, 5, 20, 8, 29, 0], np.int64)
+    reported = []
+    found = gather_scattered([path_a, path_b], [index_a, index_b], shards, records,
+                             ReadContext(report=reported.append))
+    items = found.items()
+    assert [None if i is None else (i.path, i.record, bytes(i.payload)) for i in items] == [
+        None if (s, r) == (0, 7) else ([path_a, path_b][s], r, f"record {r}".encode())
+        for s, r in zip(shards.tolist(), records.tolist())]
+    assert [i.offset for i in items if i is not None] == [
+        int([index_a, index_b][s][r, 0]) for s, r in zip(shards.tolist(), records.tolist()) if (s, r) != (0, 7)]
+    assert [bytes(p) for p in found.payloads()] == [bytes(i.payload) for i in items if i is not None]
+    assert [e.record for e in reported] == [7]
 
 
 def test_a_read_context_is_frozen_and_keyword_only():

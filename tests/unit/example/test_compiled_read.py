@@ -327,6 +327,15 @@ def test_read_frames_equals_the_records_or_leaves_them(tmp_path):
             os.close(fd)
 
 
+def _flip_footer(path, index, r):
+    """Record ``r``'s payload CRC damaged in the file at ``path``; its bytes before."""
+    data = path.read_bytes()
+    damaged = bytearray(data)
+    damaged[int(index[r, 0]) + int(index[r, 1]) - 1] ^= 1
+    path.write_bytes(bytes(damaged))
+    return data
+
+
 def _indexed_shard(path, payloads):
     with RecordWriter(path) as w:
         for p in payloads:
@@ -337,7 +346,7 @@ def _indexed_shard(path, payloads):
 
 @pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
 def test_read_frames_of_runs_longer_than_one_read_call(tmp_path):
-    """Runs of more records than one vectored read takes (511): every payload,
+    """Runs of more records than one vectored read takes (341): every payload,
     the empty ones too, whatever run is asked; a file cut short or a frame
     damaged in a later call leaves the run to the usual path."""
     path = tmp_path / "many.tfrecord"
@@ -345,15 +354,12 @@ def test_read_frames_of_runs_longer_than_one_read_call(tmp_path):
     index = _indexed_shard(path, payloads)
     fd = os.open(path, os.O_RDONLY)
     try:
-        for r0, r1 in [(0, 1200), (0, 511), (0, 512), (510, 1023), (1, 1200), (1199, 1200)]:
+        for r0, r1 in [(0, 1200), (0, 341), (0, 342), (340, 683), (0, 511), (510, 1023), (1, 1200), (1199, 1200)]:
             assert frames.read_frames(fd, index, r0, r1, True, crc32c) == payloads[r0:r1]
             assert frames.read_frames(fd, index, r0, r1, False, crc32c) == payloads[r0:r1]
     finally:
         os.close(fd)
-    data = path.read_bytes()
-    damaged = bytearray(data)
-    damaged[int(index[1000, 0]) + int(index[1000, 1]) - 1] ^= 1  # record 1000's footer (its payload's CRC)
-    path.write_bytes(bytes(damaged))
+    data = _flip_footer(path, index, 1000)
     fd = os.open(path, os.O_RDONLY)
     try:
         assert frames.read_frames(fd, index, 0, 1200, True, crc32c) is None
@@ -366,6 +372,48 @@ def test_read_frames_of_runs_longer_than_one_read_call(tmp_path):
         for verify in (True, False):
             assert frames.read_frames(fd, index, 0, 1200, verify, crc32c) is None
             assert frames.read_frames(fd, index, 0, 1199, verify, crc32c) == payloads[:1199]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+def test_read_records_equals_the_records_in_any_order_or_leaves_them(tmp_path):
+    """Records anywhere in a shard (a shuffled batch's), in the order asked:
+    stretches of adjacent ones, lone ones, repeats, more than one vectored
+    read takes; a number outside the index, a records array it cannot use, a
+    damaged frame or a file cut short leave them to the usual path."""
+    path = tmp_path / "many.tfrecord"
+    payloads = [bytes([i % 251]) * (i % 7 * 300) for i in range(1200)]  # empty, short and over 1 KiB
+    index = _indexed_shard(path, payloads)
+    rng = np.random.default_rng(0)
+    asked = [np.arange(1200), rng.permutation(1200), np.sort(rng.choice(1200, 400, replace=False)),
+             np.array([7]), np.array([5, 6, 7, 3, 4, 1199, 0, 0]), np.arange(1199, -1, -1)]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for records in asked:
+            records = records.astype(np.int64)
+            for verify in (True, False):
+                assert frames.read_records(fd, index, records, verify, crc32c) == [payloads[r] for r in records]
+        for records in (np.array([3, 1200]), np.array([-1, 2]), np.array([], np.int64), np.array([1, 2], np.int32),
+                        np.array([[1, 2]]), np.arange(10)[::2], [1, 2]):
+            assert frames.read_records(fd, index, records, True, crc32c) is None
+        assert frames.read_records(fd, index.astype(np.int32), np.array([1]), True, crc32c) is None
+    finally:
+        os.close(fd)
+    data = _flip_footer(path, index, 1000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        records = np.array([3, 1000, 20], np.int64)
+        assert frames.read_records(fd, index, records, True, crc32c) is None
+        assert frames.read_records(fd, index, records, False, crc32c) == [payloads[r] for r in records]
+        assert frames.read_records(fd, index, np.array([3, 20]), True, crc32c) == [payloads[3], payloads[20]]
+    finally:
+        os.close(fd)
+    path.write_bytes(data[:-3])  # the last footer cut short
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert frames.read_records(fd, index, np.array([5, 1199]), False, crc32c) is None
+        assert frames.read_records(fd, index, np.array([1198, 5]), False, crc32c) == [payloads[1198], payloads[5]]
     finally:
         os.close(fd)
 
