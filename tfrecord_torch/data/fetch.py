@@ -130,30 +130,52 @@ class ItemFetcher:
         return item
 
     def items(self, indices: list[int]) -> list:
-        """``[self.item(i) for i in indices]`` (checked, non-negative indices), read in one pass."""
+        """``[self.item(i) for i in indices]`` (checked, non-negative indices),
+        read in one pass: each index's record read and decoded, then the
+        transform applied index by index in the order asked, as ``item``
+        applies it (a transform that draws gets the draws it would get one by
+        one); a record the read leaves or that fails is done by ``item``
+        where it stands."""
         if not indices:
             return []
         targets = [self.stand_in.get(i, i) for i in indices]  # bad items met before: their stand-ins
+        values = self._values(targets)
+        if not self._delivered and any(value is not None for value in values):
+            self._note_delivered()  # the batch read records: its bad ones are bad records, not the spec's
+        transform = self.transform
+        out: list[Any] = []
+        for i, j, value in zip(indices, targets, values):
+            if value is None:  # left by the read, or bad: one by one, reported and replaced as item(i) does
+                out.append(self.item(i))
+                continue
+            if transform is not None:
+                path, offset, r = self.location(j)
+                try:
+                    value = apply_transform(transform, value, path, offset, r)
+                except (CorruptRecordError, FeatureError) as e:
+                    out.append(self._substitute(j, e))
+                    continue
+            out.append(value)
+        return out
+
+    def _values(self, targets: list[int]) -> list:
+        """Each target's record read and decoded, before the transform: by the
+        compiled reader, in file order, where it reads; else the records read
+        in file order (one read per run of adjacent records) and each target
+        decoded on its own, so every item is a fresh object. None for a record
+        the compiled reader left or that failed to read or decode."""
         compiled = self._compiled_items(targets)
         if compiled is not None:
-            if not self._delivered and any(item is not None for item in compiled):
-                self._note_delivered()
-            # what it left (bad records too): one by one, in the order asked
-            return [item if item is not None else self.item(i) for i, item in zip(indices, compiled)]
+            return compiled
         unique, inverse = np.unique(np.asarray(targets, np.int64), return_inverse=True)
         frames = self._read_frames(unique)
-        out: list[Any] = [None] * len(indices)
-        failed = []
-        for pos, u in enumerate(inverse.tolist()):
+        out: list[Any] = []
+        for u in inverse.tolist():
             frame = frames[u]
             try:
-                out[pos] = self._decode(frame.data, frame.path, frame.offset, frame.record)
+                out.append(self._decode(frame.data, frame.path, frame.offset, frame.record, None))
             except (CorruptRecordError, FeatureError):
-                failed.append(pos)
-        if not self._delivered and len(failed) < len(indices):
-            self._note_delivered()
-        for pos in failed:  # in the order asked: exactly what item(i), one by one, reports and returns
-            out[pos] = self.item(indices[pos])
+                out.append(None)
         return out
 
     def close(self) -> None:
@@ -212,7 +234,7 @@ class ItemFetcher:
         offset, size = index.item(r, 0), index.item(r, 1)
         data = self.session.read(path, offset, size)
         try:
-            return self._decode(data, path, offset, r)
+            return self._decode(data, path, offset, r, self.transform)
         except CorruptRecordError as e:  # a stale index is raised, never replaced
             error = explain(e, index, self.session.context.storage_options)
             if error is e:
@@ -221,8 +243,9 @@ class ItemFetcher:
 
     def _compiled_items(self, targets: list[int]) -> list | None:
         """Items ``targets`` (checked indices) read in file order by the
-        compiled reader: a list in the order asked, None where it left the
-        record to the usual path; None altogether where it cannot read."""
+        compiled reader, before the transform: a list in the order asked,
+        None where it left the record to the usual path; None altogether
+        where it cannot read."""
         planned = self._plan()
         if not planned.compiled or any(map(is_url, self.paths)):
             return None
@@ -230,11 +253,7 @@ class ItemFetcher:
         for pos in sorted(range(len(targets)), key=targets.__getitem__):
             j = targets[pos]
             shard = bisect.bisect_right(self._ends, j)
-            r = j - self._starts[shard]
-            item = self._read_compiled(self.paths[shard], self.indexes[shard], r, planned)
-            if item is not None:
-                out[pos] = item if self.transform is None else \
-                    apply_transform(self.transform, item, self.paths[shard], self.indexes[shard].item(r, 0), r)
+            out[pos] = self._read_compiled(self.paths[shard], self.indexes[shard], j - self._starts[shard], planned)
         return out
 
     def _read_compiled(self, path: str, index: np.ndarray, r: int, planned: SpecPlan):
@@ -244,9 +263,9 @@ class ItemFetcher:
         fd = self.session.descriptor(path)
         return None if fd is None else planned.record.read_compiled(fd, index, r, self.verify)
 
-    def _decode(self, frame: bytes, path: str, offset: int, r: int):
+    def _decode(self, frame: bytes, path: str, offset: int, r: int, transform: Callable | None):
         payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
-        return self._plan().record.decode(Located(payload, path, offset, r), self.transform)
+        return self._plan().record.decode(Located(payload, path, offset, r), transform)
 
     def _read_frames(self, unique: np.ndarray) -> list[Frame]:
         """The frames of the sorted global indices ``unique``, read by the

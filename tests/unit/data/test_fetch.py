@@ -9,6 +9,7 @@ from helpers import write_shards
 from torch.utils.data import DataLoader
 
 from tfrecord_torch import CorruptRecordError, Float, IndexedTFRecordDataset, Int64, build_index
+from tfrecord_torch.data import fetch
 
 SPEC = {"id": Int64(), "x": Float(shape=(3,))}
 
@@ -88,6 +89,35 @@ def test_bad_records_follow_on_error_like_getitem(shards):
     again = batch.__getitems__(indices[::-1])
     assert [int(item["id"]) for item in again] == [7, 3, 12, 3, 0, 22, 9][::-1]
     assert batch.errors()["total"] == 3
+
+
+def _drawn(item):
+    """A transform that draws from torch's global generator, as random augmentations do."""
+    item = dict(item)
+    item["draw"] = torch.rand(())
+    return item
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "usual path"])
+def test_a_drawing_transform_gets_the_draws_of_one_by_one(shards, compiled, monkeypatch):
+    """``__getitems__`` is ``[ds[i] for i in indices]``: a transform that
+    draws gets each index's draw in the order asked (not the records' file
+    order), whichever path reads the records, and a bad record's stand-in
+    draws where the bad record stands."""
+    if not compiled:
+        monkeypatch.setattr(fetch, "compiled_reader", lambda: False)
+    _corrupt(shards[2], 4, "payload")
+    indices = [22, 0, 5, 11, 5, 13, 2, 17, 3]  # 11 is bad: record 4 of shard 2
+    one = IndexedTFRecordDataset(shards, features=SPEC, transform=_drawn, on_error="skip")
+    batch = IndexedTFRecordDataset(shards, features=SPEC, transform=_drawn, on_error="skip")
+    assert batch._fetcher._plan().compiled is compiled
+    torch.manual_seed(0)
+    want = [one[i] for i in indices]
+    torch.manual_seed(0)
+    got = batch.__getitems__(indices)
+    assert [int(item["id"]) for item in got] == [22, 0, 5, 12, 5, 13, 2, 17, 3]
+    for a, b in zip(got, want):
+        same_item(a, b)
 
 
 def test_dataloader_fetches_batches_with_getitems(shards, monkeypatch):
