@@ -134,6 +134,32 @@ def images_ours0(path):
     return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, num_workers=0))
 
 
+def _map_style(path, workers: int):
+    import torch.utils.data
+    import torchvision.io  # noqa: F401
+
+    from tfrecord_torch import IndexedTFRecordDataset, presets
+
+    ds = IndexedTFRecordDataset(path, features=presets.tfds())
+    generator = torch.Generator().manual_seed(0)
+    return lambda: _image_tally(torch.utils.data.DataLoader(ds, batch_size=IMAGE_BATCH, shuffle=True,
+                                                            generator=generator, num_workers=workers))
+
+
+@worker("images", "ours map-style, shuffled (workers=0)",
+        note="random access: DataLoader(IndexedTFRecordDataset(path, features=presets.tfds()), "
+             f"batch_size={IMAGE_BATCH}, shuffle=True, num_workers=0): each batch read by __getitems__ in file "
+             "order, its images decoded on threads of the call (one per core), joined before it returns")
+def images_map_style0(path):
+    return _map_style(path, 0)
+
+
+@worker("images", "ours map-style, shuffled",
+        note="the same with num_workers=2 (each worker decodes its batches on its own thread)")
+def images_map_style(path):
+    return _map_style(path, 2)
+
+
 def _pil_decode(record):
     import io
 

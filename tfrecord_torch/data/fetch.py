@@ -22,18 +22,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.data.counts import SharedErrorPolicy
 from tfrecord_torch.data.reading import Located
 from tfrecord_torch.data.recordspec import RecordSpec, record_spec
 from tfrecord_torch.data.session import Ranges, ReadSession, RemoteShards
 from tfrecord_torch.errors import CorruptRecordError, FeatureError, TFRecordError
 from tfrecord_torch.example.codec import compiled_reader
+from tfrecord_torch.features.images.engine import default_threads
 from tfrecord_torch.features.undecoded import apply_transform
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.stale import explain
 
-__all__ = ["Frame", "ItemFetcher", "SpecPlan"]
+__all__ = ["THREAD_RECORDS", "Frame", "ItemFetcher", "SpecPlan"]
+
+THREAD_RECORDS = 4  # the fewest records a decode thread of a batch takes (see ItemFetcher._values)
 
 class SpecPlan(NamedTuple):
     """What reading an item needs to know of a spec and a transform, worked
@@ -163,12 +167,44 @@ class ItemFetcher:
         compiled reader, in file order, where it reads; else the records read
         in file order (one read per run of adjacent records) and each target
         decoded on its own, so every item is a fresh object. None for a record
-        the compiled reader left or that failed to read or decode."""
+        the compiled reader left or that failed to read or decode.
+
+        Records costly to decode (images) and free of draws are decoded on
+        :func:`~tfrecord_torch.features.images.engine.default_threads`
+        threads of this call, each a stretch of the targets in file order (at
+        least :data:`THREAD_RECORDS` of them), joined before it returns."""
+        first = False
+        if any(map(is_url, self.paths)):
+            # a process's first batch waits for no fill's later ranges: its records past a fill's
+            # first range come from the bucket (at most a batch's bytes fetched twice)
+            first = self._read_in != os.getpid()
+            self._read_in = os.getpid()
+        threads = min(default_threads(), len(targets) // THREAD_RECORDS)
+        if threads < 2 or self._plan().record.ahead() is None:
+            return self._values_here(targets, first)
+        order = sorted(range(len(targets)), key=targets.__getitem__)
+        stretches = [order[k * len(order) // threads:(k + 1) * len(order) // threads] for k in range(threads)]
+
+        def decode(stretch: list[int]) -> list:
+            try:
+                return self._values_here([targets[pos] for pos in stretch], first)
+            finally:
+                self.session.let_go()  # this thread's reader back to the pool: the thread ends with the call
+
+        out: list[Any] = [None] * len(targets)
+        with OwnedPool(threads, "tfrecord_torch-items") as pool:
+            for stretch, values in zip(stretches, pool.map(decode, stretches)):
+                for pos, value in zip(stretch, values):
+                    out[pos] = value
+        return out
+
+    def _values_here(self, targets: list[int], first: bool) -> list:
+        """:meth:`_values` on this thread (``first``: see :meth:`_read_frames`)."""
         compiled = self._compiled_items(targets)
         if compiled is not None:
             return compiled
         unique, inverse = np.unique(np.asarray(targets, np.int64), return_inverse=True)
-        frames = self._read_frames(unique)
+        frames = self._read_frames(unique, first)
         out: list[Any] = []
         for u in inverse.tolist():
             frame = frames[u]
@@ -267,11 +303,12 @@ class ItemFetcher:
         payload = parse_frame(frame, name=path, offset=offset, record=r, verify=self.verify)
         return self._plan().record.decode(Located(payload, path, offset, r), transform)
 
-    def _read_frames(self, unique: np.ndarray) -> list[Frame]:
+    def _read_frames(self, unique: np.ndarray, first: bool) -> list[Frame]:
         """The frames of the sorted global indices ``unique``, read by the
         session (:meth:`~tfrecord_torch.data.session.ReadSession.read_ranges`):
         adjacent records in one read, the requests of every remote shard in
-        flight together."""
+        flight together; ``first`` (a process's first batch of remote
+        shards) waits for no fill's later ranges."""
         shards = np.searchsorted(self.ends, unique, side="right")
         cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(unique)]
         parts, numbers = [], []  # per shard: its ranges, and their record numbers
@@ -281,12 +318,6 @@ class ItemFetcher:
             rows = self.indexes[shard][records]
             parts.append(Ranges(self.paths[shard], rows[:, 0].tolist(), rows[:, 1].tolist()))
             numbers.append(records.tolist())
-        first = False
-        if any(is_url(part.path) for part in parts):
-            # a process's first batch waits for no fill's later ranges: its records past a fill's
-            # first range come from the bucket (at most a batch's bytes fetched twice)
-            first = self._read_in != os.getpid()
-            self._read_in = os.getpid()
         read = self.session.read_ranges(parts, first=first)
         return [Frame(data, part.path, offset, r) for part, records, got in zip(parts, numbers, read)
                 for data, offset, r in zip(got, part.offsets, records)]

@@ -176,7 +176,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         """The decoded records ``indices``, in that order: what ``ds[i]`` gives
         for each, read in one pass in file order (by the compiled reader one
         record at a time where it can, else one positioned read per run of
-        adjacent records) and decoded once per index asked. The DataLoader
+        adjacent records) and decoded once per index asked (images on
+        threads of this call where the process has cores to spare), then the
+        transform applied index by index in the order asked. The DataLoader
         calls this for a batch. Every index is checked (IndexError) before
         anything is read; a bad record is replaced as ``ds[i]`` replaces it.
         """

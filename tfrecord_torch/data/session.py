@@ -194,6 +194,12 @@ class ReadSession:
         pool (for the compiled reader); None for a URL."""
         return cast(pool.ReaderPool, self.readers).descriptor(path)
 
+    def let_go(self) -> None:
+        """Give back the reader this thread keeps on the reader pool (a
+        thread about to end: :meth:`~tfrecord_torch.io.pool.ReaderPool.let_go`)."""
+        if self.readers is not None:
+            self.readers.let_go()
+
     def read_ranges(self, parts: Sequence[Ranges], *, first: bool = False) -> list[list[bytes]]:
         """The bytes of each part's ranges, on the reader pool
         (:func:`~tfrecord_torch.io.ranges.read_ranges`: near ranges in one

@@ -351,6 +351,16 @@ class ReaderPool:
         """
         return self._kept(path).read(offset, size)
 
+    def let_go(self) -> None:
+        """Give back the reader this thread keeps (see :meth:`read`), as a
+        thread that is about to end does: the reader goes back to the pool
+        (for the next thread to use) rather than closing with the thread."""
+        self._check_fork()
+        kept = getattr(self._local, "kept", None)
+        if kept is not None:
+            self._local.kept = None
+            self._give_back(kept[0], kept[1])
+
     def descriptor(self, path: str) -> int | None:
         """The file descriptor of ``path`` (None for a URL), kept for this
         thread as :meth:`read` keeps its reader: valid for positioned reads

@@ -1,15 +1,18 @@
 """IndexedTFRecordDataset.__getitems__: a batch of indices read in one pass, the same items as ds[i]."""
 
+import os
 import threading
 
 import numpy as np
 import pytest
 import torch
-from helpers import write_shards
+from helpers import image_shards, in_threads, write_shards
 from torch.utils.data import DataLoader
 
-from tfrecord_torch import CorruptRecordError, Float, IndexedTFRecordDataset, Int64, build_index
+from tfrecord_torch import CorruptRecordError, Float, IndexedTFRecordDataset, Int64, build_index, presets
 from tfrecord_torch.data import fetch
+from tfrecord_torch.features.images import specs as image_specs
+from tfrecord_torch.io import pool
 
 SPEC = {"id": Int64(), "x": Float(shape=(3,))}
 
@@ -118,6 +121,77 @@ def test_a_drawing_transform_gets_the_draws_of_one_by_one(shards, compiled, monk
     assert [int(item["id"]) for item in got] == [22, 0, 5, 12, 5, 13, 2, 17, 3]
     for a, b in zip(got, want):
         same_item(a, b)
+
+
+@pytest.fixture
+def images(tmp_path):
+    """(path, arrays): 40 PNG records of several sizes, and their pixels."""
+    sizes = [(8 + i % 5, 10 + i % 3) for i in range(40)]
+    return image_shards(tmp_path, sizes=sizes)
+
+
+def _decode_threads_seen(monkeypatch):
+    """The names of the threads each image decode ran on."""
+    seen = []
+    real = image_specs.decode_checked
+
+    def spy(*args, **kwargs):
+        seen.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(image_specs, "decode_checked", spy)
+    return seen
+
+
+def test_a_batch_of_images_decodes_on_threads_joined_before_it_returns(images, monkeypatch):
+    """In a process with cores to spare, a batch's images decode on threads of
+    the call (ended when it returns, their readers back in the pool): the
+    same items as ds[i], in the order asked."""
+    monkeypatch.setattr(fetch, "default_threads", lambda: 2)
+    path, arrays = images
+    ds = IndexedTFRecordDataset(path, features=presets.tfds())
+    seen = _decode_threads_seen(monkeypatch)
+    indices = [31, 2, 2, 17, 0, 39, 8, 25, 13, 4]
+    got = ds.__getitems__(indices)
+    assert {name.rsplit("_", 1)[0] for name in seen} == {"tfrecord_torch-items"}
+    assert not [t for t in threading.enumerate() if t.name.startswith("tfrecord_torch-items")]
+    for i, item in zip(indices, got):
+        assert torch.equal(item["image"], torch.from_numpy(arrays[i]).permute(2, 0, 1)) and int(item["label"]) == i
+    made = []
+    real_init = pool.Reader.__init__
+    monkeypatch.setattr(pool.Reader, "__init__", lambda self, *a, **k: made.append(1) or real_init(self, *a, **k))
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):  # each call's threads give their readers back: the next call's threads use them
+        ds.__getitems__(indices)
+    assert len(made) <= 2 and len(os.listdir("/proc/self/fd")) <= fds
+    seen.clear()
+    ds.__getitems__([3, 1, 2])  # fewer than two threads' worth: on the calling thread
+    assert set(seen) == {threading.current_thread().name}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_of_images_from_eight_threads_and_forked_workers(images, workers):
+    path, arrays = images
+    ds = IndexedTFRecordDataset(path, features=presets.tfds())
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=workers, collate_fn=list,
+                        generator=torch.Generator().manual_seed(0))
+    rng = np.random.default_rng(0)
+
+    def work():
+        for _ in range(5):
+            indices = rng.integers(0, 40, 12).tolist()
+            for i, item in zip(indices, ds.__getitems__(indices)):
+                assert torch.equal(item["image"], torch.from_numpy(arrays[i]).permute(2, 0, 1))
+
+    if workers == 0:
+        assert in_threads(work) == []
+    labels = []
+    for batch in loader:
+        for item in batch:
+            i = int(item["label"])
+            assert torch.equal(item["image"], torch.from_numpy(arrays[i]).permute(2, 0, 1))
+            labels.append(i)
+    assert sorted(labels) == list(range(40))
 
 
 def test_dataloader_fetches_batches_with_getitems(shards, monkeypatch):
