@@ -30,7 +30,7 @@ from tfrecord_torch.io.copies import ShardCopies
 from tfrecord_torch.io.files import is_url
 from tfrecord_torch.io.listing import ListingCheck, changed_since_listed
 from tfrecord_torch.records.crc import crc32c
-from tfrecord_torch.records.frames import compiled_frames, cut_frames, read_frames, read_records
+from tfrecord_torch.records.frames import READ_LIMIT, compiled_frames, cut_frames, read_frames, read_records
 from tfrecord_torch.records.framing import iter_chunks, parse_frame
 from tfrecord_torch.records.stale import explain
 from tfrecord_torch.records.streams import open_bytes, open_stream
@@ -143,13 +143,34 @@ def fetch_runs(path: str, index: np.ndarray, records: np.ndarray, context: ReadC
         fd = reader.descriptor()  # a local file: one compiled read and check, if the records are sound
         if fd is not None:
             numbers = np.ascontiguousarray(records, np.int64)
-            payloads = read_records(fd, index, numbers, verify, crc32c)
+            payloads = _read_records(fd, index, numbers, verify)
             if payloads is not None:
                 yield Run(payloads, path, index[numbers, 0], numbers)
                 return
         rows = index[records]
         yield _parse_run(path, index, records, ranges.read_ranges(reader, rows[:, 0].tolist(), rows[:, 1].tolist()),
                          context)
+
+
+def _read_records(fd: int, index: np.ndarray, numbers: np.ndarray, verify: bool) -> list[bytes] | None:
+    """:func:`~tfrecord_torch.records.frames.read_records` of ``numbers``
+    (valid numbers of the index), in calls of at most
+    :data:`~tfrecord_torch.records.frames.READ_LIMIT` bytes of frames each
+    (a batch of large records is more than one call takes); None where a
+    call leaves its records to the usual path."""
+    ends = np.cumsum(index[numbers, 1])
+    if not len(ends) or ends[-1] <= READ_LIMIT:
+        return read_records(fd, index, numbers, verify, crc32c)
+    payloads: list[bytes] = []
+    start, base = 0, 0
+    while start < len(numbers):
+        stop = max(int(np.searchsorted(ends, base + READ_LIMIT, side="right")), start + 1)
+        part = read_records(fd, index, numbers[start:stop], verify, crc32c)
+        if part is None:
+            return None
+        payloads += part
+        start, base = stop, int(ends[stop - 1])
+    return payloads
 
 
 def _parse_run(path: str, index: np.ndarray, records: np.ndarray, frames: list[bytes], context: ReadContext) -> Run:

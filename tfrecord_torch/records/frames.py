@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["compiled_frames", "cut_frames", "read_frames", "read_records"]
+__all__ = ["READ_LIMIT", "compiled_frames", "cut_frames", "read_frames", "read_records"]
+
+READ_LIMIT = 64 << 20  # the most bytes of frames one call reads (MAX_SPAN in _frames.c)
 
 
 def _compiled():  # the compiled reader, or None (not built, or a big-endian machine)

@@ -78,6 +78,30 @@ def test_scattered_local_records_are_read_by_one_compiled_call(tmp_path, monkeyp
     assert calls == []
 
 
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+def test_scattered_records_over_the_compiled_calls_limit_are_read_in_several(tmp_path, monkeypatch):
+    """A batch of more frame bytes than one compiled call reads goes in
+    several calls (not record by record in Python); a bad record in one of
+    them leaves the batch to the usual path, which reports it."""
+    path, index = _shard(tmp_path, n=40, bad=33)
+    monkeypatch.setattr(reading, "READ_LIMIT", 5 * int(index[0, 1]) + 3)  # five frames a call
+    calls = []
+    real = reading.read_records
+    monkeypatch.setattr(reading, "read_records", lambda *a: calls.append(len(a[2])) or real(*a))
+    monkeypatch.setattr(Reader, "read", lambda self, *a, **k: pytest.fail("read record by record"))
+    order = np.array([30, 1, 2, 3, 12, 17, 5, 6, 7, 8, 9, 25, 26], np.int64)
+    found = fetch_scattered([path], [index], np.zeros(len(order), np.int64), order, ReadContext())
+    assert [bytes(i.payload) for i in found] == [f"record {r}".encode() for r in order.tolist()]
+    assert calls == [5, 5, 3]
+    monkeypatch.undo()
+    monkeypatch.setattr(reading, "READ_LIMIT", 5 * int(index[0, 1]) + 3)
+    reported = []
+    order = np.array([30, 33, 2, 3, 12, 17, 5], np.int64)
+    found = fetch_scattered([path], [index], np.zeros(len(order), np.int64), order, ReadContext(report=reported.append))
+    assert [None if i is None else i.record for i in found] == [30, None, 2, 3, 12, 17, 5]
+    assert [e.record for e in reported] == [33]
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_scattered_records_of_several_shards_with_a_bad_one_and_repeats(tmp_path, monkeypatch, compiled):
     """Records of two shards asked in any order, some twice, one of them bad
