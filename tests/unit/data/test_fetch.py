@@ -1,6 +1,5 @@
 """IndexedTFRecordDataset.__getitems__: a batch of indices read in one pass, the same items as ds[i]."""
 
-import os
 import threading
 
 import numpy as np
@@ -160,10 +159,9 @@ def test_a_batch_of_images_decodes_on_threads_joined_before_it_returns(images, m
     made = []
     real_init = pool.Reader.__init__
     monkeypatch.setattr(pool.Reader, "__init__", lambda self, *a, **k: made.append(1) or real_init(self, *a, **k))
-    fds = len(os.listdir("/proc/self/fd"))
     for _ in range(30):  # each call's threads give their readers back: the next call's threads use them
         ds.__getitems__(indices)
-    assert len(made) <= 2 and len(os.listdir("/proc/self/fd")) <= fds
+    assert len(made) <= 2  # two new files a call (60) when a thread's reader closes with it
     seen.clear()
     ds.__getitems__([3, 1, 2])  # fewer than two threads' worth: on the calling thread
     assert set(seen) == {threading.current_thread().name}
