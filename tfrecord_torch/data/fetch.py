@@ -94,6 +94,7 @@ class ItemFetcher:
         self.length = self._ends[-1] if self._ends else 0
         self._planned = SpecPlan.of(spec, transform)
         self._read_in: int | None = None  # the process that has read a batch (a forked worker has not)
+        self._remote = any(map(is_url, paths))  # a shard in a bucket: the compiled reader does not read
         self._delivered = False  # this process has given an item: later failures are bad records, not the spec
 
     def check(self, i: Any) -> int:
@@ -174,7 +175,7 @@ class ItemFetcher:
         threads of this call, each a stretch of the targets in file order (at
         least :data:`THREAD_RECORDS` of them), joined before it returns."""
         first = False
-        if any(map(is_url, self.paths)):
+        if self._remote:
             # a process's first batch waits for no fill's later ranges: its records past a fill's
             # first range come from the bucket (at most a batch's bytes fetched twice)
             first = self._read_in != os.getpid()
@@ -283,7 +284,7 @@ class ItemFetcher:
         None where it left the record to the usual path; None altogether
         where it cannot read."""
         planned = self._plan()
-        if not planned.compiled or any(map(is_url, self.paths)):
+        if not planned.compiled or self._remote:
             return None
         out: list = [None] * len(targets)
         for pos in sorted(range(len(targets)), key=targets.__getitem__):

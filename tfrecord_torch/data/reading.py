@@ -262,6 +262,19 @@ def _pieces(records: np.ndarray, url: bool) -> list[np.ndarray]:
     return [r for r in runs if len(r) > 1] + ([np.concatenate(singles)] if singles else [])
 
 
+class _ShardFound(NamedTuple):
+    """What :class:`Scattered` found of one shard: its runs' payloads,
+    offsets and record numbers, joined; the positions asked of it that were
+    found (``at``) and the payload index of each (``picks``)."""
+
+    path: str
+    payloads: list
+    offsets: np.ndarray
+    numbers: np.ndarray
+    at: np.ndarray
+    picks: np.ndarray
+
+
 class Scattered:
     """The records :func:`gather_scattered` read, by position asked:
     position ``i`` is record ``records[i]`` of shard ``shards[i]`` found in
@@ -271,10 +284,10 @@ class Scattered:
 
     def __init__(self, shards: np.ndarray, records: np.ndarray, read: dict[int, list[Run]]) -> None:
         self._count = len(records)
-        # per shard: its path, payloads, offsets and numbers, the positions asked of it that were found,
-        # and the payload index of each
-        self._found: list[tuple[str, list, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._found: list[_ShardFound] = []
         for shard, runs in read.items():
+            if not runs:
+                continue
             numbers = np.concatenate([run.numbers for run in runs]) if len(runs) > 1 else runs[0].numbers
             if not len(numbers):
                 continue
@@ -285,25 +298,27 @@ class Scattered:
             asked = records[at]
             k = order[np.minimum(np.searchsorted(numbers[order], asked), len(numbers) - 1)]
             hit = numbers[k] == asked
-            self._found.append((runs[0].path, payloads, offsets, numbers, at[hit], k[hit]))
+            self._found.append(_ShardFound(runs[0].path, payloads, offsets, numbers, at[hit], k[hit]))
 
     def payloads(self) -> list[bytes]:
         """The payloads found, in the order asked (those left out skipped)."""
-        if len(self._found) == 1 and len(self._found[0][4]) == self._count:  # one shard, every record found
-            _, payloads, _, _, _, k = self._found[0]
-            return [payloads[j] for j in k.tolist()]
+        if len(self._found) == 1 and len(self._found[0].at) == self._count:  # one shard, every record found
+            found = self._found[0]
+            return [found.payloads[j] for j in found.picks.tolist()]
         out: list = [None] * self._count
-        for _, payloads, _, _, at, k in self._found:
-            for pos, j in zip(at.tolist(), k.tolist()):
-                out[pos] = payloads[j]
+        for found in self._found:
+            for pos, j in zip(found.at.tolist(), found.picks.tolist()):
+                out[pos] = found.payloads[j]
         return [p for p in out if p is not None]
 
     def items(self) -> list[Located | None]:
         """Each position's record with where it lies, None where left out."""
         out: list[Located | None] = [None] * self._count
-        for path, payloads, offsets, numbers, at, k in self._found:
-            for pos, j, r, offset in zip(at.tolist(), k.tolist(), numbers[k].tolist(), offsets[k].tolist()):
-                out[pos] = Located._make((payloads[j], path, offset, r))
+        for found in self._found:
+            picks = found.picks
+            for pos, j, r, offset in zip(found.at.tolist(), picks.tolist(), found.numbers[picks].tolist(),
+                                         found.offsets[picks].tolist()):
+                out[pos] = Located._make((found.payloads[j], found.path, offset, r))
         return out
 
 
