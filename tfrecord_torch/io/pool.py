@@ -395,10 +395,7 @@ class ReaderPool:
         threads again."""
         self._check_fork()
         self.requests.close()
-        kept = getattr(self._local, "kept", None)
-        if kept is not None:  # this thread's own: not in use now
-            self._local.kept = None
-            self._give_back(kept[0], kept[1])
+        self.let_go()  # this thread's own kept reader: not in use now
         with self._lock:
             self._epoch += 1
             idle = [r for readers in self._free.values() for r in readers]
