@@ -87,6 +87,67 @@ def test_a_batch_of_an_impossible_size_is_refused():
         jpeg_module._CROP.decode_many([jpeg()], out, -1, 2**40, True)
 
 
+def _claimed(images=2, out=(2, 4, 6, 3), slots=(0, 1), claim=0, size=(4, 6)):
+    """decode_claimed's arguments, each replaceable by a crafted one."""
+    data = [jpeg(4, 6)] * images
+    out = np.zeros(out, np.uint8) if isinstance(out, tuple) else out
+    slots = np.array(slots, np.int64) if isinstance(slots, tuple) else slots
+    claim = np.array([claim], np.int64) if isinstance(claim, int) else claim
+    return data, out, slots, claim, size[0], size[1], True
+
+
+CLAIMED = {
+    "a negative slot": (dict(slots=(0, -1)), ValueError, "slots\\[1\\] = -1 is not a slot of out"),
+    "a slot past out": (dict(slots=(0, 2)), ValueError, "slots\\[1\\] = 2 is not a slot of out"),
+    "a slot past 2**62": (dict(slots=(0, 2**62)), ValueError, "is not a slot of out"),
+    "slots one short": (dict(slots=(0,)), ValueError, "slots must hold 2 int64"),
+    "slots of 12 bytes": (dict(slots=np.zeros(3, np.int32)), ValueError, "slots must hold 2 int64"),
+    "out not whole slots": (dict(out=np.zeros(2 * 4 * 6 * 3 + 1, np.uint8)), ValueError, "N x 4 x 6 x 3"),
+    "out not contiguous": (dict(out=np.zeros((2, 4, 12, 3), np.uint8)[:, :, ::2]), TypeError,
+                           "argument 2 must be read-write"),
+    "a claim too short": (dict(claim=np.zeros(1, np.int32)), ValueError, "one int64"),
+    "a claim not aligned": (dict(claim=np.frombuffer(bytearray(17), np.uint8)[1:9]), ValueError, "aligned"),
+    "a claim read-only": (dict(claim=b"\0" * 8), TypeError, "argument 4 must be read-write"),
+    "no height": (dict(size=(0, 6)), ValueError, "not a JPEG size"),
+    "a height past 2**40": (dict(size=(2**40, 6)), ValueError, "not a JPEG size"),
+    "a negative width": (dict(size=(4, -6)), ValueError, "not a JPEG size"),
+}
+
+
+@pytest.mark.parametrize("case", CLAIMED)
+def test_crafted_claims_are_refused_before_any_write(case):
+    """decode_claimed checks every slot number, out and the claim before the GIL goes: a slot outside
+    out, a short or misaligned claim, a size no JPEG has are refused, out untouched."""
+    if not crop_decoding_available():
+        pytest.skip("the crop helper is not built")
+    changes, error, words = CLAIMED[case]
+    args = _claimed(**changes)
+    with pytest.raises(error, match=words):
+        jpeg_module._CROP.decode_claimed(*args)
+    out = args[1]
+    if isinstance(out, np.ndarray):
+        assert not out.any()
+
+
+@pytest.mark.parametrize("start", [-1, -(2**63), 2, 2**63 - 1, 2**62])
+def test_a_claim_outside_the_images_decodes_nothing(start):
+    """A counter already past the images (or negative, or about to wrap) ends the call at once."""
+    if not crop_decoding_available():
+        pytest.skip("the crop helper is not built")
+    data, out, slots, claim, h, w, fast = _claimed(claim=start)
+    assert jpeg_module._CROP.decode_claimed(data, out, slots, claim, h, w, fast) == []
+    assert not out.any()
+
+
+def test_a_claim_shares_a_batch_between_calls():
+    if not crop_decoding_available():
+        pytest.skip("the crop helper is not built")
+    data, out, slots, claim, h, w, fast = _claimed(images=2, claim=1)  # image 0 taken by someone else
+    assert jpeg_module._CROP.decode_claimed(data, out, slots, claim, h, w, fast) == []
+    assert not out[0].any() and out[1].any() and claim[0] == 3
+    np.testing.assert_array_equal(out[1], decode_jpeg(data[1]))
+
+
 # -- JPEG headers of a batch ----------------------------------------------------------------------
 
 header_scan = pytest.mark.skipif(limits._HELPER is None, reason="the compiled helper is not built")

@@ -41,6 +41,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <jpeglib.h>
@@ -277,16 +278,81 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     return decode_into(&data, &out, top, left, height, width, fast, 0, 0);
 }
 
+/* The images of a batch: our own tuple of them (the caller's list may change meanwhile; the tuple
+ * holds each bytes alive while the GIL is away), each one's address and size, and room for each
+ * one's status and libjpeg message. NULL with an error set on failure (TypeError naming an item
+ * that is not bytes). */
+typedef struct {
+    PyObject *seq;
+    Py_ssize_t n;
+    const unsigned char **data;
+    size_t *sizes;
+    int *status;
+    char (*messages)[JMSG_LENGTH_MAX];
+} images_t;
+
+static void images_free(images_t *images) {
+    free(images->data);
+    free(images->sizes);
+    free(images->status);
+    free(images->messages);
+    Py_XDECREF(images->seq);
+}
+
+static int images_take(PyObject *items, images_t *images) {
+    Py_ssize_t i, room;
+
+    memset(images, 0, sizeof(*images));
+    images->seq = PySequence_Tuple(items);
+    if (images->seq == NULL) {
+        return -1;
+    }
+    images->n = PyTuple_GET_SIZE(images->seq);
+    room = images->n ? images->n : 1;
+    images->data = malloc(sizeof(*images->data) * (size_t)room);
+    images->sizes = malloc(sizeof(*images->sizes) * (size_t)room);
+    images->status = calloc((size_t)room, sizeof(*images->status));
+    images->messages = malloc(sizeof(*images->messages) * (size_t)room);
+    if (!images->data || !images->sizes || !images->status || !images->messages) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < images->n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(images->seq, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "images[%zd] is %s, not bytes", i, Py_TYPE(item)->tp_name);
+            return -1;
+        }
+        images->data[i] = (const unsigned char *)PyBytes_AS_STRING(item);
+        images->sizes[i] = (size_t)PyBytes_GET_SIZE(item);
+        images->messages[i][0] = '\0';
+    }
+    return 0;
+}
+
+/* Decodes image i whole into target (zero-filled if it fails); its status kept. No GIL needed. */
+static void images_decode(images_t *images, Py_ssize_t i, unsigned char *target, long long height,
+                          long long width, int fast) {
+    images->status[i] = decode(images->data[i], images->sizes[i], target, 0, 0, height, width, fast, 1, 0,
+                               images->messages[i]);
+    if (images->status[i] != 0) {
+        memset(target, 0, (size_t)height * (size_t)width * 3);
+    }
+}
+
+/* images[i]'s libjpeg message as a str (new reference), or NULL with an error set. */
+static PyObject *images_message(images_t *images, Py_ssize_t i) {
+    return PyUnicode_FromString(images->messages[i][0] ? images->messages[i] : "cannot decode JPEG");
+}
+
 static PyObject *decode_many(PyObject *self, PyObject *args) {
-    PyObject *items, *seq, *errors = NULL;
+    PyObject *items, *errors = NULL;
     Py_buffer out;
     long long height, width;
     int fast;
-    Py_ssize_t n, i;
-    const unsigned char **data = NULL;
-    size_t *sizes = NULL, slot;
-    int *status = NULL;
-    char (*messages)[JMSG_LENGTH_MAX] = NULL;
+    Py_ssize_t i;
+    size_t slot;
+    images_t images;
 
     if (!PyArg_ParseTuple(args, "Ow*LLp", &items, &out, &height, &width, &fast)) {
         return NULL;
@@ -297,50 +363,25 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
         PyBuffer_Release(&out);
         return NULL;
     }
-    seq = PySequence_Tuple(items); /* our own references: the caller's list may change meanwhile */
-    if (seq == NULL) {
-        PyBuffer_Release(&out);
-        return NULL;
+    if (images_take(items, &images) < 0) {
+        goto done;
     }
-    n = PyTuple_GET_SIZE(seq);
     slot = (size_t)height * (size_t)width * 3;
-    if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != slot * (size_t)n) {
-        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %lld x %lld x 3 bytes", n,
-                     height, width);
+    if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != slot * (size_t)images.n) {
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %lld x %lld x 3 bytes",
+                     images.n, height, width);
         goto done;
-    }
-    data = malloc(sizeof(*data) * (size_t)(n ? n : 1));
-    sizes = malloc(sizeof(*sizes) * (size_t)(n ? n : 1));
-    status = malloc(sizeof(*status) * (size_t)(n ? n : 1));
-    messages = malloc(sizeof(*messages) * (size_t)(n ? n : 1));
-    if (!data || !sizes || !status || !messages) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (i = 0; i < n; i++) { /* the tuple holds its bytes alive while the GIL is away */
-        PyObject *item = PyTuple_GET_ITEM(seq, i);
-        if (!PyBytes_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "images[%zd] is %s, not bytes", i, Py_TYPE(item)->tp_name);
-            goto done;
-        }
-        data[i] = (const unsigned char *)PyBytes_AS_STRING(item);
-        sizes[i] = (size_t)PyBytes_GET_SIZE(item);
     }
     Py_BEGIN_ALLOW_THREADS
-    for (i = 0; i < n; i++) {
-        unsigned char *target = (unsigned char *)out.buf + slot * (size_t)i;
-        messages[i][0] = '\0';
-        status[i] = decode(data[i], sizes[i], target, 0, 0, height, width, fast, 1, 0, messages[i]);
-        if (status[i] != 0) {
-            memset(target, 0, slot);
-        }
+    for (i = 0; i < images.n; i++) {
+        images_decode(&images, i, (unsigned char *)out.buf + slot * (size_t)i, height, width, fast);
     }
     Py_END_ALLOW_THREADS
-    errors = PyList_New(n);
-    for (i = 0; errors != NULL && i < n; i++) {
+    errors = PyList_New(images.n);
+    for (i = 0; errors != NULL && i < images.n; i++) {
         PyObject *value = Py_None;
-        if (status[i] != 0) {
-            value = PyUnicode_FromString(messages[i][0] ? messages[i] : "cannot decode JPEG");
+        if (images.status[i] != 0) {
+            value = images_message(&images, i);
             if (value == NULL) {
                 Py_CLEAR(errors);
                 break;
@@ -351,13 +392,100 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(errors, i, value);
     }
 done:
-    free(data);
-    free(sizes);
-    free(status);
-    free(messages);
-    Py_DECREF(seq);
+    images_free(&images);
     PyBuffer_Release(&out);
     return errors;
+}
+
+/* decode_claimed(images, out, slots, claim, height, width, fast): the images this call claims,
+ * decoded whole into their slots of out. Every thread decoding one batch calls it with the same
+ * arguments: each image goes to the call that takes its number from `claim` (a native int64, taken
+ * atomically without the GIL), so the threads finish the batch together however its images' costs
+ * fall. Every slot number is checked against out (in 64 bits, on a copy of them) before the GIL is
+ * let go; a claim outside [0, len(images)) ends the call. */
+static PyObject *decode_claimed(PyObject *self, PyObject *args) {
+    PyObject *items, *failures = NULL;
+    Py_buffer out, slots_arg, claim;
+    long long height, width, count, *slots = NULL, *next;
+    int fast;
+    Py_ssize_t i;
+    size_t slot;
+    images_t images;
+
+    if (!PyArg_ParseTuple(args, "Ow*y*w*LLp", &items, &out, &slots_arg, &claim, &height, &width, &fast)) {
+        return NULL;
+    }
+    memset(&images, 0, sizeof(images));
+    if (!plausible(height, width) || height == 0 || width == 0) {
+        PyErr_Format(PyExc_ValueError, "height x width (%lld x %lld) is not a JPEG size (1 to %d each)", height,
+                     width, (int)JPEG_MAX_DIMENSION);
+        goto done;
+    }
+    slot = (size_t)height * (size_t)width * 3;
+    if (!PyBuffer_IsContiguous(&out, 'C') || out.len < 0 || (size_t)out.len % slot != 0) {
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of N x %lld x %lld x 3 bytes", height,
+                     width);
+        goto done;
+    }
+    if (claim.len < (Py_ssize_t)sizeof(long long) || (uintptr_t)claim.buf % _Alignof(long long) != 0) {
+        PyErr_SetString(PyExc_ValueError, "claim must be a writable, aligned buffer of one int64");
+        goto done;
+    }
+    if (images_take(items, &images) < 0) {
+        goto done;
+    }
+    if (slots_arg.len < 0 || (size_t)slots_arg.len != sizeof(long long) * (size_t)images.n) {
+        PyErr_Format(PyExc_ValueError, "slots must hold %zd int64 slot numbers, one per image", images.n);
+        goto done;
+    }
+    count = (long long)((size_t)out.len / slot);
+    slots = malloc(sizeof(*slots) * (size_t)(images.n ? images.n : 1));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(slots, slots_arg.buf, sizeof(*slots) * (size_t)images.n);
+    for (i = 0; i < images.n; i++) {
+        if (slots[i] < 0 || slots[i] >= count) {
+            PyErr_Format(PyExc_ValueError, "slots[%zd] = %lld is not a slot of out (0 to %lld)", i, slots[i],
+                         count - 1);
+            goto done;
+        }
+    }
+    next = (long long *)claim.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        long long k = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (k < 0 || k >= (long long)images.n) {
+            break;
+        }
+        images_decode(&images, (Py_ssize_t)k, (unsigned char *)out.buf + slot * (size_t)slots[k], height, width,
+                      fast);
+        if (images.status[k] == 0) {
+            images.status[k] = 2; /* claimed here and decoded (0: another call's; else failed here) */
+        }
+    }
+    Py_END_ALLOW_THREADS
+    failures = PyList_New(0);
+    for (i = 0; failures != NULL && i < images.n; i++) {
+        if (images.status[i] != 0 && images.status[i] != 2) {
+            PyObject *message = images_message(&images, i);
+            PyObject *pair = message == NULL ? NULL : Py_BuildValue("(nN)", i, message);
+            if (pair == NULL || PyList_Append(failures, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_CLEAR(failures);
+            } else {
+                Py_DECREF(pair);
+            }
+        }
+    }
+done:
+    free(slots);
+    images_free(&images);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&slots_arg);
+    PyBuffer_Release(&claim);
+    return failures;
 }
 
 /* How libjpeg's read_markers (jdmarker.c) treats a marker before the first scan. */
@@ -680,6 +808,11 @@ static PyMethodDef methods[] = {
      "decode_many(images, out, height, width, fast): decode each JPEG (all height x width) to RGB into its "
      "slot of out (len(images) * height * width * 3 bytes), GIL released for the whole list; returns one "
      "error message or None per image (a failed slot is zero-filled)."},
+    {"decode_claimed", decode_claimed, METH_VARARGS,
+     "decode_claimed(images, out, slots, claim, height, width, fast): each image whose number this call "
+     "takes from claim (one int64, taken atomically: threads calling it with the same arguments share the "
+     "images) decoded to RGB into out's slot slots[i] (out: N * height * width * 3 bytes; slots: one int64 "
+     "per image), GIL released; returns (i, message) for each of them that failed (its slot zero-filled)."},
     {"decode_crop", decode_crop, METH_VARARGS,
      "decode_crop(data, out, top, left, height, width, fast): decode a window of a JPEG to RGB "
      "into out (height * width * 3 bytes), GIL released; ValueError on corrupt data or a window outside "

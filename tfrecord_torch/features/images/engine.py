@@ -23,6 +23,7 @@ to the caller, which drops it under ``on_error`` (or raises).
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import threading
 from collections.abc import Sequence
@@ -40,10 +41,10 @@ from tfrecord_torch.features.images.crop import Box, CropParams, CropPlan, crop_
 from tfrecord_torch.features.images.decode import decode_hwc
 from tfrecord_torch.features.images.jpeg import (
     JPEG_DECODERS,
+    JpegClaims,
     check_decoder,
     decode_jpeg,
     decode_jpeg_window,
-    decode_jpegs_into,
     fast_jpeg,
 )
 from tfrecord_torch.features.images.limits import Header, check_pixels, read_headers
@@ -257,12 +258,15 @@ class DecodeEngine:
         zero = bool(failures) or sizes is not None
         shape = (len(images), height, width, 3)
         target = _Target(self._buffers, shape, dtype, zero)
-        work = [i for i in range(len(images)) if i not in failures]
-        # one task per thread: each a GIL round trip, and whole JPEG runs decode without the GIL
-        step = max(1, -(-len(work) // self._pool.start()))
-        chunks = [work[k:k + step] for k in range(0, len(work), step)]
-        futures = [self._pool.submit(self._chunk, chunk, images, headers, jobs, plan, target) for chunk in chunks]
-        return _DecodingImages(self, chunks, futures, target, sizes, failures)
+        work = _BatchWork(images, headers, jobs, plan, [i for i in range(len(images)) if i not in failures],
+                          self._whole(plan), self.decoder)
+        # every thread takes the batch's images one at a time until none is left: they finish it together
+        futures = [self._pool.submit(self._share, work, target) for _ in range(min(self._pool.start(), work.size))]
+        return _DecodingImages(self, futures, target, sizes, failures)
+
+    def _whole(self, plan: CropPlan | None) -> bool:
+        """Whether images of this batch go to their slots exactly as decoded (no crop, normalising, padding)."""
+        return plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
 
     def _batch_size(self, headers: list[Header | None], failures: dict[int, Exception]) -> tuple[int, int]:
         """The batch's (H, W): the fixed size, else the largest image's. An
@@ -291,43 +295,24 @@ class DecodeEngine:
                 headers[i] = None
         return height, width
 
-    def _chunk(self, chunk: list[int], images: Sequence[bytes], headers: list[Header | None],
-               jobs: list[CropParams | None], plan: CropPlan | None, target: _Target
-               ) -> list[Exception | None]:
-        """Decode the images at positions ``chunk`` into ``target``'s buffer; their
-        errors (None: decoded). Runs of consecutive whole JPEGs go to the decoder in one call."""
+    def _share(self, work: _BatchWork, target: _Target) -> dict[int, Exception]:
+        """Decode images of ``work`` into ``target``'s buffer, taking each from the
+        batch until none is left (other threads take from it too); the errors of
+        those that failed here, by position."""
         slots = target.take()[0].numpy()
-        whole = plan is None and self.options.normalize is None and not self.options.pad and self.mode == "RGB"
-        errors: dict[int, Exception | None] = {}
-        run: list[int] = []
-        # this thread holds the GIL between decoder calls: whether a header decodes whole is asked
-        # once per distinct Header object (read_headers shares them), not once per image
-        fast: dict[int, bool] = {}
-        for i in [*chunk, -1]:
-            header = headers[i] if i >= 0 else None
-            quick = False
-            if whole and header is not None:
-                known = fast.get(id(header))
-                if known is None:
-                    known = fast[id(header)] = fast_jpeg(header)
-                quick = known
-            if quick and (not run or run[-1] == i - 1):
-                run.append(i)
-                continue
-            if run:  # a run ends: one call for all of it
-                found = decode_jpegs_into([bytes(images[k]) for k in run], slots[run[0]:run[-1] + 1],
-                                          decoder=self.decoder)
-                for k, e in zip(run, found):  # one that failed is decoded again alone (libjpeg's warnings
-                    # are decoded there, as Image decodes them); if that fails too, the first error stands
-                    failed = e is not None and self._one(images[k], headers[k], jobs[k], plan, slots[k])
-                    errors[k] = ValueError(e) if failed else None
-                run = []
-                if quick:
-                    run.append(i)
-                    continue
-            if i >= 0:
-                errors[i] = self._one(images[i], header, jobs[i], plan, slots[i])
-        return [errors[i] for i in chunk]
+        errors: dict[int, Exception] = {}
+        if work.claims is not None:  # whole JPEGs: taken and decoded in one call without the GIL
+            for j, message in work.claims.decode(slots):
+                # one that failed is decoded again alone (libjpeg's warnings are decoded there, as Image
+                # decodes them); if that fails too, the first error stands
+                w = work.whole[j]
+                if self._one(work.images[w], work.headers[w], None, None, slots[w]) is not None:
+                    errors[w] = ValueError(message)
+        while (k := work.take()) is not None:
+            error = self._one(work.images[k], work.headers[k], work.jobs[k], work.plan, slots[k])
+            if error is not None:
+                errors[k] = error
+        return errors
 
     def _one(self, data: bytes, header: Header | None, job: CropParams | None, plan: CropPlan | None,
              slot: np.ndarray) -> Exception | None:
@@ -392,23 +377,55 @@ class _Target:
             return self._taken
 
 
-class _DecodingImages(Pending[DecodedImages]):
-    """A batch decoding on the engine's threads: ``futures[k]`` decodes the
-    images at positions ``chunks[k]`` into ``target``'s buffer."""
+class _BatchWork:
+    """One batch's images as its decode threads share them: the whole JPEGs
+    (positions ``whole``) through :class:`~.jpeg.JpegClaims`, the rest
+    (crops, other formats, normalised or padded images) one at a time
+    through :meth:`take`."""
 
-    def __init__(self, engine: DecodeEngine, chunks: list[list[int]], futures: list[Future],
-                 target: _Target, sizes: torch.Tensor | None, failures: dict[int, Exception]) -> None:
-        self.engine, self.chunks, self.futures = engine, chunks, futures
+    def __init__(self, images: Sequence[bytes], headers: list[Header | None], jobs: list[CropParams | None],
+                 plan: CropPlan | None, work: list[int], whole: bool, decoder: str) -> None:
+        self.images, self.headers, self.jobs, self.plan = images, headers, jobs, plan
+        self.size = len(work)
+        self.whole: list[int] = []
+        self.rest: list[int] = []
+        # whether a header decodes whole is asked once per distinct Header object (read_headers shares them)
+        fast: dict[int, bool] = {}
+        for i in work:
+            header = headers[i]
+            quick = False
+            if whole and header is not None:
+                known = fast.get(id(header))
+                if known is None:
+                    known = fast[id(header)] = fast_jpeg(header)
+                quick = known
+            (self.whole if quick else self.rest).append(i)
+        self.claims = JpegClaims([bytes(images[k]) for k in self.whole], self.whole, decoder=decoder) \
+            if self.whole else None
+        self._next = itertools.count()  # next() on a count is atomic under the GIL
+
+    def take(self) -> int | None:
+        """The position of the next image of ``rest`` nobody has taken; None when none is left."""
+        k = next(self._next)
+        return self.rest[k] if k < len(self.rest) else None
+
+
+class _DecodingImages(Pending[DecodedImages]):
+    """A batch decoding on the engine's threads: each of ``futures`` gives the
+    errors of the images it decoded into ``target``'s buffer, by position."""
+
+    def __init__(self, engine: DecodeEngine, futures: list[Future], target: _Target, sizes: torch.Tensor | None,
+                 failures: dict[int, Exception]) -> None:
+        self.engine, self.futures = engine, futures
         self.target, self.sizes, self.failures = target, sizes, failures
 
     def result(self) -> DecodedImages:
         outcomes = [future.result() for future in self.futures]
         buffer, token = self.target.take()
         slots = buffer.numpy()
-        for chunk, errors in zip(self.chunks, outcomes):
-            for i, error in zip(chunk, errors):
-                if error is not None:
-                    self.failures[i] = error
-                    slots[i] = 0
+        for errors in outcomes:
+            for i, error in errors.items():
+                self.failures[i] = error
+                slots[i] = 0
         batch = buffer.permute(0, 3, 1, 2) if self.engine.options.layout == "NCHW" else buffer
         return DecodedImages(self.engine._buffers.ship(batch, token), self.sizes, self.failures)

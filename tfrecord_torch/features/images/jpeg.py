@@ -34,7 +34,7 @@ import numpy as np
 from tfrecord_torch._args import check_choice
 from tfrecord_torch.features.images.limits import Header, read_header
 
-__all__ = ["JPEG_DECODERS", "FastDecoderUnavailable", "check_decoder", "crop_decoding_available", "decode_jpeg",
+__all__ = ["JPEG_DECODERS", "FastDecoderUnavailable", "JpegClaims", "check_decoder", "crop_decoding_available", "decode_jpeg",
            "decode_jpeg_fast", "decode_jpeg_planes", "decode_jpeg_window", "decode_jpegs_into", "fast_jpeg", "planes_into",
            "simplejpeg_available", "to_planes"]
 
@@ -226,27 +226,78 @@ def decode_jpegs_into(images: list[bytes], out: np.ndarray, *, decoder: str = "f
         ValueError: ``out`` not as described, or a ``decoder`` not listed above.
         TypeError: an image that is not bytes-like.
     """
-    check_choice("decoder", decoder, JPEG_DECODERS)
     images = list(images)
-    if {type(data) for data in images} - {bytes}:  # one check for the batch: no Python call per image
-        images = [_as_bytes(f"images[{i}]", data) for i, data in enumerate(images)]
+    claims = JpegClaims(images, range(len(images)), decoder=decoder)
     _check_out(out, len(images))
-    height, width = out.shape[1], out.shape[2]
-    if _CROP is not None:
-        return _CROP.decode_many(images, out, height, width, decoder == "fast")
-    errors: list[str | None] = []
-    for data, slot in zip(images, out):
-        try:
-            header = read_header(data)
-            size = (header.height, header.width)
-            if size != (height, width):  # same byte count, other shape: would decode scrambled
-                raise ValueError(f"image is {size[0]}x{size[1]}, expected {height}x{width}")
-            decode_jpeg(data, decoder=decoder, out=slot)
-            errors.append(None)
-        except ValueError as e:
-            slot[...] = 0
-            errors.append(str(e))
-    return errors
+    failures = dict(claims.decode(out))
+    return [failures.get(i) for i in range(len(images))]
+
+
+class JpegClaims:
+    """One batch's whole JPEGs, all of one size, shared out among the threads
+    that decode it.
+
+    Each thread calling :meth:`decode` takes the next image nobody has taken
+    until none is left: the threads finish the batch together, however the
+    images' costs fall (fixed shares leave one thread idle while another ends
+    its share). The compiled helper takes from an atomic counter without the
+    GIL, so a thread decodes all it takes in one call; without it, image by
+    image with simplejpeg. The pixels of :func:`decode_jpeg` either way.
+
+    Args:
+        images: the JPEGs (bytes-like), each exactly the size of ``out``'s
+            slots (check with :func:`fast_jpeg` on their headers first).
+        slots: the slot of ``out`` each image goes to (distinct).
+        decoder: "fast" or "accurate", as :func:`decode_jpeg`.
+
+    Raises:
+        ValueError: ``slots`` not one slot number (>= 0) per image, or a
+            ``decoder`` not listed above.
+        TypeError: an image that is not bytes-like.
+    """
+
+    def __init__(self, images: Iterable[bytes], slots: Iterable[int], *, decoder: str = "fast") -> None:
+        check_choice("decoder", decoder, JPEG_DECODERS)
+        images = list(images)
+        if {type(data) for data in images} - {bytes}:  # one check for the batch: no Python call per image
+            images = [_as_bytes(f"images[{i}]", data) for i, data in enumerate(images)]
+        self.images, self.decoder = images, decoder
+        self.slots = np.array(list(slots), dtype=np.int64)
+        if self.slots.shape != (len(images),) or (len(images) and self.slots.min() < 0):
+            raise ValueError(f"slots must be one slot number (>= 0) per image: {len(images)} images, "
+                             f"slots {self.slots.tolist()}")
+        self._end = int(self.slots.max()) + 1 if len(images) else 0  # out needs this many slots
+        self._next = np.zeros(1, np.int64)  # the next image to take
+        self._lock = threading.Lock()  # takes without the compiled helper
+
+    def decode(self, out: np.ndarray) -> list[tuple[int, str]]:
+        """Decode images taken from the batch until none is left, each into its
+        slot of ``out`` (a writeable C-contiguous uint8 [N, H, W, 3]); the
+        position and error of each that failed here (its slot zero-filled)."""
+        _check_out(out, self._end, exact=False)
+        height, width = out.shape[1], out.shape[2]
+        if _CROP is not None:
+            return _CROP.decode_claimed(self.images, out, self.slots, self._next, height, width,
+                                        self.decoder == "fast")
+        failures: list[tuple[int, str]] = []
+        while (i := self._take()) is not None:
+            slot = out[self.slots[i]]
+            try:
+                header = read_header(self.images[i])
+                size = (header.height, header.width)
+                if size != (height, width):  # same byte count, other shape: would decode scrambled
+                    raise ValueError(f"image is {size[0]}x{size[1]}, expected {height}x{width}")
+                decode_jpeg(self.images[i], decoder=self.decoder, out=slot)
+            except ValueError as e:
+                slot[...] = 0
+                failures.append((i, str(e)))
+        return failures
+
+    def _take(self) -> int | None:
+        with self._lock:
+            i = int(self._next[0])
+            self._next[0] = i + 1
+        return i if i < len(self.images) else None
 
 
 def decode_jpeg_planes(data: bytes, header: Header, *, decoder: str) -> np.ndarray | None:
@@ -340,13 +391,15 @@ def _window(box: Iterable[Any]) -> tuple[int, int, int, int]:
     return top, left, height, width
 
 
-def _check_out(out: Any, count: int) -> None:
-    """Refuse an ``out`` that is not a writeable C-contiguous uint8 array [count, H, W, 3] of a JPEG's size."""
-    if not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.ndim == 4 and out.shape[0] == count
-            and out.shape[3] == 3 and out.flags.c_contiguous and out.flags.writeable
-            and out.shape[1] <= _MAX_SIDE and out.shape[2] <= _MAX_SIDE):
-        raise ValueError(f"out must be a writeable C-contiguous uint8 array [{count}, H, W, 3] (one slot per "
-                         f"image, H and W at most {_MAX_SIDE}), got {_described(out)}")
+def _check_out(out: Any, count: int, *, exact: bool = True) -> None:
+    """Refuse an ``out`` that is not a writeable C-contiguous uint8 array [count, H, W, 3] of a JPEG's size
+    (not ``exact``: at least ``count`` slots)."""
+    slots = isinstance(out, np.ndarray) and out.ndim == 4 and (out.shape[0] == count if exact else out.shape[0] >= count)
+    if not (slots and out.dtype == np.uint8 and out.shape[3] == 3 and out.flags.c_contiguous and out.flags.writeable
+            and 0 < out.shape[1] <= _MAX_SIDE and 0 < out.shape[2] <= _MAX_SIDE):
+        many = count if exact else f">={count}"
+        raise ValueError(f"out must be a writeable C-contiguous uint8 array [{many}, H, W, 3] (one slot per "
+                         f"image, H and W 1 to {_MAX_SIDE}), got {_described(out)}")
 
 
 def _described(value: Any) -> str:

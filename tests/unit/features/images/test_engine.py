@@ -207,6 +207,37 @@ def test_decode_pool_is_thread_safe():
     assert not errors and len(results) == 24 and all(results)
 
 
+@pytest.mark.parametrize("crop", [False, True])
+def test_the_threads_of_a_batch_take_its_images_until_none_is_left(monkeypatch, crop):
+    """No thread is dealt a fixed share: while one thread is held by a slow image, the other takes
+    every other image of the batch (a share of half the batch would leave it idle). PNGs, and crops,
+    go one image at a time; whole JPEGs through JpegClaims (tests/unit/features/images/test_jpeg.py)."""
+    images = [png_bytes(photo(i, 40, 56)) for i in range(16)]
+    slow, started = images[0], threading.Event()
+    done_by: dict[int, list[int]] = {}
+    one = DecodeEngine._one
+
+    def tracked(self, data, header, job, plan, slot):
+        if data is slow:
+            started.set()
+            # held until every other image is decoded (at most 10 s: then the assertion below fails)
+            for _ in range(1000):
+                if sum(map(len, done_by.values())) == len(images) - 1:
+                    break
+                threading.Event().wait(0.01)
+        else:
+            assert started.wait(10)  # the slow image is taken first
+        done_by.setdefault(threading.get_ident(), []).append(images.index(data))
+        return one(self, data, header, job, plan, slot)
+
+    monkeypatch.setattr(DecodeEngine, "_one", tracked)
+    plan = CropPlan((24, 24), (0.08, 1.0), (3 / 4, 4 / 3), 0.5, "bilinear") if crop else None
+    with DecodeEngine(ImageBatching(threads=2)) as engine:
+        pixels, _, failures = engine.decode(images, plan=plan)
+    assert not failures and pixels.shape[0] == 16
+    assert sorted(map(sorted, done_by.values())) == [[0], list(range(1, 16))]
+
+
 def test_forked_workers_give_the_same_batches(tmp_path):
     path = write(tmp_path / "a.tfrecord", [jpeg(i, 60, 70) for i in range(20)])
     ds = TFRecordDataset(path, features=SPEC, batch_size=4, transform=CROP, seed=3)

@@ -11,6 +11,7 @@ from helpers import in_threads, png_bytes
 
 from tfrecord_torch.features.images import jpeg as jpeg_module
 from tfrecord_torch.features.images.jpeg import (
+    JpegClaims,
     crop_decoding_available,
     decode_jpeg,
     decode_jpeg_planes,
@@ -144,6 +145,71 @@ def test_a_batch_decodes_in_one_call_with_errors_per_image(helper, monkeypatch):
         np.testing.assert_array_equal(out[slot], tf.io.decode_jpeg(data, channels=3).numpy())
 
 
+@pytest.mark.parametrize("helper", [True, False])
+def test_eight_threads_sharing_a_batch_decode_each_image_once(helper, monkeypatch):
+    """JpegClaims: every thread calling decode() takes images until none is left; each image is
+    decoded by exactly one of them, into its own slot, and each failure is reported once."""
+    if helper and not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_CROP", None)
+    good = [png_bytes(photo(i, 24, 40), "JPEG", quality=90) for i in range(30)]
+    images = [*good[:7], good[7][:len(good[7]) // 2], *good[8:20], b"\xff\xd8 no jpeg", *good[20:]]
+    slots = [len(images) + 2 - i for i in range(len(images))]  # out of order, two slots left alone
+    out = np.full((len(images) + 3, 24, 40, 3), 7, np.uint8)
+    claims = JpegClaims(images, slots)
+    failures, taken = [], []
+
+    def run():
+        found = claims.decode(out)
+        failures.extend(found)
+        taken.append(found)
+
+    assert not in_threads(run)
+    assert sorted(i for i, _ in failures) == [7, 20]  # each failure once, from the thread that took it
+    assert out[0].min() == out[1].min() == 7 and out[0].max() == out[1].max() == 7  # no slot of nobody's
+    for i, data in enumerate(images):
+        if i in (7, 20):
+            assert out[slots[i]].max() == 0
+        else:
+            np.testing.assert_array_equal(out[slots[i]], tf.io.decode_jpeg(data, channels=3).numpy())
+    assert claims.decode(out) == []  # nothing is left to take: a late thread finds no work
+
+
+@pytest.mark.parametrize("helper", [True, False])
+def test_a_late_thread_finds_the_batch_taken_and_writes_nothing(helper, monkeypatch):
+    if helper and not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_CROP", None)
+    images = [png_bytes(photo(i, 16, 16), "JPEG", quality=90) for i in range(3)]
+    claims = JpegClaims(images, [0, 1, 2])
+    first = np.zeros((3, 16, 16, 3), np.uint8)
+    assert claims.decode(first) == []
+    later = np.full((3, 16, 16, 3), 9, np.uint8)
+    assert claims.decode(later) == []
+    assert (later == 9).all()
+    assert first.any()
+
+
+@pytest.mark.parametrize("helper", [True, False])
+@pytest.mark.parametrize(("slots", "out", "error"), [
+    ([0, -1], (2, 8, 8, 3), "one slot number \\(>= 0\\) per image"),
+    ([0], (2, 8, 8, 3), "one slot number"),
+    ([0, 2], (2, 8, 8, 3), r"\[>=3, H, W, 3\]"),
+    ([0, 1], (2, 8, 8, 4), r"\[>=2, H, W, 3\]"),
+    ([0, 1], (2, 0, 8, 3), "H and W 1 to"),
+])
+def test_claims_refuse_slots_outside_out(helper, slots, out, error, monkeypatch):
+    if helper and not crop_decoding_available():
+        pytest.skip("the helper is not built")
+    if not helper:
+        monkeypatch.setattr(jpeg_module, "_CROP", None)
+    images = [png_bytes(photo(i, 8, 8), "JPEG", quality=90) for i in range(2)]
+    with pytest.raises(ValueError, match=error):
+        JpegClaims(images, slots).decode(np.zeros(out, np.uint8))
+
+
 def test_helper_refuses_what_is_not_bytes():
     """The compiled call checks its arguments itself too (what the shared check passes it)."""
     if not crop_decoding_available():
@@ -153,6 +219,9 @@ def test_helper_refuses_what_is_not_bytes():
         jpeg_module._CROP.decode_many(["not bytes"], out, 4, 4, True)
     with pytest.raises(ValueError, match="C-contiguous buffer of 2 x 4 x 4 x 3 bytes"):
         jpeg_module._CROP.decode_many([b"", b""], out, 4, 4, True)
+    claim, slots = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    with pytest.raises(TypeError, match=r"images\[0\] is str, not bytes"):
+        jpeg_module._CROP.decode_claimed(["not bytes"], out, slots, claim, 4, 4, True)
 
 
 @pytest.mark.parametrize("helper", [True, False])
