@@ -18,6 +18,9 @@
  * comes back as (start, stride, T, n): where the values lie in the payload
  * (YouTube-8M's frames: no bytes object per frame; the caller copies them
  * out with one strided copy); any other list of those keys, as a list.
+ *
+ * A bytes value of 64 KiB or more (an image) is copied out with the GIL
+ * released, so the process's other threads run meanwhile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -198,6 +201,31 @@ static int check_strings(cursor list) {
     return 0;
 }
 
+/* A value this long or longer is copied with the GIL released: a batch of 64 photos of 500 KB is
+ * 32 MB of copying, and other threads of the process (a DataLoader worker's feeder and
+ * resource-sharer threads, the training loop) then wait for the GIL for milliseconds at a time. */
+#define RELEASE_BYTES ((Py_ssize_t)64 * 1024)
+
+/* One bytes value, copied out of the payload. The payload is the caller's, held (its buffer
+ * exported) for the whole call, so it stays where it is while the GIL is away. */
+static PyObject *bytes_of(cursor span) {
+    Py_ssize_t n = (Py_ssize_t)(span.end - span.p);
+    PyObject *item;
+    char *to;
+    if (n < RELEASE_BYTES) {
+        return PyBytes_FromStringAndSize((const char *)span.p, n);
+    }
+    item = PyBytes_FromStringAndSize(NULL, n);
+    if (item == NULL) {
+        return NULL;
+    }
+    to = PyBytes_AS_STRING(item);
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(to, span.p, (size_t)n);
+    Py_END_ALLOW_THREADS
+    return item;
+}
+
 /* A BytesList as a list of bytes. */
 static PyObject *byte_strings(cursor list) {
     PyObject *out;
@@ -210,7 +238,7 @@ static PyObject *byte_strings(cursor list) {
     while (out != NULL && list.p < list.end) {
         PyObject *item;
         field(&list, &number, &wire, &span);
-        item = PyBytes_FromStringAndSize((const char *)span.p, span.end - span.p);
+        item = bytes_of(span);
         if (item == NULL || PyList_Append(out, item) < 0) {
             Py_XDECREF(item);
             Py_CLEAR(out);

@@ -73,9 +73,48 @@ def test_unusual_shapes_are_left_to_protobuf():
     assert fast(b"") == {} == parse_example_protobuf(b"")
 
 
+def test_a_large_bytes_value_is_copied_without_the_gil():
+    """Copying out an image (here 256 MB) lets the process's other threads run: a thread that stamps
+    the time in a loop gets stamps into the middle of the call. Holding the GIL, the call let none in
+    (a DataLoader worker's feeder thread waited up to 33 ms to send a batch of 500 KB images)."""
+    import threading
+    import time
+
+    value = bytes(range(256)) * (1 << 20)
+    payload = make_example({"image": value, "label": 1})
+    stamps, running, stop = [], threading.Event(), threading.Event()
+
+    def stamp():
+        running.set()
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    thread = threading.Thread(target=stamp)
+    thread.start()
+    try:
+        assert running.wait(10)
+        inside = 0
+        for _ in range(3):  # a call the OS kept the thread from running through would show none
+            begin = time.perf_counter()
+            got = fast(payload)
+            end = time.perf_counter()
+            middle = (begin + (end - begin) * 0.2, end - (end - begin) * 0.2)
+            inside += sum(middle[0] < t < middle[1] for t in stamps)
+            assert got is not None and got["image"] == [value]
+            if inside:
+                break
+    finally:
+        stop.set()
+        thread.join()
+    assert inside > 0
+
+
 def test_eight_threads_decode_alike():
     payloads = [make_example({"i": np.arange(n, dtype=np.int64), "b": [b"x" * n]}) for n in range(50)]
-    expected = [parse_example_protobuf(p) for p in payloads]
+    # values copied with the GIL released too (64 KiB and more), from a bytearray as well as bytes
+    payloads += [make_example({"i": np.arange(3), "b": [bytes([n]) * (65535 + n), b"y" * n]}) for n in range(4)]
+    payloads.append(bytearray(payloads[-1]))
+    expected = [parse_example_protobuf(bytes(p)) for p in payloads]
     errors = []
 
     def run():
