@@ -580,3 +580,28 @@ def test_the_batch_parser_benchmark_prints_both_paths_and_the_rules_pick():
             or line.startswith("| 65,536 |")}
     assert set(rows) == {"1,024", "65,536"}, proc.stdout
     assert rows["65,536"].split("|")[2].count("(one by one)") == 1, rows
+
+
+@pytest.mark.slow
+def test_quick_run_of_the_decoder_cpu_benchmark(tmp_path):
+    """benchmarks/decode_cpu.py --quick: each decoder alone and the pipeline,
+    a CPU time per image in every row, the decoders' pixels checked equal,
+    and the turbojpeg row where the system has that library."""
+    import ctypes.util
+
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "decode_cpu.py"), "--quick", "--rounds",
+                           "2", "--passes", "1", "--out", str(tmp_path)], cwd=ROOT, check=False, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:5] for line in proc.stdout.splitlines()
+            if line.startswith("| decoder alone") or line.startswith("| pipeline")}
+    expected = {"decoder alone: ours (libjpeg, one GIL-free call a thread)",
+                "decoder alone: simplejpeg (its own libjpeg-turbo)",
+                "pipeline: batch mode, num_workers=0 (whole process)"}
+    if ctypes.util.find_library("turbojpeg"):
+        expected.add("decoder alone: tjDecompress2 (libturbojpeg, as FFCV calls it)")
+    assert set(rows) == expected, proc.stdout
+    for name, (median, rounds, ratio) in rows.items():
+        assert float(median) > 0 and len(rounds.split(",")) == 2 and ratio.strip().endswith("x"), (name, median)
+    assert "the decoders' pixels equal: True" in proc.stdout
+    assert (tmp_path / "decode_cpu.md").read_text() == proc.stdout.rstrip("\n") + "\n"

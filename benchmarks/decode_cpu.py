@@ -1,0 +1,207 @@
+#!/usr/bin/env python
+"""Where case A's CPU goes: the JPEG decoder alone against batch mode's whole pipeline.
+
+    .venv/bin/python benchmarks/decode_cpu.py [--quick] [--out DIR] [--rounds N] [--passes N]
+
+Over case A (the ``images_jpeg`` data set of ``benchmarks/run.py``: 4,000
+256x256 JPEGs of 24 KB with a label), in CPU milliseconds per image:
+
+- the decoder alone, on a thread per core (as the pipeline decodes: cores
+  that share caches and memory with a busy neighbour decode slower than one
+  core alone), over the data set's JPEGs already in memory, each into its
+  slot of one preallocated buffer, each thread a contiguous share: ours
+  (:func:`~tfrecord_torch.features.images.jpeg.decode_jpegs_into`, one
+  GIL-free call), simplejpeg (``decode_jpeg(fastdct=True,
+  fastupsample=False, buffer=...)``, an image a call), and, where the
+  system has libturbojpeg, ``tjDecompress2`` with one handle for every
+  image and ``TJFLAG_FASTDCT | TJFLAG_NOREALLOC``, as FFCV 1.0.2's
+  ``libffcv.cpp`` calls it (through ctypes here: a call costs a microsecond
+  or two more than from C). All three use libjpeg-turbo's fast IDCT and
+  fancy upsampling, and their pixels are checked equal;
+- batch mode's pipeline (``TFRecordDataset(path, features=presets.tfds(),
+  batch_size=64)`` through ``DataLoader(batch_size=None, num_workers=0)``):
+  the CPU time of the whole process (reading, CRCs, parsing, its decode
+  threads, the loop) over ``--passes`` passes, per image, and its images/s.
+  The pipeline less our decoder alone is what the pipeline costs beyond
+  decoding.
+
+The rows run interleaved over ``--rounds`` rounds (medians, and each round's
+value). A pipeline whose CPU per image is C on 2 busy cores reads at most
+2 / C images/s, so on a machine whose cores the pipeline fills, a rate
+ahead of another pipeline needs a lower C. Prints a Markdown table and
+writes DIR/decode_cpu.md (DIR: bench-output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import datetime
+import os
+import statistics
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.utils.data  # noqa: E402
+
+BATCH = 64
+TJPF_RGB, TJFLAG_FASTDCT, TJFLAG_NOREALLOC = 0, 2048, 1024  # turbojpeg.h
+
+
+class TurboJpeg:
+    """libturbojpeg's ``tjDecompress2`` through ctypes: a handle per call of
+    :meth:`decode_into` for all its images (a handle is one thread's, as
+    FFCV keeps one per thread)."""
+
+    def __init__(self, library: str) -> None:
+        self.lib = ctypes.CDLL(library)
+        self.lib.tjInitDecompress.restype = ctypes.c_void_p
+        self.lib.tjDestroy.argtypes = [ctypes.c_void_p]
+        self.lib.tjDecompress2.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p,
+                                           ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+
+    def decode_into(self, images: list[bytes], out: np.ndarray) -> None:
+        if len(out) != len(images) or not out.flags.c_contiguous or out.dtype != np.uint8 or out.shape[3] != 3:
+            raise ValueError("out must be C-contiguous uint8 [len(images), H, W, 3]")
+        height, width = out.shape[1:3]
+        handle = self.lib.tjInitDecompress()
+        if not handle:
+            raise RuntimeError("tjInitDecompress failed")
+        try:
+            call, flags = self.lib.tjDecompress2, TJFLAG_FASTDCT | TJFLAG_NOREALLOC
+            base, slot = out.ctypes.data, height * width * 3
+            for i, data in enumerate(images):
+                if call(handle, data, len(data), base + i * slot, width, 0, height, TJPF_RGB, flags) != 0:
+                    raise RuntimeError(f"tjDecompress2 failed on image {i}")
+        finally:
+            self.lib.tjDestroy(handle)
+
+
+def decoders(turbo: TurboJpeg | None) -> dict:
+    """Each decoder alone: a function (images, out) filling out."""
+    import simplejpeg
+
+    from tfrecord_torch.features.images.jpeg import decode_jpegs_into
+
+    def ours(images, out):
+        failed = [f for f in decode_jpegs_into(images, out, decoder="fast") if f is not None]
+        if failed:
+            raise RuntimeError(f"{len(failed)} images failed: {failed[0]}")
+
+    def simple(images, out):
+        for i, data in enumerate(images):
+            simplejpeg.decode_jpeg(data, "RGB", fastdct=True, fastupsample=False, buffer=out[i])
+
+    rows = {"decoder alone: ours (libjpeg, one GIL-free call a thread)": ours,
+            "decoder alone: simplejpeg (its own libjpeg-turbo)": simple}
+    if turbo is not None:
+        rows["decoder alone: tjDecompress2 (libturbojpeg, as FFCV calls it)"] = turbo.decode_into
+    return rows
+
+
+def cpu_per_image(fill, images: list[bytes], out: np.ndarray, threads: int) -> float:
+    """CPU ms per image of the process while ``threads`` threads each fill a contiguous share."""
+    bounds = [len(images) * k // threads for k in range(threads + 1)]
+    shares = [(images[lo:hi], out[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
+    workers = [threading.Thread(target=fill, args=share) for share in shares]
+    start = time.process_time()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return (time.process_time() - start) / len(images) * 1e3
+
+
+def pipeline(path: str, passes: int) -> tuple[float, float]:
+    """Batch mode with num_workers=0: (CPU ms per image of the whole process, images/s)."""
+    from tfrecord_torch import TFRecordDataset, presets
+
+    ds = TFRecordDataset(path, features=presets.tfds(), batch_size=BATCH)
+
+    def one() -> int:
+        n = 0
+        for batch in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0):
+            n += int(batch["image"].shape[0])
+        return n
+
+    one()  # warm-up: the decode threads' first start, the page cache
+    wall, cpu, n = time.perf_counter(), time.process_time(), 0
+    for _ in range(passes):
+        n += one()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return cpu / n * 1e3, n / wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke test: 512 records (measures nothing)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench-output"))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--passes", type=int, default=4, help="pipeline passes over the data set per round")
+    args = parser.parse_args()
+    from benchmarks.harness.report import loadavg
+    from benchmarks.loop import _dataset
+    from tfrecord_torch import parse_example, read_records
+    from tfrecord_torch.features.images.limits import read_header
+
+    path = _dataset(args.out, args.quick, lambda *a: None)
+    images = [parse_example(r)["image"][0] for r in read_records(path)]
+    library = ctypes.util.find_library("turbojpeg")
+    turbo = TurboJpeg(library) if library else None
+    rows = decoders(turbo)
+    cores = len(os.sched_getaffinity(0))
+    started, load_start = datetime.datetime.now(datetime.timezone.utc), loadavg()
+    size = read_header(images[0])
+    outs = {name: np.empty((len(images), size.height, size.width, 3), np.uint8) for name in rows}
+    for name, fill in rows.items():  # warm-up and the pixels' check
+        fill(images, outs[name])
+    first = next(iter(outs.values()))
+    same = {name: bool(np.array_equal(first, out)) for name, out in outs.items()}
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    samples["pipeline: batch mode, num_workers=0 (whole process)"] = []
+    rates: list[float] = []
+    for r in range(args.rounds):
+        order = list(rows) if r % 2 == 0 else list(reversed(rows))
+        for name in order:
+            samples[name].append(cpu_per_image(rows[name], images, outs[name], cores))
+        cpu, rate = pipeline(path, args.passes)
+        samples["pipeline: batch mode, num_workers=0 (whole process)"].append(cpu)
+        rates.append(rate)
+    ours = statistics.median(samples[next(iter(rows))])
+    lines = [
+        f"Command: `.venv/bin/python benchmarks/decode_cpu.py{' --quick' if args.quick else ''} "
+        f"--rounds {args.rounds} --passes {args.passes}`, "
+        f"started {started:%Y-%m-%d %H:%M:%S} UTC; 1-min load average at start / end: {load_start} / {loadavg()}",
+        "",
+        "| row | CPU ms an image (median) | each round | against ours alone |",
+        "|---|---:|---|---:|",
+    ]
+    for name, values in samples.items():
+        median = statistics.median(values)
+        lines.append(f"| {name} | {median:.4f} | {', '.join(f'{v:.4f}' for v in values)} | {median / ours:.3f}x |")
+    pipe = statistics.median(samples["pipeline: batch mode, num_workers=0 (whole process)"])
+    lines += [
+        "",
+        f"- {len(images):,} JPEGs of {sum(map(len, images)) / len(images) / 1e3:.1f} KB; the decoders' pixels "
+        f"equal: {all(same.values())}; the decoders on {cores} threads"
+        + ("" if turbo is not None else "; libturbojpeg not found, its row left out") + ".",
+        f"- The pipeline read {statistics.median(rates):,.0f} images/s (median of the rounds' "
+        f"{args.passes}-pass rates); beyond our decoder alone it costs {pipe - ours:.4f} ms an image "
+        f"({(pipe - ours) * BATCH:.2f} ms a batch of {BATCH}, {(pipe - ours) / pipe:.1%} of its CPU).",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "decode_cpu.md"), "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
