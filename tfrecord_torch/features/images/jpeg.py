@@ -251,8 +251,8 @@ class JpegClaims:
         decoder: "fast" or "accurate", as :func:`decode_jpeg`.
 
     Raises:
-        ValueError: ``slots`` not one slot number (>= 0) per image, or a
-            ``decoder`` not listed above.
+        ValueError: ``slots`` not one distinct slot number (>= 0) per
+            image, or a ``decoder`` not listed above.
         TypeError: an image that is not bytes-like.
     """
 
@@ -266,6 +266,8 @@ class JpegClaims:
         if self.slots.shape != (len(images),) or (len(images) and self.slots.min() < 0):
             raise ValueError(f"slots must be one slot number (>= 0) per image: {len(images)} images, "
                              f"slots {self.slots.tolist()}")
+        if len(np.unique(self.slots)) != len(images):  # two threads would write one slot at once
+            raise ValueError(f"slots must be distinct, one image a slot: {self.slots.tolist()}")
         self._end = int(self.slots.max()) + 1 if len(images) else 0  # out needs this many slots
         self._next = np.zeros(1, np.int64)  # the next image to take
         self._lock = threading.Lock()  # takes without the compiled helper

@@ -199,6 +199,7 @@ def test_a_late_thread_finds_the_batch_taken_and_writes_nothing(helper, monkeypa
     ([0, 2], (2, 8, 8, 3), r"\[>=3, H, W, 3\]"),
     ([0, 1], (2, 8, 8, 4), r"\[>=2, H, W, 3\]"),
     ([0, 1], (2, 0, 8, 3), "H and W 1 to"),
+    ([1, 1], (2, 8, 8, 3), r"distinct, one image a slot: \[1, 1\]"),
 ])
 def test_claims_refuse_slots_outside_out(helper, slots, out, error, monkeypatch):
     if helper and not crop_decoding_available():
