@@ -367,7 +367,10 @@ static PyObject *decode_many(PyObject *self, PyObject *args) {
         goto done;
     }
     slot = (size_t)height * (size_t)width * 3;
-    if (!PyBuffer_IsContiguous(&out, 'C') || (size_t)out.len != slot * (size_t)images.n) {
+    /* by division: slot * n may wrap in 64 bits (n near 2**30 images of 65500 x 65500), and a wrapped
+     * product equal to out.len would let the loop below write past out */
+    if (!PyBuffer_IsContiguous(&out, 'C') || out.len < 0 || (size_t)out.len % slot != 0 ||
+        (size_t)out.len / slot != (size_t)images.n) {
         PyErr_Format(PyExc_ValueError, "out must be a C-contiguous buffer of %zd x %lld x %lld x 3 bytes",
                      images.n, height, width);
         goto done;
