@@ -183,6 +183,23 @@ def test_corrupt_image_in_a_batch_follows_on_error(tmp_path, bad):
     assert ds.errors()["total"] == 1
 
 
+def test_a_failed_jpeg_is_named_by_its_record_among_images_of_other_kinds(tmp_path):
+    """The threads decode a batch's whole JPEGs as a list of their own, which a PNG leaves out:
+    an error found in that list is the record's at its place in the batch, not at its place in
+    the list (record 2 here is the list's second JPEG)."""
+    good = [jpeg(i) for i in range(4)]
+    images = [png_bytes(photo(7, 40, 56)), good[0], good[1][:len(good[1]) // 2], good[2], good[3]]
+    path = write(tmp_path / "a.tfrecord", images)
+    with pytest.raises(FeatureError, match=r"record 2 at byte offset \d+: feature 'image'"):
+        list(TFRecordDataset(path, features=SPEC, batch_size=5))
+    ds = TFRecordDataset(path, features=SPEC, batch_size=5, on_error="skip")
+    batch, = ds
+    assert batch["label"].tolist() == [0, 1, 3, 4]
+    assert torch.equal(batch["image"][0], torch.from_numpy(photo(7, 40, 56)).permute(2, 0, 1))
+    for k, i in ((1, 0), (2, 2), (3, 3)):
+        assert torch.equal(batch["image"][k], torch.from_numpy(decode_jpeg(good[i])).permute(2, 0, 1)), k
+
+
 def test_decode_pool_is_thread_safe():
     images = [jpeg(i) for i in range(12)]
     plan = CropPlan((24, 24), (0.08, 1.0), (3 / 4, 4 / 3), 0.5, "bilinear")
