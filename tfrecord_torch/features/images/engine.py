@@ -27,7 +27,7 @@ import itertools
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -420,6 +420,10 @@ class _DecodingImages(Pending[DecodedImages]):
         self.target, self.sizes, self.failures = target, sizes, failures
 
     def result(self) -> DecodedImages:
+        # every thread done with the buffer before anything is raised or handed over: a thread that
+        # raised (not an image's error) must not leave another still writing into a buffer the
+        # caller may reuse
+        wait(self.futures)
         outcomes = [future.result() for future in self.futures]
         buffer, token = self.target.take()
         slots = buffer.numpy()

@@ -1,6 +1,8 @@
 """The batch image fast path: pixels, fused crops, bad images, threads and workers."""
 
+import itertools
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -198,6 +200,30 @@ def test_a_failed_jpeg_is_named_by_its_record_among_images_of_other_kinds(tmp_pa
     assert torch.equal(batch["image"][0], torch.from_numpy(photo(7, 40, 56)).permute(2, 0, 1))
     for k, i in ((1, 0), (2, 2), (3, 3)):
         assert torch.equal(batch["image"][k], torch.from_numpy(decode_jpeg(good[i])).permute(2, 0, 1)), k
+
+
+def test_a_decode_thread_that_raises_leaves_no_other_thread_writing(monkeypatch):
+    """A decode thread that raises (not an image's error: out of memory, say) fails the batch only
+    once every other thread of the batch is done with its buffer, which the caller may reuse."""
+    engine = DecodeEngine(ImageBatching(threads=2))
+    submit, order, done = engine._pool.submit, itertools.count(), []
+
+    def share_or_raise(k, fn, *args):
+        if k == 0:  # the batch's first thread: the one its result waits for first
+            raise MemoryError("a decode thread ran out of memory")
+        time.sleep(0.2)  # still decoding into the buffer when the first has raised
+        try:
+            return fn(*args)
+        finally:
+            done.append(k)
+
+    monkeypatch.setattr(engine._pool, "submit", lambda fn, *args: submit(share_or_raise, next(order), fn, *args))
+    try:
+        with pytest.raises(MemoryError, match="ran out of memory"):
+            engine.start([jpeg(i) for i in range(4)]).result()
+        assert done == [1]  # the other thread had finished before the error came out
+    finally:
+        engine.close()
 
 
 def test_decode_pool_is_thread_safe():
