@@ -107,15 +107,27 @@ def decoders(turbo: TurboJpeg | None) -> dict:
 
 
 def cpu_per_image(fill, images: list[bytes], out: np.ndarray, threads: int) -> float:
-    """CPU ms per image of the process while ``threads`` threads each fill a contiguous share."""
+    """CPU ms per image of the process while ``threads`` threads each fill a
+    contiguous share; a thread's error is raised here (no timing of a share
+    left undone)."""
     bounds = [len(images) * k // threads for k in range(threads + 1)]
     shares = [(images[lo:hi], out[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
-    workers = [threading.Thread(target=fill, args=share) for share in shares]
+    errors: list[BaseException] = []
+
+    def run(share_images: list[bytes], share_out: np.ndarray) -> None:
+        try:
+            fill(share_images, share_out)
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread below
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=share) for share in shares]
     start = time.process_time()
     for t in workers:
         t.start()
     for t in workers:
         t.join()
+    if errors:
+        raise errors[0]
     return (time.process_time() - start) / len(images) * 1e3
 
 

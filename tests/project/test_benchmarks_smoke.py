@@ -605,3 +605,20 @@ def test_quick_run_of_the_decoder_cpu_benchmark(tmp_path):
         assert float(median) > 0 and len(rounds.split(",")) == 2 and ratio.strip().endswith("x"), (name, median)
     assert "the decoders' pixels equal: True" in proc.stdout
     assert (tmp_path / "decode_cpu.md").read_text() == proc.stdout.rstrip("\n") + "\n"
+
+
+def test_the_decoder_cpu_benchmark_raises_a_decode_threads_error(monkeypatch):
+    """A decoder failing on one of the timing threads fails the run: no CPU
+    time is reported for a share that was never decoded."""
+    import numpy as np
+
+    monkeypatch.syspath_prepend(ROOT)
+    from benchmarks.decode_cpu import cpu_per_image
+
+    def failing(images, out):
+        if len(images) and images[0] == b"bad":
+            raise RuntimeError("a decoder failed")
+
+    with pytest.raises(RuntimeError, match="a decoder failed"):
+        cpu_per_image(failing, [b"ok", b"ok", b"bad", b"ok"], np.zeros((4, 2, 2, 3), np.uint8), 2)
+    assert cpu_per_image(failing, [b"ok"] * 4, np.zeros((4, 2, 2, 3), np.uint8), 2) >= 0
