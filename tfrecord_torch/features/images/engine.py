@@ -400,8 +400,8 @@ class _BatchWork:
                     known = fast[id(header)] = fast_jpeg(header)
                 quick = known
             (self.whole if quick else self.rest).append(i)
-        self.claims = JpegClaims([bytes(images[k]) for k in self.whole], self.whole, decoder=decoder) \
-            if self.whole else None
+        # JpegClaims takes bytes as they are and copies only what is not bytes, once for the batch
+        self.claims = JpegClaims([images[k] for k in self.whole], self.whole, decoder=decoder) if self.whole else None
         self._next = itertools.count()  # next() on a count is atomic under the GIL
 
     def take(self) -> int | None:
