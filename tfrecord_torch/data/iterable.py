@@ -327,7 +327,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
         are read again but not decoded."""
-        shards = dealt_shards(self._shown(), len(self.paths), Reader(worker, workers, skip), self._indexes.off)
+        shards = dealt_shards(self._shown(), len(self.paths), Reader(worker, workers, skip), self._indexes)
         opened = open_streamed(self._reads(), shards, report=self.policy.reporter(), compression=self.compression,
                                cycle_length=self.cycle_length if self.shuffle else 1,
                                indexing=self._indexes.indexing)
