@@ -6,7 +6,9 @@ S3 endpoint on 127.0.0.1 (moto's server)."""
 
 from __future__ import annotations
 
+import gc
 import pickle
+import threading
 import types
 import warnings
 
@@ -181,6 +183,29 @@ def test_epochs_0_and_1_read_every_record_once_over_any_ranks_and_workers(s3, un
             got = readers(s3, workers, world, monkeypatch, epoch=epoch, paths=uneven, shuffle=True, seed=1,
                           batch_size=batch_size)
         assert sorted(i for ids in got for i in ids) == list(range(sum(UNEVEN))), epoch
+
+
+def library_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("tfrecord_torch"))
+
+
+@pytest.mark.parametrize("how", ["not started", "break", "exception", "exhausted"])
+def test_an_epoch_0_iterator_ended_any_way_leaves_no_thread(s3, shards, cache, tmp_path, how):  # noqa: F811
+    """Copying the shards ahead of the reader (the shard cache) stops with the iterator, also with one
+    made and dropped before its first record."""
+    before = library_threads()
+    ds = open_ds(s3, shuffle=True, source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=2)))
+    it = iter(ds)
+    if how == "exhausted":
+        assert len(list(it)) == TOTAL
+    elif how != "not started":
+        next(it)
+    if how == "exception":
+        with pytest.raises(KeyError):
+            it.throw(KeyError("the training step failed"))
+    del it
+    gc.collect()
+    assert library_threads() == before
 
 
 def test_a_batch_mode_epoch_0_streams_and_epoch_1_reads_by_index(s3, shards, cache):  # noqa: F811

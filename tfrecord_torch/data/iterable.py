@@ -337,7 +337,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                                     (worker,))
         else:
             out = decoded(units, skip, self._decoder())
-        return closing(out, opened.session)
+        return closing(out, opened)
 
     def _decoder(self) -> RecordDecoder:
         """How this iteration decodes its records (on decode threads, where worth it)."""

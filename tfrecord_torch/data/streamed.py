@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from tfrecord_torch.data import plan
 from tfrecord_torch.data.decodeahead import RecordDecoder
@@ -32,12 +32,30 @@ UNINDEXED_REMEDY = ("Source(index=False) streams the shards: leave index= at its
                     "are split over every rank and worker, or write more shards than ranks x DataLoader workers")
 
 
-class Streamed(NamedTuple):
-    """A reader's streamed shards: the session they are read through, and
-    their records, interleaved (read as they are taken)."""
+class Streamed:
+    """A reader's streamed shards: their records, interleaved (:attr:`located`,
+    read as they are taken), through one :class:`ReadSession` (:attr:`session`)
+    made when the first record is taken and closed by :func:`closing`. An
+    iterator dropped before its first record has opened nothing: the session
+    would copy shards ahead on a thread that nothing closes."""
 
-    session: ReadSession
-    located: Iterator[Located]
+    def __init__(self, reads: ShardReads, shards: list[int], *, report: Callable | None, compression: Any,
+                 cycle_length: int, indexing: Callable[[int, Iterator[Located]], Iterator[Located]] | None) -> None:
+        self.session: ReadSession | None = None
+        self.located = self._located(reads, shards, report, compression, cycle_length, indexing)
+
+    def _located(self, reads: ShardReads, shards: list[int], report: Callable | None, compression: Any,
+                 cycle_length: int, indexing: Callable[[int, Iterator[Located]], Iterator[Located]] | None
+                 ) -> Iterator[Located]:
+        session = self.session = ReadSession(reads.remote, reads.paths, verify=reads.verify, report=report,
+                                             order=list(shards))
+
+        def opened(shard: int):
+            session.began([shard])
+            records = stream_shard(reads.paths[shard], session.context, compression=compression)
+            return records if indexing is None else indexing(shard, records)
+
+        yield from interleave([functools.partial(opened, s) for s in shards], cycle_length)
 
 
 def open_streamed(reads: ShardReads, shards: list[int], *, report: Callable | None, compression: Any,
@@ -47,14 +65,8 @@ def open_streamed(reads: ShardReads, shards: list[int], *, report: Callable | No
     of them interleaved, each shard opened through the session when its turn
     comes; ``indexing(shard, records)`` passes a shard's records on (epoch 0
     indexes remote shards as it reads them: :mod:`~tfrecord_torch.data.firstepoch`)."""
-    session = ReadSession(reads.remote, reads.paths, verify=reads.verify, report=report, order=list(shards))
-
-    def opened(shard: int):
-        session.began([shard])
-        records = stream_shard(reads.paths[shard], session.context, compression=compression)
-        return records if indexing is None else indexing(shard, records)
-
-    return Streamed(session, interleave([functools.partial(opened, s) for s in shards], cycle_length))
+    return Streamed(reads, shards, report=report, compression=compression, cycle_length=cycle_length,
+                    indexing=indexing)
 
 
 def decoded(units: Iterable[Located], skip: int, decoder: RecordDecoder) -> Iterator[tuple[int, Any]]:
@@ -62,11 +74,16 @@ def decoded(units: Iterable[Located], skip: int, decoder: RecordDecoder) -> Iter
     yield from decoder.each((position, unit) for position, unit in enumerate(units, start=1) if position > skip)
 
 
-def closing(items: Iterator, session: ReadSession) -> Iterator:
-    """``items``, with ``session`` closed when they end or are dropped (its
-    copies' fills let end first when the items ran out)."""
-    with session:
+def closing(items: Iterator, streamed: Streamed) -> Iterator:
+    """``items``, with the session of ``streamed`` closed when they end or are
+    dropped (its copies' fills let end first when the items ran out)."""
+    ended = False
+    try:
         yield from items
+        ended = True
+    finally:
+        if streamed.session is not None:  # opened by the first record taken
+            streamed.session.close(ended)
 
 
 def check_streamed(shards: int, world_size: int, even: str | None, indexed_off: bool) -> None:
