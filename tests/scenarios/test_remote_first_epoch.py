@@ -216,6 +216,20 @@ def test_a_batch_mode_epoch_0_streams_and_epoch_1_reads_by_index(s3, shards, cac
     assert not ds.streamed and len(ds) == -(-TOTAL // 5)
 
 
+@pytest.mark.slow  # DataLoader workers
+def test_len_counts_from_epoch_1_read_by_dataloader_workers(s3, shards, cache):  # noqa: F811
+    """The main process knows the epoch its DataLoader workers read, without ds.set_epoch."""
+    ds = open_ds(s3, shuffle=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert sorted(ids_of(loader)) == list(range(TOTAL))  # epoch 0
+    with pytest.raises(TypeError, match=r"len\(\) is unknown in epoch 0"):
+        len(loader)
+    it = iter(loader)  # epoch 1
+    first = ids_of([next(it)])
+    assert len(loader) == len(ds) == TOTAL and ds.epoch == 1
+    assert sorted(first + ids_of(it)) == list(range(TOTAL))
+
+
 def test_resume_mid_epoch_0_reads_the_rest_exactly(s3, shards, cache):  # noqa: F811
     whole = ids_of(open_ds(s3, shuffle=True, seed=9))
     clear_index_cache()

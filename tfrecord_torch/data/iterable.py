@@ -167,8 +167,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     @property
     def epoch(self) -> int:
-        """The epoch of this reader's current (or next) iteration."""
-        return self._resume.epoch
+        """The epoch of this reader's current (or next) iteration (its DataLoader workers' latest one)."""
+        return self._resume.current
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
