@@ -6,8 +6,11 @@ S3 endpoint on 127.0.0.1 (moto's server)."""
 
 from __future__ import annotations
 
+import gc
 import pickle
+import threading
 import types
+import warnings
 
 import pytest
 import torch.utils.data
@@ -76,9 +79,9 @@ def shard_gets(s3, urls) -> list:
     return [r for r in s3.requests if r[0] == "GET" and r[1] in names]
 
 
-def open_ds(s3, **kw):
+def open_ds(s3, paths="s3://bucket/first/train-*", **kw):
     kw.setdefault("source", Source(cache=None))
-    return TFRecordDataset("s3://bucket/first/train-*", storage_options=s3.options, **kw)
+    return TFRecordDataset(paths, storage_options=s3.options, **kw)
 
 
 @pytest.mark.parametrize("shuffle", [False, Shuffling(buffer=4)])
@@ -127,11 +130,16 @@ def test_epoch_1_on_a_machine_without_the_indexes_builds_them(s3, shards, cache)
     assert sorted(got) == list(range(TOTAL)) and not ds.streamed
 
 
-def readers(s3, workers: int, world: int, monkeypatch, **kw) -> list[list[int]]:
-    """The ids each (rank, worker) reader yields in one epoch, each from its own pickled copy."""
+def readers(s3, workers: int, world: int, monkeypatch, epoch: int | None = None, **kw) -> list[list[int]]:
+    """The ids each (rank, worker) reader yields in one epoch (``epoch``, else
+    the first), each from its own pickled copy; ``workers=0``: the rank's own."""
     got = []
     for rank in range(world):
         ds = open_ds(s3, sharding=Sharding(rank=rank, world_size=world), **kw)
+        if epoch is not None:
+            ds.set_epoch(epoch)
+        if not workers:
+            got.append(ids_of(ds))
         for worker in range(workers):
             info = types.SimpleNamespace(id=worker, num_workers=workers)
             monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda info=info: info)
@@ -149,12 +157,77 @@ def test_epoch_0_reads_every_record_once_over_two_ranks_of_two_workers(s3, shard
     assert readers(s3, 2, 2, monkeypatch, shuffle=shuffle, seed=5) == got  # seeded: the same again
 
 
+UNEVEN = [5, 0, 1, 7, 3]  # an empty shard and a shard of one record among them
+
+
+@pytest.fixture(scope="module")
+def uneven(s3):
+    """Shards of UNEVEN records, no index objects; ids 0, 1, ... in shard order."""
+    ids = iter(range(sum(UNEVEN)))
+    for k, n in enumerate(UNEVEN):
+        with RecordWriter(f"s3://bucket/uneven/train-{k:05d}", storage_options=s3.options) as w:
+            for _ in range(n):
+                w.write(make_example({"id": next(ids)}))
+    return "s3://bucket/uneven/train-*"
+
+
+@pytest.mark.parametrize("world, workers, batch_size", [(1, 0, None), (1, 3, None), (2, 1, None), (2, 3, None),
+                                                        (3, 0, None), (3, 2, None), (3, 3, None), (3, 3, 2)])
+def test_epochs_0_and_1_read_every_record_once_over_any_ranks_and_workers(s3, uneven, cache, monkeypatch,  # noqa: F811
+                                                                           world, workers, batch_size):
+    """More readers than shards: each rank is still dealt a shard in epoch 0 (indexed, the shards' records
+    would be split over it), not a ValueError saying a rank reads nothing."""
+    for epoch in (0, 1):
+        with warnings.catch_warnings():  # an idle DataLoader worker warns
+            warnings.simplefilter("ignore", RuntimeWarning)
+            got = readers(s3, workers, world, monkeypatch, epoch=epoch, paths=uneven, shuffle=True, seed=1,
+                          batch_size=batch_size)
+        assert sorted(i for ids in got for i in ids) == list(range(sum(UNEVEN))), epoch
+
+
+def library_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("tfrecord_torch"))
+
+
+@pytest.mark.parametrize("how", ["not started", "break", "exception", "exhausted"])
+def test_an_epoch_0_iterator_ended_any_way_leaves_no_thread(s3, shards, cache, tmp_path, how):  # noqa: F811
+    """Copying the shards ahead of the reader (the shard cache) stops with the iterator, also with one
+    made and dropped before its first record."""
+    before = library_threads()
+    ds = open_ds(s3, shuffle=True, source=Source(cache=ShardCache(str(tmp_path / "shards"), ahead=2)))
+    it = iter(ds)
+    if how == "exhausted":
+        assert len(list(it)) == TOTAL
+    elif how != "not started":
+        next(it)
+    if how == "exception":
+        with pytest.raises(KeyError):
+            it.throw(KeyError("the training step failed"))
+    del it
+    gc.collect()
+    assert library_threads() == before
+
+
 def test_a_batch_mode_epoch_0_streams_and_epoch_1_reads_by_index(s3, shards, cache):  # noqa: F811
     ds = open_ds(s3, shuffle=True, batch_size=5)
     for _ in range(2):
         got = [int(i) for batch in ds for i in batch["id"].flatten()]
         assert sorted(got) == list(range(TOTAL))
     assert not ds.streamed and len(ds) == -(-TOTAL // 5)
+
+
+@pytest.mark.slow  # DataLoader workers
+def test_len_counts_from_epoch_1_read_by_dataloader_workers(s3, shards, cache):  # noqa: F811
+    """The main process knows the epoch its DataLoader workers read, without ds.set_epoch."""
+    ds = open_ds(s3, shuffle=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert sorted(ids_of(loader)) == list(range(TOTAL))  # epoch 0
+    with pytest.raises(TypeError, match=r"len\(\) is unknown in epoch 0"):
+        len(loader)
+    it = iter(loader)  # epoch 1
+    first = ids_of([next(it)])
+    assert len(loader) == len(ds) == TOTAL and ds.epoch == 1
+    assert sorted(first + ids_of(it)) == list(range(TOTAL))
 
 
 def test_resume_mid_epoch_0_reads_the_rest_exactly(s3, shards, cache):  # noqa: F811

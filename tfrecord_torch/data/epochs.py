@@ -68,6 +68,12 @@ class EpochCounter:
         self._shared[_LAST] = row
         return epoch
 
+    def latest(self) -> int:
+        """The epoch of the latest iteration any reader started since
+        :meth:`set` (the epoch set, if none has)."""
+        row = int(self._shared[_LAST])
+        return int(self._shared[0]) + (max(int(self._shared[row]) - 1, 0) if row else 0)
+
     def read_in_workers(self) -> bool:
         """True in the main process when the latest iteration since
         :meth:`set` was started by a DataLoader worker: the position is then

@@ -167,8 +167,8 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
 
     @property
     def epoch(self) -> int:
-        """The epoch of this reader's current (or next) iteration."""
-        return self._resume.epoch
+        """The epoch of this reader's current (or next) iteration (its DataLoader workers' latest one)."""
+        return self._resume.current
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...).
@@ -327,7 +327,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
     def _streamed(self, worker: int, workers: int, skip: int):
         """Streamed (compressed) shards, dealt whole; the first ``skip`` units
         are read again but not decoded."""
-        shards = dealt_shards(self._shown(), len(self.paths), Reader(worker, workers, skip), self._indexes.off)
+        shards = dealt_shards(self._shown(), len(self.paths), Reader(worker, workers, skip), self._indexes)
         opened = open_streamed(self._reads(), shards, report=self.policy.reporter(), compression=self.compression,
                                cycle_length=self.cycle_length if self.shuffle else 1,
                                indexing=self._indexes.indexing)
@@ -337,7 +337,7 @@ class TFRecordDataset(torch.utils.data.IterableDataset):
                                                     (worker,))
         else:
             out = decoded(units, skip, self._decoder())
-        return closing(out, opened.session)
+        return closing(out, opened)
 
     def _decoder(self) -> RecordDecoder:
         """How this iteration decodes its records (on decode threads, where worth it)."""

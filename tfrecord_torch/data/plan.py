@@ -273,11 +273,14 @@ def shards_in_order(planner: RangePlanner, spans: Iterable[tuple[int, int]], ste
 
 
 def plan_shards(num_shards: int, *, rank: int, world_size: int, worker: int, num_workers: int,
-                shuffle: bool, seed: int, epoch: int) -> list[int]:
+                shuffle: bool, seed: int, epoch: int, ranks_first: bool = False) -> list[int]:
     """Whole shards for one reader when record counts are unknown: the
-    epoch's shard order dealt round-robin over all readers."""
+    epoch's shard order dealt round-robin over all readers, a rank's
+    DataLoader workers side by side; ``ranks_first``: every rank's worker 0
+    first, then every rank's worker 1, ..., so no rank is left without a
+    shard while there are as many shards as ranks."""
     order = shard_order(num_shards, shuffle=shuffle, seed=seed, epoch=epoch)
-    reader = rank * num_workers + worker
+    reader = worker * world_size + rank if ranks_first else rank * num_workers + worker
     return [int(s) for s in order[reader::world_size * num_workers]]
 
 

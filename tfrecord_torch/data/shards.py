@@ -194,6 +194,11 @@ class LazyIndexes:
             return self.first.unknown_length()
         return unknown_length(self.listing.files, self.get(build, epoch), self.off)
 
+    def streams_deferred(self, epoch: int) -> bool:
+        """Whether ``epoch`` streams shards :attr:`first` deferred (epoch 0 of
+        remote shards without index objects)."""
+        return self.first is not None and self.first.streams(epoch)
+
     def enter(self, build: Callable[[lister.Listing, list | None, SaveIndex], list], epoch: int) -> None:
         """Ready ``epoch``'s indexes now if :attr:`first` deferred shards (a
         later epoch indexes those epoch 0 streamed); otherwise nothing, so

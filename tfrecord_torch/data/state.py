@@ -149,6 +149,13 @@ class ResumeState:
         self.total = 0  # the epoch's records, when a state was loaded
         self.settings: dict = {}  # the dataset's, when a state was loaded
 
+    @property
+    def current(self) -> int:
+        """:attr:`epoch`; in the main process while DataLoader workers read
+        (:meth:`~tfrecord_torch.data.epochs.EpochCounter.read_in_workers`),
+        the epoch of their latest iteration, which this process does not start."""
+        return self.epochs.latest() if self.epochs.read_in_workers() else self.epoch
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration read ``epoch`` (and later ones ``epoch + 1``, ...)."""
         self.epochs.set(epoch)

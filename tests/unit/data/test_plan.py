@@ -103,11 +103,19 @@ def test_no_shuffle_is_in_order():
 
 @pytest.mark.parametrize("shards", [0, 1, 4, 7])
 @pytest.mark.parametrize("world, workers", [(1, 1), (2, 3), (3, 2)])
-def test_plan_shards_exactly_once(shards, world, workers):
+@pytest.mark.parametrize("ranks_first", [False, True])
+def test_plan_shards_exactly_once(shards, world, workers, ranks_first):
     got = [s for rank in range(world) for w in range(workers)
            for s in plan_shards(shards, rank=rank, world_size=world, worker=w, num_workers=workers,
-                                shuffle=True, seed=0, epoch=1)]
+                                shuffle=True, seed=0, epoch=1, ranks_first=ranks_first)]
     assert sorted(got) == list(range(shards))
+
+
+@pytest.mark.parametrize("world, workers", [(2, 2), (3, 3), (3, 1)])
+def test_plan_shards_ranks_first_deals_every_rank_a_shard(world, workers):
+    for rank in range(world):
+        assert plan_shards(world, rank=rank, world_size=world, worker=0, num_workers=workers,
+                           shuffle=True, seed=0, epoch=0, ranks_first=True)
 
 
 def test_resolve_rank(monkeypatch):
