@@ -171,15 +171,22 @@ class _Slab:
     """One batch's buffers, one a key, each made by the first record placed
     in it (the shape and dtype of its value, ``size`` of them); and the one
     a JPEG decoder writes RGB planes into (:meth:`planes_slot`), the buffer
-    of the first key whose values are found there."""
+    of the first key whose values are found there (its *owner*).
 
-    __slots__ = ("_lock", "_memory", "_planes", "_tokens", "claimed", "size", "tensors")
+    A record's first JPEG of the planes' shape is decoded into the planes,
+    whichever key it is: in a record with two images of one size whose
+    owner's image is a PNG this time, the other key's pixels lie in the
+    owner's slot. :meth:`place_record` copies them out before the owner's
+    value is copied in over them."""
+
+    __slots__ = ("_lock", "_memory", "_owner", "_planes", "_tokens", "claimed", "size", "tensors")
 
     def __init__(self, size: int, memory: _HeapSlabs | _SharedSlabs) -> None:
         self.size, self._memory = size, memory
         self.claimed: set[int] = set()  # slots given (on the iterating thread only)
         self.tensors: dict[str, torch.Tensor] = {}
         self._planes: np.ndarray | None = None
+        self._owner: str | None = None  # the key whose buffer the planes are
         self._tokens: dict[int, Any] = {}  # a buffer's address -> what sends it (its memory's ship)
         self._lock = threading.Lock()
 
@@ -195,6 +202,23 @@ class _Slab:
                 self._planes = self._empty((self.size, *shape), torch.uint8).numpy()
         return self._planes[index] if self._planes.shape[1:] == shape else None
 
+    def place_record(self, index: int, decoded: dict) -> None:
+        """Each value of one record's ``decoded`` dict (slot ``index``) placed
+        in its slot where it fits (:meth:`place`), replaced there by its
+        view. The value decoded into the planes goes first: where the planes
+        are another key's buffer, that key's value is copied in over it
+        next, so it is copied out to its own slot (or its own memory) first."""
+        with torch._C.DisableTorchFunctionSubclass():
+            at = None if self._planes is None else self._planes[index].ctypes.data
+            resident = [k for k, v in decoded.items() if isinstance(v, torch.Tensor) and v.data_ptr() == at]
+        for key in [*resident, *(k for k in decoded if k not in resident)]:
+            value = decoded[key]
+            placed = self.place(key, index, value)
+            if placed is not None:
+                decoded[key] = placed
+            elif key in resident:  # where the planes' owner (now, or a later record's key) writes
+                decoded[key] = value.clone()
+
     def place(self, key: str, index: int, value: torch.Tensor) -> torch.Tensor | None:
         """``value`` in slot ``index`` of ``key``'s buffer, as a view of the same
         type, shape and strides: as it is if it was decoded there, else
@@ -208,7 +232,10 @@ class _Slab:
             with self._lock:
                 buffer = self.tensors.get(key)
                 if buffer is None:
-                    decoded_here = self._planes is not None and value.data_ptr() == self._planes[index].ctypes.data
+                    decoded_here = self._planes is not None and self._owner is None and \
+                        value.data_ptr() == self._planes[index].ctypes.data
+                    if decoded_here:
+                        self._owner = key
                     made = torch.from_numpy(self._planes) if decoded_here else \
                         self._empty((self.size, *value.shape), value.dtype)
                     buffer = self.tensors[key] = made
