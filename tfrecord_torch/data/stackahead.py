@@ -72,6 +72,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch._dtypes import numpy_dtype
+from tfrecord_torch._storage import tensor_over
 from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
 from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
@@ -129,7 +130,8 @@ class _HeapSlabs:
     @staticmethod
     def empty(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
         nbytes = int(np.prod(shape)) * dtype.itemsize
-        return torch.from_numpy(_MEMORY.take(nbytes)).view(dtype).view(shape), None
+        # moved into shared memory (share_memory_()), the batch still holds the slab's memory (_storage)
+        return tensor_over(_MEMORY.take(nbytes)).view(dtype).view(shape), None
 
     @staticmethod
     def ship(buffer: torch.Tensor, token: Any) -> torch.Tensor:
@@ -179,13 +181,14 @@ class _Slab:
     owner's slot. :meth:`place_record` copies them out before the owner's
     value is copied in over them."""
 
-    __slots__ = ("_lock", "_memory", "_owner", "_planes", "_tokens", "claimed", "size", "tensors")
+    __slots__ = ("_lock", "_memory", "_owner", "_planes", "_planes_buffer", "_tokens", "claimed", "size", "tensors")
 
     def __init__(self, size: int, memory: _HeapSlabs | _SharedSlabs) -> None:
         self.size, self._memory = size, memory
         self.claimed: set[int] = set()  # slots given (on the iterating thread only)
         self.tensors: dict[str, torch.Tensor] = {}
         self._planes: np.ndarray | None = None
+        self._planes_buffer: torch.Tensor | None = None  # the tensor ``_planes`` views (the owner's buffer)
         self._owner: str | None = None  # the key whose buffer the planes are
         self._tokens: dict[int, Any] = {}  # a buffer's address -> what sends it (its memory's ship)
         self._lock = threading.Lock()
@@ -199,7 +202,8 @@ class _Slab:
             return None
         with self._lock:
             if self._planes is None:
-                self._planes = self._empty((self.size, *shape), torch.uint8).numpy()
+                self._planes_buffer = self._empty((self.size, *shape), torch.uint8)
+                self._planes = self._planes_buffer.numpy()
         return self._planes[index] if self._planes.shape[1:] == shape else None
 
     def place_record(self, index: int, decoded: dict) -> None:
@@ -232,12 +236,11 @@ class _Slab:
             with self._lock:
                 buffer = self.tensors.get(key)
                 if buffer is None:
-                    decoded_here = self._planes is not None and self._owner is None and \
-                        value.data_ptr() == self._planes[index].ctypes.data
-                    if decoded_here:
-                        self._owner = key
-                    made = torch.from_numpy(self._planes) if decoded_here else \
-                        self._empty((self.size, *value.shape), value.dtype)
+                    made = self._planes_buffer
+                    if made is not None and self._owner is None and _in_slot(value, made, index):
+                        self._owner = key  # decoded into the planes: they are this key's buffer
+                    else:
+                        made = self._empty((self.size, *value.shape), value.dtype)
                     buffer = self.tensors[key] = made
             if _in_slot(value, buffer, index):
                 return value  # decoded into the planes buffer this key just took

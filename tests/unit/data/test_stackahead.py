@@ -378,3 +378,27 @@ def test_two_images_of_one_size_each_keep_their_own_pixels(tmp_path):
         assert labels == list(range(40))
         for key in ("left", "right"):
             assert torch.equal(torch.cat([b[key] for b in got]), torch.stack(expected[key])), key
+
+
+@pytest.mark.parametrize("mode", ["per-sample", "batch-mode"])
+def test_arrays_of_a_batch_moved_into_shared_memory_are_never_written_over(tmp_path, mode):
+    """``num_workers=0``: a batch over memory used again (a slab, batch mode's
+    pool) moved into shared memory by ``share_memory_()`` lets go of that
+    memory, but the NumPy arrays taken of it before still point there; no
+    later batch is decoded into it while the batch's storage lives."""
+    path = _write(tmp_path / "a.tfrecord")
+    if mode == "per-sample":
+        ds, kwargs = _dataset(path), {"batch_size": 10}
+    else:
+        ds = TFRecordDataset(path, features={"image": Image(decoder="accurate"), "label": Int64()}, batch_size=10,
+                             batching=Batching(images=ImageBatching(threads=2)))
+        kwargs = {"batch_size": None}
+    images, _ = _expected(_dataset(path))
+    list(DataLoader(ds, **kwargs))  # the batch size learned
+    kept = []
+    for _ in range(2):
+        for b in DataLoader(ds, **kwargs):
+            kept.append((b["image"].numpy(), b["label"]))
+            b["image"].share_memory_()
+    assert len(kept) == 2 * N // 10
+    assert [k for k, (array, labels) in enumerate(kept) if not np.array_equal(array, images[labels].numpy())] == []
