@@ -30,6 +30,7 @@ import numpy as np
 import torch.utils.data
 from torch.utils.data._utils.collate import default_collate_fn_map
 
+from tfrecord_torch._storage import tensor_over
 from tfrecord_torch.data.stackahead import StackAhead
 from tfrecord_torch.data.transport.byvalue import by_value_in_worker
 from tfrecord_torch.data.transport.packed import PackedLists
@@ -151,7 +152,7 @@ def stack_on_this_thread(key: object, values: list) -> torch.Tensor | None:
     shape = (len(values), *first.shape)
     out = _STACKED.take(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
     np.stack(arrays, out=out)
-    return torch.from_numpy(out)
+    return tensor_over(out)  # moved into shared memory, it still holds out (_storage)
 
 
 # The batches stacked in this process: the one the loop holds and the one being made, each buffer a

@@ -364,10 +364,7 @@ def _decode_all(decode: Callable[[Located], Any], items: list[Located], slots: l
             out.append(_Failed(e))
             continue
         if slot is not None and type(decoded) is dict:
-            for key, value in decoded.items():
-                placed = slot.slab.place(key, slot.nth, value)
-                if placed is not None:
-                    decoded[key] = placed
+            slot.slab.place_record(slot.nth, decoded)
         if whole:
             decoded = as_item(decoded, (item.path, item.offset, item.record))
             if stacking is not None and isinstance(decoded, Item):

@@ -72,6 +72,7 @@ import numpy as np
 import torch
 
 from tfrecord_torch._dtypes import numpy_dtype
+from tfrecord_torch._storage import tensor_over
 from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
 from tfrecord_torch.data.transport.stacking import stacks_to_plain
 from tfrecord_torch.features.images.jpeg import planes_into
@@ -129,7 +130,8 @@ class _HeapSlabs:
     @staticmethod
     def empty(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
         nbytes = int(np.prod(shape)) * dtype.itemsize
-        return torch.from_numpy(_MEMORY.take(nbytes)).view(dtype).view(shape), None
+        # moved into shared memory (share_memory_()), the batch still holds the slab's memory (_storage)
+        return tensor_over(_MEMORY.take(nbytes)).view(dtype).view(shape), None
 
     @staticmethod
     def ship(buffer: torch.Tensor, token: Any) -> torch.Tensor:
@@ -171,15 +173,23 @@ class _Slab:
     """One batch's buffers, one a key, each made by the first record placed
     in it (the shape and dtype of its value, ``size`` of them); and the one
     a JPEG decoder writes RGB planes into (:meth:`planes_slot`), the buffer
-    of the first key whose values are found there."""
+    of the first key whose values are found there (its *owner*).
 
-    __slots__ = ("_lock", "_memory", "_planes", "_tokens", "claimed", "size", "tensors")
+    A record's first JPEG of the planes' shape is decoded into the planes,
+    whichever key it is: in a record with two images of one size whose
+    owner's image is a PNG this time, the other key's pixels lie in the
+    owner's slot. :meth:`place_record` copies them out before the owner's
+    value is copied in over them."""
+
+    __slots__ = ("_lock", "_memory", "_owner", "_planes", "_planes_buffer", "_tokens", "claimed", "size", "tensors")
 
     def __init__(self, size: int, memory: _HeapSlabs | _SharedSlabs) -> None:
         self.size, self._memory = size, memory
         self.claimed: set[int] = set()  # slots given (on the iterating thread only)
         self.tensors: dict[str, torch.Tensor] = {}
         self._planes: np.ndarray | None = None
+        self._planes_buffer: torch.Tensor | None = None  # the tensor ``_planes`` views (the owner's buffer)
+        self._owner: str | None = None  # the key whose buffer the planes are
         self._tokens: dict[int, Any] = {}  # a buffer's address -> what sends it (its memory's ship)
         self._lock = threading.Lock()
 
@@ -192,8 +202,26 @@ class _Slab:
             return None
         with self._lock:
             if self._planes is None:
-                self._planes = self._empty((self.size, *shape), torch.uint8).numpy()
+                self._planes_buffer = self._empty((self.size, *shape), torch.uint8)
+                self._planes = self._planes_buffer.numpy()
         return self._planes[index] if self._planes.shape[1:] == shape else None
+
+    def place_record(self, index: int, decoded: dict) -> None:
+        """Each value of one record's ``decoded`` dict (slot ``index``) placed
+        in its slot where it fits (:meth:`place`), replaced there by its
+        view. The value decoded into the planes goes first: where the planes
+        are another key's buffer, that key's value is copied in over it
+        next, so it is copied out to its own slot (or its own memory) first."""
+        with torch._C.DisableTorchFunctionSubclass():
+            at = None if self._planes is None else self._planes[index].ctypes.data
+            resident = [k for k, v in decoded.items() if isinstance(v, torch.Tensor) and v.data_ptr() == at]
+        for key in [*resident, *(k for k in decoded if k not in resident)]:
+            value = decoded[key]
+            placed = self.place(key, index, value)
+            if placed is not None:
+                decoded[key] = placed
+            elif key in resident:  # where the planes' owner (now, or a later record's key) writes
+                decoded[key] = value.clone()
 
     def place(self, key: str, index: int, value: torch.Tensor) -> torch.Tensor | None:
         """``value`` in slot ``index`` of ``key``'s buffer, as a view of the same
@@ -208,9 +236,11 @@ class _Slab:
             with self._lock:
                 buffer = self.tensors.get(key)
                 if buffer is None:
-                    decoded_here = self._planes is not None and value.data_ptr() == self._planes[index].ctypes.data
-                    made = torch.from_numpy(self._planes) if decoded_here else \
-                        self._empty((self.size, *value.shape), value.dtype)
+                    made = self._planes_buffer
+                    if made is not None and self._owner is None and _in_slot(value, made, index):
+                        self._owner = key  # decoded into the planes: they are this key's buffer
+                    else:
+                        made = self._empty((self.size, *value.shape), value.dtype)
                     buffer = self.tensors[key] = made
             if _in_slot(value, buffer, index):
                 return value  # decoded into the planes buffer this key just took

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import default_collate
 
 from tfrecord_torch._dtypes import numpy_dtype
+from tfrecord_torch._storage import tensor_over
 from tfrecord_torch.features.reused import Reused
 
 __all__ = ["BatchMemory", "batch_memory", "detection_lists", "pad_collate", "sequence_collate", "use_batch_memory"]
@@ -30,7 +31,8 @@ class BatchMemory:
         as_numpy = numpy_dtype(dtype)
         if as_numpy is None:
             return torch.empty(shape, dtype=dtype)
-        return torch.from_numpy(_BATCHES.take(math.prod(shape) * as_numpy.itemsize).view(as_numpy).reshape(shape))
+        # moved into shared memory (share_memory_()), the batch still holds the reused memory (_storage)
+        return tensor_over(_BATCHES.take(math.prod(shape) * as_numpy.itemsize).view(as_numpy).reshape(shape))
 
     def finish(self, batch: dict) -> dict:
         """The batch ``pad_collate`` returns."""

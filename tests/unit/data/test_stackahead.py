@@ -350,3 +350,55 @@ def test_images_too_small_to_place_take_no_slab_memory(tmp_path, memory, copied)
         assert torch.equal(torch.cat([b["image"] for b in got]), images)
     assert len(copied) == 10  # every batch stacked here
     assert memory._slabs == [] and memory._large == []  # the slabs' memory never asked
+
+
+def test_two_images_of_one_size_each_keep_their_own_pixels(tmp_path):
+    """A record with two images of the batch's size ("left", "right"), whose
+    first is now a JPEG, now a PNG: the one JPEG decoded straight into the
+    record's slot may be in the other key's buffer, and each image still
+    comes out as it decodes alone, never the other's pixels."""
+    from tfrecord_torch.features.images.decode import decode_image
+
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "pairs.tfrecord")
+    expected = {"left": [], "right": []}
+    with RecordWriter(path) as w:
+        for i in range(40):
+            encoded = {"left": png_bytes(rng.integers(0, 255, (*SIZE, 3), dtype=np.uint8),
+                                         "PNG" if i % 3 == 1 else "JPEG", quality=90),
+                       "right": png_bytes(rng.integers(0, 255, (*SIZE, 3), dtype=np.uint8), "JPEG", quality=90)}
+            for key, data in encoded.items():
+                expected[key].append(decode_image(data))
+            w.write(make_example({**encoded, "label": i}))
+    ds = TFRecordDataset(path, features={"left": Image(), "right": Image(), "label": Int64()},
+                         batching=Batching(images=ImageBatching(threads=2)))
+    for _ in range(3):  # the first epoch learns the batch size; the next ones decode into slots
+        got = list(DataLoader(ds, batch_size=8))
+        labels = torch.cat([b["label"] for b in got]).tolist()
+        assert labels == list(range(40))
+        for key in ("left", "right"):
+            assert torch.equal(torch.cat([b[key] for b in got]), torch.stack(expected[key])), key
+
+
+@pytest.mark.parametrize("mode", ["per-sample", "batch-mode"])
+def test_arrays_of_a_batch_moved_into_shared_memory_are_never_written_over(tmp_path, mode):
+    """``num_workers=0``: a batch over memory used again (a slab, batch mode's
+    pool) moved into shared memory by ``share_memory_()`` lets go of that
+    memory, but the NumPy arrays taken of it before still point there; no
+    later batch is decoded into it while the batch's storage lives."""
+    path = _write(tmp_path / "a.tfrecord")
+    if mode == "per-sample":
+        ds, kwargs = _dataset(path), {"batch_size": 10}
+    else:
+        ds = TFRecordDataset(path, features={"image": Image(decoder="accurate"), "label": Int64()}, batch_size=10,
+                             batching=Batching(images=ImageBatching(threads=2)))
+        kwargs = {"batch_size": None}
+    images, _ = _expected(_dataset(path))
+    list(DataLoader(ds, **kwargs))  # the batch size learned
+    kept = []
+    for _ in range(2):
+        for b in DataLoader(ds, **kwargs):
+            kept.append((b["image"].numpy(), b["label"]))
+            b["image"].share_memory_()
+    assert len(kept) == 2 * N // 10
+    assert [k for k, (array, labels) in enumerate(kept) if not np.array_equal(array, images[labels].numpy())] == []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tfrecord_torch._storage import tensor_over
 from tfrecord_torch.data.transport.reuse import BufferPool
 from tfrecord_torch.data.transport.shipped import SLOTS, SharedBuffers
 
@@ -48,7 +49,7 @@ class BatchBuffers:
         array = self._pool.take(shape, dtype)
         if zero:
             array.fill(0)
-        return torch.from_numpy(array), None
+        return tensor_over(array), None  # moved into shared memory, it still holds array (_storage)
 
     def ship(self, batch: torch.Tensor, token: Any) -> torch.Tensor:
         """``batch`` (a view of the taken tensor) as the caller receives it."""

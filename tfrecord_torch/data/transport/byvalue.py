@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from tfrecord_torch._storage import tensor_over
+
 __all__ = ["BY_VALUE_BYTES", "arrived", "by_value", "by_value_in_worker", "bytes_view", "own_type"]
 
 BY_VALUE_BYTES = 1 << 22  # 4 MB: a 1024x1024 RGB image; a few copies of it cost less than a descriptor's round trip
@@ -105,7 +107,7 @@ def _carrier(cls: type) -> type:
 def arrived(array: np.ndarray, cls: type, state: dict) -> torch.Tensor:
     """In the receiving process: the tensor as its own type, over the bytes
     the message brought (a writable array of their own)."""
-    tensor = torch.from_numpy(array)
+    tensor = tensor_over(array)  # its arrays kept valid if torch moves it (share_memory_(), sent on)
     if cls is not torch.Tensor:
         tensor = tensor.as_subclass(cls)
         tensor.__dict__.update(state)

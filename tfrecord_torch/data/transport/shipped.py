@@ -19,7 +19,8 @@ let go of a batch, so the two keep count together:
   until the worker names it retired with its next new segment, or is gone;
 - in the receiving process the batch arrives as a plain tensor over the
   segment, made through a NumPy array that every tensor, view or array made
-  from the batch keeps alive (the rule of :mod:`.reuse`); a finalizer on it
+  from the batch keeps alive (the rule of :mod:`.reuse`), its storage moved
+  into torch's shared memory or not (:mod:`~tfrecord_torch._storage`); a finalizer on it
   clears the segment's flag the moment the last of them goes;
 - the batch's small tensors (labels; :func:`inline_small`) travel by value.
 
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from tfrecord_torch._storage import tensor_over
 from tfrecord_torch.data.transport.spares import Spare, Spares, _alive
 
 __all__ = ["Inline", "Layout", "SharedBuffers", "Shipped", "inline_small", "sent_over"]
@@ -145,7 +147,7 @@ class Inline(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return (torch.from_numpy, (self.as_subclass(torch.Tensor).numpy().copy(),))
+        return (tensor_over, (self.as_subclass(torch.Tensor).numpy().copy(),))
 
 
 def inline_small(batch: Any) -> Any:
@@ -178,7 +180,7 @@ class _Released:
         # from then on, not only once the receiver takes another batch (a worker starting an epoch
         # then needs fewer segments, each a page fault per 4 KiB when first written)
         weakref.finalize(array, _release, flags, slot).atexit = False  # at exit no worker writes again
-        return torch.from_numpy(array)
+        return tensor_over(array)  # moved into torch's shared memory (share_memory_(), sent on), it still holds array
 
 
 def _release(flags: torch.Tensor, slot: int) -> None:

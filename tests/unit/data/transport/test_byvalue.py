@@ -110,3 +110,19 @@ def test_worker_batches_equal_the_main_process_ones(tmp_path):
         for key in ("boxes", "labels", "masks"):
             assert type(target2[key]) is type(target[key]) and torch.equal(target2[key], target[key])
         assert target2["boxes"].canvas_size == target["boxes"].canvas_size == (16, 20)
+
+
+@pytest.mark.parametrize("cls", [torch.Tensor, tv_tensors.Mask])
+def test_arrays_of_a_tensor_torch_moved_into_shared_memory_stay_as_they_were(cls):
+    """A tensor that came by value is over the message's bytes, not torch's
+    shared memory: ``share_memory_()`` (or sending it on) moves it, and the
+    NumPy arrays taken of it before still hold its values, never memory
+    freed and given to the next arrays."""
+    value = torch.full((60_000,), 7, dtype=torch.uint8).as_subclass(cls)
+    got = send(by_value(value))
+    assert type(got) is cls and not got.is_shared()
+    array = got.numpy()
+    got.share_memory_()
+    assert got.is_shared()
+    later = [np.full(60_000, 9, np.uint8) for _ in range(32)]  # malloc's chunks of that size, freed ones first
+    assert (array == 7).all() and all((a == 9).all() for a in later)

@@ -453,3 +453,47 @@ def test_persistent_workers_in_batch_mode_write_the_last_epochs_segments_again(t
     # before: [10, 10, 10, 10]. Under load a worker may find every segment held when it starts a
     # batch and make one more in a later epoch
     assert per_epoch[0] > 0 and sum(per_epoch[1:]) <= 2, per_epoch
+
+
+@pytest.mark.parametrize("move", [
+    lambda got: got.share_memory_(),
+    lambda got: send(got),  # sent on to another process: torch moves it into shared memory of its own
+], ids=["share_memory_", "sent-on"])
+def test_arrays_of_a_batch_torch_moved_into_shared_memory_stay_as_they_were(move):
+    """A batch a worker sent arrives over its segment, not in shared memory
+    of torch's own, so ``share_memory_()`` or sending it on moves it into a
+    new segment; the NumPy arrays and DLPack views taken of it before still
+    point at the worker's segment, which is not written again while the
+    batch (its tensors, wherever their memory now is) is alive."""
+    buffers = SharedBuffers(slots=1)
+    batch, (segment, flags, slot) = taken(buffers, 7)
+    got = send(batch)
+    del batch
+    array, capsule = got.numpy(), np.from_dlpack(got[1])
+    move(got)
+    assert got.is_shared() and bool((got == 7).all())
+    assert int(flags[slot]) == 1  # still held: the arrays point into the segment
+    again, token = taken(buffers, 9)
+    assert token is None or token[0] is not segment
+    assert (array == 7).all() and (capsule == 7).all()
+    del got, again
+    gc.collect()
+    assert (array == 7).all() and int(flags[slot]) == 1  # the array holds the tensor it came from
+    del array, capsule
+    gc.collect()
+    assert int(flags[slot]) == 0
+
+
+def test_a_worker_batch_moved_into_shared_memory_keeps_the_users_arrays(tmp_path):
+    """User-style: each batch's NumPy view kept, the batch moved into shared
+    memory (as a hogwild or queue user does); every kept view still holds
+    its batch's pixels after the epoch."""
+    path = _write(tmp_path / "a.tfrecord", [(24, 32)] * 64)
+    ds = TFRecordDataset(path, features=SPEC, batch_size=4)
+    alone = [b["image"].clone() for b in DataLoader(ds, batch_size=None, num_workers=0)]
+    kept = []
+    for b in DataLoader(ds, batch_size=None, num_workers=1):
+        kept.append(b["image"].numpy())
+        b["image"].share_memory_()
+    assert len(kept) == len(alone)
+    assert [k for k, array in enumerate(kept) if not np.array_equal(array, alone[k].numpy())] == []
