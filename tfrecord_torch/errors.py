@@ -24,6 +24,30 @@ __all__ = [
 
 
 _LOCATED = re.compile(r"CorruptRecordError: (.+?): record (\d+) at byte offset (\d+): ([^\n]*)")
+# What to do about a record whose CRC fails: the bytes are not those written (a partial or damaged copy).
+# With the file's index the reader goes on at the next record; without one it cannot find the next header.
+_DAMAGED = ("the file is damaged at this record (a partial copy, a disk or transfer error): copy it again "
+            "from its source, or read past it with on_error=\"warn\" (or \"skip\")")
+_ADVICE = {
+    "length CRC mismatch": f"{_DAMAGED}; without an index of the file, its records after this one are lost",
+    "payload CRC mismatch": _DAMAGED,
+}
+
+
+def _without_advice(reason: str) -> str:
+    """``reason`` as raised, from a message's line that ends with its :func:`_advice`."""
+    for advice in _ADVICE.values():
+        if reason.endswith(f": {advice}"):
+            return reason[: -len(advice) - 2]
+    return reason
+
+
+def _advice(reason: str | None) -> str:
+    """What to do about ``reason``, as a suffix of the message ("" where nothing is to say)."""
+    for start, advice in _ADVICE.items():
+        if reason is not None and reason.startswith(start) and advice not in reason:
+            return f": {advice}"
+    return ""
 _FEATURE = re.compile(r"FeatureError: (.+?): record (\d+) at byte offset (\d+): feature '([^']*)': ([^\n]*)")
 
 
@@ -51,12 +75,12 @@ class CorruptRecordError(TFRecordError):
             found = _LOCATED.findall(message)
             path, record, offset, reason = found[-1] if found else ("<unknown>", -1, -1, message)
             if found:
-                reason = f"{reason} (raised in a DataLoader worker)\n{message}"
+                reason = f"{_without_advice(reason)} (raised in a DataLoader worker)\n{message}"
         self.path = str(path)
         self.offset = -1 if offset is None else int(offset)
         self.record = -1 if record is None else int(record)
         self.reason = reason
-        super().__init__(f"{self.path}: record {self.record} at byte offset {self.offset}: {reason}")
+        super().__init__(f"{self.path}: record {self.record} at byte offset {self.offset}: {reason}{_advice(reason)}")
 
     def __reduce__(self):
         return (type(self), (self.path, self.offset, self.record, self.reason))

@@ -196,3 +196,65 @@ def test_corruption_error_survives_pickling(tmp_path):
     error = pickle.loads(pickle.dumps(_our_error(path)))
     assert isinstance(error, CorruptRecordError) and isinstance(error, tfrecord_torch.TFRecordError)
     assert (error.offset, error.record, error.path) == (38, 2, str(path))
+
+
+def _tf_examples(count: int) -> list[bytes]:
+    return [tf.train.Example(features=tf.train.Features(feature={
+        "x": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))})).SerializeToString() for i in range(count)]
+
+
+@pytest.mark.parametrize("damage", ["payload", "header", "header, indexed"])
+def test_a_damaged_shard_says_what_to_do_and_the_advice_reads_the_rest(tmp_path, damage):
+    """A TF team's shard damaged in a copy: the dataset's error names the
+    file, record and offset and says what to do; reading on as it says
+    (on_error="warn") gives every record TensorFlow wrote but the damaged
+    one, and the ones after a bad header only where the file has an index."""
+    import warnings
+
+    from tfrecord_torch import TFRecordDataset, build_index
+
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    payloads = _tf_examples(6)
+    tf_write(path, payloads)
+    if damage.endswith("indexed"):
+        build_index(str(path))
+    offset = header_offsets(payloads)[2]
+    data = bytearray(path.read_bytes())
+    data[offset + (HEADER + 3 if damage == "payload" else 9)] ^= 0x01
+    path.write_bytes(bytes(data))
+
+    with pytest.raises(CorruptRecordError) as info:
+        list(TFRecordDataset(str(path)))
+    message = str(info.value)
+    assert message.startswith(f"{path}: record 2 at byte offset {offset}: ")
+    assert "copy it again from its source" in message and 'on_error="warn"' in message
+    assert ("records after this one are lost" in message) == damage.startswith("header")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the skipped record's report: on_error="warn" says it
+        got = [int(r["x"][0]) for r in TFRecordDataset(str(path), on_error="warn")]
+    assert got == ([0, 1] if damage == "header" else [0, 1, 3, 4, 5])
+
+
+def test_a_damaged_records_advice_comes_once_from_a_dataloader_worker(tmp_path):
+    path = tmp_path / "data.tfrecord"
+    payloads = _tf_examples(4)
+    tf_write(path, payloads)
+    data = bytearray(path.read_bytes())
+    data[header_offsets(payloads)[1] + HEADER + 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    import torch.utils.data
+
+    from tfrecord_torch import TFRecordDataset
+
+    with pytest.raises(CorruptRecordError) as info:
+        list(torch.utils.data.DataLoader(TFRecordDataset(str(path)), num_workers=1))
+    assert info.value.reason.startswith("payload CRC mismatch (data corrupted)")
+    assert str(info.value).count("copy it again from its source") == 1
+    # torch's own re-raise gives the class the worker's traceback text: the fields come back, the advice once
+    text = f"Caught CorruptRecordError in DataLoader worker process 0.\nTraceback (most recent call last):\n" \
+           f"tfrecord_torch.errors.CorruptRecordError: {info.value}"
+    again = CorruptRecordError(text)
+    assert (again.path, again.record, again.offset) == (info.value.path, 1, info.value.offset)
+    assert again.reason.startswith("payload CRC mismatch (data corrupted) (raised in a DataLoader worker)\n")
+    assert str(again).count("copy it again from its source") == 1
