@@ -33,7 +33,11 @@ itself decodes on its own thread by default); both spellings with 2 workers
 also with ``persistent_workers=True`` (one DataLoader for every epoch, its
 workers forked once, as a training loop keeps them from its second epoch
 on; the other rows make a DataLoader per epoch, which forks its workers
-each time); and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
+each time); a ceiling row, per sample with 0 workers whose decode threads
+run at ``SCHED_IDLE`` (the loop's thread then never waits for a core they
+hold: what is left of the wait is the rest of the floor, and its capacity
+says what that priority costs the decoding; a probe, not an option, run
+only when ``--only`` names it); and tf.data (``map(parse + decode_jpeg, AUTOTUNE).batch(64)
 .prefetch(AUTOTUNE)``, each batch turned into torch tensors), each in a fresh
 process per round, interleaved over ``--rounds`` rounds (the order reversed
 every other round).
@@ -91,6 +95,9 @@ PATHS = {
     "batch mode, workers=2, prefetch=0": {"kind": "batch", "workers": 2, "prefetch": 0},
     "batch mode, workers=2, persistent": {"kind": "batch", "workers": 2, "prefetch": 2, "persistent": True},
     "per sample, workers=0": {"kind": "sample", "workers": 0},
+    # a ceiling, not a spelling: the decode threads at SCHED_IDLE, so the loop's thread never waits for a core;
+    # run only when --only names it (on a loaded machine idle threads starve: its capacity is then a few images/s)
+    "per sample, workers=0, decode threads idle (ceiling)": {"kind": "sample", "workers": 0, "idle_decoders": True},
     "per sample, workers=2": {"kind": "sample", "workers": 2},
     "per sample, workers=2, threads=2": {"kind": "sample", "workers": 2, "threads": 2},
     "per sample, workers=2, persistent": {"kind": "sample", "workers": 2, "persistent": True},
@@ -129,6 +136,12 @@ def step_for(rate: float, *, batch: int = BATCH, g_s: float = G_MS / 1e3, demand
     return s
 
 
+def paths_to_run(chosen: list[str]) -> list[str]:
+    """The paths a run times, in PATHS's order: those ``--only`` named, else
+    every one but the ceiling rows (:func:`_idle_decode_threads`)."""
+    return [n for n in PATHS if n in chosen or not chosen and not PATHS[n].get("idle_decoders")]
+
+
 def _loader(path: str, spec: dict):
     """An iterable of batches (dicts with 'image' and 'label' tensors) for one epoch."""
     kind = spec["kind"]
@@ -152,7 +165,27 @@ def _loader(path: str, spec: dict):
         return _epochs(ds, spec, batch_size=None)
     threads = {"batching": Batching(images=ImageBatching(threads=spec["threads"]))} if "threads" in spec else {}
     ds = TFRecordDataset(path, features=presets.tfds(), **threads)
+    if spec.get("idle_decoders"):
+        _idle_decode_threads()
     return _epochs(ds, spec, batch_size=BATCH)
+
+
+def _idle_decode_threads() -> None:
+    """The per-sample decode threads of this process run at ``SCHED_IDLE`` (a
+    probe of what stalls ``next()``, not something the library does): a
+    thread of any other policy, the loop's included, takes their core the
+    moment it wakes, instead of waiting up to a slice for one. What this
+    row still waits is the rest of the floor; its capacity, what giving the
+    loop's thread every core it asks for costs the decoding."""
+    from tfrecord_torch.data import decodeahead
+
+    run = decodeahead._Groups.run
+
+    def idle_run(self) -> None:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread (Linux)
+        run(self)
+
+    decodeahead._Groups.run = idle_run
 
 
 def _epochs(ds, spec: dict, *, batch_size: int | None):
@@ -371,7 +404,7 @@ def main() -> None:
         chosen = only(args.only)
     except ValueError as e:
         raise SystemExit(f"--only: {e}; choose from {list(PATHS)}") from None
-    names = [n for n in PATHS if not chosen or n in chosen]
+    names = paths_to_run(chosen)
     path = _dataset(args.out, args.quick, log)
     rounds = args.rounds or (1 if args.quick else 3)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",

@@ -306,6 +306,15 @@ def test_the_loops_only_takes_names_that_hold_commas():
         loop.only("per sample, nope,tf.data")
 
 
+def test_the_loops_ceiling_row_runs_only_when_named():
+    """The row with idle decode threads starves on a loaded machine: a run of every path leaves it out."""
+    loop = _loop_module()
+    ceiling = "per sample, workers=0, decode threads idle (ceiling)"
+    assert ceiling in loop.PATHS and ceiling not in loop.paths_to_run([])
+    assert "per sample, workers=0" in loop.paths_to_run([])
+    assert loop.paths_to_run(loop.only(f"per sample, workers=0,{ceiling}")) == ["per sample, workers=0", ceiling]
+
+
 def test_the_benchmarks_only_takes_row_names_that_hold_commas_and_refuses_a_typo(tmp_path):
     """``run.py --only`` takes "images_500/ours, decoder='fast'" whole; a part
     that names nothing is an error naming it, not silently dropped."""
