@@ -533,3 +533,22 @@ def test_an_index_changed_during_the_read_does_not_move_the_frames(shard, change
     assert read_records(path, index, records, True, crc) == [payloads[r] for r in records]
     index[:] = load_index(f"{path}.index")
     assert frames.cut_frames(path.read_bytes(), index, 0, 6, True, crc) == payloads
+
+
+@compiled
+def test_read_records_reads_an_unaligned_index_and_numbers(shard):
+    """An index and record numbers that are contiguous but not aligned (views one byte into a
+    buffer, which np.ascontiguousarray hands on as they are): the same payloads as aligned ones
+    (under UBSan, tests/scenarios/test_sanitizers.py, a misaligned int64 load aborts)."""
+    path, index, payloads = shard
+    unaligned = np.frombuffer(b"\0" + index.tobytes(), np.int64, offset=1).reshape(index.shape)
+    numbers = np.frombuffer(b"\0" + np.array([5, 1, 2, 3], np.int64).tobytes(), np.int64, offset=1)
+    assert not unaligned.flags.aligned and not numbers.flags.aligned
+    assert np.ascontiguousarray(numbers, np.int64) is numbers
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert frames.read_records(fd, unaligned, numbers, True, crc32c) == [payloads[r] for r in (5, 1, 2, 3)]
+        assert frames.read_frames(fd, unaligned, 1, 4, True, crc32c) == payloads[1:4]
+    finally:
+        os.close(fd)
+    assert frames.cut_frames(path.read_bytes(), unaligned, 0, 6, True, crc32c) == payloads

@@ -27,6 +27,9 @@ from tfrecord_torch import (
     read_records,
 )
 from tfrecord_torch.example.codec import has_feature_lists, parse_record
+from tfrecord_torch.records import frames
+from tfrecord_torch.records.crc import crc32c
+from tfrecord_torch.records.framing import parse_frame
 from tfrecord_torch.records.writer import frame
 from tfrecord_torch.tfds.features import tfds_features
 from tfrecord_torch.tfds.metadata import tfds_split
@@ -156,6 +159,51 @@ def test_sequence_example_decoder(context, lists, data):
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peak < (1 << 20) + 64 * len(bad), peak  # memory follows the input's size
+
+
+_ROWS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-20, 3000),
+                  st.sampled_from([0, 15, 16, 17, 2**31, 2**32, 2**63 - 1 - (64 << 20), 2**63 - 1, -1]))
+
+
+@pytest.mark.skipif(not frames.compiled_frames(), reason="the compiled reader is not built")
+@fuzz
+@given(st.lists(st.one_of(st.binary(max_size=40), st.binary(min_size=1025, max_size=1100)), min_size=1, max_size=6),
+       st.data())
+def test_compiled_frame_readers(tmp_path, payloads, data):
+    """The compiled frame readers (records/_frames.c) on a damaged file and index rows changed to any
+    value, records picked in any order, repeated or outside the index: each gives None or exactly
+    the payloads the Python path (os.pread and parse_frame) reads at those rows, never an error."""
+    good = valid_file(payloads)
+    damaged = mutate(good, data.draw) if data.draw(st.booleans()) else good
+    sizes = [len(p) + 16 for p in payloads]
+    index = np.array(list(zip(np.cumsum([0] + sizes[:-1]).tolist(), sizes)), np.int64)
+    for _ in range(data.draw(st.integers(0, 3))):
+        index[data.draw(st.integers(0, len(index) - 1)), data.draw(st.integers(0, 1))] = data.draw(_ROWS)
+    verify = data.draw(st.booleans())
+    path = tmp_path / "f.tfrecord"
+    path.write_bytes(damaged)
+
+    def python(read, rows):
+        return [parse_frame(read(int(index[r, 0]), int(index[r, 1])), name="f", offset=int(index[r, 0]), record=r,
+                            verify=verify) for r in rows]
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pread = lambda offset, size: os.pread(fd, size, offset)  # noqa: E731
+        records = np.array(data.draw(st.lists(st.integers(-2, len(index) + 1), min_size=1, max_size=8)), np.int64)
+        got = frames.read_records(fd, index, records, verify, crc32c)
+        assert got is None or got == python(pread, records.tolist())
+        r0 = data.draw(st.integers(0, len(index) - 1))
+        r1 = data.draw(st.integers(r0 + 1, len(index)))
+        got = frames.read_frames(fd, index, r0, r1, verify, crc32c)
+        assert got is None or got == python(pread, range(r0, r1))
+    finally:
+        os.close(fd)
+    start = int(index[r0, 0])
+    window = damaged[start:] if 0 <= start <= len(damaged) else damaged
+    got = frames.cut_frames(window, index, r0, r1, verify, crc32c)
+    assert got is None or got == python(lambda offset, size: window[offset - start:offset - start + size],
+                                        range(r0, r1))
 
 
 @fuzz

@@ -1,9 +1,10 @@
 """Robustness on local files: on_error while indexing, map-style skipping in
-linear time, index dialects, pipes and FIFOs, bombs, writers never closed,
-clear messages for odd paths, rank arguments."""
+linear time, index dialects, pipes and FIFOs, reads that come back short, bombs,
+writers never closed, clear messages for odd paths, rank arguments."""
 
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ from tfrecord_torch import (
     read_records,
 )
 from tfrecord_torch.data.plan import resolve_rank
+from tfrecord_torch.records import frames
 from tfrecord_torch.records.index import writer_index_path
 from tfrecord_torch.records.writer import frame
 
@@ -210,6 +212,74 @@ def _limited(code: str, limit_mb: int) -> subprocess.CompletedProcess:
     """) + textwrap.dedent(code)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+SHORT_READS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sys/uio.h>
+#include <unistd.h>
+/* pread and preadv that return at most 100 bytes a call, as FUSE or NFS may */
+ssize_t pread(int fd, void *buf, size_t n, off_t at) {
+    static ssize_t (*real)(int, void *, size_t, off_t);
+    if (!real) real = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    return real(fd, buf, n < 100 ? n : 100, at);
+}
+ssize_t pread64(int fd, void *buf, size_t n, off_t at) { return pread(fd, buf, n, at); }
+ssize_t preadv(int fd, const struct iovec *iov, int count, off_t at) {
+    static ssize_t (*real)(int, const struct iovec *, int, off_t);
+    struct iovec cut[1024];
+    size_t left = 100;
+    int k;
+    if (!real) real = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
+    for (k = 0; k < count && k < 1024 && left > 0; k++) {
+        cut[k] = iov[k];
+        cut[k].iov_len = cut[k].iov_len < left ? cut[k].iov_len : left;
+        left -= cut[k].iov_len;
+    }
+    return real(fd, cut, k, at);
+}
+ssize_t preadv64(int fd, const struct iovec *iov, int count, off_t at) { return preadv(fd, iov, count, at); }
+"""
+
+SHUFFLED_BATCHES = """
+import sys
+import tfrecord_torch as tt
+from tfrecord_torch.data import reading
+
+compiled = []
+real = reading.read_records
+reading.read_records = lambda *a: compiled.append(real(*a)) or compiled[-1]
+ds = tt.TFRecordDataset(sys.argv[1], features={"id": tt.Int64()}, shuffle=True, batch_size=8)
+ids = sorted(int(i) for batch in ds for i in batch["id"].reshape(-1))
+print("ids", ids == list(range(40)))
+print("compiled calls, all left to the usual path:", bool(compiled) and all(c is None for c in compiled))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("gcc") is None, reason="needs gcc and LD_PRELOAD")
+def test_reads_that_come_back_short_give_every_record(tmp_path):
+    """A filesystem whose positioned reads return fewer bytes than asked
+    (legal on any descriptor: FUSE, NFS): a shuffled batch read gets every
+    record, the compiled reader leaving its short preadv to the usual path
+    (never a payload it did not read whole), that path reading on (not a
+    healthy file reported as cut short)."""
+    (tmp_path / "short.c").write_text(SHORT_READS)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "short.so"), str(tmp_path / "short.c"), "-ldl"],
+                   check=True)
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(40):  # some payloads over 1 KiB (their CRC by the crc32c package)
+            w.write(make_example({"id": i, "blob": b"x" * (1500 * (i % 3))}))
+    build_index(path)
+    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(tmp_path / "short.so")]))
+    run = subprocess.run([sys.executable, "-c", SHUFFLED_BATCHES, str(path)], capture_output=True, text=True,
+                         env=dict(os.environ, LD_PRELOAD=preload))
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0] == "ids True", run.stdout
+    if frames.compiled_frames():
+        assert lines[1] == "compiled calls, all left to the usual path: True", run.stdout
 
 
 def test_gzip_header_claiming_a_huge_record_fails_at_once(tmp_path):

@@ -3,8 +3,8 @@ built with ``-fsanitize=address,undefined`` into a temporary copy of the
 package, and the decoder tests that feed them hostile input (the fuzz tests,
 the compiled decoder's and reader's mutation tests, the crop tests, the
 crafted windows, random and mutated JPEG headers (the marker walk, libjpeg its oracle), varints
-and index rows of test_c_safety.py, an unaligned index of test_compiled_read.py) run against that
-copy in a subprocess. Any read or write outside a buffer, or undefined behaviour, aborts
+and index rows of test_c_safety.py, unaligned indexes of test_compiled_read.py and
+test_c_safety.py) run against that copy in a subprocess. Any read or write outside a buffer, or undefined behaviour, aborts
 the run. ``PYTHONMALLOC=malloc`` puts Python's small objects (bytes, arrays)
 on the allocator ASan watches, so overruns of them are seen too."""
 

@@ -27,7 +27,7 @@ from tfrecord_torch.io import http, s3session, streamed
 from tfrecord_torch.io.retry import retrying, status_of
 
 __all__ = ["RemoteFile", "answers_checked", "changed_object", "exists", "filesystem", "fresh_size_and_version", "is_url",
-           "listed_versions", "local", "open_read", "ranged", "read_bytes", "read_range", "require_ranges",
+           "listed_versions", "local", "open_read", "pread_all", "ranged", "read_bytes", "read_range", "require_ranges",
            "size_and_version", "stream_range", "unstrip", "version_of"]
 
 log = logging.getLogger(__name__)
@@ -167,11 +167,24 @@ def read_bytes(path, storage_options: dict | None = None, limit: int = 256 << 20
     return data
 
 
+def pread_all(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` of the open file ``fd`` (fewer only at its
+    end). One ``os.pread`` may return fewer bytes than asked before the end
+    (FUSE, NFS, a read cut by a signal): read on until the end or ``size``."""
+    data = os.pread(fd, size, offset)
+    while 0 < len(data) < size:
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:  # the end of the file
+            break
+        data += more
+    return data
+
+
 def read_range(path, start: int, end: int, storage_options: dict | None = None) -> bytes:
     """Bytes ``[start, end)`` of a file (fewer at its end): one range request for a URL."""
     if not is_url(path):
         with open(local(path), "rb", buffering=0) as f:
-            return os.pread(f.fileno(), end - start, start)
+            return pread_all(f.fileno(), end - start, start)
     fs, p = filesystem(path, storage_options)
     return ranged(path, start, end, lambda: http.read_range(fs, p, path, start, end) if http.is_http(path)
                   else fs.cat_file(p, start=start, end=end))

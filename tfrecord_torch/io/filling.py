@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfrecord_torch.io import atomic
-from tfrecord_torch.io.files import RemoteFile
+from tfrecord_torch.io.files import RemoteFile, pread_all
 from tfrecord_torch.io.shardcache import fill_path, open_complete
 
 __all__ = ["FAR", "POLL", "Far", "FillFile", "FillView", "can_watch", "lock_held"]
@@ -90,11 +90,11 @@ class FillView:
                 fd, written = self._look(want)
             if fd is not None:
                 if fd == self._complete:
-                    data = os.pread(fd, size, offset)
+                    data = pread_all(fd, size, offset)
                     return data if len(data) >= want - offset else None  # a copy cut by another process
                 if want <= offset:
                     return b""
-                data = os.pread(fd, want - offset, offset)
+                data = pread_all(fd, want - offset, offset)
                 if len(data) == want - offset:
                     return data
                 # the fill was given up since the look (cut to 0 bytes before it is let go): look again

@@ -13,7 +13,7 @@ from tfrecord_torch._threads import OwnedPool
 from tfrecord_torch.errors import RemoteError
 from tfrecord_torch.io import http
 from tfrecord_torch.io.budget import DEFAULT, ReadBudget
-from tfrecord_torch.io.files import filesystem, is_url, local, ranged
+from tfrecord_torch.io.files import filesystem, is_url, local, pread_all, ranged
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -178,7 +178,7 @@ class Reader:
         """
         self._open()
         if self._local:
-            data = os.pread(self._handle, size, offset)
+            data = pread_all(self._handle, size, offset)
             if self._url and len(data) < size:
                 return self._short_copy(offset, size, data)
             return data
@@ -220,7 +220,7 @@ class Reader:
         self._open()  # the cache drops a copy of the wrong size and copies the object again
         if not self._local:  # the cache cannot hold it now: the bucket
             return self.read(offset, size)
-        again = os.pread(self._handle, size, offset)
+        again = pread_all(self._handle, size, offset)
         if len(again) < wanted:
             raise RemoteError(self.path, f"read of bytes {offset}-{offset + size}: the cached copy at {entry} "
                                          f"holds {os.fstat(self._handle).st_size} bytes, not the {listed} "

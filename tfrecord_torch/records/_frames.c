@@ -226,7 +226,7 @@ static PyObject *read_records(PyObject *self, PyObject *args) {
     Py_ssize_t r, n, rows;
     PyObject *index, *records, *crc;
     PyArrayObject *ix, *numbers;
-    const int64_t *table, *wanted;
+    const char *table, *wanted;
     int64_t *spans;
 
     if (!PyArg_ParseTuple(args, "iOOpO", &fd, &index, &records, &verify, &crc)) {
@@ -242,19 +242,21 @@ static PyObject *read_records(PyObject *self, PyObject *args) {
     }
     n = PyArray_DIM(numbers, 0);
     rows = PyArray_DIM(ix, 0);
-    table = (const int64_t *)PyArray_DATA(ix);
-    wanted = (const int64_t *)PyArray_DATA(numbers);
+    /* either array may be contiguous but not aligned (a view into a buffer): values copied out, never
+     * loaded as int64 in place */
+    table = (const char *)PyArray_DATA(ix);
+    wanted = (const char *)PyArray_DATA(numbers);
     if ((spans = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)n)) == NULL) {
         return PyErr_NoMemory();
     }
     for (r = 0; r < n; r++) { /* copied before crc (Python code) runs: later changes to either array do not count */
-        int64_t number = wanted[r];
+        int64_t number;
+        memcpy(&number, wanted + sizeof(int64_t) * (size_t)r, sizeof(number));
         if (number < 0 || number >= rows) {
             PyMem_Free(spans);
             Py_RETURN_NONE;
         }
-        spans[2 * r] = table[2 * number];
-        spans[2 * r + 1] = table[2 * number + 1];
+        memcpy(spans + 2 * r, table + 2 * sizeof(int64_t) * (size_t)number, 2 * sizeof(int64_t));
     }
     return read_spans(fd, spans, n, 0, verify, crc);
 }

@@ -230,3 +230,33 @@ def test_a_first_read_waits_for_the_fills_first_range_and_no_later_one(tmp_path)
             give_up()
             if past.ident:  # started: it ends once the fill is given up
                 past.join(30)
+
+
+def test_a_read_of_a_fill_that_comes_back_short_is_read_on(tmp_path, monkeypatch):
+    """A positioned read of the fill file may return fewer bytes than asked (FUSE,
+    NFS): the view reads on and returns the bytes written, where it used to ask
+    for the same bytes again and again for ever."""
+    data = os.urandom(30_000)
+    url, size, version = _source(tmp_path, data)
+    cache = ShardCache(str(tmp_path / "cache"))
+    os.makedirs(cache.folder)
+    entry = shardcache.entry_path(cache, url, size, version)
+    fd = shardcache._create_fill(fill_path(entry))  # a live fill of this process, flocked
+    try:
+        os.write(fd, data[:20_000])
+        real, calls = os.pread, []
+
+        def short(f, n, at):  # 1,000 bytes a call, and not without end
+            calls.append(n)
+            if len(calls) > 100:
+                raise AssertionError("the same bytes read again and again")
+            return real(f, min(n, 1_000), at)
+
+        monkeypatch.setattr(os, "pread", short)
+        view = FillView(entry, size, pending=lambda: True)
+        try:
+            assert view.read(5_000, 10_000) == data[5_000:15_000]
+        finally:
+            view.close()
+    finally:
+        os.close(fd)
