@@ -576,7 +576,7 @@ def damaged_copy(url: str, offset: int, size: int, storage_options: dict | None 
         return None
     try:
         with open(entry, "rb", buffering=0) as f:
-            held = os.pread(f.fileno(), size, offset)
+            held = fs.pread_all(f.fileno(), size, offset)  # a short read (FUSE, NFS) is read on, not a difference
     except FileNotFoundError:
         return None
     if held == fs.read_range(url, offset, offset + size, storage_options):

@@ -72,8 +72,8 @@ class _FollowedFile:
         size = os.fstat(fd).st_size
         if size < self.position:
             return f"the file was truncated: it is {size:,} bytes long, and {self.position:,} of its bytes had been read"
-        if (os.pread(fd, len(self._first), 0) != self._first
-                or os.pread(fd, len(self._last), self.position - len(self._last)) != self._last):
+        if (fs.pread_all(fd, len(self._first), 0) != self._first  # a short read (FUSE, NFS) read on
+                or fs.pread_all(fd, len(self._last), self.position - len(self._last)) != self._last):
             return (f"the file was truncated and written again: its first {self.position:,} bytes, read "
                     "before, hold other bytes now")
         return None

@@ -257,3 +257,24 @@ def test_a_shard_asked_for_while_every_fill_thread_ends_is_still_copied(tmp_path
         for url in urls:
             fsspec.filesystem("memory").rm_file(url)
     assert shard_cache_usage(cache) == (2, 4000)
+
+
+def test_a_copy_whose_read_comes_back_short_is_not_taken_for_damaged(tmp_path, monkeypatch):
+    """damaged_copy compares a copy's bytes with the object's after a read
+    error: a positioned read that returns fewer bytes than asked before the
+    end (a cache folder on FUSE or NFS) is read on, not taken for bytes that
+    differ, so a healthy copy is kept."""
+    data = bytes(range(256)) * 64
+    entry = tmp_path / "copy"
+    entry.write_bytes(data)
+    url = "s3://bucket/shard.tfrecord"
+    monkeypatch.setattr(copies_module, "copy_in_use", lambda u: str(entry) if u == url else None)
+    monkeypatch.setattr(fs, "read_range", lambda u, start, end, options=None: data[start:end])
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: real(fd, min(n, 1000), at))  # 1,000 bytes a call at most
+
+    assert copies_module.damaged_copy(url, 100, 5000) is None
+    assert entry.exists()
+    entry.write_bytes(data[:2000] + b"\0" * (len(data) - 2000))  # damaged after byte 2,000
+    assert copies_module.damaged_copy(url, 100, 5000) == str(entry)
+    assert not entry.exists()
