@@ -23,7 +23,16 @@ Over case A (the ``images_jpeg`` data set of ``benchmarks/run.py``: 4,000
   the CPU time of the whole process (reading, CRCs, parsing, its decode
   threads, the loop) over ``--passes`` passes, per image, and its images/s.
   The pipeline less our decoder alone is what the pipeline costs beyond
-  decoding.
+  decoding;
+- the same pipeline through ``DataLoader(batch_size=None, num_workers=2,
+  persistent_workers=True)``, made once: the CPU time of the main process
+  and both workers per image (what a row of ``run.py`` with workers pays
+  against ``num_workers=0``);
+- for both pipelines, the time spent inside the decoder's call
+  (:meth:`~tfrecord_torch.features.images.jpeg.JpegClaims.decode`, each
+  thread's CPU time, counted in shared memory so workers' count too), per
+  image: whether the decoding itself, or the rest, costs more in worker
+  processes.
 
 The rows run interleaved over ``--rounds`` rounds (medians, and each round's
 value). A pipeline whose CPU per image is C on 2 busy cores reads at most
@@ -43,6 +52,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -131,24 +141,83 @@ def cpu_per_image(fill, images: list[bytes], out: np.ndarray, threads: int) -> f
     return (time.process_time() - start) / len(images) * 1e3
 
 
-def pipeline(path: str, passes: int) -> tuple[float, float]:
-    """Batch mode with num_workers=0: (CPU ms per image of the whole process, images/s)."""
+class Pipeline(NamedTuple):
+    """One pipeline's round: CPU ms per image (the process and its DataLoader
+    workers), of which inside the decoder's call, and its images/s."""
+
+    cpu_ms: float
+    decoder_ms: float
+    images_per_s: float
+
+
+class DecoderClock:
+    """The CPU time threads spend inside ``JpegClaims.decode``, summed in
+    shared memory: DataLoader workers forked after :meth:`install` add
+    theirs. (A probe of this benchmark's process, not something the library does.)"""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self._total = multiprocessing.Array("d", 1)
+
+    def install(self) -> None:
+        from tfrecord_torch.features.images import jpeg
+
+        decode, total = jpeg.JpegClaims.decode, self._total
+
+        def timed(claims, out):
+            start = time.thread_time()
+            try:
+                return decode(claims, out)
+            finally:
+                with total.get_lock():
+                    total[0] += time.thread_time() - start
+
+        jpeg.JpegClaims.decode = timed
+
+    def seconds(self) -> float:
+        with self._total.get_lock():
+            return self._total[0]
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds of the processes ``pids`` (alive), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def pipeline(path: str, passes: int, clock: DecoderClock, workers: int = 0) -> Pipeline:
+    """Batch mode through a DataLoader with ``workers`` (persistent, made
+    once): CPU per image of the process and its workers, of which in the decoder, and images/s."""
     from tfrecord_torch import TFRecordDataset, presets
 
     ds = TFRecordDataset(path, features=presets.tfds(), batch_size=BATCH)
+    kept = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                       persistent_workers=True) if workers else None
 
     def one() -> int:
         n = 0
-        for batch in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0):
+        for batch in kept if kept is not None else torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0):
             n += int(batch["image"].shape[0])
         return n
 
-    one()  # warm-up: the decode threads' first start, the page cache
-    wall, cpu, n = time.perf_counter(), time.process_time(), 0
+    one()  # warm-up: the decode threads' first start, the workers, the page cache
+    pids = [w.pid for w in kept._iterator._workers] if kept is not None else []
+    wall, cpu, decoder, n = time.perf_counter(), time.process_time() + _cpu_seconds(pids), clock.seconds(), 0
     for _ in range(passes):
         n += one()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return cpu / n * 1e3, n / wall
+    wall = time.perf_counter() - wall
+    cpu, decoder = time.process_time() + _cpu_seconds(pids) - cpu, clock.seconds() - decoder
+    return Pipeline(cpu / n * 1e3, decoder / n * 1e3, n / wall)
+
+
+MAIN = "pipeline: batch mode, num_workers=0 (whole process)"
+WORKERS = "pipeline: batch mode, 2 persistent workers (main process and workers)"
 
 
 def main() -> None:
@@ -176,16 +245,18 @@ def main() -> None:
         fill(images, outs[name])
     first = next(iter(outs.values()))
     same = {name: bool(np.array_equal(first, out)) for name, out in outs.items()}
+    clock = DecoderClock()
+    clock.install()  # before the workers fork
     samples: dict[str, list[float]] = {name: [] for name in rows}
-    samples["pipeline: batch mode, num_workers=0 (whole process)"] = []
-    rates: list[float] = []
+    runs: dict[str, list[Pipeline]] = {MAIN: [], WORKERS: []}
     for r in range(args.rounds):
         order = list(rows) if r % 2 == 0 else list(reversed(rows))
         for name in order:
             samples[name].append(cpu_per_image(rows[name], images, outs[name], cores))
-        cpu, rate = pipeline(path, args.passes)
-        samples["pipeline: batch mode, num_workers=0 (whole process)"].append(cpu)
-        rates.append(rate)
+        for name in (runs if r % 2 == 0 else reversed(runs)):
+            runs[name].append(pipeline(path, args.passes, clock, workers=2 if name == WORKERS else 0))
+    for name, rounds in runs.items():
+        samples[name] = [p.cpu_ms for p in rounds]
     ours = statistics.median(samples[next(iter(rows))])
     lines = [
         f"Command: `.venv/bin/python benchmarks/decode_cpu.py{' --quick' if args.quick else ''} "
@@ -198,15 +269,28 @@ def main() -> None:
     for name, values in samples.items():
         median = statistics.median(values)
         lines.append(f"| {name} | {median:.4f} | {', '.join(f'{v:.4f}' for v in values)} | {median / ours:.3f}x |")
-    pipe = statistics.median(samples["pipeline: batch mode, num_workers=0 (whole process)"])
+    pipe = statistics.median(samples[MAIN])
+
+    def med(name: str, field: str) -> float:
+        return statistics.median(getattr(p, field) for p in runs[name])
+
     lines += [
         "",
         f"- {len(images):,} JPEGs of {sum(map(len, images)) / len(images) / 1e3:.1f} KB; the decoders' pixels "
         f"equal: {all(same.values())}; the decoders on {cores} threads"
         + ("" if turbo is not None else "; libturbojpeg not found, its row left out") + ".",
-        f"- The pipeline read {statistics.median(rates):,.0f} images/s (median of the rounds' "
+        f"- The pipeline read {med(MAIN, 'images_per_s'):,.0f} images/s (median of the rounds' "
         f"{args.passes}-pass rates); beyond our decoder alone it costs {pipe - ours:.4f} ms an image "
         f"({(pipe - ours) * BATCH:.2f} ms a batch of {BATCH}, {(pipe - ours) / pipe:.1%} of its CPU).",
+        f"- With 2 persistent workers it read {med(WORKERS, 'images_per_s'):,.0f} images/s "
+        f"({med(WORKERS, 'images_per_s') / med(MAIN, 'images_per_s'):.2f}x num_workers=0; by round: "
+        + ", ".join(f"{w.images_per_s / m.images_per_s:.2f}x" for w, m in zip(runs[WORKERS], runs[MAIN]))
+        + ").",
+        "- Inside the decoder's call (each thread's CPU time, per image): "
+        f"{med(MAIN, 'decoder_ms'):.4f} ms with num_workers=0, {med(WORKERS, 'decoder_ms'):.4f} with 2 persistent "
+        f"workers ({med(WORKERS, 'decoder_ms') / med(MAIN, 'decoder_ms'):.3f}x); the rest of each pipeline "
+        f"{med(MAIN, 'cpu_ms') - med(MAIN, 'decoder_ms'):.4f} against "
+        f"{med(WORKERS, 'cpu_ms') - med(WORKERS, 'decoder_ms'):.4f} ms an image.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

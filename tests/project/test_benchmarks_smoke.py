@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -606,13 +607,17 @@ def test_quick_run_of_the_decoder_cpu_benchmark(tmp_path):
             if line.startswith("| decoder alone") or line.startswith("| pipeline")}
     expected = {"decoder alone: ours (libjpeg, one GIL-free call a thread)",
                 "decoder alone: simplejpeg (its own libjpeg-turbo)",
-                "pipeline: batch mode, num_workers=0 (whole process)"}
+                "pipeline: batch mode, num_workers=0 (whole process)",
+                "pipeline: batch mode, 2 persistent workers (main process and workers)"}
     if ctypes.util.find_library("turbojpeg"):
         expected.add("decoder alone: tjDecompress2 (libturbojpeg, as FFCV calls it)")
     assert set(rows) == expected, proc.stdout
     for name, (median, rounds, ratio) in rows.items():
         assert float(median) > 0 and len(rounds.split(",")) == 2 and ratio.strip().endswith("x"), (name, median)
     assert "the decoders' pixels equal: True" in proc.stdout
+    inside = re.search(r"Inside the decoder's call .*: ([\d.]+) ms with num_workers=0, ([\d.]+) with 2 persistent",
+                       proc.stdout)
+    assert inside and float(inside[1]) > 0 and float(inside[2]) > 0, proc.stdout  # the workers' time counted too
     assert (tmp_path / "decode_cpu.md").read_text() == proc.stdout.rstrip("\n") + "\n"
 
 
