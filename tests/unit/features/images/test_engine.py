@@ -550,3 +550,35 @@ def test_a_jpeg_libjpeg_only_warns_about_decodes_in_batch_mode_as_tensorflow_dec
         resized = resize(torch.from_numpy(pixels).permute(2, 0, 1))
         assert torch.equal(fused["image"][i], resized) and torch.equal(per_sample[i].as_subclass(torch.Tensor),
                                                                         resized), i
+
+
+def test_a_record_without_its_image_takes_the_default_on_the_fast_path(tmp_path):
+    """Image(default=...) on batch mode's image fast path gives a record that
+    lacks the image its default, as the per-sample path does, with the fast
+    path's layout, padding and fused crop (it raised "required feature is
+    missing", or under on_error="skip" dropped the record); a default of
+    another size is refused as images of mixed sizes are."""
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(6):
+            w.write(make_example({"label": i} if i in (2, 4, 5) else {"image": png_bytes(photo(i, 40, 56)), "label": i}))
+    default = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    spec = {"image": Image(default=default), "label": Int64()}
+    per = torch.stack([item["image"] for item in TFRecordDataset(path, features=spec)])
+    for size in (6, 2):  # (2: the last batch holds only defaults)
+        batches = list(TFRecordDataset(path, features=spec, batch_size=size))
+        assert torch.cat([b["label"] for b in batches]).tolist() == [0, 1, 2, 3, 4, 5]
+        assert torch.equal(torch.cat([b["image"] for b in batches]), per)
+    nhwc, = TFRecordDataset(path, features=spec, batch_size=6, batching=Batching(images=ImageBatching(layout="NHWC")))
+    assert torch.equal(nhwc["image"].permute(0, 3, 1, 2), per)
+    cropped, = TFRecordDataset(path, features=spec, batch_size=6, transform=CROP)
+    assert cropped["image"].shape == (6, 3, 48, 48) and cropped["label"].tolist() == [0, 1, 2, 3, 4, 5]
+    small = {"image": Image(default=torch.zeros(3, 8, 8, dtype=torch.uint8)), "label": Int64()}
+    with pytest.raises(MixedSizesError, match=r"record 2 .*\(3x8x8\)"):
+        list(TFRecordDataset(path, features=small, batch_size=6))
+    padded, = TFRecordDataset(path, features=small, batch_size=6, batching=Batching(images=ImageBatching(pad=True)))
+    assert padded["image_size"].tolist() == [[40, 56], [40, 56], [8, 8], [40, 56], [8, 8], [8, 8]]
+    bad = {"image": Image(default=None), "label": Int64()}
+    with pytest.raises(FeatureError, match=r"record 2 at byte offset \d+: feature 'image': .*default \(NoneType\)"
+                                           r".*uint8 tensor \[3, H, W\]"):
+        list(TFRecordDataset(path, features=bad, batch_size=6))
