@@ -32,7 +32,7 @@ from tfrecord_torch._pending import Done, Later, Pending
 from tfrecord_torch.data.transport.buffers import BatchBuffers
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.collate import batch_memory
-from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
+from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, fusable_default, plan_transform
 from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
 from tfrecord_torch.features.images.objects import transform_objects
 from tfrecord_torch.features.images.specs import Image
@@ -183,6 +183,8 @@ def fuse_per_sample(spec: dict, transform: Callable | None, options: ImageBatchi
     if not is_v2_transform(transform):
         return spec, transform
     name = _fast_image(spec) if options is not None and options.fused else None
+    if name is not None and not fusable_default(spec[name].default):  # the transform takes it unfused
+        name = None
     plan, rest = plan_transform(transform) if name is not None else (None, [])
     if name is None or plan is None:
         return laid_out_for(spec, transform), transform

@@ -10,6 +10,7 @@ import tensorflow as tf
 import torch
 from helpers import png_bytes
 from torch.utils.data import DataLoader
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
@@ -349,6 +350,41 @@ def test_per_sample_fused_crop_equals_unfused(tmp_path):
         torch.manual_seed(4)
         loaders[name] = [b["image"] for b in DataLoader(ds, batch_size=4, num_workers=2)]
     assert all(torch.equal(a, b) for a, b in zip(loaders["fused"], loaders["plain"]))
+
+
+@pytest.mark.parametrize("default", ["image", "tensor", "gray", None])
+def test_per_sample_fused_crop_crops_a_default_as_unfused(tmp_path, default):
+    """A record that lacks its image takes Image(default=...) through the
+    fused head as the unfused transform takes it: cropped, flipped and drawn
+    for (it came uncropped, [3, 40, 50] among [3, 48, 48], and every later
+    record's crop and flip shifted by the draws it did not make)."""
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(8):
+            w.write(make_example({"label": i} if i in (2, 5) else {"image": jpeg(i, 60, 70), "label": i}))
+    pixels = torch.randint(0, 256, (1 if default == "gray" else 3, 40, 50), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    value = {"image": tv_tensors.Image(pixels), "tensor": pixels, "gray": pixels, None: None}[default]
+    spec = {"image": Image(default=value), "label": Int64()}
+    transform = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip(), v2.RandomGrayscale(0.3)])
+    out = {}
+    for fused in (True, False):
+        ds = TFRecordDataset(path, features=spec, transform=transform,
+                             batching=Batching(images=ImageBatching(fused=fused)))
+        if fused:  # an RGB uint8 default is fused; any other goes to the transform unfused
+            assert (ds._per_sample()[1] is transform) is (default not in ("image", "tensor"))
+        torch.manual_seed(3)
+        try:
+            out[fused] = ([(type(r["image"]), r["image"]) for r in ds], torch.get_rng_state())
+        except Exception as e:  # noqa: BLE001 - the unfused transform's own error, the same both ways
+            out[fused] = (type(e), str(e))
+    assert type(out[True][0]) is type(out[False][0])
+    if isinstance(out[False][0], list):
+        for (kind, a), (want, b) in zip(out[True][0], out[False][0]):
+            assert kind is want and a.shape == b.shape and torch.equal(a, b)
+        assert torch.equal(out[True][1], out[False][1])
+    else:
+        assert out[True] == out[False]
 
 
 def test_per_sample_fusion_keeps_the_rest_and_refuses_bad_images(tmp_path):
