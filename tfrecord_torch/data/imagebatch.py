@@ -20,6 +20,7 @@ never depends on its data).
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -31,11 +32,11 @@ from tfrecord_torch._pending import Done, Later, Pending
 from tfrecord_torch.data.transport.buffers import BatchBuffers
 from tfrecord_torch.errors import FeatureError
 from tfrecord_torch.features.collate import batch_memory
-from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, plan_transform
+from tfrecord_torch.features.images.crop import CroppedImage, CropPlan, fusable_default, plan_transform
 from tfrecord_torch.features.images.engine import DecodedImages, DecodeEngine, ImageBatching, MixedSizes
 from tfrecord_torch.features.images.objects import transform_objects
 from tfrecord_torch.features.images.specs import Image
-from tfrecord_torch.features.specs import decode_batch
+from tfrecord_torch.features.specs import _REQUIRED, decode_batch
 
 __all__ = ["DecodedBatch", "ImageBatches", "SizeMismatch", "decoders_for", "drop_rows", "fuse_per_sample",
            "is_v2_transform", "laid_out_for", "refuse_decoder"]
@@ -182,6 +183,8 @@ def fuse_per_sample(spec: dict, transform: Callable | None, options: ImageBatchi
     if not is_v2_transform(transform):
         return spec, transform
     name = _fast_image(spec) if options is not None and options.fused else None
+    if name is not None and not fusable_default(spec[name].default):  # the transform takes it unfused
+        name = None
     plan, rest = plan_transform(transform) if name is not None else (None, [])
     if name is None or plan is None:
         return laid_out_for(spec, transform), transform
@@ -249,6 +252,7 @@ class ImageBatches:
         self.name = _fast_image(spec) if options is not None else None
         self.plan: CropPlan | None = None
         self.rest: list = []
+        self._png: bytes | FeatureError | None = None  # the fast image's default (_default_png)
         if self.name is not None and self.per_record:
             self.plan, self.rest = plan_transform(transform) if options is not None and options.fused \
                 else (None, [transform])
@@ -294,7 +298,14 @@ class ImageBatches:
         failures: dict[int, FeatureError] = {}
         images = []
         for i, value in enumerate(column):
-            if value is None or len(value) != 1:
+            if value is None and feature.default is not _REQUIRED:  # the default, as the per-sample path gives
+                default = self._default_png(feature)
+                if isinstance(default, FeatureError):
+                    failures[i] = default
+                    images.append(b"")
+                else:
+                    images.append(default)
+            elif value is None or len(value) != 1:
                 failures[i] = FeatureError(feature.key, "required feature is missing" if value is None
                                            else f"holds {len(value)} images, expected 1")
                 images.append(b"")
@@ -310,6 +321,29 @@ class ImageBatches:
             batch.update(decode_batch(columns, {self.name: feature}, size))
             return Done(DecodedBatch(self._stacked(batch), {}))
         return _DecodingBatch(self, decoding, DecodedBatch(batch, failures), images)
+
+    def _default_png(self, feature: Image) -> bytes | FeatureError:
+        """The fast image feature's default as PNG bytes (lossless: the
+        engine decodes it to the default's pixels, then lays out, pads,
+        normalizes and crops it as every image of the batch), made once; the
+        error naming the fix for a default that is not an RGB image."""
+        if self._png is None:
+            default = feature.default
+            if isinstance(default, torch.Tensor) and default.dtype == torch.uint8 and default.dim() == 3 \
+                    and default.shape[0] == 3:
+                from PIL import Image as PILImage
+
+                out = io.BytesIO()
+                PILImage.fromarray(default.permute(1, 2, 0).contiguous().numpy(), "RGB").save(out, "PNG")
+                self._png = out.getvalue()
+            else:
+                shown = (f"{default.dtype} {'x'.join(map(str, default.shape))}"
+                         if isinstance(default, torch.Tensor) else type(default).__name__)
+                self._png = FeatureError(feature.key, f"the record lacks the image, and the feature's default "
+                                                      f"({shown}) is not an RGB image for the batch: give "
+                                                      f"Image(default=...) a uint8 tensor [3, H, W], or read "
+                                                      f"without batch_size")
+        return self._png
 
     def _rest(self, pixels: torch.Tensor) -> Any:
         """The transforms after the fused head, per image (torch's global RNG)."""

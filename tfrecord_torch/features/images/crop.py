@@ -37,8 +37,10 @@ from tfrecord_torch.features.images.jpeg import decode_jpeg_window, fast_jpeg, t
 from tfrecord_torch.features.images.limits import check_pixels, read_header
 from tfrecord_torch.features.images.specs import Image
 from tfrecord_torch.features.images.wrap import as_image
+from tfrecord_torch.features.specs import _REQUIRED
 
-__all__ = ["Box", "CropParams", "CropPlan", "CroppedImage", "crop_params", "crop_params_batch", "plan_transform", "resize_into"]
+__all__ = ["Box", "CropParams", "CropPlan", "CroppedImage", "crop_params", "crop_params_batch", "fusable_default",
+           "plan_transform", "resize_into"]
 
 
 @dataclass(frozen=True)
@@ -362,6 +364,15 @@ def _kernel(mode: str) -> Any:
 _KERNELS = {mode: _kernel(mode) for mode in ("bilinear", "bicubic")}
 
 
+def fusable_default(default: Any) -> bool:
+    """Whether an image feature's ``default`` can go through a fused head as
+    the unfused transform takes it: none (the feature is required), or an RGB
+    uint8 tensor [3, H, W] on the CPU (others go to the transform unfused)."""
+    return default is _REQUIRED or (isinstance(default, torch.Tensor) and default.dtype == torch.uint8
+                                    and default.dim() == 3 and default.shape[0] == 3
+                                    and default.device.type == "cpu" and min(default.shape) > 0)
+
+
 class CroppedImage(Image):
     """An RGB :class:`Image` whose decoding does a transform's fused head, for
     the per-sample path (``DataLoader(batch_size=64)``): the crop and flip are
@@ -380,6 +391,22 @@ class CroppedImage(Image):
     def __init__(self, image: Image, plan: CropPlan) -> None:
         super().__init__(image.key, mode="RGB", frames="first", decoder=image.decoder, default=image.default)
         self.plan = plan
+
+    def decode(self, record: dict) -> Any:
+        """The record's image through the fused head; a record that lacks it
+        takes the default through the head too (cropped, flipped, the draws
+        made), as the unfused transform takes it. Only a default
+        :func:`fusable_default` is fused (:func:`~tfrecord_torch.data.imagebatch.fuse_per_sample`)."""
+        value = self.raw(record)
+        if value is not None:
+            return self.convert(value)
+        default = self.default
+        crop = crop_params(self.plan, int(default.shape[1]), int(default.shape[2]), None)
+        out = np.empty((*self.plan.size, 3), np.uint8)
+        resize_into(np.ascontiguousarray(default.permute(1, 2, 0).numpy()), crop.box, False,
+                    self.plan.resample, out)
+        planes = torch.from_numpy(to_planes(out, flip=crop.flip))
+        return planes if type(default) is torch.Tensor else as_image(planes)  # the default's type, as unfused
 
     def convert(self, value: Any) -> torch.Tensor:
         if len(value) != 1:

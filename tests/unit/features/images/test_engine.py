@@ -10,6 +10,7 @@ import tensorflow as tf
 import torch
 from helpers import png_bytes
 from torch.utils.data import DataLoader
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
@@ -351,6 +352,41 @@ def test_per_sample_fused_crop_equals_unfused(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(loaders["fused"], loaders["plain"]))
 
 
+@pytest.mark.parametrize("default", ["image", "tensor", "gray", None])
+def test_per_sample_fused_crop_crops_a_default_as_unfused(tmp_path, default):
+    """A record that lacks its image takes Image(default=...) through the
+    fused head as the unfused transform takes it: cropped, flipped and drawn
+    for (it came uncropped, [3, 40, 50] among [3, 48, 48], and every later
+    record's crop and flip shifted by the draws it did not make)."""
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(8):
+            w.write(make_example({"label": i} if i in (2, 5) else {"image": jpeg(i, 60, 70), "label": i}))
+    pixels = torch.randint(0, 256, (1 if default == "gray" else 3, 40, 50), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    value = {"image": tv_tensors.Image(pixels), "tensor": pixels, "gray": pixels, None: None}[default]
+    spec = {"image": Image(default=value), "label": Int64()}
+    transform = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip(), v2.RandomGrayscale(0.3)])
+    out = {}
+    for fused in (True, False):
+        ds = TFRecordDataset(path, features=spec, transform=transform,
+                             batching=Batching(images=ImageBatching(fused=fused)))
+        if fused:  # an RGB uint8 default is fused; any other goes to the transform unfused
+            assert (ds._per_sample()[1] is transform) is (default not in ("image", "tensor"))
+        torch.manual_seed(3)
+        try:
+            out[fused] = ([(type(r["image"]), r["image"]) for r in ds], torch.get_rng_state())
+        except Exception as e:  # noqa: BLE001 - the unfused transform's own error, the same both ways
+            out[fused] = (type(e), str(e))
+    assert type(out[True][0]) is type(out[False][0])
+    if isinstance(out[False][0], list):
+        for (kind, a), (want, b) in zip(out[True][0], out[False][0]):
+            assert kind is want and a.shape == b.shape and torch.equal(a, b)
+        assert torch.equal(out[True][1], out[False][1])
+    else:
+        assert out[True] == out[False]
+
+
 def test_per_sample_fusion_keeps_the_rest_and_refuses_bad_images(tmp_path):
     path = write(tmp_path / "a.tfrecord", [jpeg(0, 60, 70), b"\xff\xd8\xff\xe0 not a jpeg", jpeg(2, 60, 70)])
     transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32,
@@ -550,3 +586,35 @@ def test_a_jpeg_libjpeg_only_warns_about_decodes_in_batch_mode_as_tensorflow_dec
         resized = resize(torch.from_numpy(pixels).permute(2, 0, 1))
         assert torch.equal(fused["image"][i], resized) and torch.equal(per_sample[i].as_subclass(torch.Tensor),
                                                                         resized), i
+
+
+def test_a_record_without_its_image_takes_the_default_on_the_fast_path(tmp_path):
+    """Image(default=...) on batch mode's image fast path gives a record that
+    lacks the image its default, as the per-sample path does, with the fast
+    path's layout, padding and fused crop (it raised "required feature is
+    missing", or under on_error="skip" dropped the record); a default of
+    another size is refused as images of mixed sizes are."""
+    path = tmp_path / "a.tfrecord"
+    with RecordWriter(path) as w:
+        for i in range(6):
+            w.write(make_example({"label": i} if i in (2, 4, 5) else {"image": png_bytes(photo(i, 40, 56)), "label": i}))
+    default = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    spec = {"image": Image(default=default), "label": Int64()}
+    per = torch.stack([item["image"] for item in TFRecordDataset(path, features=spec)])
+    for size in (6, 2):  # (2: the last batch holds only defaults)
+        batches = list(TFRecordDataset(path, features=spec, batch_size=size))
+        assert torch.cat([b["label"] for b in batches]).tolist() == [0, 1, 2, 3, 4, 5]
+        assert torch.equal(torch.cat([b["image"] for b in batches]), per)
+    nhwc, = TFRecordDataset(path, features=spec, batch_size=6, batching=Batching(images=ImageBatching(layout="NHWC")))
+    assert torch.equal(nhwc["image"].permute(0, 3, 1, 2), per)
+    cropped, = TFRecordDataset(path, features=spec, batch_size=6, transform=CROP)
+    assert cropped["image"].shape == (6, 3, 48, 48) and cropped["label"].tolist() == [0, 1, 2, 3, 4, 5]
+    small = {"image": Image(default=torch.zeros(3, 8, 8, dtype=torch.uint8)), "label": Int64()}
+    with pytest.raises(MixedSizesError, match=r"record 2 .*\(3x8x8\)"):
+        list(TFRecordDataset(path, features=small, batch_size=6))
+    padded, = TFRecordDataset(path, features=small, batch_size=6, batching=Batching(images=ImageBatching(pad=True)))
+    assert padded["image_size"].tolist() == [[40, 56], [40, 56], [8, 8], [40, 56], [8, 8], [8, 8]]
+    bad = {"image": Image(default=None), "label": Int64()}
+    with pytest.raises(FeatureError, match=r"record 2 at byte offset \d+: feature 'image': .*default \(NoneType\)"
+                                           r".*uint8 tensor \[3, H, W\]"):
+        list(TFRecordDataset(path, features=bad, batch_size=6))
