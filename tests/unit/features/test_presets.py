@@ -87,3 +87,22 @@ def test_object_detection_refuses_per_object_lists_of_another_length(tmp_path, k
     assert key in str(err.value) and "3 boxes" in str(err.value) and "od.tfrecord" in str(err.value)
     if batch_size is None:
         assert "record 1" in str(err.value)
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_object_detection_places_boxes_on_the_decoded_image(tmp_path, batch_size):
+    """Normalised boxes are fractions of the image the record holds (as the OD API scales them by the
+    decoded image): a record whose image/height and image/width are swapped or stale still gives
+    boxes on the 6x8 image, so a flip moves them with its pixels."""
+    from torchvision.transforms import v2
+
+    with RecordWriter(tmp_path / "od.tfrecord") as w:
+        w.write(_od_record([1, 2, 3], **{"image/height": 8, "image/width": 6,
+                                          "image/object/class/text": [b"a", b"b", b"c"]}))
+        w.write(_od_record([1, 2, 3], **{"image/object/class/text": [b"a", b"b", b"c"]}))
+    for transform in (None, v2.RandomHorizontalFlip(p=1.0)):
+        ds = TFRecordDataset(tmp_path, features=presets.object_detection(), transform=transform, batch_size=batch_size)
+        items = list(ds) if batch_size is None else [{k: v[i] for k, v in b.items()} for b in ds for i in range(2)]
+        wrong, right = items
+        assert tuple(wrong["image"].shape) == (3, 6, 8) and tuple(wrong["boxes"].canvas_size) == (6, 8)
+        assert torch.equal(wrong["boxes"], right["boxes"])
