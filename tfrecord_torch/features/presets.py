@@ -10,6 +10,7 @@ from __future__ import annotations
 from tfrecord_torch.features.images.boxes import Boxes
 from tfrecord_torch.features.images.instances import InstanceMasks
 from tfrecord_torch.features.images.masks import Mask
+from tfrecord_torch.features.images.objects import PerObject
 from tfrecord_torch.features.images.specs import Image, RawImage
 from tfrecord_torch.features.specs import Float, Int64, Text
 
@@ -91,12 +92,14 @@ def object_detection(*, mode: str = "RGB", text: bool = True, masks: bool = Fals
     if unknown or isinstance(objects, str):
         raise ValueError(f"objects must name some of {sorted(OBJECT_LISTS)}, got {objects!r}")
     spec = {"image": Image("image/encoded", mode=mode, decoder=decoder), "boxes": Boxes("image/object/bbox/"),
-            "labels": Int64("image/object/class/label", shape=None, default=[])}
+            "labels": PerObject(Int64("image/object/class/label", shape=None, default=[]))}
     if text:
-        spec["text"] = Text("image/object/class/text", many=True, default=[])
+        spec["text"] = PerObject(Text("image/object/class/text", many=True, default=[]),
+                                 fix=" (read with presets.object_detection(text=False) to leave the text out)")
     if masks:
         spec["masks"] = InstanceMasks("image/object/mask")
     for name in objects:
         feature, key = OBJECT_LISTS[name]
-        spec[name] = feature(key, shape=None, default=[])
+        spec[name] = PerObject(feature(key, shape=None, default=[]),
+                               fix=f" (leave {name!r} out of objects= to read without it)")
     return spec

@@ -3,9 +3,9 @@
 The OD API stores each box as four float lists of coordinates normalised to
 [0, 1] (``image/object/bbox/xmin``, ``ymin``, ``xmax``, ``ymax``). torchvision's
 detection models and v2 transforms want absolute pixels, XYXY, with the
-image's size attached: :class:`Boxes` scales by the record's
-``image/height``/``image/width`` (or, without them, the size in the encoded
-image's header, read without decoding).
+image's size attached: :class:`Boxes` scales by the size in the encoded
+image's header (read without decoding), the image the boxes move with, or
+without an image by the record's ``image/height``/``image/width``.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ class Boxes(Feature):
 
     Args:
         prefix: the coordinate keys' prefix (``prefix + "xmin"``, ...).
-        image: the encoded image's key, whose header gives the size when the
-            record has no height/width features.
-        height: the int64 feature with the image's height.
-        width: the int64 feature with the image's width.
+        image: the encoded image's key, whose header gives the size.
+        height: the int64 feature with the image's height (used where the
+            record has no image whose header this package reads).
+        width: the int64 feature with the image's width (likewise).
         normalized: True (the OD API) when coordinates are fractions of the
             size; False when they are pixels already.
     """
@@ -121,16 +121,20 @@ class StackedBoxes(Feature):
 
 def image_canvas(record: dict, height: str, width: str, image: str, for_key: str) -> tuple[int, int]:
     """The image's (H, W) that ``for_key``'s per-object values are placed on:
-    the record's ``height``/``width`` features, or else the encoded image's
-    header under ``image`` (read without decoding)."""
+    the size in the header of the encoded image under ``image`` (read
+    without decoding), the image a transform moves them with -- as the OD
+    API scales normalised boxes by the decoded image, whatever the record's
+    ``height``/``width`` say; those features where the record has no image
+    whose header this package reads."""
+    data = record.get(image)
+    problem = f"the record has neither {height!r}/{width!r} nor an image under {image!r}"
+    if data:
+        try:
+            header = read_header(data[0])
+        except ValueError as e:
+            problem = str(e)
+        else:
+            return header.height, header.width
     if record.get(height) is not None and record.get(width) is not None:
         return record_dim(record, height, for_key), record_dim(record, width, for_key)
-    data = record.get(image)
-    if not data:
-        raise FeatureError(height, f"needed for the size of {for_key!r}: the record has neither "
-                                   f"{height!r}/{width!r} nor an image under {image!r}")
-    try:
-        header = read_header(data[0])
-    except ValueError as e:
-        raise FeatureError(image, f"needed for the size of {for_key!r}: {e}") from e
-    return header.height, header.width
+    raise FeatureError(image if data else height, f"needed for the size of {for_key!r}: {problem}")

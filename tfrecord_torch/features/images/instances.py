@@ -7,8 +7,9 @@ The OD API stores ``image/object/mask`` in one of two encodings, which its
 - ``PNG_MASKS`` (its ``create_coco_tf_record``): a bytes list of N PNGs,
   one per object, each decoded to one channel and made binary (``> 0``);
 - ``NUMERICAL_MASKS``: a float list of N * H * W values, reshaped to
-  [-1, H, W] with the record's ``image/height`` / ``image/width`` and made
-  binary (``> 0.0``).
+  [-1, H, W] with the image's size and made binary (``> 0.0``); the OD API
+  takes the record's ``image/height`` / ``image/width``, the same size in a
+  consistent record, but here the masks follow the image they move with.
 
 A record without objects gives [0, H, W]. The wire tells the encodings apart
 (a bytes list or a float list), so one feature reads both. The masks are
@@ -45,10 +46,10 @@ class InstanceMasks(Feature):
 
     Args:
         key: the masks' key.
-        height: the int64 feature with the image's height.
-        width: the int64 feature with the image's width.
-        image: the encoded image's key, whose header gives the size when the
-            record has no height/width features.
+        height: the int64 feature with the image's height (used where the
+            record has no image whose header this package reads).
+        width: the int64 feature with the image's width (likewise).
+        image: the encoded image's key, whose header gives the size.
         count: a key with one value per object (the boxes' ``xmin``) whose
             length the mask count must equal; None to skip the check.
     """

@@ -22,12 +22,16 @@ for ``text``, to read without it (the labels name the classes).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["PER_OBJECT", "ObjectLabels", "check_objects", "object_counts", "transform_objects"]
+from tfrecord_torch.errors import FeatureError
+from tfrecord_torch.features.specs import Feature
+
+__all__ = ["PER_OBJECT", "ObjectLabels", "PerObject", "check_objects", "object_counts", "transform_objects"]
 
 PER_OBJECT = ("labels", "masks", "text", "is_crowd", "area", "difficult", "group_of", "weight")
 """The output names of a detection item's per-object values (besides ``boxes``)."""
@@ -73,6 +77,53 @@ class ObjectLabels:
 
 _LIST_FIX = ("a list of str (text) cannot follow the boxes: read presets.object_detection(text=False) and "
              "name the classes from the labels")
+
+
+class PerObject(Feature):
+    """A per-object list read by ``feature`` (``Int64``/``Float`` with
+    ``shape=None``, ``Text(many=True)``) that must hold one value per box:
+    a record whose list is longer, shorter or missing while it has boxes is a
+    FeatureError naming the key, not values paired with the wrong boxes.
+
+    Args:
+        feature: the feature that reads the list.
+        count: the key with one value per box (the boxes' ``xmin``).
+        fix: what to do about a record that does not fit, for the message.
+    """
+
+    def __init__(self, feature: Feature, *, count: str = "image/object/bbox/xmin", fix: str = "") -> None:
+        super().__init__(feature.key, default=feature.default)
+        self.feature, self.count, self.fix = feature, count, fix
+        self.kind = feature.kind
+
+    def bind(self, name: str) -> Feature:
+        bound = copy.copy(self)
+        bound.feature = self.feature.bind(name)
+        bound.key = bound.feature.key
+        return bound
+
+    def decode(self, record: dict) -> Any:
+        value = self.feature.decode(record)
+        self._check(record, value)
+        return value
+
+    def decode_column(self, column: Any, records: Any) -> Any:
+        values = self.feature.decode_column(column, records)
+        for record, value in zip(records(), values):
+            self._check(record, value)
+        return values
+
+    def _check(self, record: dict, value: Any) -> None:
+        boxes = record.get(self.count)
+        n = 0 if boxes is None else len(boxes)
+        got = 0 if value is None else len(value)
+        if got != n:
+            held = f"holds {got} values" if self.key in record else "is missing"
+            raise FeatureError(self.key, f"{held} but the record has {n} boxes ({self.count!r}); each object "
+                                         f"needs one value, in the boxes' order{self.fix}")
+
+    def __repr__(self) -> str:
+        return f"PerObject({self.feature!r}, count={self.count!r})"
 
 
 class ObjectCounts(NamedTuple):
