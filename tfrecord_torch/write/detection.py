@@ -33,9 +33,20 @@ def is_detection_target(target: Any) -> bool:
     return isinstance(target, dict) and "boxes" in target
 
 
+# per-object values of torchvision's detection targets (wrap_dataset_for_transforms_v2, target_keys=...)
+# that the OD layout has keys for but this writer does not write: refused, never dropped
+UNWRITTEN = ("masks", "iscrowd", "area")
+
+
 def detection_record(data: bytes, fmt: str, height: int, width: int, target: dict, i: int,
                      class_names: list[str] | None = None) -> dict:
     """The OD API's features of one sample (raises TypeError naming sample ``i``)."""
+    unwritten = [key for key in UNWRITTEN if key in target]
+    if unwritten:
+        raise TypeError(f"sample {i}: the target's {', '.join(map(repr, unwritten))} would not be written: "
+                        "this writer writes a detection target's boxes, labels and class names only. Leave "
+                        "them out of the target (wrap_dataset_for_transforms_v2(ds, target_keys={'boxes', "
+                        "'labels'})) to write the rest, or write the records with make_example")
     boxes = _boxes_xyxy(target["boxes"], i)
     labels = np.asarray(_numpy(target.get("labels", np.zeros(len(boxes), np.int64))))
     if labels.shape != (len(boxes),) or labels.dtype.kind not in "iu":

@@ -2,6 +2,7 @@
 TF Object Detection API's layout; TensorFlow reads both back exactly."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -123,6 +124,26 @@ def test_detection_dataset_writes_the_od_api_layout(tmp_path):
         assert np.allclose(item["boxes"].numpy(), want, atol=1e-3) and item["text"] == [o[0] for o in objs]
     features = json.loads((tmp_path / "out" / "features.json").read_text())["featuresDict"]["features"]
     assert set(features["image"]["featuresDict"]["features"]) == {"encoded", "height", "width", "object"}
+
+
+@pytest.mark.parametrize("unwritten", [("masks",), ("iscrowd", "area")])
+def test_a_detection_target_with_values_the_writer_cannot_write_is_refused(tmp_path, unwritten):
+    """A Mask R-CNN target (torchvision's wrapper with target_keys asking for
+    masks, iscrowd or area): the writer writes boxes, labels and class names,
+    so it names what it would drop and how to write the rest, and writes
+    nothing, rather than records without the masks."""
+    image = tv_tensors.Image(torch.zeros(3, 8, 10, dtype=torch.uint8))
+    boxes = tv_tensors.BoundingBoxes([[1, 1, 5, 6]], format="XYXY", canvas_size=(8, 10))
+    target = {"boxes": boxes, "labels": torch.tensor([1]), "masks": tv_tensors.Mask(torch.ones(1, 8, 10)),
+              "iscrowd": torch.tensor([0]), "area": torch.tensor([20.0])}
+    target = {k: v for k, v in target.items() if k in ("boxes", "labels", *unwritten)}
+    with pytest.raises(TypeError, match=rf"sample 0: the target's {re.escape(repr(unwritten[0]))}.* would not be "
+                                        r"written.*target_keys=\{'boxes', 'labels'\}"):
+        write_dataset([(image, target)], tmp_path / "out", name="od", execution=Execution(progress=False))
+    kept = {"boxes": target["boxes"], "labels": target["labels"]}
+    write_dataset([(image, kept)], tmp_path / "kept", name="od", execution=Execution(progress=False))
+    (item,) = TFRecordDataset(tmp_path / "kept", features=presets.object_detection(text=False))
+    assert item["boxes"].tolist() == [[1.0, 1.0, 5.0, 6.0]] and item["labels"].tolist() == [1]
 
 
 @pytest.mark.parametrize("sizes", [[(5, 4), (5, 4)], [(5, 4), (7, 3), (2, 9)]])
