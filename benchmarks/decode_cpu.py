@@ -180,17 +180,6 @@ class DecoderClock:
             return self._total[0]
 
 
-def _cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU seconds of the processes ``pids`` (alive), from /proc."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return total
-
-
 def pipeline(path: str, passes: int, clock: DecoderClock, workers: int = 0) -> Pipeline:
     """Batch mode through a DataLoader with ``workers`` (persistent, made
     once): CPU per image of the process and its workers, of which in the decoder, and images/s."""
@@ -207,12 +196,13 @@ def pipeline(path: str, passes: int, clock: DecoderClock, workers: int = 0) -> P
         return n
 
     one()  # warm-up: the decode threads' first start, the workers, the page cache
-    pids = [w.pid for w in kept._iterator._workers] if kept is not None else []
-    wall, cpu, decoder, n = time.perf_counter(), time.process_time() + _cpu_seconds(pids), clock.seconds(), 0
+    from benchmarks.loop import _cpu  # this process and its workers, alive or joined
+
+    wall, cpu, decoder, n = time.perf_counter(), _cpu(), clock.seconds(), 0
     for _ in range(passes):
         n += one()
     wall = time.perf_counter() - wall
-    cpu, decoder = time.process_time() + _cpu_seconds(pids) - cpu, clock.seconds() - decoder
+    cpu, decoder = _cpu() - cpu, clock.seconds() - decoder
     return Pipeline(cpu / n * 1e3, decoder / n * 1e3, n / wall)
 
 

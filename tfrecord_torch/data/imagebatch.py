@@ -329,8 +329,7 @@ class ImageBatches:
         error naming the fix for a default that is not an RGB image."""
         if self._png is None:
             default = feature.default
-            if isinstance(default, torch.Tensor) and default.dtype == torch.uint8 and default.dim() == 3 \
-                    and default.shape[0] == 3:
+            if fusable_default(default):  # an RGB uint8 [3, H, W] (never _REQUIRED here: the record lacks it)
                 from PIL import Image as PILImage
 
                 out = io.BytesIO()

@@ -402,10 +402,8 @@ class CroppedImage(Image):
             return self.convert(value)
         default = self.default
         crop = crop_params(self.plan, int(default.shape[1]), int(default.shape[2]), None)
-        out = np.empty((*self.plan.size, 3), np.uint8)
-        resize_into(np.ascontiguousarray(default.permute(1, 2, 0).numpy()), crop.box, False,
-                    self.plan.resample, out)
-        planes = torch.from_numpy(to_planes(out, flip=crop.flip))
+        planes = torch.from_numpy(self._head(np.ascontiguousarray(default.permute(1, 2, 0).numpy()), crop.box,
+                                             crop.flip))
         return planes if type(default) is torch.Tensor else as_image(planes)  # the default's type, as unfused
 
     def convert(self, value: Any) -> torch.Tensor:
@@ -417,15 +415,19 @@ class CroppedImage(Image):
             check_pixels(header)
             crop = crop_params(self.plan, header.height, header.width, None)
             window, box = self._window(data, fast_jpeg(header), crop.box)
-            out = np.empty((*self.plan.size, 3), np.uint8)
-            resize_into(window, box, False, self.plan.resample, out)
-            # contiguous planes, as the unfused transform gives them: DataLoader's collate then stacks
-            # them with plain copies, and the flip comes free in the same pass
-            planes = to_planes(out, flip=crop.flip)
+            planes = self._head(window, box, crop.flip)
         except Exception as e:  # decoders raise many types
             raise FeatureError(self.key, f"cannot decode image ({len(data)} bytes): "
                                          f"{type(e).__name__}: {e}") from e
         return as_image(torch.from_numpy(planes))
+
+    def _head(self, pixels: np.ndarray, box: Box, flip: bool) -> np.ndarray:
+        """``box`` of ``pixels`` [H, W, 3] resized to the plan's size and flipped if
+        ``flip``: contiguous planes, as the unfused transform gives them (DataLoader's
+        collate then stacks them with plain copies, and the flip comes free in the same pass)."""
+        out = np.empty((*self.plan.size, 3), np.uint8)
+        resize_into(pixels, box, False, self.plan.resample, out)
+        return to_planes(out, flip=flip)
 
     def _window(self, data: bytes, alone: bool, box: Box) -> tuple[np.ndarray, Box]:
         """The pixels holding ``box`` and where it lies in them: the window
